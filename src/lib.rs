@@ -1,0 +1,17 @@
+//! okstra: compile job specs into frozen, reviewable plans and run them
+//! crash-safely. See SPEC.md for the contract; README.md for the tour.
+
+pub mod audit;
+pub mod canonical;
+pub mod diag;
+pub mod fsutil;
+pub mod plan;
+pub mod policy;
+pub mod process;
+pub mod provider;
+pub mod schema;
+pub mod source;
+pub mod state;
+pub mod worker;
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

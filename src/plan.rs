@@ -1,0 +1,264 @@
+//! The plan document (SPEC §4): what `okstra plan` writes and `okstra exec`
+//! runs. Field names are the wire names; `formatVersion` is bumped whenever a
+//! field a reader must understand is added.
+
+use crate::canonical;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+pub const FORMAT_VERSION: u64 = 1;
+pub const MAX_ATTEMPTS: u32 = 2;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Plan {
+    pub format_version: u64,
+    pub okstra_version: String,
+    pub created_at: String,
+    pub project_root: String,
+    pub run: RunInfo,
+    pub inputs: Vec<InputRecord>,
+    pub policy: RetryPolicy,
+    pub stages: Vec<Stage>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub digest: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunInfo {
+    pub task_key: String,
+    pub manifest_path: String,
+    pub team_state_path: String,
+    pub lead_events_path: String,
+    pub error_log_path: String,
+    pub terminal_backend: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub workflow_phase: String,
+    /// `spec` or `roster` (or `translator`): how the jobs were chosen.
+    pub mode: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InputRecord {
+    /// manifest, spec, prompt, metadata, reservation, team-state
+    pub kind: String,
+    pub path: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Stage {
+    pub name: String,
+    pub jobs: Vec<Job>,
+}
+
+/// v1 or v2 execution identity, as resolved at plan time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "version", deny_unknown_fields)]
+pub enum Identity {
+    #[serde(rename = "1")]
+    V1 {
+        #[serde(rename = "workerId")]
+        worker_id: String,
+    },
+    #[serde(rename = "2")]
+    V2(V2Identity),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct V2Identity {
+    pub participant_ref: String,
+    pub role_execution_ref: String,
+    pub execution_label: String,
+    pub duty_id: String,
+    pub invocation_ref: String,
+    pub assignment_ref: String,
+    pub attempt: u64,
+}
+
+impl Identity {
+    /// The identity fields as they appear on events and dispatch rows: v1
+    /// `workerId`, or the v2 refs with their version markers.
+    pub fn wire_fields(&self) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        match self {
+            Identity::V1 { worker_id } => {
+                m.insert("workerId".into(), Value::from(worker_id.clone()));
+            }
+            Identity::V2(v) => {
+                m.insert("schemaVersion".into(), Value::from("2.0"));
+                m.insert("executionIdentityVersion".into(), Value::from(2));
+                m.insert("participantRef".into(), Value::from(v.participant_ref.clone()));
+                m.insert("roleExecutionRef".into(), Value::from(v.role_execution_ref.clone()));
+                m.insert("executionLabel".into(), Value::from(v.execution_label.clone()));
+                m.insert("dutyId".into(), Value::from(v.duty_id.clone()));
+                m.insert("invocationRef".into(), Value::from(v.invocation_ref.clone()));
+                m.insert("assignmentRef".into(), Value::from(v.assignment_ref.clone()));
+            }
+        }
+        m
+    }
+
+    pub fn v2(&self) -> Option<&V2Identity> {
+        match self {
+            Identity::V2(v) => Some(v),
+            Identity::V1 { .. } => None,
+        }
+    }
+}
+
+/// The invocation fields carried over from a prompt's `.meta.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Invocation {
+    pub invocation_id: String,
+    pub audience: String,
+    pub assignment_ref: String,
+    pub digests: BTreeMap<String, String>,
+    pub host_model_value: Option<String>,
+}
+
+/// A write policy (SPEC §5.5): glob allow-list over project-relative paths
+/// (absolute for paths outside the project root), with its digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WritePolicy {
+    pub role: String,
+    pub allow: Vec<String>,
+    pub digest: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WriteEnforcement {
+    /// `batch` or `none`.
+    pub mutation_audit: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Job {
+    /// The worker's state key: v1 workerId, v2 last segment of assignmentRef.
+    pub key: String,
+    pub identity: Identity,
+    pub provider: String,
+    pub backend: String,
+    pub role: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub audience: String,
+    pub dispatch_kind: String,
+    pub round: u64,
+    pub prompt_path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_path: Option<String>,
+    pub result_path: String,
+    pub worker_result_path: String,
+    pub completion_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree_path: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model_execution_value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<Invocation>,
+    /// `<invocationId>:attempt-<n>` for the job's first attempt, where there
+    /// is an invocation id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_id: Option<String>,
+    /// The wrapper argv exec runs (`okstra worker ...`), without a session id.
+    pub command: Vec<String>,
+    /// What the wrapper itself runs: the provider CLI's argv, or the given
+    /// argv for `command` jobs. Shown for review.
+    pub provider_command: Vec<String>,
+    pub takes_session_id: bool,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    pub idle_timeout_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+    pub liveness_mode: String,
+    pub write_policy: WritePolicy,
+    pub write_enforcement: WriteEnforcement,
+}
+
+/// The dispatch id of one attempt: the one place this shape is built.
+pub fn dispatch_id(invocation_id: &str, attempt: u64) -> String {
+    format!("{invocation_id}:attempt-{attempt}")
+}
+
+impl Job {
+    /// A name for people: the execution label for v2, the worker id for v1.
+    pub fn label(&self) -> &str {
+        match &self.identity {
+            Identity::V1 { worker_id } => worker_id,
+            Identity::V2(v) => &v.execution_label,
+        }
+    }
+
+    /// The attempt number the plan's first dispatch carries (v2 identity
+    /// attempt, 1 for v1). Retries count up from here.
+    pub fn first_attempt(&self) -> u64 {
+        self.identity.v2().map(|v| v.attempt).unwrap_or(1)
+    }
+
+    pub fn dispatch_id_for(&self, attempt: u64) -> Option<String> {
+        self.invocation
+            .as_ref()
+            .map(|inv| dispatch_id(&inv.invocation_id, attempt))
+    }
+
+    pub fn log_path(&self) -> String {
+        format!("{}.log", self.prompt_path)
+    }
+
+    pub fn status_path(&self) -> String {
+        format!("{}.status.json", self.prompt_path)
+    }
+
+    pub fn audit_sidecar_path(&self) -> String {
+        format!("{}.audit.json", self.worker_result_path)
+    }
+
+    pub fn snapshot_path(&self) -> String {
+        format!("{}.mutation-audit.json", self.prompt_path)
+    }
+}
+
+impl Plan {
+    /// The digest over the canonical JSON of the plan without `digest`.
+    pub fn compute_digest(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut value {
+            m.remove("digest");
+        }
+        canonical::digest(&value)
+    }
+
+    pub fn seal(&mut self) {
+        self.digest = self.compute_digest();
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.stages.iter().flat_map(|s| s.jobs.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispatch_id_shape() {
+        assert_eq!(dispatch_id("inv-1", 2), "inv-1:attempt-2");
+    }
+}
