@@ -3,12 +3,16 @@
 
 pub mod audit;
 pub mod canonical;
+pub mod cli;
+pub mod compile;
 pub mod diag;
 pub mod fsutil;
+pub mod model;
 pub mod plan;
 pub mod policy;
 pub mod process;
 pub mod provider;
+pub mod render;
 pub mod schema;
 pub mod source;
 pub mod state;

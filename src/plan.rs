@@ -99,12 +99,27 @@ impl Identity {
             Identity::V2(v) => {
                 m.insert("schemaVersion".into(), Value::from("2.0"));
                 m.insert("executionIdentityVersion".into(), Value::from(2));
-                m.insert("participantRef".into(), Value::from(v.participant_ref.clone()));
-                m.insert("roleExecutionRef".into(), Value::from(v.role_execution_ref.clone()));
-                m.insert("executionLabel".into(), Value::from(v.execution_label.clone()));
+                m.insert(
+                    "participantRef".into(),
+                    Value::from(v.participant_ref.clone()),
+                );
+                m.insert(
+                    "roleExecutionRef".into(),
+                    Value::from(v.role_execution_ref.clone()),
+                );
+                m.insert(
+                    "executionLabel".into(),
+                    Value::from(v.execution_label.clone()),
+                );
                 m.insert("dutyId".into(), Value::from(v.duty_id.clone()));
-                m.insert("invocationRef".into(), Value::from(v.invocation_ref.clone()));
-                m.insert("assignmentRef".into(), Value::from(v.assignment_ref.clone()));
+                m.insert(
+                    "invocationRef".into(),
+                    Value::from(v.invocation_ref.clone()),
+                );
+                m.insert(
+                    "assignmentRef".into(),
+                    Value::from(v.assignment_ref.clone()),
+                );
             }
         }
         m
@@ -260,5 +275,24 @@ mod tests {
     #[test]
     fn dispatch_id_shape() {
         assert_eq!(dispatch_id("inv-1", 2), "inv-1:attempt-2");
+    }
+}
+
+/// Why a plan document's recorded digest does not match its content, if it
+/// does not. Computed over the document as read, so any edit is caught,
+/// including one that adds a key okstra does not know.
+pub fn digest_problem(doc: &Value) -> Option<String> {
+    let recorded = doc.get("digest").and_then(Value::as_str).unwrap_or("");
+    let mut body = doc.clone();
+    if let Value::Object(m) = &mut body {
+        m.remove("digest");
+    }
+    let actual = canonical::digest(&body);
+    if recorded == actual {
+        None
+    } else if recorded.is_empty() {
+        Some("the plan has no digest".into())
+    } else {
+        Some(format!("the plan records digest {recorded}, but its content digests to {actual}: it was edited after `okstra plan` wrote it"))
     }
 }

@@ -1,0 +1,86 @@
+//! The command line: clap definitions and one small handler per command.
+
+mod plan;
+mod validate;
+
+use crate::diag::{Diagnostics, ExitStatus, Format};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "okstra",
+    version,
+    about = "Dispatch AI coding-agent workers from a frozen, reviewable plan",
+    long_about = "okstra compiles a job spec (or a run's roster) into a frozen, digested plan you can review (`okstra plan`), then runs it crash-safely (`okstra exec`)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Compile a job spec (or the manifest's roster) into plan.json and print its summary.
+    Plan(plan::PlanArgs),
+    /// Print a plan for review.
+    Show(plan::ShowArgs),
+    /// Check files against their schemas and rules, without planning.
+    Validate(validate::ValidateArgs),
+    /// Print or write the embedded JSON Schemas.
+    Schema(validate::SchemaArgs),
+    /// The built-in worker wrapper (started by `okstra exec`).
+    Worker(crate::worker::WorkerArgs),
+}
+
+/// Options every planning command shares.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunTarget {
+    /// The run manifest (run-manifest.json).
+    #[arg(long, value_name = "M")]
+    pub manifest: PathBuf,
+    /// Only these workers (state keys), comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "a,b")]
+    pub workers: Vec<String>,
+    /// The project root all input paths are relative to.
+    #[arg(long, default_value = ".", value_name = "R")]
+    pub project_root: PathBuf,
+}
+
+/// Parse the command line, run the command, and return the exit status.
+pub fn main() -> ExitStatus {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Plan(args) => plan::plan(&args),
+        Command::Show(args) => plan::show(&args),
+        Command::Validate(args) => validate::validate(&args),
+        Command::Schema(args) => validate::schema(&args),
+        Command::Worker(args) => {
+            let code = crate::worker::run(&args);
+            std::process::exit(code);
+        }
+    }
+}
+
+/// Print diagnostics in the chosen format and return their exit status.
+pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
+    match format {
+        Format::Text => eprint!("{}", diags.render_text()),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&diags.to_json()).unwrap_or_default()
+        ),
+    }
+    diags.exit_status()
+}
+
+/// The timestamp stamped on a new plan: SOURCE_DATE_EPOCH when set (for
+/// reproducible output), else now.
+pub fn now_rfc3339() -> String {
+    let time = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(|secs| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .unwrap_or_else(std::time::SystemTime::now);
+    humantime::format_rfc3339_seconds(time).to_string()
+}

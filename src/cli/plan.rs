@@ -1,0 +1,132 @@
+//! `okstra plan` and `okstra show`.
+
+use super::{report, RunTarget};
+use crate::compile::{self, Request};
+use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use crate::plan::Plan;
+use crate::render;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+pub struct PlanArgs {
+    /// The job spec (TOML or JSON). Without it, the manifest's roster is planned.
+    pub spec: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: RunTarget,
+    /// Where to write the plan.
+    #[arg(long, default_value = "plan.json", value_name = "P")]
+    pub out: PathBuf,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ShowArgs {
+    /// The plan to review.
+    pub plan: PathBuf,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+pub fn request(spec: Option<PathBuf>, target: &RunTarget) -> Request {
+    Request {
+        project_root: target.project_root.clone(),
+        manifest: target.manifest.clone(),
+        spec,
+        workers: target.workers.clone(),
+        created_at: super::now_rfc3339(),
+    }
+}
+
+/// Serialise a plan for its file: pretty, keys in declaration order.
+pub fn plan_text(plan: &Plan) -> String {
+    let mut s = serde_json::to_string_pretty(plan).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {
+    crate::fsutil::write_atomic(out, plan_text(plan).as_bytes()).map_err(|e| {
+        Diagnostic::new(
+            Code::InputUnreadable,
+            format!("cannot write the plan to {}: {e}", out.display()),
+        )
+        .help("choose a writable --out path")
+    })
+}
+
+pub fn plan(args: &PlanArgs) -> ExitStatus {
+    let plan = match compile::compile(&request(args.spec.clone(), &args.target)) {
+        Ok(p) => p,
+        Err(diags) => return report(&diags, args.format),
+    };
+    if let Err(d) = write_plan(&plan, &args.out) {
+        return report(&Diagnostics::from(d), args.format);
+    }
+    let shown = args.out.display().to_string();
+    match args.format {
+        Format::Text => print!("{}", render::summary(&plan, &shown)),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "ok": true,
+                "plan": shown,
+                "digest": plan.digest,
+                "stages": plan.stages.iter().map(|s| serde_json::json!({
+                    "name": s.name,
+                    "jobs": s.jobs.iter().map(|j| j.key.clone()).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "exec": ["okstra", "exec", shown],
+            }))
+            .unwrap_or_default()
+        ),
+    }
+    ExitStatus::Success
+}
+
+/// Read a plan file as written (no verification beyond parsing).
+pub fn read_plan(path: &Path) -> Result<(serde_json::Value, Plan), Diagnostic> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Diagnostic::new(
+            Code::PlanUnreadable,
+            format!("cannot read plan {}: {e}", path.display()),
+        )
+        .in_file(path.display().to_string())
+        .help("make the plan with: okstra plan SPEC --manifest M --out plan.json")
+    })?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        Diagnostic::new(
+            Code::PlanUnreadable,
+            format!("plan {} is not JSON: {e}", path.display()),
+        )
+        .in_file(path.display().to_string())
+        .help("a plan is written by `okstra plan`; make it again rather than editing it")
+    })?;
+    let plan: Plan = serde_json::from_value(value.clone()).map_err(|e| {
+        Diagnostic::new(
+            Code::PlanUnreadable,
+            format!("plan {} does not have the plan shape: {e}", path.display()),
+        )
+        .in_file(path.display().to_string())
+        .help("a plan is written by `okstra plan`; make it again rather than editing it")
+    })?;
+    Ok((value, plan))
+}
+
+pub fn show(args: &ShowArgs) -> ExitStatus {
+    let (value, plan) = match read_plan(&args.plan) {
+        Ok(p) => p,
+        Err(d) => return report(&Diagnostics::from(d), args.format),
+    };
+    match args.format {
+        Format::Text => print!(
+            "{}",
+            render::summary(&plan, &args.plan.display().to_string())
+        ),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        ),
+    }
+    ExitStatus::Success
+}

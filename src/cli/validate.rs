@@ -1,0 +1,191 @@
+//! `okstra validate` and `okstra schema`.
+
+use super::report;
+use crate::compile::{self, conformance, Ctx};
+use crate::diag::{Code, Diagnostics, ExitStatus, Format};
+use crate::schema::SchemaKind;
+use crate::source::Format as SourceFormat;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    Jobs,
+    Manifest,
+    Metadata,
+    Plan,
+    TeamState,
+    ImplementationPlan,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ValidateArgs {
+    /// Files to check.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// What the files are; guessed from the name and content when omitted.
+    #[arg(long, value_enum)]
+    pub kind: Option<Kind>,
+    /// The project root paths inside the files are relative to.
+    #[arg(long, default_value = ".")]
+    pub project_root: PathBuf,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SchemaArgs {
+    /// jobs, manifest, metadata, plan or team-state; all when omitted.
+    pub name: Option<String>,
+    /// Write the schema files into this directory instead of printing.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+fn guess(path: &Path, doc: Option<&serde_json::Value>) -> Kind {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    if name.ends_with(".meta.json") {
+        return Kind::Metadata;
+    }
+    if name.ends_with(".toml") {
+        return Kind::Jobs;
+    }
+    let has = |k: &str| doc.and_then(|d| d.get(k)).is_some();
+    if has("formatVersion") && has("digest") {
+        Kind::Plan
+    } else if has("implementationPlanning") {
+        Kind::ImplementationPlan
+    } else if has("taskKey") {
+        Kind::Manifest
+    } else if has("workerDispatches")
+        || (has("workers") && !has("defaults") && name.contains("team"))
+    {
+        Kind::TeamState
+    } else if has("invocationId") {
+        Kind::Metadata
+    } else {
+        Kind::Jobs
+    }
+}
+
+pub fn validate(args: &ValidateArgs) -> ExitStatus {
+    let root = compile::paths::canonical_root(&args.project_root);
+    let mut all = Diagnostics::default();
+    let mut checked = Vec::new();
+    for file in &args.files {
+        let mut ctx = Ctx::new(root.clone());
+        let display = file.display().to_string();
+        let format = SourceFormat::for_path(file);
+        let Some(loaded) = ctx.load("input", &display, file, format) else {
+            all.extend(ctx.diags.0);
+            continue;
+        };
+        let kind = args.kind.unwrap_or_else(|| guess(file, Some(&loaded.doc)));
+        match kind {
+            Kind::Jobs => compile::check_spec_alone(&mut ctx, &loaded),
+            Kind::Manifest => ctx.schema_check(SchemaKind::Manifest, &loaded, &|_| false),
+            Kind::Metadata => ctx.schema_check(SchemaKind::Metadata, &loaded, &|_| false),
+            Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, &loaded, &|_| false),
+            Kind::Plan => {
+                ctx.schema_check(SchemaKind::Plan, &loaded, &|_| false);
+                if let Some(d) = crate::plan::digest_problem(&loaded.doc) {
+                    let diag = ctx
+                        .at(&loaded.src, Code::PlanDigestMismatch, d, "/digest")
+                        .help("a plan must not be edited; make a new one with `okstra plan`");
+                    ctx.push(diag);
+                }
+            }
+            Kind::ImplementationPlan => {
+                for (index, stage) in conformance::malformed_stages(&loaded.doc) {
+                    let pointer =
+                        format!("/implementationPlanning/stages/{index}/conformanceTests");
+                    let d = ctx
+                        .at(
+                            &loaded.src,
+                            Code::PlanStagesMalformedConformance,
+                            format!("stage {stage}: conformanceTests is not `<script> (requires=[cap,...])`"),
+                            &pointer,
+                        )
+                        .help("write e.g. `<task_root>/tests/stage-1.sh (requires=[db,io])`; capabilities: db, io, http, external, each once");
+                    ctx.push(d);
+                }
+            }
+        }
+        if ctx.diags.is_empty() {
+            checked.push((display, kind));
+        }
+        all.extend(ctx.diags.0);
+    }
+    if !all.is_empty() {
+        return report(&all, args.format);
+    }
+    match args.format {
+        Format::Text => {
+            for (file, kind) in &checked {
+                println!("ok: {file} ({})", kind_name(*kind));
+            }
+        }
+        Format::Json => println!(
+            "{}",
+            serde_json::json!({"ok": true, "files": checked.iter().map(|(f, k)| serde_json::json!({"file": f, "kind": kind_name(*k)})).collect::<Vec<_>>()})
+        ),
+    }
+    ExitStatus::Success
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Jobs => "jobs",
+        Kind::Manifest => "manifest",
+        Kind::Metadata => "metadata",
+        Kind::Plan => "plan",
+        Kind::TeamState => "team-state",
+        Kind::ImplementationPlan => "implementation-plan",
+    }
+}
+
+pub fn schema(args: &SchemaArgs) -> ExitStatus {
+    let kinds: Vec<SchemaKind> = match &args.name {
+        None => SchemaKind::ALL.to_vec(),
+        Some(name) => match SchemaKind::from_name(name) {
+            Some(k) => vec![k],
+            None => {
+                let names: Vec<&str> = SchemaKind::ALL.iter().map(|k| k.name()).collect();
+                let d = crate::diag::Diagnostic::new(
+                    Code::InputInvalid,
+                    format!("no schema named `{name}`"),
+                )
+                .help(format!("choose one of: {}", names.join(", ")));
+                return report(&Diagnostics::from(d), Format::Text);
+            }
+        },
+    };
+    match &args.out {
+        Some(dir) => {
+            for k in &kinds {
+                let path = dir.join(k.file_name());
+                if let Err(e) =
+                    std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, k.text()))
+                {
+                    let d = crate::diag::Diagnostic::new(
+                        Code::InputUnreadable,
+                        format!("cannot write {}: {e}", path.display()),
+                    )
+                    .help("choose a writable --out directory");
+                    return report(&Diagnostics::from(d), Format::Text);
+                }
+                println!("wrote {}", path.display());
+            }
+        }
+        None if args.name.is_some() => print!("{}", kinds[0].text()),
+        None => {
+            for k in &kinds {
+                println!("{:<11} {}", k.name(), k.file_name());
+            }
+            println!("\nPrint one with `okstra schema NAME`, or write them all with `okstra schema --out DIR`.");
+        }
+    }
+    ExitStatus::Success
+}

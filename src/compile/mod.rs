@@ -1,0 +1,962 @@
+//! The plan compiler: spec (or roster) + manifest + metadata -> `Plan`.
+//! Pure apart from reading its inputs: it never writes anything. Every
+//! problem of every input is collected and returned together.
+
+pub mod authority;
+pub mod conformance;
+pub mod identity;
+pub mod paths;
+pub mod rules;
+
+use crate::canonical::sha256_hex;
+use crate::diag::{Code, Diagnostic, Diagnostics};
+use crate::model::{self, Manifest};
+use crate::plan::{self, InputRecord, Job, Plan, RetryPolicy, RunInfo, Stage};
+use crate::policy;
+use crate::provider::{self, ProviderOptions};
+use crate::schema::{self, SchemaKind};
+use crate::source::{Format, SourceFile};
+use paths::{PathProblem, Resolved};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// What `okstra plan` was asked to do.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub project_root: PathBuf,
+    pub manifest: PathBuf,
+    pub spec: Option<PathBuf>,
+    pub workers: Vec<String>,
+    /// The timestamp to stamp on the plan (injected so tests are stable).
+    pub created_at: String,
+}
+
+/// One worker entry of the spec after `defaults` were applied, with where
+/// each of its values came from.
+pub struct Entry {
+    pub stage: usize,
+    pub pointer: String,
+    pub values: Map<String, Value>,
+    origin: HashMap<String, String>,
+}
+
+impl Entry {
+    /// The pointer of a key's value (its own or the default's), or of the
+    /// entry itself when the key is absent.
+    pub fn ptr(&self, key: &str) -> String {
+        self.origin
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| self.pointer.clone())
+    }
+
+    pub fn str(&self, key: &str) -> &str {
+        model::str_of_map(&self.values, key)
+    }
+
+    pub fn strings(&self, key: &str) -> Vec<String> {
+        self.values
+            .get(key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// A loaded input file with its parsed document.
+pub struct Loaded {
+    pub doc: Value,
+    pub src: SourceFile,
+}
+
+/// Collects diagnostics and input records while compiling.
+pub struct Ctx {
+    pub root: PathBuf,
+    pub diags: Diagnostics,
+    inputs: BTreeMap<(String, String), String>,
+}
+
+impl Ctx {
+    pub fn new(root: PathBuf) -> Self {
+        Ctx {
+            root,
+            diags: Diagnostics::default(),
+            inputs: BTreeMap::new(),
+        }
+    }
+
+    /// A diagnostic pointing at the value under `pointer` in `src`.
+    pub fn at(
+        &self,
+        src: &SourceFile,
+        code: Code,
+        message: impl Into<String>,
+        pointer: &str,
+    ) -> Diagnostic {
+        Diagnostic::new(code, message)
+            .at(src.locate(pointer))
+            .pointer(pointer)
+    }
+
+    /// A diagnostic pointing at the key `pointer` names.
+    pub fn at_key(
+        &self,
+        src: &SourceFile,
+        code: Code,
+        message: impl Into<String>,
+        pointer: &str,
+    ) -> Diagnostic {
+        Diagnostic::new(code, message)
+            .at(src.locate_key(pointer))
+            .pointer(pointer)
+    }
+
+    pub fn push(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    /// Record an input file's digest (kind, project-relative display path).
+    pub fn record_input(&mut self, kind: &str, display: &str, bytes: &[u8]) {
+        self.inputs
+            .insert((kind.to_string(), display.to_string()), sha256_hex(bytes));
+    }
+
+    pub fn take_inputs(&mut self) -> Vec<InputRecord> {
+        std::mem::take(&mut self.inputs)
+            .into_iter()
+            .map(|((kind, path), sha256)| InputRecord { kind, path, sha256 })
+            .collect()
+    }
+
+    /// Load a JSON/TOML input, recording its digest; problems become
+    /// diagnostics.
+    pub fn load(
+        &mut self,
+        kind: &str,
+        display: &str,
+        path: &Path,
+        format: Format,
+    ) -> Option<Loaded> {
+        match SourceFile::load(display, path, format) {
+            Ok((doc, src)) => {
+                self.record_input(kind, display, src.text.as_bytes());
+                Some(Loaded { doc, src })
+            }
+            Err(d) => {
+                self.push(d);
+                None
+            }
+        }
+    }
+
+    /// Schema-check a document; `covered` lets a caller drop complaints a
+    /// rule of SPEC §2–§3 reports under its own code.
+    pub fn schema_check(
+        &mut self,
+        kind: SchemaKind,
+        loaded: &Loaded,
+        covered: &dyn Fn(&schema::SchemaError) -> bool,
+    ) {
+        for err in schema::validate(kind, &loaded.doc) {
+            if covered(&err) {
+                continue;
+            }
+            let d = if err.keyword == "additionalProperties" {
+                self.at_key(
+                    &loaded.src,
+                    Code::SchemaViolation,
+                    &err.message,
+                    &err.pointer,
+                )
+            } else {
+                self.at(
+                    &loaded.src,
+                    Code::SchemaViolation,
+                    &err.message,
+                    &err.pointer,
+                )
+            };
+            self.push(d.help(format!(
+                "`okstra schema {}` prints the schema; editors apply it through `#:schema` / `$schema`",
+                kind.name()
+            )));
+        }
+    }
+
+    /// Resolve a path an input names, reporting `path/escapes-root`.
+    pub fn resolve(
+        &mut self,
+        src: &SourceFile,
+        value: &str,
+        pointer: &str,
+        allow_outside: bool,
+    ) -> Option<Resolved> {
+        match paths::resolve(&self.root, value, allow_outside) {
+            Ok(r) => Some(r),
+            Err(PathProblem::Empty) => None,
+            Err(PathProblem::EscapesRoot { resolved }) => {
+                let d = self
+                    .at(
+                        src,
+                        Code::PathEscapesRoot,
+                        format!(
+                            "`{value}` resolves to {}, outside the project root {}",
+                            resolved.display(),
+                            self.root.display()
+                        ),
+                        pointer,
+                    )
+                    .help("paths are relative to the project root (--project-root); keep them inside it");
+                self.push(d);
+                None
+            }
+        }
+    }
+}
+
+/// The run facts every mode needs, read from the manifest.
+pub struct RunFacts {
+    pub manifest: Loaded,
+    pub manifest_display: String,
+    pub info: RunInfo,
+}
+
+fn load_run(ctx: &mut Ctx, req: &Request) -> Option<RunFacts> {
+    let display = paths::display_for(&ctx.root, &req.manifest);
+    let loaded = ctx.load("manifest", &display, &req.manifest, Format::Json)?;
+    ctx.schema_check(SchemaKind::Manifest, &loaded, &|_| false);
+    let m = Manifest::new(&loaded.doc);
+    let team_state = m.str("teamStatePath").to_string();
+    let team = if team_state.is_empty() {
+        None
+    } else {
+        ctx.resolve(&loaded.src, &team_state, "/teamStatePath", false)
+    };
+    let sibling = |name: &str| -> String {
+        team.as_ref()
+            .map(|t| {
+                let parent = Path::new(&t.display).parent().unwrap_or(Path::new(""));
+                paths::to_slash(&parent.join(name))
+            })
+            .unwrap_or_default()
+    };
+    let mut optional = |key: &str, default: String| -> String {
+        let v = m.str(key);
+        if v.is_empty() {
+            return default;
+        }
+        ctx.resolve(&loaded.src, v, &format!("/{key}"), false)
+            .map(|r| r.display)
+            .unwrap_or_default()
+    };
+    let lead_events = optional("leadEventsPath", sibling("lead-events.jsonl"));
+    let error_log = optional("errorLogPath", sibling("errors.jsonl"));
+    let info = RunInfo {
+        task_key: m.task_key().to_string(),
+        manifest_path: display.clone(),
+        team_state_path: team.map(|t| t.display).unwrap_or_default(),
+        lead_events_path: lead_events,
+        error_log_path: error_log,
+        terminal_backend: default_backend(m.terminal_backend()).to_string(),
+        workflow_phase: m.workflow_phase().to_string(),
+        mode: String::new(),
+    };
+    Some(RunFacts {
+        manifest: loaded,
+        manifest_display: display,
+        info,
+    })
+}
+
+/// The backend a job gets when it names none: panes where the manifest's
+/// `terminalBackend` asks for them, the CLI wrapper otherwise.
+pub fn default_backend(terminal_backend: &str) -> &'static str {
+    match terminal_backend {
+        "pane" | "tmux-pane" | "cmux-pane" => model::PANE,
+        _ => model::CLI_WRAPPER,
+    }
+}
+
+/// Compile a plan. On success the plan is sealed (digest set).
+pub fn compile(req: &Request) -> Result<Plan, Diagnostics> {
+    let root = paths::canonical_root(&req.project_root);
+    let mut ctx = Ctx::new(root.clone());
+    let Some(mut run) = load_run(&mut ctx, req) else {
+        return Err(ctx.diags);
+    };
+    let stages = match &req.spec {
+        Some(spec) => {
+            run.info.mode = "spec".into();
+            spec_stages(&mut ctx, &run, spec, &req.workers)
+        }
+        None => {
+            run.info.mode = "roster".into();
+            let d = Diagnostic::new(
+                Code::InputInvalid,
+                "planning without a spec (roster mode) is not available in this build",
+            )
+            .help("pass a job spec: okstra plan SPEC --manifest M --out plan.json");
+            ctx.push(d);
+            Vec::new()
+        }
+    };
+    if !ctx.diags.is_empty() {
+        return Err(ctx.diags);
+    }
+    let mut plan = Plan {
+        format_version: plan::FORMAT_VERSION,
+        okstra_version: crate::VERSION.to_string(),
+        created_at: req.created_at.clone(),
+        project_root: paths::to_slash(&root),
+        run: run.info,
+        inputs: ctx.take_inputs(),
+        policy: RetryPolicy {
+            max_attempts: plan::MAX_ATTEMPTS,
+        },
+        stages,
+        digest: String::new(),
+    };
+    plan.seal();
+    Ok(plan)
+}
+
+/// A job under construction, with what the rules need to point back at it.
+pub struct Built {
+    pub job: Job,
+    pub entry_pointer: String,
+    pub src_index: usize,
+}
+
+fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> Vec<Stage> {
+    let display = paths::display_for(&ctx.root, spec);
+    let Some(loaded) = ctx.load("spec", &display, spec, Format::for_path(spec)) else {
+        return Vec::new();
+    };
+    let (entries, parsed) = check_entries(ctx, &loaded);
+    let manifest = Manifest::new(&run.manifest.doc);
+    let sources = vec![&loaded];
+    let mut stage_jobs: Vec<Vec<Built>> = (0..stage_names(&loaded.doc).len())
+        .map(|_| Vec::new())
+        .collect();
+    for (entry, parsed) in entries.iter().zip(parsed) {
+        let Some(parsed) = parsed else {
+            // Still check the paths of a refused entry, so one run shows
+            // every problem.
+            check_entry_paths(ctx, &loaded.src, entry);
+            continue;
+        };
+        if !only.is_empty() && !only.contains(&parsed.state_key) {
+            continue;
+        }
+        if let Some(job) = build_job(ctx, run, &manifest, &loaded.src, entry, parsed) {
+            stage_jobs[entry.stage].push(Built {
+                job,
+                entry_pointer: entry.pointer.clone(),
+                src_index: 0,
+            });
+        }
+    }
+    if !only.is_empty() {
+        let known: Vec<String> = entries
+            .iter()
+            .filter_map(|e| identity::parse(&e.values).ok().map(|p| p.state_key))
+            .collect();
+        let unknown: Vec<&String> = only.iter().filter(|w| !known.contains(w)).collect();
+        if !unknown.is_empty() {
+            ctx.push(
+                Diagnostic::new(
+                    Code::RosterUnknownWorker,
+                    format!(
+                        "--workers names {} not in this spec: {}",
+                        if unknown.len() == 1 {
+                            "a worker"
+                        } else {
+                            "workers"
+                        },
+                        unknown
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .in_file(display.clone())
+                .help(format!("the spec's workers are: {}", known.join(", "))),
+            );
+        }
+    }
+    let names = stage_names(&loaded.doc);
+    rules::check(ctx, &manifest, &sources, &names, &stage_jobs);
+    names
+        .into_iter()
+        .zip(stage_jobs)
+        .filter(|(_, jobs)| !jobs.is_empty())
+        .map(|(name, jobs)| Stage {
+            name,
+            jobs: jobs.into_iter().map(|b| b.job).collect(),
+        })
+        .collect()
+}
+
+/// Identity and schema checks of a spec's entries. Identity goes first: its
+/// refusals carry their own codes, and the schema's complaints about the
+/// same keys would only repeat them.
+fn check_entries(ctx: &mut Ctx, loaded: &Loaded) -> (Vec<Entry>, Vec<Option<identity::Parsed>>) {
+    let entries = collect_entries(&loaded.doc);
+    let mut parsed = Vec::with_capacity(entries.len());
+    let mut covered: Vec<String> = Vec::new();
+    for entry in &entries {
+        match identity::parse(&entry.values) {
+            Ok(p) => parsed.push(Some(p)),
+            Err(problems) => {
+                for p in problems {
+                    let ptr = p
+                        .key
+                        .map(|k| entry.ptr(k))
+                        .unwrap_or_else(|| entry.pointer.clone());
+                    let d = ctx.at(&loaded.src, p.code, p.message, &ptr).help(p.help);
+                    ctx.push(with_worker(d, entry));
+                }
+                covered.push(entry.pointer.clone());
+                parsed.push(None);
+            }
+        }
+    }
+    ctx.schema_check(SchemaKind::Jobs, loaded, &|err| {
+        schema_covered_by_identity(err, &covered)
+    });
+    (entries, parsed)
+}
+
+/// `okstra validate --kind jobs`: the checks a spec passes on its own,
+/// without a manifest or the files it names.
+pub fn check_spec_alone(ctx: &mut Ctx, loaded: &Loaded) {
+    let (entries, _) = check_entries(ctx, loaded);
+    for entry in &entries {
+        let kind = entry.str("dispatchKind");
+        if let Err(msg) = rules::dispatch_round(kind) {
+            let d = ctx
+                .at(
+                    &loaded.src,
+                    Code::RulesReverifyKind,
+                    msg,
+                    &entry.ptr("dispatchKind"),
+                )
+                .help("write reverify-r<N> with N >= 1, e.g. reverify-r2");
+            ctx.push(with_worker(d, entry));
+        }
+    }
+}
+
+fn with_worker(d: Diagnostic, entry: &Entry) -> Diagnostic {
+    let name = ["workerId", "executionLabel", "assignmentRef"]
+        .iter()
+        .map(|k| entry.str(k))
+        .find(|s| !s.is_empty());
+    match name {
+        Some(n) => d.worker(n),
+        None => d,
+    }
+}
+
+fn schema_covered_by_identity(err: &schema::SchemaError, refused_entries: &[String]) -> bool {
+    refused_entries.iter().any(|entry| {
+        if err.pointer == *entry {
+            // Whole-entry complaints (required / conditional / not) are what
+            // the identity rules already said.
+            return err.keyword != "additionalProperties";
+        }
+        err.pointer
+            .strip_prefix(entry.as_str())
+            .and_then(|rest| rest.strip_prefix('/'))
+            .map(|key| identity::IDENTITY_KEYS.contains(&key.split('/').next().unwrap_or("")))
+            .unwrap_or(false)
+    })
+}
+
+fn stage_names(doc: &Value) -> Vec<String> {
+    match doc.get("stages").and_then(Value::as_array) {
+        Some(stages) => stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("stage-{}", i + 1))
+            })
+            .collect(),
+        None => vec!["main".to_string()],
+    }
+}
+
+/// Every worker entry of a spec, `defaults` applied.
+pub fn collect_entries(doc: &Value) -> Vec<Entry> {
+    let defaults = doc.get("defaults").and_then(Value::as_object);
+    let mut out = Vec::new();
+    let mut push = |stage: usize, pointer: String, item: &Value| {
+        let Some(own) = item.as_object() else { return };
+        let mut values = Map::new();
+        let mut origin = HashMap::new();
+        if let Some(defaults) = defaults {
+            for (k, v) in defaults {
+                values.insert(k.clone(), v.clone());
+                origin.insert(k.clone(), format!("/defaults/{}", escape(k)));
+            }
+        }
+        for (k, v) in own {
+            values.insert(k.clone(), v.clone());
+            origin.insert(k.clone(), format!("{pointer}/{}", escape(k)));
+        }
+        out.push(Entry {
+            stage,
+            pointer,
+            values,
+            origin,
+        });
+    };
+    if let Some(stages) = doc.get("stages").and_then(Value::as_array) {
+        for (si, stage) in stages.iter().enumerate() {
+            if let Some(workers) = stage.get("workers").and_then(Value::as_array) {
+                for (wi, item) in workers.iter().enumerate() {
+                    push(si, format!("/stages/{si}/workers/{wi}"), item);
+                }
+            }
+        }
+    } else if let Some(workers) = doc.get("workers").and_then(Value::as_array) {
+        for (wi, item) in workers.iter().enumerate() {
+            push(0, format!("/workers/{wi}"), item);
+        }
+    }
+    out
+}
+
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) {
+    let prompt = entry.str("promptPath");
+    if !prompt.is_empty() {
+        if let Some(r) = ctx.resolve(src, prompt, &entry.ptr("promptPath"), false) {
+            require_file(ctx, src, entry, &r, "promptPath");
+        }
+    }
+    for key in ["resultPath", "workerResultPath"] {
+        let v = entry.str(key);
+        if !v.is_empty() {
+            ctx.resolve(src, v, &entry.ptr(key), false);
+        }
+    }
+}
+
+fn require_file(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, r: &Resolved, key: &str) -> bool {
+    if r.abs.is_file() {
+        return true;
+    }
+    let d = ctx
+        .at(
+            src,
+            Code::InputMissing,
+            format!("`{key}` names {}, which does not exist", r.display),
+            &entry.ptr(key),
+        )
+        .help("create the file, or fix the path (relative to the project root)");
+    ctx.push(with_worker(d, entry));
+    false
+}
+
+fn build_job(
+    ctx: &mut Ctx,
+    run: &RunFacts,
+    manifest: &Manifest,
+    src: &SourceFile,
+    entry: &Entry,
+    parsed: identity::Parsed,
+) -> Option<Job> {
+    let mut ok = true;
+    let key = parsed.state_key.clone();
+    let provider = match entry.str("provider") {
+        "" => match &parsed.identity {
+            plan::Identity::V1 { worker_id } => provider::default_for_worker_id(worker_id)
+                .unwrap_or("")
+                .to_string(),
+            plan::Identity::V2(_) => String::new(),
+        },
+        p => p.to_string(),
+    };
+    if provider.is_empty() {
+        let d = ctx
+            .at(
+                src,
+                Code::IdentityMissingField,
+                format!("worker `{key}` needs `provider`: only the worker ids claude, codex and gemini imply one"),
+                &entry.pointer,
+            )
+            .help("add provider = \"claude\" | \"codex\" | \"gemini\" | \"command\"");
+        ctx.push(with_worker(d, entry));
+        ok = false;
+    }
+    let prompt = ctx.resolve(
+        src,
+        entry.str("promptPath"),
+        &entry.ptr("promptPath"),
+        false,
+    );
+    let prompt = match prompt {
+        Some(p) if require_file(ctx, src, entry, &p, "promptPath") => Some(p),
+        _ => {
+            ok = false;
+            None
+        }
+    };
+    let result_value = entry.str("resultPath");
+    if result_value.is_empty() {
+        let d = ctx
+            .at(
+                src,
+                Code::SchemaViolation,
+                format!("worker `{key}` needs `resultPath`, the file it must write"),
+                &entry.pointer,
+            )
+            .help("add resultPath = \"<file the worker writes>\"");
+        ctx.push(with_worker(d, entry));
+        ok = false;
+    }
+    let result = ctx.resolve(src, result_value, &entry.ptr("resultPath"), false);
+    let worker_result = match entry.str("workerResultPath") {
+        "" => result.clone(),
+        v => ctx.resolve(src, v, &entry.ptr("workerResultPath"), false),
+    };
+    let mut completion = Vec::new();
+    if entry.values.contains_key("completionPaths") {
+        for (i, v) in entry.strings("completionPaths").iter().enumerate() {
+            let ptr = format!("{}/{i}", entry.ptr("completionPaths"));
+            match ctx.resolve(src, v, &ptr, false) {
+                Some(r) => completion.push(r.display),
+                None => ok = false,
+            }
+        }
+    } else {
+        for r in [&result, &worker_result].into_iter().flatten() {
+            if !completion.contains(&r.display) {
+                completion.push(r.display.clone());
+            }
+        }
+    }
+    let worktree = match entry.str("worktreePath") {
+        "" => None,
+        v => ctx.resolve(src, v, &entry.ptr("worktreePath"), true),
+    };
+    let mut aux = Vec::new();
+    for (i, v) in entry.strings("auxiliaryRoots").iter().enumerate() {
+        let ptr = format!("{}/{i}", entry.ptr("auxiliaryRoots"));
+        if let Some(r) = ctx.resolve(src, v, &ptr, true) {
+            aux.push(r.display);
+        }
+    }
+    let mut planned = Vec::new();
+    for (i, v) in entry.strings("plannedPaths").iter().enumerate() {
+        let ptr = format!("{}/{i}", entry.ptr("plannedPaths"));
+        if let Some(r) = ctx.resolve(src, v, &ptr, false) {
+            planned.push(r.display);
+        }
+    }
+    let (Some(prompt), Some(result), Some(worker_result)) = (prompt, result, worker_result) else {
+        return None;
+    };
+    match std::fs::read(&prompt.abs) {
+        Ok(bytes) => ctx.record_input("prompt", &prompt.display, &bytes),
+        Err(e) => {
+            let d = ctx
+                .at(
+                    src,
+                    Code::InputUnreadable,
+                    format!("cannot read prompt {}: {e}", prompt.display),
+                    &entry.ptr("promptPath"),
+                )
+                .help("make the prompt readable by the user running okstra");
+            ctx.push(with_worker(d, entry));
+            return None;
+        }
+    }
+    if !ok {
+        return None;
+    }
+
+    let meta = authority::load_metadata(ctx, &prompt);
+    let mut dispatch_kind = entry.str("dispatchKind").to_string();
+    if dispatch_kind.is_empty() {
+        dispatch_kind = "initial".into();
+    }
+    let round = match rules::dispatch_round(&dispatch_kind) {
+        Ok(r) => r,
+        Err(msg) => {
+            let d = ctx
+                .at(
+                    src,
+                    Code::RulesReverifyKind,
+                    msg,
+                    &entry.ptr("dispatchKind"),
+                )
+                .help("write reverify-r<N> with N >= 1, e.g. reverify-r2");
+            ctx.push(with_worker(d, entry));
+            return None;
+        }
+    };
+    let invocation = meta.as_ref().and_then(|m| authority::invocation_of(ctx, m));
+    let audience = match entry.str("audience") {
+        "" => invocation
+            .as_ref()
+            .map(|i| i.audience.clone())
+            .unwrap_or_default(),
+        a => a.to_string(),
+    };
+    let model_value = match entry.str("modelExecutionValue") {
+        "" => meta
+            .as_ref()
+            .map(|m| authority::metadata_model_value(&m.loaded.doc).to_string())
+            .unwrap_or_default(),
+        v => v.to_string(),
+    };
+    let role = entry.str("role").to_string();
+    let backend = match entry.str("backend") {
+        "" => run.info.terminal_backend.clone(),
+        b => b.to_string(),
+    };
+
+    let mut job = Job {
+        key: key.clone(),
+        identity: parsed.identity,
+        provider: provider.clone(),
+        backend,
+        role: role.clone(),
+        audience,
+        dispatch_kind,
+        round,
+        prompt_path: prompt.display.clone(),
+        metadata_path: meta.as_ref().map(|m| m.display.clone()),
+        result_path: result.display.clone(),
+        worker_result_path: worker_result.display.clone(),
+        completion_paths: completion,
+        worktree_path: worktree.as_ref().map(|w| w.display.clone()),
+        model_execution_value: model_value,
+        dispatch_id: None,
+        invocation,
+        command: Vec::new(),
+        provider_command: Vec::new(),
+        takes_session_id: provider::takes_session_id(&provider),
+        env: entry
+            .values
+            .get("env")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        idle_timeout_seconds: entry
+            .values
+            .get("idleTimeoutSeconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(600),
+        timeout_seconds: entry.values.get("timeoutSeconds").and_then(Value::as_u64),
+        liveness_mode: "wrapper-status".into(),
+        write_policy: plan::WritePolicy {
+            role: String::new(),
+            allow: Vec::new(),
+            digest: String::new(),
+        },
+        write_enforcement: plan::WriteEnforcement {
+            mutation_audit: match entry.str("mutationAudit") {
+                "" => "batch".into(),
+                m => m.to_string(),
+            },
+        },
+    };
+    job.dispatch_id = job.dispatch_id_for(job.first_attempt());
+
+    if let Some(meta) = &meta {
+        authority::check_metadata(ctx, manifest, meta, &job, entry);
+        if manifest.is_v2() {
+            authority::check_v2_job(ctx, manifest, meta, &job, entry, src);
+        }
+    } else if manifest.is_v2() && job.identity.v2().is_some() {
+        let d = ctx
+            .at(
+                src,
+                Code::AuthorityMetadataVersion,
+                format!(
+                    "v2 worker `{}` has no invocation metadata beside its prompt ({}.meta.json)",
+                    job.label(),
+                    job.prompt_path
+                ),
+                &entry.ptr("promptPath"),
+            )
+            .help("the lead writes <prompt>.meta.json with the v2 identity before planning");
+        ctx.push(with_worker(d, entry));
+    }
+    if manifest.is_v2() {
+        authority::check_translator(ctx, manifest, &job, entry, src);
+    }
+
+    let mut planned_all = planned;
+    if role == "implementer" {
+        for p in manifest.planned_paths() {
+            if !planned_all.contains(&p) {
+                planned_all.push(p);
+            }
+        }
+    }
+    let artifacts = artifact_paths(&job);
+    job.write_policy = policy::build(&policy::PolicyInputs {
+        role: &role,
+        artifacts: &artifacts,
+        worktree: job.worktree_path.as_deref(),
+        planned_paths: &planned_all,
+        auxiliary_roots: &aux,
+    });
+
+    let options = ProviderOptions {
+        permission_mode: non_empty(entry.str("permissionMode")),
+        sandbox_mode: non_empty(entry.str("sandboxMode")),
+        approval_mode: non_empty(entry.str("approvalMode")),
+        extra_args: entry.strings("extraArgs"),
+    };
+    let command = entry.strings("command");
+    if provider == "command" && command.is_empty() {
+        let d = ctx
+            .at(
+                src,
+                Code::SchemaViolation,
+                format!("worker `{key}` has provider = \"command\" but no `command` argv"),
+                &entry.ptr("provider"),
+            )
+            .help("add command = [\"program\", \"arg\", ...]");
+        ctx.push(with_worker(d, entry));
+        return None;
+    }
+    let root = ctx.root.clone();
+    job.provider_command = provider_argv(&root, &job, &options, &command, &aux);
+    job.command = wrapper_command(&root, &job, &options, &command);
+    Some(job)
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// The files every worker may write: its results and okstra's sidecars.
+pub fn artifact_paths(job: &Job) -> Vec<String> {
+    let mut out = vec![
+        job.result_path.clone(),
+        job.worker_result_path.clone(),
+        job.audit_sidecar_path(),
+        job.status_path(),
+        job.log_path(),
+        format!("{}.errors.json", job.worker_result_path),
+    ];
+    out.extend(job.completion_paths.iter().cloned());
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Directories the provider CLI must be allowed to write besides the root.
+fn write_dirs(root: &Path, job: &Job, aux: &[String]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(w) = &job.worktree_path {
+        dirs.push(paths::abs_of(root, w));
+    }
+    for a in aux {
+        dirs.push(paths::abs_of(root, a));
+    }
+    dirs.retain(|d| d != root);
+    dirs.dedup();
+    dirs
+}
+
+fn provider_argv(
+    root: &Path,
+    job: &Job,
+    options: &ProviderOptions,
+    command: &[String],
+    aux: &[String],
+) -> Vec<String> {
+    let dirs = write_dirs(root, job, aux);
+    provider::build_argv(&provider::ArgvRequest {
+        provider: &job.provider,
+        model: &job.model_execution_value,
+        project_root: root,
+        write_dirs: &dirs,
+        options,
+        command,
+        session_id: None,
+        project_is_git_repo: root.join(".git").exists(),
+    })
+}
+
+/// `okstra worker ...` for this job, without the per-attempt flags exec adds
+/// (`--attempt`, `--dispatch-id`, `--session-id`), which go before `--`.
+fn wrapper_command(
+    root: &Path,
+    job: &Job,
+    options: &ProviderOptions,
+    command: &[String],
+) -> Vec<String> {
+    let mut argv: Vec<String> = vec![
+        "okstra".into(),
+        "worker".into(),
+        "--project-root".into(),
+        paths::to_slash(root),
+        "--provider".into(),
+        job.provider.clone(),
+        "--model".into(),
+        job.model_execution_value.clone(),
+        "--prompt".into(),
+        job.prompt_path.clone(),
+        "--result".into(),
+        job.result_path.clone(),
+        "--worker-result".into(),
+        job.worker_result_path.clone(),
+        "--worker-key".into(),
+        job.key.clone(),
+        "--presentation".into(),
+        if job.backend == model::PANE {
+            "live"
+        } else {
+            "quiet"
+        }
+        .into(),
+    ];
+    if let Some(meta) = &job.metadata_path {
+        argv.extend(["--invocation-metadata".into(), meta.clone()]);
+    }
+    if let Some(t) = job.timeout_seconds {
+        argv.extend(["--timeout-seconds".into(), t.to_string()]);
+    }
+    for (flag, value) in [
+        ("--permission-mode", &options.permission_mode),
+        ("--sandbox-mode", &options.sandbox_mode),
+        ("--approval-mode", &options.approval_mode),
+    ] {
+        if let Some(v) = value {
+            argv.extend([flag.to_string(), v.clone()]);
+        }
+    }
+    for a in &options.extra_args {
+        argv.push(format!("--extra-arg={a}"));
+    }
+    if job.provider == "command" {
+        argv.push("--".into());
+        argv.extend(command.iter().cloned());
+    }
+    argv
+}

@@ -1,0 +1,195 @@
+//! Human renderings of a plan: the review summary `okstra plan` and
+//! `okstra show` print. Stable and plain, so it diffs well and snapshots
+//! well.
+
+use crate::plan::{Identity, Job, Plan};
+use std::fmt::Write as _;
+
+/// Quote one argv word the way a POSIX shell would need it.
+pub fn shell_word(w: &str) -> String {
+    if !w.is_empty()
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+pub fn shell_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|w| shell_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn short(digest: &str) -> &str {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    &hex[..hex.len().min(12)]
+}
+
+fn identity_line(job: &Job) -> String {
+    match &job.identity {
+        Identity::V1 { worker_id } => format!("v1 workerId {worker_id}"),
+        Identity::V2(v) => format!(
+            "v2 {} · participant {} · role execution {} · duty {} · invocation {} · attempt {}",
+            v.execution_label,
+            v.participant_ref,
+            v.role_execution_ref,
+            v.duty_id,
+            v.invocation_ref,
+            v.attempt
+        ),
+    }
+}
+
+/// The review summary. `plan_path` is how the plan file is named in the
+/// closing `okstra exec` line.
+pub fn summary(plan: &Plan, plan_path: &str) -> String {
+    let mut out = String::new();
+    let jobs = plan.jobs().count();
+    let _ = writeln!(
+        out,
+        "Plan {} · {} stage{} · {} job{} · task {}",
+        short(&plan.digest),
+        plan.stages.len(),
+        if plan.stages.len() == 1 { "" } else { "s" },
+        jobs,
+        if jobs == 1 { "" } else { "s" },
+        plan.run.task_key
+    );
+    let _ = writeln!(out, "  project    {}", plan.project_root);
+    let _ = writeln!(out, "  manifest   {}", plan.run.manifest_path);
+    let _ = writeln!(out, "  team-state {}", plan.run.team_state_path);
+    let _ = writeln!(out, "  events     {}", plan.run.lead_events_path);
+    let _ = writeln!(out, "  error log  {}", plan.run.error_log_path);
+    let _ = writeln!(
+        out,
+        "  retries    at most {} attempts per job; backend default {}",
+        plan.policy.max_attempts, plan.run.terminal_backend
+    );
+    for (i, stage) in plan.stages.iter().enumerate() {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Stage {}/{} `{}` · {} job{} run concurrently",
+            i + 1,
+            plan.stages.len(),
+            stage.name,
+            stage.jobs.len(),
+            if stage.jobs.len() == 1 { "" } else { "s" }
+        );
+        for job in &stage.jobs {
+            job_block(&mut out, job);
+        }
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Inputs ({}), each checked again by exec:",
+        plan.inputs.len()
+    );
+    for input in &plan.inputs {
+        let _ = writeln!(
+            out,
+            "  {:<10} {}  {}",
+            input.kind,
+            &input.sha256[..input.sha256.len().min(12)],
+            input.path
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "To run this plan:");
+    let _ = writeln!(out, "  okstra exec {}", shell_word(plan_path));
+    out
+}
+
+fn job_block(out: &mut String, job: &Job) {
+    let _ = writeln!(out, "  ● {} ({})", job.label(), job.key);
+    let _ = writeln!(out, "      identity  {}", identity_line(job));
+    let model = if job.model_execution_value.is_empty() {
+        "-"
+    } else {
+        &job.model_execution_value
+    };
+    let _ = writeln!(
+        out,
+        "      provider  {} · model {} · backend {} · idle timeout {}s{}",
+        job.provider,
+        model,
+        job.backend,
+        job.idle_timeout_seconds,
+        job.timeout_seconds
+            .map(|t| format!(" · wall clock {t}s"))
+            .unwrap_or_default()
+    );
+    let audience = if job.audience.is_empty() {
+        "-"
+    } else {
+        &job.audience
+    };
+    let _ = writeln!(
+        out,
+        "      role      {} · audience {} · dispatch {} (round {}){}",
+        job.role,
+        audience,
+        job.dispatch_kind,
+        job.round,
+        job.dispatch_id
+            .as_ref()
+            .map(|d| format!(" · id {d}"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(out, "      prompt    {}", job.prompt_path);
+    if let Some(m) = &job.metadata_path {
+        let _ = writeln!(out, "      metadata  {m}");
+    }
+    if job.worker_result_path == job.result_path {
+        let _ = writeln!(out, "      result    {}", job.result_path);
+    } else {
+        let _ = writeln!(
+            out,
+            "      result    {} (worker result {})",
+            job.result_path, job.worker_result_path
+        );
+    }
+    let _ = writeln!(out, "      done when {}", job.completion_paths.join(", "));
+    if let Some(w) = &job.worktree_path {
+        let _ = writeln!(out, "      worktree  {w}");
+    }
+    let _ = writeln!(
+        out,
+        "      runs      {}{}",
+        shell_line(&job.provider_command),
+        if job.takes_session_id {
+            "  (+ a fresh --session-id per attempt)"
+        } else {
+            ""
+        }
+    );
+    if !job.env.is_empty() {
+        let env: Vec<String> = job.env.keys().cloned().collect();
+        let _ = writeln!(out, "      env       {}", env.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "      may write {} (policy {}, audit {})",
+        job.write_policy.allow.join(", "),
+        short(&job.write_policy.digest),
+        job.write_enforcement.mutation_audit
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_word("plain/path.json"), "plain/path.json");
+        assert_eq!(shell_word("two words"), "'two words'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
+}
