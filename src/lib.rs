@@ -6,6 +6,7 @@ pub mod canonical;
 pub mod cli;
 pub mod compile;
 pub mod diag;
+pub mod exec;
 pub mod fsutil;
 pub mod model;
 pub mod plan;

@@ -5,6 +5,7 @@
 
 use crate::canonical;
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 
 /// `dutyId -> role`, built in (SPEC §3.4); the manifest's `duties{}` extends
 /// or overrides it.
@@ -42,11 +43,27 @@ pub fn int_of(v: &Value) -> Option<i64> {
 
 pub struct Manifest<'a> {
     pub doc: &'a Value,
+    // Indexes, so a plan of thousands of v2 jobs looks each row up once.
+    role_executions: HashMap<&'a str, &'a Value>,
+    participants: HashMap<&'a str, &'a Value>,
+}
+
+fn index<'a>(doc: &'a Value, list: &str, key: &str) -> HashMap<&'a str, &'a Value> {
+    let mut out = HashMap::new();
+    for row in doc.get(list).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+        // The first row of a ref wins, as a linear search would find it.
+        out.entry(str_of(row, key)).or_insert(row);
+    }
+    out
 }
 
 impl<'a> Manifest<'a> {
     pub fn new(doc: &'a Value) -> Self {
-        Manifest { doc }
+        Manifest {
+            doc,
+            role_executions: index(doc, "roleExecutions", "roleExecutionRef"),
+            participants: index(doc, "participantAssignments", "participantRef"),
+        }
     }
 
     pub fn str(&self, key: &str) -> &'a str {
@@ -86,15 +103,11 @@ impl<'a> Manifest<'a> {
     }
 
     pub fn role_execution(&self, role_execution_ref: &str) -> Option<&'a Value> {
-        self.rows("roleExecutions")
-            .iter()
-            .find(|r| str_of(r, "roleExecutionRef") == role_execution_ref)
+        self.role_executions.get(role_execution_ref).copied()
     }
 
     pub fn participant(&self, participant_ref: &str) -> Option<&'a Value> {
-        self.rows("participantAssignments")
-            .iter()
-            .find(|r| str_of(r, "participantRef") == participant_ref)
+        self.participants.get(participant_ref).copied()
     }
 
     pub fn model(&self, model_ref: &str) -> Option<&'a Value> {

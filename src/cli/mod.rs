@@ -1,7 +1,10 @@
 //! The command line: clap definitions and one small handler per command.
 
+mod exec;
 mod plan;
 mod validate;
+
+pub use plan::read_plan;
 
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};
@@ -23,6 +26,12 @@ pub struct Cli {
 pub enum Command {
     /// Compile a job spec (or the manifest's roster) into plan.json and print its summary.
     Plan(plan::PlanArgs),
+    /// Verify a plan and run it: progress on stderr, a summary at the end.
+    Exec(exec::ExecArgs),
+    /// Plan a spec to a temporary file, show it, and run it: the one-command demo.
+    Run(exec::RunArgs),
+    /// The run's workers and dispatches, from team-state.
+    Status(exec::StatusArgs),
     /// Print a plan for review.
     Show(plan::ShowArgs),
     /// Check files against their schemas and rules, without planning.
@@ -53,6 +62,9 @@ pub fn main() -> ExitStatus {
     match cli.command {
         Command::Plan(args) => plan::plan(&args),
         Command::Show(args) => plan::show(&args),
+        Command::Exec(args) => exec::exec(&args),
+        Command::Run(args) => exec::run(&args),
+        Command::Status(args) => exec::status(&args),
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
         Command::Worker(args) => {

@@ -1,0 +1,185 @@
+//! `okstra exec`, `okstra run` and `okstra status`.
+
+use super::{plan as plan_cmd, report, RunTarget};
+use crate::compile::{self, paths};
+use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use crate::exec::{self, Options, Outcomes};
+use crate::render;
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct ExecArgs {
+    /// The plan written by `okstra plan`.
+    pub plan: PathBuf,
+    /// How many jobs of a stage run at once (default: all).
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The job spec to plan and run.
+    pub spec: PathBuf,
+    #[command(flatten)]
+    pub target: RunTarget,
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// The run manifest.
+    #[arg(long, value_name = "M")]
+    pub manifest: PathBuf,
+    #[arg(long, default_value = ".", value_name = "R")]
+    pub project_root: PathBuf,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+fn options(concurrency: Option<usize>, format: Format) -> Options {
+    Options {
+        concurrency,
+        format,
+        okstra: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("okstra")),
+        grace: Duration::from_secs(
+            std::env::var("OKSTRA_STOP_GRACE_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5),
+        ),
+    }
+}
+
+pub fn exec(args: &ExecArgs) -> ExitStatus {
+    match exec::exec(&args.plan, &options(args.concurrency, args.format)) {
+        Ok(outcomes) => finish(&outcomes, args.format),
+        Err(diags) => report(&diags, args.format),
+    }
+}
+
+pub fn run(args: &RunArgs) -> ExitStatus {
+    let plan = match compile::compile(&plan_cmd::request(Some(args.spec.clone()), &args.target)) {
+        Ok(p) => p,
+        Err(d) => return report(&d, args.format),
+    };
+    let dir = std::env::temp_dir().join(format!("okstra-run-{}", std::process::id()));
+    let path = dir.join("plan.json");
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        let d = Diagnostic::new(Code::InputUnreadable, format!("cannot create {}: {e}", dir.display()));
+        return report(&Diagnostics::from(d), args.format);
+    }
+    if let Err(d) = plan_cmd::write_plan(&plan, &path) {
+        return report(&Diagnostics::from(d), args.format);
+    }
+    if args.format == Format::Text {
+        eprint!("{}", render::summary(&plan, &path.display().to_string()));
+        eprintln!();
+    }
+    let status = exec(&ExecArgs { plan: path.clone(), concurrency: args.concurrency, format: args.format });
+    let _ = std::fs::remove_dir_all(&dir);
+    status
+}
+
+fn finish(o: &Outcomes, format: Format) -> ExitStatus {
+    let status = exec::exit_status(o);
+    match format {
+        Format::Text => print!("{}", summary_table(o)),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "ok": status == ExitStatus::Success,
+                "interrupted": o.interrupted,
+                "jobs": o.reports.iter().map(|r| json!({
+                    "stage": r.stage, "key": r.key, "label": r.label, "status": r.status,
+                    "attempts": r.attempts, "reason": r.reason, "durationMs": r.duration.as_millis() as u64,
+                })).collect::<Vec<_>>(),
+            }))
+            .unwrap_or_default()
+        ),
+    }
+    status
+}
+
+fn summary_table(o: &Outcomes) -> String {
+    let mut out = String::new();
+    let w_stage = o.reports.iter().map(|r| r.stage.len()).max().unwrap_or(5).max(5);
+    let w_key = o.reports.iter().map(|r| r.label.len()).max().unwrap_or(3).max(3);
+    let _ = writeln!(out, "{:<w_stage$}  {:<w_key$}  {:<9}  {:>8}  {:>8}  reason", "stage", "job", "status", "attempts", "time");
+    for r in &o.reports {
+        let _ = writeln!(
+            out,
+            "{:<w_stage$}  {:<w_key$}  {:<9}  {:>8}  {:>7.1}s  {}",
+            r.stage,
+            r.label,
+            r.status,
+            r.attempts,
+            r.duration.as_secs_f64(),
+            r.reason
+        );
+    }
+    let done = o.reports.iter().filter(|r| r.status == "completed").count();
+    let _ = writeln!(
+        out,
+        "{done} of {} job{} completed{}",
+        o.reports.len(),
+        if o.reports.len() == 1 { "" } else { "s" },
+        if o.interrupted { " (interrupted)" } else { "" }
+    );
+    out
+}
+
+pub fn status(args: &StatusArgs) -> ExitStatus {
+    let root = paths::canonical_root(&args.project_root);
+    let display = paths::display_for(&root, &args.manifest);
+    let manifest: Value = match std::fs::read(&args.manifest).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+        Ok(v) => v,
+        Err(e) => {
+            let d = Diagnostic::new(Code::InputUnreadable, format!("cannot read manifest {display}: {e}")).in_file(display);
+            return report(&Diagnostics::from(d), args.format);
+        }
+    };
+    let team = crate::model::str_of(&manifest, "teamStatePath");
+    let team_path = paths::abs_of(&root, team);
+    let store = crate::state::team_state::TeamStateStore::open(team_path.clone());
+    let doc = match store.read() {
+        Ok(d) => d,
+        Err(e) => {
+            let d = Diagnostic::new(Code::ExecState, format!("cannot read team-state: {e}")).in_file(team.to_string());
+            return report(&Diagnostics::from(d), args.format);
+        }
+    };
+    let rows = |k: &str| doc.get(k).and_then(Value::as_array).cloned().unwrap_or_default();
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": rows("workers"), "dispatches": rows("workerDispatches")})).unwrap_or_default()
+        ),
+        Format::Text => {
+            let s = |v: &Value, k: &str| v.get(k).map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string())).unwrap_or_default();
+            println!("team-state {team}");
+            println!("\nworkers");
+            for w in rows("workers") {
+                println!("  {:<16} {:<12} {:<10} {}", s(&w, "workerId"), s(&w, "status"), s(&w, "provider"), s(&w, "reason"));
+            }
+            println!("\ndispatches");
+            for d in rows("workerDispatches") {
+                let who = if d.get("executionLabel").is_some() { s(&d, "executionLabel") } else { s(&d, "workerId") };
+                let id = s(&d, "dispatchId");
+                println!(
+                    "  {:<16} attempt {:<2} {:<10} {}{}",
+                    who,
+                    s(&d, "attempt"),
+                    s(&d, "status"),
+                    if id.is_empty() { String::new() } else { format!("{id} ") },
+                    s(&d, "reason")
+                );
+            }
+        }
+    }
+    ExitStatus::Success
+}

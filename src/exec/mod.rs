@@ -1,0 +1,681 @@
+//! `okstra exec`: verify a frozen plan, then run its stages crash-safely.
+
+pub mod preflight;
+pub mod record;
+pub mod resume;
+pub mod settle;
+
+use crate::audit;
+use crate::compile::paths;
+use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use crate::fsutil::FileLock;
+use crate::plan::{Job, Plan};
+use crate::process;
+use record::Recorder;
+use resume::JobState;
+use serde_json::{json, Map, Value};
+use settle::{Outcome, Settlement, Status};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Options {
+    pub concurrency: Option<usize>,
+    pub format: Format,
+    /// The okstra binary that plays `okstra worker`.
+    pub okstra: PathBuf,
+    /// How long a stopped worker's group gets between SIGTERM and SIGKILL.
+    pub grace: Duration,
+}
+
+/// What became of one job, for the summary.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    pub stage: String,
+    pub key: String,
+    pub label: String,
+    pub status: String,
+    pub attempts: u64,
+    pub reason: String,
+    pub duration: Duration,
+}
+
+pub struct Outcomes {
+    pub reports: Vec<JobReport>,
+    pub interrupted: bool,
+}
+
+/// Verify, lock, run. Refusals return diagnostics and start nothing.
+pub fn exec(plan_path: &Path, opts: &Options) -> Result<Outcomes, Diagnostics> {
+    let (doc, plan) = crate::cli::read_plan(plan_path).map_err(Diagnostics::from)?;
+    let root = PathBuf::from(&plan.project_root);
+    preflight::verify(&doc, &plan, &root)?;
+    let team_state = paths::abs_of(&root, &plan.run.team_state_path);
+    if let Some(dir) = team_state.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let lock_path = PathBuf::from(format!("{}.exec.lock", team_state.display()));
+    let lock = match FileLock::try_acquire(&lock_path) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => {
+            return Err(Diagnostic::new(
+                Code::ExecLocked,
+                format!("another `okstra exec` holds this run ({})", lock_path.display()),
+            )
+            .help("wait for it to finish, or check `okstra status --manifest M`; a dead executor releases the lock by itself")
+            .into())
+        }
+        Err(e) => {
+            return Err(Diagnostic::new(Code::ExecState, format!("cannot lock {}: {e}", lock_path.display()))
+                .help("okstra needs write access to the team-state directory")
+                .into())
+        }
+    };
+    let interrupt = process::interrupt_flag().map_err(|e| {
+        Diagnostics::from(Diagnostic::new(Code::ExecState, format!("cannot install signal handlers: {e}")))
+    })?;
+    let mut runner = Runner::new(&root, &plan, opts, interrupt);
+    let outcomes = runner.run();
+    drop(lock);
+    Ok(outcomes)
+}
+
+struct Running {
+    job_index: usize,
+    attempt: u64,
+    pid: u32,
+    started: Instant,
+    watch: process::LogWatch,
+    session_id: Option<String>,
+}
+
+/// An attempt that ended and waits to be settled.
+struct Ended {
+    job_index: usize,
+    attempt: u64,
+    outcome: Outcome,
+    session_id: Option<String>,
+    started: Instant,
+}
+
+struct Runner<'a> {
+    root: PathBuf,
+    plan: &'a Plan,
+    opts: &'a Options,
+    rec: Recorder,
+    interrupt: Arc<AtomicBool>,
+    jobs: Vec<(usize, &'a Job)>,
+    reports: HashMap<usize, JobReport>,
+    progress: Progress,
+}
+
+impl<'a> Runner<'a> {
+    fn new(root: &Path, plan: &'a Plan, opts: &'a Options, interrupt: Arc<AtomicBool>) -> Self {
+        let jobs = plan
+            .stages
+            .iter()
+            .enumerate()
+            .flat_map(|(si, s)| s.jobs.iter().map(move |j| (si, j)))
+            .collect();
+        Runner {
+            root: root.to_path_buf(),
+            plan,
+            opts,
+            rec: Recorder::new(root, plan),
+            interrupt,
+            jobs,
+            reports: HashMap::new(),
+            progress: Progress::new(opts.format),
+        }
+    }
+
+    fn abs(&self, p: &str) -> PathBuf {
+        paths::abs_of(&self.root, p)
+    }
+
+    fn run(&mut self) -> Outcomes {
+        let states = resume::job_states(&self.rec, self.plan, &self.root);
+        let mut interrupted = false;
+        let mut failed = false;
+        for (si, stage) in self.plan.stages.iter().enumerate() {
+            let indices: Vec<usize> = self.jobs.iter().enumerate().filter(|(_, (s, _))| *s == si).map(|(i, _)| i).collect();
+            if failed || interrupted {
+                for &i in &indices {
+                    let job = self.jobs[i].1;
+                    self.report(i, "not-run", 0, "an earlier stage did not complete", Duration::ZERO);
+                    let _ = job;
+                }
+                continue;
+            }
+            self.progress.stage(si, self.plan.stages.len(), &stage.name, indices.len());
+            let (ok, stopped) = self.run_stage(si, &indices, &states);
+            self.rec.flush();
+            failed |= !ok;
+            interrupted |= stopped;
+        }
+        self.rec.flush();
+        for p in &self.rec.problems {
+            eprintln!("okstra: warning: {p}");
+        }
+        let mut reports: Vec<JobReport> = (0..self.jobs.len()).filter_map(|i| self.reports.remove(&i)).collect();
+        reports.sort_by_key(|r| r.stage.clone());
+        Outcomes { reports, interrupted }
+    }
+
+    fn report(&mut self, i: usize, status: &str, attempts: u64, reason: &str, duration: Duration) {
+        let (si, job) = self.jobs[i];
+        self.reports.insert(
+            i,
+            JobReport {
+                stage: self.plan.stages[si].name.clone(),
+                key: job.key.clone(),
+                label: job.label().to_string(),
+                status: status.to_string(),
+                attempts,
+                reason: reason.to_string(),
+                duration,
+            },
+        );
+    }
+
+    /// Run one stage through all its retry rounds. Returns (every job
+    /// completed, interrupted).
+    fn run_stage(&mut self, si: usize, indices: &[usize], states: &HashMap<usize, JobState>) -> (bool, bool) {
+        let mut pending: Vec<(usize, u64)> = Vec::new();
+        let mut adopted: Vec<Ended> = Vec::new();
+        let mut all_ok = true;
+        for &i in indices {
+            let job = self.jobs[i].1;
+            match states.get(&i).cloned().unwrap_or(JobState::Fresh) {
+                JobState::Fresh => pending.push((i, job.first_attempt())),
+                JobState::Completed { attempt } => {
+                    self.progress.line(format!("{} already completed (attempt {attempt}); not run again", job.label()));
+                    self.report(i, "completed", attempt, "completed by an earlier exec", Duration::ZERO);
+                }
+                JobState::Failed { attempt, reason } => {
+                    self.report(i, "error", attempt, &reason, Duration::ZERO);
+                    all_ok = false;
+                }
+                JobState::Retry { attempt } => pending.push((i, attempt)),
+                JobState::Orphan { attempt, session_id } => {
+                    let outcome = resume::adopt(job, &self.root, &self.interrupt);
+                    adopted.push(Ended { job_index: i, attempt, outcome, session_id, started: Instant::now() });
+                }
+            }
+        }
+        if !all_ok {
+            return (false, false);
+        }
+        let snapshot = self.stage_snapshot(si, indices);
+        if !adopted.is_empty() {
+            let retries = self.settle_round(adopted, snapshot.as_ref(), indices);
+            pending.extend(retries);
+        }
+        let mut interrupted = false;
+        while !pending.is_empty() {
+            let (ended, stopped) = self.run_round(&pending);
+            interrupted |= stopped;
+            let retries = self.settle_round(ended, snapshot.as_ref(), indices);
+            pending = if stopped { Vec::new() } else { retries };
+        }
+        let ok = indices.iter().all(|i| self.reports.get(i).is_some_and(|r| r.status == "completed"));
+        (ok && !interrupted, interrupted)
+    }
+
+    fn snapshot_path(&self, si: usize) -> PathBuf {
+        let team = self.abs(&self.plan.run.team_state_path);
+        let dir = team.parent().map(Path::to_path_buf).unwrap_or_default().join("snapshots");
+        let short = self.plan.digest.trim_start_matches("sha256:");
+        dir.join(format!("{}-stage-{}.json", &short[..short.len().min(16)], si + 1))
+    }
+
+    fn orchestrator_files(&self) -> Vec<PathBuf> {
+        let team = self.abs(&self.plan.run.team_state_path);
+        let mut v = vec![
+            self.abs(&self.plan.run.manifest_path),
+            team.clone(),
+            PathBuf::from(format!("{}.lock", team.display())),
+            PathBuf::from(format!("{}.exec.lock", team.display())),
+            self.abs(&self.plan.run.lead_events_path),
+            self.abs(&self.plan.run.error_log_path),
+            team.parent().map(Path::to_path_buf).unwrap_or_default().join("snapshots"),
+        ];
+        let events = self.abs(&self.plan.run.lead_events_path);
+        if let (Some(dir), Some(name)) = (events.parent(), events.file_name()) {
+            v.push(dir.join(format!(".{}.lock", name.to_string_lossy())));
+        }
+        v
+    }
+
+    fn audit_roots(&self, indices: &[usize]) -> Vec<PathBuf> {
+        let mut roots = vec![self.root.clone()];
+        for &i in indices {
+            if let Some(w) = &self.jobs[i].1.worktree_path {
+                let abs = self.abs(w);
+                if !abs.starts_with(&self.root) && !roots.contains(&abs) {
+                    roots.push(abs);
+                }
+            }
+        }
+        roots
+    }
+
+    /// The stage's baseline, taken before its first round, or read back when
+    /// a resumed exec already took it.
+    fn stage_snapshot(&mut self, si: usize, indices: &[usize]) -> Option<audit::Snapshot> {
+        if !indices.iter().any(|&i| self.jobs[i].1.write_enforcement.mutation_audit == "batch") {
+            return None;
+        }
+        let path = self.snapshot_path(si);
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            if let Ok(s) = serde_json::from_str::<audit::Snapshot>(&text) {
+                return Some(s);
+            }
+        }
+        let roots = self.audit_roots(indices);
+        let exclude = self.orchestrator_files();
+        let opts = audit::SnapshotOptions { roots: &roots, project_root: &self.root, exclude: &exclude };
+        match audit::snapshot(&opts) {
+            Ok(s) => {
+                if let Ok(text) = serde_json::to_vec(&s) {
+                    if let Some(dir) = path.parent() {
+                        let _ = std::fs::create_dir_all(dir);
+                    }
+                    if let Err(e) = crate::fsutil::write_atomic(&path, &text) {
+                        self.rec.problems.push(format!("cannot store the audit snapshot {}: {e}", path.display()));
+                    }
+                }
+                Some(s)
+            }
+            Err(e) => {
+                self.rec.problems.push(format!("cannot snapshot the project for the mutation audit: {e}"));
+                None
+            }
+        }
+    }
+
+    fn worker_argv(&self, job: &Job, attempt: u64, session_id: Option<&str>) -> Vec<String> {
+        let mut argv: Vec<String> = job.command.clone();
+        if argv.first().map(String::as_str) == Some("okstra") {
+            argv[0] = self.opts.okstra.display().to_string();
+        }
+        let split = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+        let mut extra = vec!["--attempt".to_string(), attempt.to_string()];
+        if let Some(id) = job.dispatch_id_for(attempt) {
+            extra.extend(["--dispatch-id".into(), id]);
+        }
+        if let Some(s) = session_id {
+            extra.extend(["--session-id".into(), s.to_string()]);
+        }
+        argv.splice(split..split, extra);
+        argv
+    }
+
+    fn dispatch_row(&self, job: &Job, attempt: u64, status: &str, reason: &str, session_id: Option<&str>, extra: Map<String, Value>) -> Value {
+        let mut row = self.rec.identity(job, attempt);
+        let fields = json!({
+            "role": job.role,
+            "kind": job.dispatch_kind,
+            "round": job.round,
+            "provider": job.provider,
+            "backend": job.backend,
+            "livenessMode": job.liveness_mode,
+            "status": status,
+            "reason": reason,
+            "sessionId": session_id.unwrap_or(""),
+            "promptPath": job.prompt_path,
+            "resultPath": job.result_path,
+            "workerResultPath": job.worker_result_path,
+            "completionPaths": job.completion_paths,
+            "worktreePath": job.worktree_path,
+            "modelExecutionValue": job.model_execution_value,
+            "writePolicyDigest": job.write_policy.digest,
+            "writeEnforcement": job.write_enforcement,
+        });
+        if let Value::Object(f) = fields {
+            row.extend(f);
+        }
+        if let Some(inv) = &job.invocation {
+            row.insert("invocationId".into(), json!(inv.invocation_id));
+            row.insert("audience".into(), json!(inv.audience));
+            row.insert("assignmentRef".into(), json!(inv.assignment_ref));
+            row.insert("promptMetadataPath".into(), json!(job.metadata_path));
+            for (k, v) in &inv.digests {
+                row.insert(k.clone(), json!(v));
+            }
+            row.insert("hostModelValue".into(), json!(inv.host_model_value));
+        }
+        row.extend(extra);
+        Value::Object(row)
+    }
+
+    /// Launch every pending attempt (bounded by --concurrency) and wait for
+    /// all of them. Returns the ended attempts and whether we were
+    /// interrupted.
+    fn run_round(&mut self, pending: &[(usize, u64)]) -> (Vec<Ended>, bool) {
+        let limit = self.opts.concurrency.unwrap_or(usize::MAX).max(1);
+        let (tx, rx) = mpsc::channel::<(u32, i32)>();
+        let mut queue: std::collections::VecDeque<(usize, u64)> = pending.iter().copied().collect();
+        let mut running: HashMap<u32, Running> = HashMap::new();
+        let mut ended: Vec<Ended> = Vec::new();
+        let mut interrupted = false;
+        // Exit notices that arrived while a group was being stopped.
+        let mut stash: Vec<(u32, i32)> = Vec::new();
+        loop {
+            while running.len() < limit && !interrupted {
+                let Some((i, attempt)) = queue.pop_front() else { break };
+                match self.launch(i, attempt, &tx) {
+                    Ok(r) => {
+                        running.insert(r.pid, r);
+                    }
+                    Err(e) => {
+                        // A batch whose launch failed is stopped and settled whole.
+                        let reason = format!("launch failed for {}: {e}", self.jobs[i].1.label());
+                        self.progress.line(format!("{reason}; stopping the batch"));
+                        let mut cut: Vec<(usize, u64, Option<String>, Instant)> = Vec::new();
+                        for (_, r) in running.drain() {
+                            let _ = stop_group(r.pid, self.opts.grace, &rx, &mut stash);
+                            cut.push((r.job_index, r.attempt, r.session_id, r.started));
+                        }
+                        cut.push((i, attempt, None, Instant::now()));
+                        for (j, a) in queue.drain(..) {
+                            cut.push((j, a, None, Instant::now()));
+                        }
+                        for (j, a, s, t) in cut {
+                            ended.push(Ended { job_index: j, attempt: a, outcome: Outcome::cut(reason.clone()), session_id: s, started: t });
+                        }
+                        return (ended, false);
+                    }
+                }
+            }
+            if running.is_empty() {
+                break;
+            }
+            if self.interrupt.load(Ordering::Relaxed) {
+                interrupted = true;
+                self.progress.line("interrupted: stopping every worker".into());
+                for (_, r) in running.drain() {
+                    let _ = stop_group(r.pid, self.opts.grace, &rx, &mut stash);
+                    ended.push(Ended { job_index: r.job_index, attempt: r.attempt, outcome: Outcome::cut("interrupted"), session_id: r.session_id, started: r.started });
+                }
+                for (j, _a) in queue.drain(..) {
+                    self.report(j, "not-run", 0, "interrupted before it started", Duration::ZERO);
+                }
+                break;
+            }
+            let notice = match stash.pop() {
+                Some(n) => Ok(n),
+                None => rx.recv_timeout(Duration::from_millis(100)),
+            };
+            match notice {
+                Ok((pid, code)) => {
+                    if let Some(r) = running.remove(&pid) {
+                        let (_, job) = self.jobs[r.job_index];
+                        self.progress.line(format!("{} exited {code} (attempt {}, {:.1}s)", job.label(), r.attempt, r.started.elapsed().as_secs_f64()));
+                        ended.push(Ended { job_index: r.job_index, attempt: r.attempt, outcome: Outcome::exited(code), session_id: r.session_id, started: r.started });
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            // Idle workers: the log has not grown for idleTimeoutSeconds.
+            let idle: Vec<u32> = running
+                .iter_mut()
+                .filter(|(_, r)| {
+                    let limit = Duration::from_secs(self.jobs[r.job_index].1.idle_timeout_seconds);
+                    r.started.elapsed() >= limit
+                })
+                .filter_map(|(pid, r)| {
+                    let limit = Duration::from_secs(self.jobs[r.job_index].1.idle_timeout_seconds);
+                    (r.watch.idle_for() >= limit).then_some(*pid)
+                })
+                .collect();
+            for pid in idle {
+                if let Some(r) = running.remove(&pid) {
+                    let _ = stop_group(pid, self.opts.grace, &rx, &mut stash);
+                    self.progress.line(format!("{} went idle and was stopped (attempt {})", self.jobs[r.job_index].1.label(), r.attempt));
+                    ended.push(Ended { job_index: r.job_index, attempt: r.attempt, outcome: Outcome::timeout(), session_id: r.session_id, started: r.started });
+                }
+            }
+            self.rec.maybe_flush();
+        }
+        (ended, interrupted)
+    }
+
+    fn launch(&mut self, i: usize, attempt: u64, tx: &mpsc::Sender<(u32, i32)>) -> std::io::Result<Running> {
+        let job = self.jobs[i].1;
+        let session_id = job.takes_session_id.then(|| uuid::Uuid::new_v4().to_string());
+        let argv = self.worker_argv(job, attempt, session_id.as_deref());
+        let log = self.abs(&job.log_path());
+        let _ = std::fs::remove_file(self.abs(&job.status_path()));
+        let env: Vec<(String, String)> = job.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let spawned = process::spawn(&process::SpawnSpec { argv: &argv, cwd: &self.root, env: &env, log: Some(&log), stdin: None })?;
+        let pid = spawned.pid();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let code = wait_pid(pid);
+            drop(spawned);
+            let _ = tx.send((pid, code));
+        });
+        self.rec.worker(job, "in-progress", "");
+        let mut extra = Map::new();
+        extra.insert("pid".into(), json!(pid));
+        extra.insert("startedAt".into(), json!(crate::fsutil::utc_now()));
+        let row = self.dispatch_row(job, attempt, "running", "", session_id.as_deref(), extra);
+        self.rec.dispatch_row(row);
+        self.rec.attempt(json!({
+            "dispatchId": job.dispatch_id_for(attempt), "planDigest": self.plan.digest, "workerKey": job.key,
+            "attempt": attempt, "startedAt": crate::fsutil::utc_now(), "finishedAt": null, "status": "started",
+        }));
+        let mut facts = Map::new();
+        facts.insert("pid".into(), json!(pid));
+        facts.insert("sessionId".into(), json!(session_id.clone().unwrap_or_default()));
+        facts.insert("promptPath".into(), json!(job.prompt_path));
+        facts.insert("resultPath".into(), json!(job.result_path));
+        self.rec.event("worker-dispatched", job, attempt, facts);
+        self.progress.line(format!("dispatched {} (attempt {attempt}, pid {pid})", job.label()));
+        Ok(Running { job_index: i, attempt, pid, started: Instant::now(), watch: process::LogWatch::new(log), session_id })
+    }
+
+    /// Settle every ended attempt of a round (after the audit compare), and
+    /// return the attempts to retry.
+    fn settle_round(&mut self, ended: Vec<Ended>, snapshot: Option<&audit::Snapshot>, indices: &[usize]) -> Vec<(usize, u64)> {
+        let changes = snapshot.and_then(|s| {
+            let roots = self.audit_roots(indices);
+            let exclude = self.orchestrator_files();
+            let opts = audit::SnapshotOptions { roots: &roots, project_root: &self.root, exclude: &exclude };
+            match audit::compare(s, &opts) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    self.rec.problems.push(format!("mutation audit compare failed: {e}"));
+                    None
+                }
+            }
+        });
+        let batch: Vec<crate::plan::WritePolicy> = indices.iter().map(|&i| self.jobs[i].1.write_policy.clone()).collect();
+        let mut retries = Vec::new();
+        for e in ended {
+            if let Some(next) = self.settle_one(e, changes.as_ref(), &batch) {
+                retries.push(next);
+            }
+        }
+        self.rec.maybe_flush();
+        retries
+    }
+
+    fn settle_one(&mut self, e: Ended, changes: Option<&audit::Changes>, batch: &[crate::plan::WritePolicy]) -> Option<(usize, u64)> {
+        let (_, job) = self.jobs[e.job_index];
+        let attempt = e.attempt;
+        let root = self.root.clone();
+        let missing = settle::missing_paths(&root, &job.completion_paths);
+        let worker_result = self.abs(&job.worker_result_path);
+        let mut s: Settlement = settle::settle(&e.outcome, missing, &worker_result);
+        let status_doc = read_status(&self.abs(&job.status_path()));
+        let duration_ms = status_doc.as_ref().and_then(|d| d.get("duration_ms")).and_then(Value::as_i64);
+        let mut facts = Map::new();
+        facts.insert("exitCode".into(), json!(e.outcome.exit_code));
+        facts.insert("wrapperExitCode".into(), json!(e.outcome.exit_code));
+        facts.insert("missingCompletionPaths".into(), json!(s.missing));
+        if let Some(d) = &status_doc {
+            for k in ["servedModel", "cliSessionId"] {
+                if let Some(v) = d.get(k) {
+                    facts.insert(k.into(), v.clone());
+                }
+            }
+        }
+        // The policy recorded on the plan must still be the policy it claims.
+        if crate::policy::digest_of(&job.write_policy) != job.write_policy.digest {
+            s.status = Status::Error;
+            s.retryable = false;
+            s.reason = "the job's write policy no longer matches its recorded digest".into();
+        }
+        let mut retry_allowed = s.retryable;
+        if let Some(changes) = changes.filter(|_| job.write_enforcement.mutation_audit == "batch") {
+            let succeeded = e.outcome.clean();
+            let result_present = s.missing.is_empty();
+            let out_of_plan = if job.role == "implementer" { audit::out_of_plan_edits(&worker_result) } else { Vec::new() };
+            let verdict = audit::judge(changes, &job.write_policy, batch, &out_of_plan, succeeded, result_present);
+            let summary = verdict.change_summary();
+            facts.insert("mutationAudit".into(), summary);
+            if matches!(verdict.status.as_str(), "contract-failed-unattributed" | "mutation-present-unresolved") {
+                s.status = Status::Error;
+                s.note.clear();
+                s.reason = format!("mutation audit {}: {}", verdict.status, verdict.violations.join(", "));
+                retry_allowed = false;
+            } else {
+                retry_allowed &= verdict.retry_allowed || verdict.status == "ok";
+            }
+        }
+        let last_allowed = job.first_attempt() + crate::plan::MAX_ATTEMPTS as u64 - 1;
+        let will_retry = retry_allowed && attempt < last_allowed;
+        if s.log_error {
+            let log = self.abs(&job.log_path());
+            let message = if s.note.is_empty() { s.reason.clone() } else { s.note.clone() };
+            let appended = self.rec.error_log(job, attempt, e.outcome.exit_code as i64, duration_ms, &message, &log);
+            facts.insert("errorLogAppend".into(), appended);
+        }
+        let status = s.status.as_str();
+        let reason = if s.note.is_empty() { s.reason.clone() } else { s.note.clone() };
+        facts.insert("status".into(), json!(status));
+        facts.insert("reason".into(), json!(reason));
+        let mut extra = Map::new();
+        extra.insert("endedAt".into(), json!(crate::fsutil::utc_now()));
+        extra.insert("exitCode".into(), json!(e.outcome.exit_code));
+        let row = self.dispatch_row(job, attempt, status, &reason, e.session_id.as_deref(), extra);
+        self.rec.dispatch_row(row);
+        let change_summary = facts.get("mutationAudit").cloned();
+        self.rec.attempt(json!({
+            "dispatchId": job.dispatch_id_for(attempt), "planDigest": self.plan.digest, "workerKey": job.key,
+            "attempt": attempt, "finishedAt": crate::fsutil::utc_now(), "status": status,
+            "resultPath": if s.status == Status::Completed { json!(job.worker_result_path) } else { Value::Null },
+            "changeSummary": change_summary,
+        }));
+        let elapsed = e.started.elapsed();
+        if s.status == Status::Completed {
+            self.rec.worker(job, "completed", &reason);
+            self.rec.event("worker-result-collected", job, attempt, facts);
+            self.progress.line(format!("{} completed (attempt {attempt}){}", job.label(), if s.note.is_empty() { String::new() } else { format!(": {}", s.note) }));
+            self.report(e.job_index, "completed", attempt, &reason, elapsed);
+            return None;
+        }
+        self.rec.event("worker-failed", job, attempt, facts);
+        if will_retry {
+            let mut facts = Map::new();
+            facts.insert("missingCompletionPaths".into(), json!(s.missing));
+            facts.insert("reason".into(), json!(s.reason));
+            facts.insert("nextAttempt".into(), json!(attempt + 1));
+            self.rec.event("worker-retry-scheduled", job, attempt, facts);
+            self.progress.line(format!("{} will retry: {} (attempt {} of {last_allowed})", job.label(), s.reason, attempt + 1));
+            return Some((e.job_index, attempt + 1));
+        }
+        self.rec.worker(job, status, &reason);
+        self.progress.line(format!("{} {status} (attempt {attempt}): {reason}", job.label()));
+        self.report(e.job_index, status, attempt, &reason, elapsed);
+        None
+    }
+}
+
+pub fn read_status(path: &Path) -> Option<Value> {
+    std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// Block until `pid` ends; its exit code (128+signal for a signal death).
+fn wait_pid(pid: u32) -> i32 {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: waitpid on our own child with a valid pointer.
+        let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+        if r == pid as libc::pid_t {
+            break;
+        }
+        if r == -1 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return 1;
+        }
+    }
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+/// SIGTERM the worker's group, give it `grace`, then SIGKILL. The waiter
+/// thread reaps it; exit notices of other workers that arrive meanwhile are
+/// dropped here (their owners were stopped too, or the caller re-polls).
+fn stop_group(pid: u32, grace: Duration, rx: &mpsc::Receiver<(u32, i32)>, others: &mut Vec<(u32, i32)>) -> i32 {
+    let pgid = pid as libc::pid_t;
+    // SAFETY: plain signal sends to a process group we created.
+    unsafe { libc::killpg(pgid, libc::SIGTERM) };
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok((p, code)) = rx.recv_timeout(Duration::from_millis(50)) {
+            if p == pid {
+                // The leader is gone; make sure nothing of its group lingers.
+                unsafe { libc::killpg(pgid, libc::SIGKILL) };
+                return code;
+            }
+            others.push((p, code));
+        }
+    }
+    unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    while let Ok((p, code)) = rx.recv_timeout(Duration::from_secs(5)) {
+        if p == pid {
+            return code;
+        }
+        others.push((p, code));
+    }
+    137
+}
+
+/// Progress on stderr: one line per dispatch, exit, retry and settle.
+pub struct Progress {
+    started: Instant,
+}
+
+impl Progress {
+    fn new(_format: Format) -> Self {
+        Progress { started: Instant::now() }
+    }
+    fn stage(&self, i: usize, n: usize, name: &str, jobs: usize) {
+        self.line(format!("stage {}/{n} `{name}`: {jobs} job{}", i + 1, if jobs == 1 { "" } else { "s" }));
+    }
+    fn line(&self, text: String) {
+        eprintln!("[okstra {:>7.2}s] {text}", self.started.elapsed().as_secs_f64());
+    }
+}
+
+/// The exit status of a finished exec.
+pub fn exit_status(o: &Outcomes) -> ExitStatus {
+    if o.interrupted {
+        ExitStatus::Interrupted
+    } else if o.reports.iter().all(|r| r.status == "completed") {
+        ExitStatus::Success
+    } else {
+        ExitStatus::JobsFailed
+    }
+}

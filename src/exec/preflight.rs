@@ -1,0 +1,109 @@
+//! Before anything starts (SPEC §5.1): a plan is refused, with nothing
+//! started and nothing written, when its format is unknown, it was edited,
+//! an input changed or vanished, or a v2 job's authority moved.
+
+use crate::canonical::sha256_hex;
+use crate::compile::paths;
+use crate::diag::{Code, Diagnostic, Diagnostics};
+use crate::model::{binding_problem, str_of, Manifest};
+use crate::plan::{self, Plan};
+use serde_json::Value;
+use std::path::Path;
+
+pub fn check_version(doc: &Value) -> Result<(), Diagnostic> {
+    let version = doc.get("formatVersion").and_then(Value::as_u64);
+    if version == Some(plan::FORMAT_VERSION) {
+        return Ok(());
+    }
+    Err(Diagnostic::new(
+        Code::PlanVersion,
+        format!(
+            "plan formatVersion {} is not supported by okstra {} (it reads format {})",
+            doc.get("formatVersion").map(|v| v.to_string()).unwrap_or_else(|| "(absent)".into()),
+            crate::VERSION,
+            plan::FORMAT_VERSION
+        ),
+    )
+    .help("make the plan again with this okstra: okstra plan SPEC --manifest M"))
+}
+
+/// Every input whose digest changed or that vanished, one diagnostic each.
+pub fn stale_inputs(plan: &Plan, root: &Path) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for input in &plan.inputs {
+        let path = paths::abs_of(root, &input.path);
+        let message = match std::fs::read(&path) {
+            Ok(bytes) if sha256_hex(&bytes) == input.sha256 => continue,
+            Ok(_) => format!("{} `{}` changed since the plan was made", input.kind, input.path),
+            Err(_) => format!("{} `{}` vanished since the plan was made", input.kind, input.path),
+        };
+        out.push(
+            Diagnostic::new(Code::PlanStale, message)
+                .in_file(input.path.clone())
+                .help("review the change, then make a new plan: okstra plan SPEC --manifest M"),
+        );
+    }
+    out
+}
+
+/// A v2 job's role execution, participant, label and model binding as the
+/// manifest holds them now; None when they still authorise the job.
+pub fn binding_change(manifest: &Manifest, job: &plan::Job) -> Option<String> {
+    let id = job.identity.v2()?;
+    if !manifest.is_v2() {
+        return None;
+    }
+    let Some(re) = manifest.role_execution(&id.role_execution_ref) else {
+        return Some(format!("role execution `{}` is no longer in the manifest", id.role_execution_ref));
+    };
+    if str_of(re, "participantRef") != id.participant_ref || str_of(re, "executionLabel") != id.execution_label {
+        return Some(format!(
+            "role execution `{}` now names participant `{}` and label `{}`",
+            id.role_execution_ref,
+            str_of(re, "participantRef"),
+            str_of(re, "executionLabel")
+        ));
+    }
+    if manifest.participant(&id.participant_ref).is_none() {
+        return Some(format!("participant `{}` is no longer in the manifest", id.participant_ref));
+    }
+    binding_problem(manifest, re).map(|p| format!("role execution `{}` {p}", id.role_execution_ref))
+}
+
+pub fn binding_changes(plan: &Plan, manifest_doc: &Value) -> Vec<Diagnostic> {
+    let manifest = Manifest::new(manifest_doc);
+    plan.jobs()
+        .filter_map(|job| {
+            binding_change(&manifest, job).map(|why| {
+                Diagnostic::new(Code::ExecBindingChanged, format!("{}: {why}", job.label()))
+                    .worker(job.label().to_string())
+                    .in_file(plan.run.manifest_path.clone())
+                    .help("the model binding changed after planning; re-plan to run with the new binding")
+            })
+        })
+        .collect()
+}
+
+/// All of §5.1 but the lock. `doc` is the plan as read from disk.
+pub fn verify(doc: &Value, plan: &Plan, root: &Path) -> Result<Option<Value>, Diagnostics> {
+    check_version(doc)?;
+    if let Some(problem) = plan::digest_problem(doc) {
+        return Err(Diagnostic::new(Code::PlanDigestMismatch, problem)
+            .help("a plan is frozen: make a new one with `okstra plan` instead of editing it")
+            .into());
+    }
+    let mut diags = Diagnostics::default();
+    diags.extend(stale_inputs(plan, root));
+    let manifest_path = paths::abs_of(root, &plan.run.manifest_path);
+    let manifest = std::fs::read(&manifest_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    if let Some(doc) = &manifest {
+        diags.extend(binding_changes(plan, doc));
+    }
+    if diags.is_empty() {
+        Ok(manifest)
+    } else {
+        Err(diags)
+    }
+}

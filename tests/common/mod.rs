@@ -1,0 +1,218 @@
+//! A fixture project in a temp dir and a runner for the real binary.
+#![allow(dead_code)]
+
+use assert_cmd::Command;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+    }
+    /// The codes of a `--format json` error document.
+    pub fn codes(&self) -> Vec<String> {
+        self.json()["errors"]
+            .as_array()
+            .map(|a| a.iter().map(|e| e["code"].as_str().unwrap_or("").to_string()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Project {
+    pub fn new() -> Self {
+        Project { dir: tempfile::tempdir().expect("tempdir") }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, text: &str) -> &Self {
+        let p = self.path(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+        self
+    }
+
+    pub fn write_json(&self, rel: &str, v: &Value) -> &Self {
+        self.write(rel, &serde_json::to_string_pretty(v).unwrap())
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+    }
+
+    pub fn read_json(&self, rel: &str) -> Value {
+        serde_json::from_str(&self.read(rel)).unwrap()
+    }
+
+    pub fn exists(&self, rel: &str) -> bool {
+        self.path(rel).exists()
+    }
+
+    /// Run okstra in the project root.
+    pub fn okstra(&self, args: &[&str]) -> Run {
+        let out = Command::cargo_bin("okstra")
+            .unwrap()
+            .current_dir(self.root())
+            .env("SOURCE_DATE_EPOCH", "1764460800")
+            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
+            .args(args)
+            .output()
+            .unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    pub fn events(&self, rel: &str) -> Vec<Value> {
+        self.read(rel).lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+}
+
+/// `sha256:<hex>` of canonical JSON, as okstra computes it.
+pub fn digest(v: &Value) -> String {
+    okstra::canonical::digest(v)
+}
+
+/// A v1 manifest with its team-state under run/.
+pub fn v1_manifest() -> Value {
+    json!({
+        "taskKey": "fixture-task",
+        "teamStatePath": "run/team-state.json",
+        "terminalBackend": "cli-wrapper",
+        "workflow": {"currentPhase": "implementation"},
+        "recommendedWorkers": ["claude", "codex"]
+    })
+}
+
+pub fn binding() -> Value {
+    json!({"runner": "cli-wrapper", "resolvedExecutionValue": "model-a"})
+}
+
+pub fn model_entry() -> Value {
+    json!({"provider": "claude", "modelId": "model-a", "versionKind": "pinned", "channelFamily": "model"})
+}
+
+fn role_execution(re: &str, participant: &str, label: &str, role: &str) -> Value {
+    let model = model_entry();
+    json!({
+        "roleExecutionRef": re, "participantRef": participant, "executionLabel": label,
+        "role": role, "provider": "command", "modelRef": "m1", "binding": binding(),
+        "modelSpecDigest": digest(&json!({"binding": binding(), "model": model}))
+    })
+}
+
+/// A v2 manifest with an implementer, a verifier and a translator execution.
+pub fn v2_manifest() -> Value {
+    json!({
+        "taskKey": "fixture-task",
+        "teamStatePath": "run/team-state.json",
+        "schemaVersion": "2.0",
+        "executionIdentityVersion": 2,
+        "terminalBackend": "cli-wrapper",
+        "workflow": {"currentPhase": "implementation"},
+        "recommendedWorkers": ["claude", "codex"],
+        "roleExecutions": [
+            role_execution("re-impl", "p-impl", "impl-1", "implementer"),
+            role_execution("re-ver", "p-ver", "ver-1", "verifier"),
+            role_execution("re-tr", "p-tr", "tr-1", "translator")
+        ],
+        "participantAssignments": [{"participantRef": "p-impl"}, {"participantRef": "p-ver"}, {"participantRef": "p-tr"}],
+        "models": {"m1": model_entry()}
+    })
+}
+
+/// v2 invocation metadata for a prompt.
+pub fn v2_metadata(prompt: &str, participant: &str, re: &str, label: &str, duty: &str, inv: &str, audience: &str) -> Value {
+    json!({
+        "schemaVersion": "2.0", "executionIdentityVersion": 2,
+        "invocationId": inv, "invocationRef": inv, "audience": audience,
+        "assignmentRef": format!("initial/{label}"), "dispatchKind": "initial",
+        "participantRef": participant, "roleExecutionRef": re, "executionLabel": label,
+        "dutyId": duty, "attempt": 1,
+        "prompt": {"path": prompt},
+        "digests": {"catalogDigest": "c", "assignmentDigest": "a", "dutyDigest": "d", "instructionDigest": "i", "promptDigest": "p"},
+        "modelAssignment": {"modelExecutionValue": "model-a", "hostModelValue": null}
+    })
+}
+
+/// A v2 project that plans cleanly: an implementer stage then a verifier
+/// stage, `command` workers. Returns the project; the spec is `spec.toml`.
+pub fn v2_project() -> Project {
+    let p = Project::new();
+    p.write_json("run/run-manifest.json", &v2_manifest());
+    p.write("prompts/impl.md", "# implement\n");
+    p.write("prompts/ver.md", "# verify\n");
+    p.write_json(
+        "prompts/impl.md.meta.json",
+        &v2_metadata("prompts/impl.md", "p-impl", "re-impl", "impl-1", "implementation-executor", "inv-impl", "implementation-executor"),
+    );
+    p.write_json(
+        "prompts/ver.md.meta.json",
+        &v2_metadata("prompts/ver.md", "p-ver", "re-ver", "ver-1", "implementation-verifier", "inv-ver", "implementation-verifier"),
+    );
+    p.write("spec.toml", V2_SPEC);
+    p
+}
+
+pub const V2_SPEC: &str = r#"#:schema ./okstra-jobs.schema.json
+[defaults]
+provider = "command"
+schemaVersion = "2.0"
+executionIdentityVersion = 2
+modelExecutionValue = "model-a"
+
+[[stages]]
+name = "implement"
+
+[[stages.workers]]
+participantRef = "p-impl"
+roleExecutionRef = "re-impl"
+executionLabel = "impl-1"
+dutyId = "implementation-executor"
+invocationRef = "inv-impl"
+assignmentRef = "initial/impl-1"
+attempt = 1
+role = "implementer"
+promptPath = "prompts/impl.md"
+resultPath = "results/impl.md"
+command = ["sh", "-c", "mkdir -p results && echo done > results/impl.md"]
+
+[[stages]]
+name = "verify"
+
+[[stages.workers]]
+participantRef = "p-ver"
+roleExecutionRef = "re-ver"
+executionLabel = "ver-1"
+dutyId = "implementation-verifier"
+invocationRef = "inv-ver"
+assignmentRef = "initial/ver-1"
+attempt = 1
+role = "verifier"
+promptPath = "prompts/ver.md"
+resultPath = "results/ver.md"
+command = ["sh", "-c", "mkdir -p results && echo ok > results/ver.md"]
+"#;
+
+/// Plan `spec` against `run/run-manifest.json` with JSON output.
+pub fn plan_json(p: &Project, spec: &str) -> Run {
+    p.okstra(&["plan", spec, "--manifest", "run/run-manifest.json", "--out", "plan.json", "--format", "json"])
+}
