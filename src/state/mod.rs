@@ -4,11 +4,13 @@
 //! Every file here is written through [`crate::fsutil`]: team-state under its
 //! lock and replaced whole, the two line logs by single appends.
 
+pub mod attempts;
 pub mod team_state;
 
 use std::io;
 use std::path::PathBuf;
 
+pub use attempts::{AttemptId, AttemptOutcome, AttemptStatus};
 pub use team_state::{TeamStateStore, WorkerStatus};
 
 /// Why reading or recording run state failed.
