@@ -85,13 +85,25 @@ impl AttemptOutcome {
         })
     }
 
-    fn describe(&self) -> String {
-        describe(
-            self.status.as_str(),
-            self.result_path.as_deref(),
-            self.change_summary.as_ref(),
-        )
+    /// The change summary, a JSON `null` counting as none.
+    fn summary(&self) -> Option<&Value> {
+        self.change_summary.as_ref().filter(|v| !v.is_null())
     }
+
+    fn describe(&self) -> String {
+        RecordedOutcome::of(self).describe()
+    }
+}
+
+/// Whether settling attempt `id` as `outcome` agrees with an earlier
+/// settlement `previous`: `Ok(())` if it is the same result, the drift error
+/// otherwise.
+pub(crate) fn check_same_outcome(
+    id: &AttemptId,
+    previous: &AttemptOutcome,
+    outcome: &AttemptOutcome,
+) -> Result<(), StateError> {
+    RecordedOutcome::of(previous).check(id, outcome)
 }
 
 struct RecordedOutcome<'a> {
@@ -101,10 +113,32 @@ struct RecordedOutcome<'a> {
 }
 
 impl RecordedOutcome<'_> {
+    fn of(outcome: &AttemptOutcome) -> RecordedOutcome<'_> {
+        RecordedOutcome {
+            status: outcome.status.as_str(),
+            result_path: outcome.result_path.as_deref(),
+            change_summary: outcome.summary(),
+        }
+    }
+
     fn same_as(&self, outcome: &AttemptOutcome) -> bool {
         self.status == outcome.status.as_str()
             && self.result_path == outcome.result_path.as_deref()
-            && self.change_summary == outcome.change_summary.as_ref()
+            && self.change_summary == outcome.summary()
+    }
+
+    /// `Ok(())` when `outcome` is this same result, else the drift error.
+    fn check(&self, id: &AttemptId, outcome: &AttemptOutcome) -> Result<(), StateError> {
+        if self.same_as(outcome) {
+            return Ok(());
+        }
+        Err(StateError::AttemptDrift {
+            dispatch_id: id.dispatch_id.clone(),
+            key: id.key.clone(),
+            attempt: id.attempt,
+            recorded: self.describe(),
+            attempted: outcome.describe(),
+        })
     }
 
     fn describe(&self) -> String {
@@ -145,16 +179,7 @@ fn settle_record(
     finished_at: &str,
 ) -> Result<bool, StateError> {
     if let Some(recorded) = AttemptOutcome::recorded(row) {
-        if recorded.same_as(outcome) {
-            return Ok(false);
-        }
-        return Err(StateError::AttemptDrift {
-            dispatch_id: id.dispatch_id.clone(),
-            key: id.key.clone(),
-            attempt: id.attempt,
-            recorded: recorded.describe(),
-            attempted: outcome.describe(),
-        });
+        return recorded.check(id, outcome).map(|()| false);
     }
     row.insert("finishedAt".into(), json!(finished_at));
     row.insert("status".into(), json!(outcome.status.as_str()));
@@ -162,7 +187,7 @@ fn settle_record(
         Some(path) => row.insert("resultPath".into(), json!(path)),
         None => row.remove("resultPath"),
     };
-    match &outcome.change_summary {
+    match outcome.summary() {
         Some(summary) => row.insert("changeSummary".into(), summary.clone()),
         None => row.remove("changeSummary"),
     };
@@ -326,6 +351,26 @@ mod tests {
             ..done("r.json")
         };
         assert!(finish_attempt(&mut doc, &id, &no_summary, "t4").is_err());
+    }
+
+    #[test]
+    fn a_null_change_summary_is_no_summary() {
+        let mut doc = fresh_document();
+        let id = AttemptId::new("n:attempt-1", "n", 1);
+        let null = AttemptOutcome {
+            change_summary: Some(Value::Null),
+            ..done("r")
+        };
+        assert!(finish_attempt(&mut doc, &id, &null, "t").unwrap());
+        assert!(!find_attempt(&doc, &id)
+            .unwrap()
+            .contains_key("changeSummary"));
+        assert!(!finish_attempt(&mut doc, &id, &null, "t").unwrap());
+        let none = AttemptOutcome {
+            change_summary: None,
+            ..done("r")
+        };
+        assert!(!finish_attempt(&mut doc, &id, &none, "t").unwrap());
     }
 
     #[test]

@@ -5,12 +5,14 @@
 //! lock and replaced whole, the two line logs by single appends.
 
 pub mod attempts;
+pub mod ledger;
 pub mod team_state;
 
 use std::io;
 use std::path::PathBuf;
 
 pub use attempts::{AttemptId, AttemptOutcome, AttemptStatus};
+pub use ledger::Ledger;
 pub use team_state::{TeamStateStore, WorkerStatus};
 
 /// Why reading or recording run state failed.
