@@ -5,6 +5,7 @@
 //! lock and replaced whole, the two line logs by single appends.
 
 pub mod attempts;
+pub mod error_log;
 pub mod events;
 pub mod ledger;
 pub mod team_state;
@@ -13,6 +14,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use attempts::{AttemptId, AttemptOutcome, AttemptStatus};
+pub use error_log::{append_error, log_tail, ErrorRecord};
 pub use events::EventLog;
 pub use ledger::Ledger;
 pub use team_state::{TeamStateStore, WorkerStatus};
