@@ -559,6 +559,51 @@ mod tests {
         assert_eq!(rows(&doc, WORKER_DISPATCHES).len(), threads * per_thread);
     }
 
+    /// Run as a child process by `concurrent_processes_lose_nothing`; a
+    /// no-op when run on its own.
+    #[test]
+    fn child_process_mutator() {
+        let (Ok(path), Ok(tag)) = (
+            std::env::var("OKSTRA_TEST_TEAM_STATE"),
+            std::env::var("OKSTRA_TEST_TAG"),
+        ) else {
+            return;
+        };
+        let store = TeamStateStore::open(path);
+        for i in 0..20 {
+            store
+                .mutate(|doc| upsert_dispatch(doc, json!({"dispatchId": format!("{tag}:{i}")})))
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn concurrent_processes_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("team-state.json");
+        let exe = std::env::current_exe().unwrap();
+        let children: Vec<_> = (0..4)
+            .map(|tag| {
+                std::process::Command::new(&exe)
+                    .args([
+                        "--exact",
+                        "state::team_state::tests::child_process_mutator",
+                        "--test-threads=1",
+                    ])
+                    .env("OKSTRA_TEST_TEAM_STATE", &path)
+                    .env("OKSTRA_TEST_TAG", format!("p{tag}"))
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for mut child in children {
+            assert!(child.wait().unwrap().success());
+        }
+        let doc = TeamStateStore::open(&path).read().unwrap();
+        assert_eq!(dispatch_ids(&doc).len(), 80);
+    }
+
     #[test]
     fn dispatch_with_id_replaces_and_without_id_appends() {
         let mut doc = fresh_document();
