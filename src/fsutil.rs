@@ -1,5 +1,372 @@
-//! (to be written)
-//! TEMPORARY stub (replaced by the h-state branch).
-pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::write(path, bytes)
+//! The one place okstra writes and locks files.
+//!
+//! Everything `exec` records must survive being killed at any instant: whole
+//! files are replaced by rename (never rewritten in place), line logs grow by a
+//! single `write(2)` on an `O_APPEND` descriptor, and every read-modify-write
+//! of shared state happens under an advisory `flock`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+/// The directory a file lives in; a bare file name lives in `.`.
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Create the directory that will hold `path`, if it does not exist yet.
+/// State files usually land in a run directory nobody has made yet.
+fn ensure_parent(path: &Path) -> io::Result<()> {
+    fs::create_dir_all(parent_dir(path))
+}
+
+/// Write `bytes` as the whole content of `path`.
+///
+/// The bytes go to a temporary file in the same directory, are fsynced, and
+/// the temporary is renamed over `path`; then the directory is fsynced so the
+/// rename itself is durable. A reader sees the old content or the new, never
+/// a torn mix. On any failure the temporary is removed and `path` is left as
+/// it was. Missing parent directories are created.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    ensure_parent(path)?;
+    let dir = parent_dir(path);
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, path)
+    })();
+    if let Err(err) = result {
+        // Best effort: the original error is the one worth reporting.
+        let _ = fs::remove_file(&tmp);
+        return Err(err);
+    }
+    sync_dir(dir)
+}
+
+/// fsync a directory so that a rename inside it survives a power cut.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// An exclusive advisory lock (`flock(LOCK_EX)`) on a lock file, held until
+/// dropped.
+///
+/// `flock` locks belong to the open file description, so two `FileLock`s on
+/// the same path exclude each other across processes and across threads of
+/// one process alike.
+#[derive(Debug)]
+pub struct FileLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl FileLock {
+    /// Block until the lock on `path` is ours. The lock file (and its parent
+    /// directories) are created if missing; its content is never touched.
+    pub fn acquire(path: &Path) -> io::Result<FileLock> {
+        let file = open_lock_file(path)?;
+        loop {
+            if flock(&file, libc::LOCK_EX)? {
+                return Ok(FileLock {
+                    file,
+                    path: path.to_path_buf(),
+                });
+            }
+        }
+    }
+
+    /// Take the lock on `path` if nobody holds it; `Ok(None)` if someone does.
+    pub fn try_acquire(path: &Path) -> io::Result<Option<FileLock>> {
+        let file = open_lock_file(path)?;
+        loop {
+            match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                Ok(true) => {
+                    return Ok(Some(FileLock {
+                        file,
+                        path: path.to_path_buf(),
+                    }))
+                }
+                Ok(false) => continue,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// The lock file this lock is held on.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        // Closing the descriptor releases the lock too; unlocking first makes
+        // the release independent of any descriptor that might have been
+        // duplicated meanwhile.
+        let _ = flock(&self.file, libc::LOCK_UN);
+    }
+}
+
+fn open_lock_file(path: &Path) -> io::Result<File> {
+    ensure_parent(path)?;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .open(path)
+}
+
+/// `flock` on `file`. `Ok(false)` means interrupted by a signal: try again.
+fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
+    // SAFETY: flock only reads the descriptor number, which `file` keeps open
+    // for the duration of the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.kind() == io::ErrorKind::Interrupted {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+/// Append `line` plus a newline to `path` with exactly one `write(2)` on an
+/// `O_APPEND` descriptor, creating the file and its parent directories if
+/// needed.
+///
+/// Concurrent appenders never interleave inside a line. If a previous writer
+/// died mid-line (the file does not end in a newline), a newline is put in
+/// front of ours, in the same write, so the torn fragment cannot swallow this
+/// record; readers skip the fragment.
+///
+/// The tail check can race with another process's append still in flight and
+/// add a needless newline: that costs an empty line, never a record, and
+/// readers skip empty lines. Within this process appends are serialised so
+/// the check is exact.
+pub fn append_line(path: &Path, line: &str) -> io::Result<()> {
+    static IN_PROCESS: Mutex<()> = Mutex::new(());
+    let _serial = IN_PROCESS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    ensure_parent(path)?;
+    // Readable too, so the last byte can be checked for a torn tail.
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .open(path)?;
+
+    let mut buf = Vec::with_capacity(line.len() + 2);
+    if ends_torn(&file)? {
+        buf.push(b'\n');
+    }
+    buf.extend_from_slice(line.as_bytes());
+    buf.push(b'\n');
+
+    let written = loop {
+        match file.write(&buf) {
+            Ok(n) => break n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
+        }
+    };
+    if written != buf.len() {
+        // A second write could land after another appender's line, splitting
+        // ours in two; report the short write instead.
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!(
+                "short append to {}: {written} of {} bytes",
+                path.display(),
+                buf.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the file is non-empty and its last byte is not a newline.
+fn ends_torn(file: &File) -> io::Result<bool> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8; 1];
+    file.read_exact_at(&mut last, len - 1)?;
+    Ok(last[0] != b'\n')
+}
+
+/// The current UTC time as RFC 3339 with whole seconds: `2026-11-30T01:02:03Z`.
+pub fn utc_now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// The current UTC time as RFC 3339 with milliseconds:
+/// `2026-11-30T01:02:03.456Z`.
+pub fn utc_now_millis() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    #[test]
+    fn write_atomic_creates_parents_and_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/a/state.json");
+        write_atomic(&path, b"one").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+        write_atomic(&path, b"two, longer").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two, longer");
+        // Nothing but the target is left in the directory.
+        let names: Vec<_> = fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
+    }
+
+    #[test]
+    fn write_atomic_failure_leaves_no_temp_and_no_change() {
+        let dir = tempfile::tempdir().unwrap();
+        // A non-empty directory where the file should go: the rename fails
+        // after the temporary was fully written.
+        let target = dir.path().join("state.json");
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("keep"), b"x").unwrap();
+
+        assert!(write_atomic(&target, b"new content").is_err());
+        let mut names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, vec!["state.json".to_string()]);
+        assert_eq!(fs::read(target.join("keep")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn try_acquire_sees_a_held_lock_and_its_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/x.lock");
+        let held = FileLock::acquire(&path).unwrap();
+        assert_eq!(held.path(), path);
+        assert!(FileLock::try_acquire(&path).unwrap().is_none());
+        drop(held);
+        let again = FileLock::try_acquire(&path).unwrap();
+        assert!(again.is_some());
+    }
+
+    #[test]
+    fn lock_excludes_other_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join("counter.lock");
+        let counter = dir.path().join("counter");
+        fs::write(&counter, b"0").unwrap();
+        let threads = 8;
+        let barrier = Arc::new(Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (lock, counter, barrier) = (lock.clone(), counter.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    for _ in 0..25 {
+                        let _guard = FileLock::acquire(&lock).unwrap();
+                        let n: u64 = fs::read_to_string(&counter).unwrap().parse().unwrap();
+                        write_atomic(&counter, (n + 1).to_string().as_bytes()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(fs::read_to_string(&counter).unwrap(), "200");
+    }
+
+    #[test]
+    fn append_line_creates_file_and_adds_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logs/events.jsonl");
+        append_line(&path, "a").unwrap();
+        append_line(&path, "b").unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "a\nb\n");
+    }
+
+    #[test]
+    fn append_line_fences_off_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        fs::write(&path, "whole\n{\"type\":\"to").unwrap();
+        append_line(&path, "next").unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "whole\n{\"type\":\"to\nnext\n"
+        );
+    }
+
+    #[test]
+    fn concurrent_appends_keep_lines_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let line = format!("{t}-{i}-{}", "x".repeat(300));
+                        append_line(&path, &line).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let text = fs::read_to_string(&path).unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 400);
+        assert!(lines.iter().all(|l| l.ends_with(&"x".repeat(300))));
+    }
+
+    #[test]
+    fn utc_now_shapes() {
+        let s = utc_now();
+        assert_eq!(s.len(), 20, "{s}");
+        assert!(s.ends_with('Z') && s.as_bytes()[10] == b'T', "{s}");
+        let ms = utc_now_millis();
+        assert_eq!(ms.len(), 24, "{ms}");
+        assert!(ms.ends_with('Z') && ms.as_bytes()[19] == b'.', "{ms}");
+    }
 }

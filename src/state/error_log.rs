@@ -1,0 +1,366 @@
+//! The run's error log (SPEC §5.7): one JSON record per wrapper failure,
+//! appended with a single write of at most 4096 bytes so that concurrent
+//! appenders never interleave and readers never see half a record.
+//!
+//! Writing here is bookkeeping around a dispatch that has already settled, so
+//! nothing in this module fails loudly: problems come back as a string the
+//! caller puts on the event.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+
+use crate::fsutil;
+
+/// Upper bound on one appended record, newline included.
+pub const MAX_RECORD_BYTES: usize = 4096;
+
+/// How much of a worker's log tail goes into `stderrExcerpt`.
+pub const STDERR_TAIL_BYTES: usize = 800;
+
+/// Put in place of the text cut from a shortened string.
+const ELLIPSIS: &str = "…";
+
+/// Append `record` to the error log at `path` as one line, shortened to fit
+/// [`MAX_RECORD_BYTES`] if need be (see [`fit_record`]).
+pub fn append_error(path: &Path, record: Map<String, Value>) -> Result<(), String> {
+    let line = fit_record(record)?;
+    fsutil::append_line(path, &line)
+        .map_err(|e| format!("cannot append to error log {}: {e}", path.display()))
+}
+
+/// Serialise `record` into a line that, with its newline, fits in
+/// [`MAX_RECORD_BYTES`].
+///
+/// An oversized record first loses the front of `stderrExcerpt` (the end of a
+/// log is where the failure is), down to nothing; then the longest remaining
+/// string fields lose their ends, one at a time. A record that still does not
+/// fit (huge keys, or non-string values) is refused rather than split.
+pub fn fit_record(mut record: Map<String, Value>) -> Result<String, String> {
+    let limit = MAX_RECORD_BYTES - 1;
+    let mut line = serialise(&record)?;
+
+    while line.len() > limit {
+        let excess = line.len() - limit;
+        if !shorten(&mut record, "stderrExcerpt", excess, Keep::Tail) {
+            break;
+        }
+        line = serialise(&record)?;
+    }
+    while line.len() > limit {
+        let excess = line.len() - limit;
+        let Some(key) = longest_string(&record) else {
+            break;
+        };
+        if !shorten(&mut record, &key, excess, Keep::Head) {
+            break;
+        }
+        line = serialise(&record)?;
+    }
+
+    if line.len() > limit {
+        return Err(format!(
+            "error record is {} bytes even with its text shortened; the limit is {MAX_RECORD_BYTES}",
+            line.len() + 1
+        ));
+    }
+    Ok(line)
+}
+
+fn serialise(record: &Map<String, Value>) -> Result<String, String> {
+    serde_json::to_string(record).map_err(|e| format!("cannot serialise error record: {e}"))
+}
+
+#[derive(Clone, Copy)]
+enum Keep {
+    Head,
+    Tail,
+}
+
+/// Cut the string under `key` so its JSON form is at least `excess` bytes
+/// shorter, marking the cut with an ellipsis. Returns false when there is
+/// nothing left to cut.
+fn shorten(record: &mut Map<String, Value>, key: &str, excess: usize, keep: Keep) -> bool {
+    let Some(Value::String(text)) = record.get_mut(key) else {
+        return false;
+    };
+    if text.is_empty() {
+        return false;
+    }
+    // Count in escaped bytes, so a string full of quotes or control
+    // characters is not cut far more than needed.
+    let need = excess + ELLIPSIS.len();
+    let mut cut = 0;
+    let boundary = match keep {
+        Keep::Tail => text
+            .char_indices()
+            .find_map(|(at, c)| {
+                let done = cut >= need;
+                cut += escaped_len(c);
+                done.then_some(at)
+            })
+            .map(|at| format!("{ELLIPSIS}{}", &text[at..])),
+        Keep::Head => text
+            .char_indices()
+            .rev()
+            .find_map(|(at, c)| {
+                cut += escaped_len(c);
+                (cut >= need).then_some(at)
+            })
+            .filter(|&at| at > 0)
+            .map(|at| format!("{}{ELLIPSIS}", &text[..at])),
+    };
+    let shortened = boundary.unwrap_or_default();
+    // Guarantee progress whatever the arithmetic above did.
+    *text = if shortened.len() < text.len() {
+        shortened
+    } else {
+        String::new()
+    };
+    true
+}
+
+/// Bytes `c` takes inside a JSON string as serde_json writes it.
+fn escaped_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// The key of the longest non-empty top-level string field.
+fn longest_string(record: &Map<String, Value>) -> Option<String> {
+    record
+        .iter()
+        .filter_map(|(key, value)| Some((key, value.as_str()?.len())))
+        .filter(|&(_, len)| len > 0)
+        .max_by_key(|&(_, len)| len)
+        .map(|(key, _)| key.clone())
+}
+
+/// The `agent` value for a worker: `report-writer` as itself, any other
+/// worker as `<workerId>-worker`.
+pub fn agent_name(worker_id: &str) -> String {
+    if worker_id == "report-writer" {
+        worker_id.to_string()
+    } else {
+        format!("{worker_id}-worker")
+    }
+}
+
+/// One wrapper failure, as the error log records it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ErrorRecord {
+    pub task_key: String,
+    pub phase: String,
+    /// See [`agent_name`].
+    pub agent: String,
+    pub agent_role: String,
+    pub model: String,
+    pub command: String,
+    /// 124 for a timeout.
+    pub exit_code: i64,
+    /// From the wrapper's status sidecar, when it said.
+    pub duration_ms: Option<i64>,
+    /// `attempt N: ...`
+    pub message: String,
+    /// The tail of the worker's log; see [`log_tail`].
+    pub stderr_excerpt: Option<String>,
+    /// The v2 identity fields, for v2 jobs.
+    pub identity: Option<Map<String, Value>>,
+}
+
+impl ErrorRecord {
+    /// The record as the error log's JSON object. Identity fields are added
+    /// beside the standard keys and never replace them.
+    pub fn to_map(&self) -> Map<String, Value> {
+        let Value::Object(mut record) = json!({
+            "taskKey": self.task_key,
+            "phase": self.phase,
+            "agent": self.agent,
+            "agentRole": self.agent_role,
+            "model": self.model,
+            "errorType": "cli-failure",
+            "command": self.command,
+            "commandKind": "wrapper",
+            "exitCode": self.exit_code,
+            "durationMs": self.duration_ms,
+            "message": self.message,
+            "stderrExcerpt": self.stderr_excerpt,
+        }) else {
+            unreachable!("json! object literal")
+        };
+        if let Some(identity) = &self.identity {
+            for (key, value) in identity {
+                record.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        record
+    }
+}
+
+/// The last `max_bytes` of the file at `path` as text: invalid UTF-8 replaced,
+/// a character cut in half at the front dropped, surrounding whitespace
+/// trimmed. `None` if the file cannot be read or holds only whitespace.
+pub fn log_tail(path: &Path, max_bytes: usize) -> Option<String> {
+    let mut file = File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let start = len.saturating_sub(max_bytes as u64);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::with_capacity(max_bytes.min(len as usize));
+    file.take(max_bytes as u64).read_to_end(&mut bytes).ok()?;
+    let mut from = 0;
+    if start > 0 {
+        // Skip UTF-8 continuation bytes of a character that began before
+        // the window.
+        while from < bytes.len() && from < 3 && (bytes[from] & 0b1100_0000) == 0b1000_0000 {
+            from += 1;
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes[from..]);
+    let trimmed = text.trim();
+    (!trimmed.is_empty()).then(|| trimmed.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn record(stderr: &str, message: &str) -> Map<String, Value> {
+        ErrorRecord {
+            task_key: "T-1".into(),
+            phase: "implement".into(),
+            agent: agent_name("codex"),
+            agent_role: "worker".into(),
+            model: "gpt-5".into(),
+            command: "okstra worker --provider codex".into(),
+            exit_code: 124,
+            duration_ms: Some(1500),
+            message: message.into(),
+            stderr_excerpt: Some(stderr.into()),
+            identity: None,
+        }
+        .to_map()
+    }
+
+    #[test]
+    fn builder_uses_the_wire_names() {
+        let mut identity = Map::new();
+        identity.insert("participantRef".into(), json!("participants/p1"));
+        identity.insert("exitCode".into(), json!("not allowed to override"));
+        let rec = ErrorRecord {
+            agent: agent_name("report-writer"),
+            exit_code: 2,
+            identity: Some(identity),
+            ..ErrorRecord::default()
+        }
+        .to_map();
+        assert_eq!(rec["errorType"], "cli-failure");
+        assert_eq!(rec["commandKind"], "wrapper");
+        assert_eq!(rec["agent"], "report-writer");
+        assert_eq!(rec["exitCode"], 2);
+        assert_eq!(rec["durationMs"], Value::Null);
+        assert_eq!(rec["participantRef"], "participants/p1");
+        assert_eq!(agent_name("claude"), "claude-worker");
+    }
+
+    #[test]
+    fn small_records_are_written_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/errors.jsonl");
+        append_error(&path, record("boom", "attempt 1: wrapper exited 1")).unwrap();
+        append_error(&path, record("again", "attempt 2: wrapper exited 1")).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["stderrExcerpt"], "boom");
+        assert_eq!(lines[1]["message"], "attempt 2: wrapper exited 1");
+    }
+
+    #[test]
+    fn an_oversized_excerpt_keeps_its_tail() {
+        let stderr = format!("{}THE END", "noise \"quoted\" \u{1F600} ".repeat(500));
+        let line = fit_record(record(&stderr, "attempt 1: failed")).unwrap();
+        assert!(line.len() < MAX_RECORD_BYTES, "{}", line.len());
+        assert!(
+            line.len() > MAX_RECORD_BYTES - 64,
+            "cut far too much: {}",
+            line.len()
+        );
+        let back: Value = serde_json::from_str(&line).unwrap();
+        let excerpt = back["stderrExcerpt"].as_str().unwrap();
+        assert!(excerpt.starts_with(ELLIPSIS) && excerpt.ends_with("THE END"));
+        assert_eq!(back["message"], "attempt 1: failed");
+    }
+
+    #[test]
+    fn other_strings_give_way_once_the_excerpt_is_gone() {
+        let message = format!("attempt 1: {}", "m".repeat(6000));
+        let line = fit_record(record(&"s".repeat(6000), &message)).unwrap();
+        assert!(line.len() < MAX_RECORD_BYTES);
+        let back: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back["stderrExcerpt"], "");
+        let msg = back["message"].as_str().unwrap();
+        assert!(msg.starts_with("attempt 1: mmm") && msg.ends_with(ELLIPSIS));
+        assert_eq!(back["taskKey"], "T-1");
+    }
+
+    #[test]
+    fn an_unfittable_record_is_refused_not_split() {
+        let mut rec = Map::new();
+        rec.insert("numbers".into(), json!(vec![123456789; 1000]));
+        assert!(fit_record(rec).is_err());
+    }
+
+    #[test]
+    fn write_failures_come_back_as_text() {
+        let dir = tempfile::tempdir().unwrap();
+        // The log path is a directory: appending fails.
+        let err = append_error(dir.path(), record("x", "y")).unwrap_err();
+        assert!(err.contains("error log"), "{err}");
+    }
+
+    #[test]
+    fn log_tail_takes_the_end_and_trims() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.log");
+        assert_eq!(log_tail(&path, 800), None);
+        std::fs::write(&path, "  \n").unwrap();
+        assert_eq!(log_tail(&path, 800), None);
+        std::fs::write(&path, "short log\n").unwrap();
+        assert_eq!(log_tail(&path, 800).as_deref(), Some("short log"));
+
+        // "é" is two bytes; a window starting inside it drops the fragment
+        // rather than showing a replacement character.
+        let text = format!("{}é tail \n", "x".repeat(1000));
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(log_tail(&path, 8).as_deref(), Some("tail"));
+        assert_eq!(log_tail(&path, 9).as_deref(), Some("é tail"));
+        assert!(log_tail(&path, 800).unwrap().len() <= 800);
+    }
+
+    proptest! {
+        #[test]
+        fn fitted_records_never_exceed_the_limit(
+            stderr in ".{0,3000}",
+            message in ".{0,3000}",
+            command in "\\PC{0,2000}",
+            control in "[\\x00-\\x1f\"\\\\]{0,2000}",
+        ) {
+            let mut rec = record(&stderr, &message);
+            rec.insert("command".into(), json!(command));
+            rec.insert("context".into(), json!(control));
+            let line = fit_record(rec).unwrap();
+            prop_assert!(line.len() < MAX_RECORD_BYTES);
+            let back: Value = serde_json::from_str(&line).unwrap();
+            prop_assert_eq!(&back["errorType"], "cli-failure");
+        }
+    }
+}

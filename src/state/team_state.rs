@@ -1,0 +1,749 @@
+//! The team-state document and the store that guards it (SPEC §5.6).
+//!
+//! The store owns the file discipline: every change happens under an
+//! exclusive lock on `<team-state>.lock`, re-reads the file, and replaces it
+//! whole. The free functions are the rules over the document itself; they do
+//! no I/O so they can be tested, and reused by the [`super::Ledger`], as plain
+//! data transformations.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ffi::OsString;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde_json::{json, Map, Value};
+
+use super::StateError;
+use crate::fsutil::{self, FileLock};
+
+pub const WORKERS: &str = "workers";
+pub const WORKER_DISPATCHES: &str = "workerDispatches";
+pub const AGENT_DISPATCHES: &str = "agentDispatches";
+pub const AGENT_RESULT_LINKS: &str = "agentResultLinks";
+pub const ATTEMPTS: &str = "attempts";
+
+/// Top-level keys that, when present, must hold arrays.
+const ARRAY_KEYS: [&str; 5] = [
+    WORKERS,
+    WORKER_DISPATCHES,
+    AGENT_DISPATCHES,
+    AGENT_RESULT_LINKS,
+    ATTEMPTS,
+];
+
+/// The document a run starts from when no team-state file exists yet.
+pub fn fresh_document() -> Value {
+    json!({
+        WORKERS: [],
+        WORKER_DISPATCHES: [],
+        AGENT_DISPATCHES: [],
+        AGENT_RESULT_LINKS: [],
+    })
+}
+
+/// The team-state file of one run.
+#[derive(Debug, Clone)]
+pub struct TeamStateStore {
+    path: PathBuf,
+}
+
+impl TeamStateStore {
+    /// A store for the file at `path`. Nothing is read or created yet.
+    pub fn open(path: impl Into<PathBuf>) -> Self {
+        TeamStateStore { path: path.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `<team-state>.lock`: the lock every writer of this file takes.
+    pub fn lock_path(&self) -> PathBuf {
+        let mut name = OsString::from(self.path.as_os_str());
+        name.push(".lock");
+        PathBuf::from(name)
+    }
+
+    /// Block until this process holds the team-state lock.
+    pub fn lock(&self) -> Result<FileLock, StateError> {
+        let lock_path = self.lock_path();
+        FileLock::acquire(&lock_path).map_err(|e| StateError::io(lock_path, e))
+    }
+
+    /// The current document. A missing (or blank) file reads as
+    /// [`fresh_document`]; anything that is not a JSON object, or whose
+    /// well-known lists are not arrays, is an error naming the file.
+    ///
+    /// Reading takes no lock: the file is only ever replaced by rename, so a
+    /// reader always sees one whole version.
+    pub fn read(&self) -> Result<Value, StateError> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(fresh_document()),
+            Err(e) => return Err(StateError::io(&self.path, e)),
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(fresh_document());
+        }
+        let doc: Value = serde_json::from_slice(&bytes).map_err(|source| StateError::Parse {
+            path: self.path.clone(),
+            source,
+        })?;
+        let Some(object) = doc.as_object() else {
+            return Err(StateError::NotAnObject {
+                path: self.path.clone(),
+            });
+        };
+        for key in ARRAY_KEYS {
+            if object.get(key).is_some_and(|v| !v.is_array()) {
+                return Err(StateError::NotAnArray {
+                    path: self.path.clone(),
+                    key: key.to_string(),
+                });
+            }
+        }
+        Ok(doc)
+    }
+
+    /// Replace the file with `doc`. Callers must hold [`Self::lock`].
+    pub(crate) fn write_locked(&self, doc: &Value) -> Result<(), StateError> {
+        let mut bytes = serde_json::to_vec_pretty(doc).map_err(|source| StateError::Parse {
+            path: self.path.clone(),
+            source,
+        })?;
+        bytes.push(b'\n');
+        fsutil::write_atomic(&self.path, &bytes).map_err(|e| StateError::io(&self.path, e))
+    }
+
+    /// Lock, read, apply `f`, write the result back whole, unlock.
+    ///
+    /// Because the read happens under the lock, an update another writer made
+    /// a moment ago is part of what `f` sees and is written back with it.
+    pub fn mutate<R>(&self, f: impl FnOnce(&mut Value) -> R) -> Result<R, StateError> {
+        let _lock = self.lock()?;
+        let mut doc = self.read()?;
+        let out = f(&mut doc);
+        self.write_locked(&doc)?;
+        Ok(out)
+    }
+}
+
+/// A worker's status in the `workers[]` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkerStatus {
+    NotRun,
+    InProgress,
+    Completed,
+    Timeout,
+    Error,
+}
+
+impl WorkerStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerStatus::NotRun => "not-run",
+            WorkerStatus::InProgress => "in-progress",
+            WorkerStatus::Completed => "completed",
+            WorkerStatus::Timeout => "timeout",
+            WorkerStatus::Error => "error",
+        }
+    }
+
+    /// Completed, timed out or failed: the worker will not move on its own.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            WorkerStatus::Completed | WorkerStatus::Timeout | WorkerStatus::Error
+        )
+    }
+}
+
+impl fmt::Display for WorkerStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for WorkerStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "not-run" => WorkerStatus::NotRun,
+            "in-progress" => WorkerStatus::InProgress,
+            "completed" => WorkerStatus::Completed,
+            "timeout" => WorkerStatus::Timeout,
+            "error" => WorkerStatus::Error,
+            other => return Err(format!("unknown worker status `{other}`")),
+        })
+    }
+}
+
+/// Field-level edits to one `workers[]` row: keys to set and keys to remove.
+/// A key is in at most one of the two.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerChange {
+    pub set: Map<String, Value>,
+    pub unset: BTreeSet<String>,
+}
+
+impl WorkerChange {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.unset.is_empty()
+    }
+
+    fn set(&mut self, key: &str, value: Value) {
+        self.unset.remove(key);
+        self.set.insert(key.to_string(), value);
+    }
+
+    fn unset(&mut self, key: &str) {
+        self.set.remove(key);
+        self.unset.insert(key.to_string());
+    }
+
+    /// Fold a later change into this one, so applying the result equals
+    /// applying both in order.
+    pub fn then(&mut self, later: WorkerChange) {
+        for key in later.unset {
+            self.unset(&key);
+        }
+        for (key, value) in later.set {
+            self.set(&key, value);
+        }
+    }
+
+    pub fn apply(&self, row: &mut Map<String, Value>) {
+        for key in &self.unset {
+            row.remove(key);
+        }
+        for (key, value) in &self.set {
+            row.insert(key.clone(), value.clone());
+        }
+    }
+}
+
+/// The edits that move a worker row to `status` at time `now`.
+///
+/// `not-run` and the terminal statuses carry `reason` (possibly empty);
+/// `in-progress` stamps `startedAt` and drops any stale reason and `endedAt`;
+/// terminal statuses stamp `endedAt`; `not-run` clears both stamps. `extra`
+/// fields are set too, but cannot override the fields this rule manages.
+pub fn worker_status_change(
+    status: WorkerStatus,
+    reason: &str,
+    extra: &Map<String, Value>,
+    now: &str,
+) -> WorkerChange {
+    let mut change = WorkerChange::default();
+    for (key, value) in extra {
+        change.set(key, value.clone());
+    }
+    change.set("status", json!(status.as_str()));
+    match status {
+        WorkerStatus::NotRun => {
+            change.set("reason", json!(reason));
+            change.unset("startedAt");
+            change.unset("endedAt");
+        }
+        WorkerStatus::InProgress => {
+            change.set("startedAt", json!(now));
+            change.unset("endedAt");
+            change.unset("reason");
+        }
+        WorkerStatus::Completed | WorkerStatus::Timeout | WorkerStatus::Error => {
+            change.set("reason", json!(reason));
+            change.set("endedAt", json!(now));
+        }
+    }
+    change
+}
+
+/// What one writer wants done to one worker's row: create it (with these
+/// fields) if it is missing, then apply `change`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerPatch {
+    pub ensure: Option<Map<String, Value>>,
+    pub change: WorkerChange,
+}
+
+impl WorkerPatch {
+    /// Fold a later patch into this one. The first `ensure` wins: it only
+    /// matters when the row is missing, and then the earliest intent created it.
+    pub fn then(&mut self, later: WorkerPatch) {
+        if self.ensure.is_none() {
+            self.ensure = later.ensure;
+        }
+        self.change.then(later.change);
+    }
+}
+
+/// Make `doc` an object and return the array under `key`, creating it if
+/// missing. Documents from [`TeamStateStore::read`] are already the right
+/// shape; anything else is coerced rather than refused.
+pub(crate) fn rows_mut<'a>(doc: &'a mut Value, key: &str) -> &'a mut Vec<Value> {
+    if !doc.is_object() {
+        *doc = Value::Object(Map::new());
+    }
+    let Value::Object(object) = doc else {
+        unreachable!("made an object above")
+    };
+    let slot = object
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !slot.is_array() {
+        *slot = Value::Array(Vec::new());
+    }
+    let Value::Array(rows) = slot else {
+        unreachable!("made an array above")
+    };
+    rows
+}
+
+pub(crate) fn rows<'a>(doc: &'a Value, key: &str) -> &'a [Value] {
+    doc.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// A row's `dispatchId` when it is a non-empty string.
+fn dispatch_id_of(row: &Value) -> Option<&str> {
+    row.get("dispatchId")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+}
+
+/// Record one dispatch row: see [`upsert_dispatches`].
+pub fn upsert_dispatch(doc: &mut Value, row: Value) {
+    upsert_dispatches(doc, std::iter::once(row));
+}
+
+/// Record dispatch rows in `workerDispatches`, in order. A row with a
+/// non-empty `dispatchId` replaces the row already holding that id (the
+/// first, should the file hold several); a row without one is appended, since
+/// there is nothing to recognise it by.
+pub fn upsert_dispatches(doc: &mut Value, new_rows: impl IntoIterator<Item = Value>) {
+    let rows = rows_mut(doc, WORKER_DISPATCHES);
+    let mut slot: HashMap<String, usize> = HashMap::new();
+    for (index, row) in rows.iter().enumerate() {
+        if let Some(id) = dispatch_id_of(row) {
+            slot.entry(id.to_string()).or_insert(index);
+        }
+    }
+    for row in new_rows {
+        match dispatch_id_of(&row).map(str::to_string) {
+            Some(id) => match slot.get(&id) {
+                Some(&index) => rows[index] = row,
+                None => {
+                    slot.insert(id, rows.len());
+                    rows.push(row);
+                }
+            },
+            None => rows.push(row),
+        }
+    }
+}
+
+fn worker_key_of(row: &Value) -> Option<&str> {
+    row.get("workerId").and_then(Value::as_str)
+}
+
+/// Apply worker patches to `workers[]`, in order, creating rows as asked.
+///
+/// A missing row is created as `{workerId, status: "not-run", ...ensure}`
+/// when the patch ensures it, or as `{workerId}` plus the change when the
+/// change has something to say; `workerId` is always the key.
+pub fn apply_worker_patches<'p>(
+    doc: &mut Value,
+    patches: impl IntoIterator<Item = (&'p str, &'p WorkerPatch)>,
+) {
+    let rows = rows_mut(doc, WORKERS);
+    let mut slot: HashMap<String, usize> = HashMap::new();
+    for (index, row) in rows.iter().enumerate() {
+        if let Some(key) = worker_key_of(row) {
+            slot.entry(key.to_string()).or_insert(index);
+        }
+    }
+    for (key, patch) in patches {
+        let index = match slot.get(key) {
+            Some(&index) => index,
+            None => {
+                let mut row = Map::new();
+                match &patch.ensure {
+                    Some(fields) => {
+                        row.insert("status".into(), json!(WorkerStatus::NotRun.as_str()));
+                        row.extend(fields.clone());
+                    }
+                    None if patch.change.is_empty() => continue,
+                    None => {}
+                }
+                row.insert("workerId".into(), json!(key));
+                slot.insert(key.to_string(), rows.len());
+                rows.push(Value::Object(row));
+                rows.len() - 1
+            }
+        };
+        if let Value::Object(row) = &mut rows[index] {
+            patch.change.apply(row);
+        }
+    }
+}
+
+/// Add a `workers[]` row for `key` if there is none. Returns whether one was
+/// added.
+pub fn ensure_worker(doc: &mut Value, key: &str, fields: &Map<String, Value>) -> bool {
+    if find_worker(doc, key).is_some() {
+        return false;
+    }
+    let patch = WorkerPatch {
+        ensure: Some(fields.clone()),
+        change: WorkerChange::default(),
+    };
+    apply_worker_patches(doc, [(key, &patch)]);
+    true
+}
+
+/// Move worker `key` to `status` now (see [`worker_status_change`]),
+/// creating its row if it has none.
+pub fn set_worker_status(
+    doc: &mut Value,
+    key: &str,
+    status: WorkerStatus,
+    reason: &str,
+    extra: &Map<String, Value>,
+) {
+    let patch = WorkerPatch {
+        ensure: None,
+        change: worker_status_change(status, reason, extra, &fsutil::utc_now()),
+    };
+    apply_worker_patches(doc, [(key, &patch)]);
+}
+
+/// Give a skip reason to a worker that was never touched: only a row that is
+/// still `not-run` with an empty reason is changed. Returns whether it was.
+/// A worker without a row is left alone.
+pub fn mark_pristine_not_run(doc: &mut Value, key: &str, reason: &str) -> bool {
+    let pristine = find_worker(doc, key).is_some_and(|row| {
+        row.get("status").and_then(Value::as_str) == Some(WorkerStatus::NotRun.as_str())
+            && row
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+    });
+    if pristine {
+        set_worker_status(doc, key, WorkerStatus::NotRun, reason, &Map::new());
+    }
+    pristine
+}
+
+/// The `workers[]` row for `key`.
+pub fn find_worker<'a>(doc: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
+    rows(doc, WORKERS)
+        .iter()
+        .find(|row| worker_key_of(row) == Some(key))
+        .and_then(Value::as_object)
+}
+
+/// The dispatch row holding `dispatch_id`, looked up in `workerDispatches`
+/// and then in `agentDispatches`.
+pub fn find_dispatch<'a>(doc: &'a Value, dispatch_id: &str) -> Option<&'a Value> {
+    [WORKER_DISPATCHES, AGENT_DISPATCHES]
+        .into_iter()
+        .flat_map(|key| rows(doc, key))
+        .find(|row| dispatch_id_of(row) == Some(dispatch_id))
+}
+
+/// Every non-empty dispatch id recorded in `workerDispatches` or
+/// `agentDispatches`.
+pub fn dispatch_ids(doc: &Value) -> HashSet<String> {
+    [WORKER_DISPATCHES, AGENT_DISPATCHES]
+        .into_iter()
+        .flat_map(|key| rows(doc, key))
+        .filter_map(dispatch_id_of)
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn missing_file_reads_fresh_and_lock_path_is_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TeamStateStore::open(dir.path().join("team-state.json"));
+        assert_eq!(store.read().unwrap(), fresh_document());
+        assert_eq!(store.lock_path(), dir.path().join("team-state.json.lock"));
+    }
+
+    #[test]
+    fn non_object_and_bad_shapes_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ts.json");
+        let store = TeamStateStore::open(&path);
+
+        std::fs::write(&path, "[1, 2]").unwrap();
+        let err = store.read().unwrap_err();
+        assert!(matches!(err, StateError::NotAnObject { .. }));
+        assert!(err.to_string().contains("ts.json"), "{err}");
+
+        std::fs::write(&path, "{\"workers\": {}}").unwrap();
+        let err = store.read().unwrap_err();
+        assert!(matches!(err, StateError::NotAnArray { .. }), "{err}");
+
+        std::fs::write(&path, "{\"workers\": [").unwrap();
+        let err = store.read().unwrap_err();
+        assert!(matches!(err, StateError::Parse { .. }));
+        assert!(err.to_string().contains("ts.json"), "{err}");
+    }
+
+    #[test]
+    fn mutate_creates_the_run_dir_and_writes_pretty_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TeamStateStore::open(dir.path().join("run/state/team-state.json"));
+        let n = store
+            .mutate(|doc| {
+                ensure_worker(doc, "codex", &Map::new());
+                rows(doc, WORKERS).len()
+            })
+            .unwrap();
+        assert_eq!(n, 1);
+        let text = std::fs::read_to_string(store.path()).unwrap();
+        assert!(
+            text.ends_with("}\n") && text.contains("\n  \"workers\""),
+            "{text}"
+        );
+        assert_eq!(
+            find_worker(&store.read().unwrap(), "codex").unwrap()["status"],
+            "not-run"
+        );
+    }
+
+    #[test]
+    fn concurrent_mutations_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("team-state.json");
+        let threads = 12;
+        let per_thread = 10;
+        let barrier = Arc::new(Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let store = TeamStateStore::open(path);
+                    barrier.wait();
+                    for i in 0..per_thread {
+                        store
+                            .mutate(|doc| {
+                                upsert_dispatch(doc, json!({"dispatchId": format!("{t}:{i}")}))
+                            })
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let doc = TeamStateStore::open(&path).read().unwrap();
+        assert_eq!(dispatch_ids(&doc).len(), threads * per_thread);
+        assert_eq!(rows(&doc, WORKER_DISPATCHES).len(), threads * per_thread);
+    }
+
+    /// Run as a child process by `concurrent_processes_lose_nothing`; a
+    /// no-op when run on its own.
+    #[test]
+    fn child_process_mutator() {
+        let (Ok(path), Ok(tag)) = (
+            std::env::var("OKSTRA_TEST_TEAM_STATE"),
+            std::env::var("OKSTRA_TEST_TAG"),
+        ) else {
+            return;
+        };
+        let store = TeamStateStore::open(path);
+        for i in 0..20 {
+            store
+                .mutate(|doc| upsert_dispatch(doc, json!({"dispatchId": format!("{tag}:{i}")})))
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn concurrent_processes_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("team-state.json");
+        let exe = std::env::current_exe().unwrap();
+        let children: Vec<_> = (0..4)
+            .map(|tag| {
+                std::process::Command::new(&exe)
+                    .args([
+                        "--exact",
+                        "state::team_state::tests::child_process_mutator",
+                        "--test-threads=1",
+                    ])
+                    .env("OKSTRA_TEST_TEAM_STATE", &path)
+                    .env("OKSTRA_TEST_TAG", format!("p{tag}"))
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for mut child in children {
+            assert!(child.wait().unwrap().success());
+        }
+        let doc = TeamStateStore::open(&path).read().unwrap();
+        assert_eq!(dispatch_ids(&doc).len(), 80);
+    }
+
+    #[test]
+    fn dispatch_with_id_replaces_and_without_id_appends() {
+        let mut doc = fresh_document();
+        upsert_dispatch(
+            &mut doc,
+            json!({"dispatchId": "inv-1:attempt-1", "status": "in-progress"}),
+        );
+        upsert_dispatch(&mut doc, json!({"workerId": "claude"}));
+        upsert_dispatch(
+            &mut doc,
+            json!({"dispatchId": "inv-1:attempt-1", "status": "completed"}),
+        );
+        upsert_dispatch(&mut doc, json!({"workerId": "claude"}));
+        upsert_dispatch(&mut doc, json!({"dispatchId": "", "workerId": "gemini"}));
+        let rows = rows(&doc, WORKER_DISPATCHES);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows[0]["status"], "completed");
+        assert_eq!(
+            find_dispatch(&doc, "inv-1:attempt-1").unwrap()["status"],
+            "completed"
+        );
+        assert!(find_dispatch(&doc, "").is_none());
+    }
+
+    #[test]
+    fn dispatch_ids_span_worker_and_agent_dispatches() {
+        let doc = json!({
+            "workerDispatches": [{"dispatchId": "a"}, {"dispatchId": ""}, {}],
+            "agentDispatches": [{"dispatchId": "b"}, "junk"],
+        });
+        let ids = dispatch_ids(&doc);
+        assert_eq!(ids, HashSet::from(["a".to_string(), "b".to_string()]));
+        assert!(find_dispatch(&doc, "b").is_some());
+    }
+
+    #[test]
+    fn ensure_worker_adds_once_with_fields() {
+        let mut doc = fresh_document();
+        assert!(ensure_worker(
+            &mut doc,
+            "codex",
+            &map(json!({"role": "implementer"}))
+        ));
+        assert!(!ensure_worker(
+            &mut doc,
+            "codex",
+            &map(json!({"role": "other"}))
+        ));
+        assert_eq!(rows(&doc, WORKERS).len(), 1);
+        let row = find_worker(&doc, "codex").unwrap();
+        assert_eq!(row["status"], "not-run");
+        assert_eq!(row["role"], "implementer");
+        assert_eq!(row["workerId"], "codex");
+    }
+
+    #[test]
+    fn status_transitions_stamp_and_carry_reasons() {
+        let mut doc = fresh_document();
+        let extra = map(json!({"dispatchId": "d:attempt-1", "status": "bogus"}));
+        set_worker_status(
+            &mut doc,
+            "claude",
+            WorkerStatus::InProgress,
+            "ignored",
+            &extra,
+        );
+        let row = find_worker(&doc, "claude").unwrap();
+        assert_eq!(row["status"], "in-progress");
+        assert_eq!(row["dispatchId"], "d:attempt-1");
+        assert!(row.contains_key("startedAt"));
+        assert!(!row.contains_key("reason") && !row.contains_key("endedAt"));
+
+        set_worker_status(&mut doc, "claude", WorkerStatus::Completed, "", &Map::new());
+        let row = find_worker(&doc, "claude").unwrap();
+        assert_eq!(row["status"], "completed");
+        assert_eq!(row["reason"], "");
+        assert!(row.contains_key("startedAt") && row.contains_key("endedAt"));
+
+        set_worker_status(
+            &mut doc,
+            "claude",
+            WorkerStatus::NotRun,
+            "reset",
+            &Map::new(),
+        );
+        let row = find_worker(&doc, "claude").unwrap();
+        assert_eq!(row["reason"], "reset");
+        assert!(!row.contains_key("startedAt") && !row.contains_key("endedAt"));
+    }
+
+    #[test]
+    fn pristine_marking_touches_only_untouched_rows() {
+        let mut doc = fresh_document();
+        assert!(!mark_pristine_not_run(&mut doc, "ghost", "skipped"));
+        assert!(find_worker(&doc, "ghost").is_none());
+
+        ensure_worker(&mut doc, "a", &Map::new());
+        assert!(mark_pristine_not_run(&mut doc, "a", "not in roster"));
+        assert_eq!(find_worker(&doc, "a").unwrap()["reason"], "not in roster");
+        // Already has a reason: left alone.
+        assert!(!mark_pristine_not_run(&mut doc, "a", "other"));
+        assert_eq!(find_worker(&doc, "a").unwrap()["reason"], "not in roster");
+
+        ensure_worker(&mut doc, "b", &Map::new());
+        set_worker_status(&mut doc, "b", WorkerStatus::Error, "boom", &Map::new());
+        assert!(!mark_pristine_not_run(&mut doc, "b", "skipped"));
+        assert_eq!(find_worker(&doc, "b").unwrap()["status"], "error");
+    }
+
+    #[test]
+    fn worker_changes_compose_in_order() {
+        let mut first = worker_status_change(WorkerStatus::InProgress, "", &Map::new(), "t1");
+        first.then(worker_status_change(
+            WorkerStatus::Timeout,
+            "idle",
+            &Map::new(),
+            "t2",
+        ));
+        let mut composed = map(json!({"workerId": "w", "other": 1}));
+        first.apply(&mut composed);
+
+        let mut stepwise = map(json!({"workerId": "w", "other": 1}));
+        worker_status_change(WorkerStatus::InProgress, "", &Map::new(), "t1").apply(&mut stepwise);
+        worker_status_change(WorkerStatus::Timeout, "idle", &Map::new(), "t2").apply(&mut stepwise);
+        assert_eq!(composed, stepwise);
+        assert_eq!(composed["startedAt"], "t1");
+        assert_eq!(composed["endedAt"], "t2");
+    }
+
+    #[test]
+    fn status_names_round_trip() {
+        for s in [
+            WorkerStatus::NotRun,
+            WorkerStatus::InProgress,
+            WorkerStatus::Completed,
+            WorkerStatus::Timeout,
+            WorkerStatus::Error,
+        ] {
+            assert_eq!(s.as_str().parse::<WorkerStatus>().unwrap(), s);
+        }
+        assert!("done".parse::<WorkerStatus>().is_err());
+    }
+}
