@@ -13,6 +13,7 @@ use crate::plan::{Job, Plan};
 use crate::process;
 use record::Recorder;
 use resume::JobState;
+use crate::state::team_state::WorkerStatus;
 use serde_json::{json, Map, Value};
 use settle::{Outcome, Settlement, Status};
 use std::collections::HashMap;
@@ -460,16 +461,13 @@ impl<'a> Runner<'a> {
             drop(spawned);
             let _ = tx.send((pid, code));
         });
-        self.rec.worker(job, "in-progress", "");
+        self.rec.worker(job, WorkerStatus::InProgress, "");
         let mut extra = Map::new();
         extra.insert("pid".into(), json!(pid));
         extra.insert("startedAt".into(), json!(crate::fsutil::utc_now()));
         let row = self.dispatch_row(job, attempt, "running", "", session_id.as_deref(), extra);
         self.rec.dispatch_row(row);
-        self.rec.attempt(json!({
-            "dispatchId": job.dispatch_id_for(attempt), "planDigest": self.plan.digest, "workerKey": job.key,
-            "attempt": attempt, "startedAt": crate::fsutil::utc_now(), "finishedAt": null, "status": "started",
-        }));
+        self.rec.start_attempt(job, attempt);
         let mut facts = Map::new();
         facts.insert("pid".into(), json!(pid));
         facts.insert("sessionId".into(), json!(session_id.clone().unwrap_or_default()));
@@ -567,15 +565,11 @@ impl<'a> Runner<'a> {
         let row = self.dispatch_row(job, attempt, status, &reason, e.session_id.as_deref(), extra);
         self.rec.dispatch_row(row);
         let change_summary = facts.get("mutationAudit").cloned();
-        self.rec.attempt(json!({
-            "dispatchId": job.dispatch_id_for(attempt), "planDigest": self.plan.digest, "workerKey": job.key,
-            "attempt": attempt, "finishedAt": crate::fsutil::utc_now(), "status": status,
-            "resultPath": if s.status == Status::Completed { json!(job.worker_result_path) } else { Value::Null },
-            "changeSummary": change_summary,
-        }));
+        let result_path = (s.status == Status::Completed).then(|| job.worker_result_path.clone());
+        self.rec.finish_attempt(job, attempt, status, result_path, change_summary);
         let elapsed = e.started.elapsed();
         if s.status == Status::Completed {
-            self.rec.worker(job, "completed", &reason);
+            self.rec.worker(job, WorkerStatus::Completed, &reason);
             self.rec.event("worker-result-collected", job, attempt, facts);
             self.progress.line(format!("{} completed (attempt {attempt}){}", job.label(), if s.note.is_empty() { String::new() } else { format!(": {}", s.note) }));
             self.report(e.job_index, "completed", attempt, &reason, elapsed);
@@ -591,7 +585,7 @@ impl<'a> Runner<'a> {
             self.progress.line(format!("{} will retry: {} (attempt {} of {last_allowed})", job.label(), s.reason, attempt + 1));
             return Some((e.job_index, attempt + 1));
         }
-        self.rec.worker(job, status, &reason);
+        self.rec.worker(job, if s.status == Status::Timeout { WorkerStatus::Timeout } else { WorkerStatus::Error }, &reason);
         self.progress.line(format!("{} {status} (attempt {attempt}): {reason}", job.label()));
         self.report(e.job_index, status, attempt, &reason, elapsed);
         None

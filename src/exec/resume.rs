@@ -26,7 +26,7 @@ pub enum JobState {
 
 /// Per flattened job index (stage order), what the records say.
 pub fn job_states(rec: &super::record::Recorder, plan: &Plan, _root: &Path) -> HashMap<usize, JobState> {
-    let events = EventLog::read_all(rec.events.path());
+    let events = EventLog::read_all(rec.events.path()).unwrap_or_default();
     let mut by_key: HashMap<&str, Vec<&Value>> = HashMap::new();
     for e in &events {
         if e.get("planDigest").and_then(Value::as_str) != Some(plan.digest.as_str()) {

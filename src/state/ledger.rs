@@ -117,11 +117,7 @@ impl Ledger {
     /// [`super::team_state::upsert_dispatch`]).
     pub fn upsert_dispatch(&mut self, row: Value) {
         let pending = &mut self.pending;
-        let id = row
-            .get("dispatchId")
-            .and_then(Value::as_str)
-            .filter(|id| !id.is_empty())
-            .map(str::to_string);
+        let id = super::team_state::dispatch_row_key(&row);
         match id.as_ref().and_then(|id| pending.dispatch_slot.get(id)) {
             Some(&index) => pending.dispatches[index] = row,
             None => {

@@ -316,6 +316,20 @@ fn dispatch_id_of(row: &Value) -> Option<&str> {
         .filter(|id| !id.is_empty())
 }
 
+/// What a dispatch row is recognised by when it is recorded again: its
+/// `dispatchId`; or, for a job without an invocation, the plan, worker and
+/// attempt okstra stamped on it (`planDigest`, `workerKey`, `attempt`). A row
+/// with neither has nothing to be recognised by and is appended.
+pub fn dispatch_row_key(row: &Value) -> Option<String> {
+    if let Some(id) = dispatch_id_of(row) {
+        return Some(id.to_string());
+    }
+    let plan = row.get("planDigest").and_then(Value::as_str).filter(|s| !s.is_empty())?;
+    let key = row.get("workerKey").and_then(Value::as_str)?;
+    let attempt = row.get("attempt").and_then(Value::as_u64)?;
+    Some(format!("{plan}#{key}#{attempt}"))
+}
+
 /// Record one dispatch row: see [`upsert_dispatches`].
 pub fn upsert_dispatch(doc: &mut Value, row: Value) {
     upsert_dispatches(doc, std::iter::once(row));
@@ -329,12 +343,12 @@ pub fn upsert_dispatches(doc: &mut Value, new_rows: impl IntoIterator<Item = Val
     let rows = rows_mut(doc, WORKER_DISPATCHES);
     let mut slot: HashMap<String, usize> = HashMap::new();
     for (index, row) in rows.iter().enumerate() {
-        if let Some(id) = dispatch_id_of(row) {
-            slot.entry(id.to_string()).or_insert(index);
+        if let Some(id) = dispatch_row_key(row) {
+            slot.entry(id).or_insert(index);
         }
     }
     for row in new_rows {
-        match dispatch_id_of(&row).map(str::to_string) {
+        match dispatch_row_key(&row) {
             Some(id) => match slot.get(&id) {
                 Some(&index) => rows[index] = row,
                 None => {
