@@ -362,7 +362,8 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     let mut child = match process::spawn_in_caller_group(&spec) {
         Ok(child) => child,
         Err(err) => {
-            let (code, problem) = launch_failure(&argv[0], &err);
+            let program = argv.first().map(String::as_str).unwrap_or_default();
+            let (code, problem) = launch_failure(program, &err);
             eprintln!("okstra worker: {problem}");
             status.finish(code, Some(problem));
             return code;
