@@ -1,9 +1,879 @@
-//! TEMPORARY stub (replaced by the h-proc branch).
-#[derive(clap::Args, Debug)]
-pub struct WorkerArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+//! `okstra worker`: the built-in wrapper around one provider CLI run (SPEC §6).
+//!
+//! It runs the provider's argv with the prompt on stdin (eager include), in
+//! the project root, with the `OKSTRA_*` environment; keeps
+//! `<prompt>.status.json` current (a heartbeat every two seconds while the
+//! child runs, the exit code and duration once it ended); enforces the
+//! wall-clock timeout; and exits with the child's code.
+//!
+//! The wrapper does not redirect the child's output: exec already points the
+//! wrapper's stdout and stderr at `<prompt>.log`, and by hand the terminal is
+//! the right place. The child stays in the wrapper's process group, so exec
+//! stopping the wrapper's group stops the agent with it.
+
+use crate::process::{self, SpawnSpec, Spawned};
+use crate::provider::{self, ArgvRequest, ProviderOptions, TIMEOUT_EXIT_CODE};
+use serde::Serialize;
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often the status sidecar's `heartbeatAt` is refreshed.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
+/// Between SIGTERM and SIGKILL when the wrapper stops its child.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How often the wrapper looks at its child, the clock and its signals.
+const POLL: Duration = Duration::from_millis(50);
+/// Exit code for a wrapper invoked with unusable arguments, as clap's.
+const USAGE_EXIT_CODE: i32 = 2;
+/// The shell's codes for a program that could not be executed / found.
+const NOT_EXECUTABLE_EXIT_CODE: i32 = 126;
+const NOT_FOUND_EXIT_CODE: i32 = 127;
+/// How much of the log's new output is searched for the served model and the
+/// CLI's session id; both come in the first events.
+const OUTPUT_SCAN_LIMIT: u64 = 1 << 20;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Presentation {
+    /// Print start and end notices on stderr.
+    Live,
+    /// Print only problems.
+    #[default]
+    Quiet,
 }
-pub fn run(_args: &WorkerArgs) -> i32 {
-    1
+
+/// Arguments of `okstra worker`. Paths are relative to the project root
+/// unless absolute.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// The project root: the child's working directory.
+    #[arg(long, value_name = "PATH")]
+    pub project_root: PathBuf,
+    /// claude, codex, gemini or command.
+    #[arg(long, value_name = "P")]
+    pub provider: String,
+    /// The model execution value handed to the provider CLI.
+    #[arg(long, value_name = "M", default_value = "")]
+    pub model: String,
+    /// The prompt file, given to the child on stdin.
+    #[arg(long, value_name = "PATH")]
+    pub prompt: PathBuf,
+    /// The file the worker must write.
+    #[arg(long, value_name = "PATH")]
+    pub result: PathBuf,
+    /// The worker's own result file.
+    #[arg(long, value_name = "PATH")]
+    pub worker_result: PathBuf,
+    #[arg(long, value_enum, default_value_t = Presentation::Quiet)]
+    pub presentation: Presentation,
+    /// The prompt's invocation metadata (accepted for the served-model check).
+    #[arg(long, value_name = "PATH")]
+    pub invocation_metadata: Option<PathBuf>,
+    /// A UUID minted by okstra for this attempt; passed to providers that take one.
+    #[arg(long, value_name = "UUID", value_parser = parse_session_id)]
+    pub session_id: Option<String>,
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: u32,
+    #[arg(long, value_name = "ID")]
+    pub dispatch_id: Option<String>,
+    /// The worker's state key.
+    #[arg(long, value_name = "KEY")]
+    pub worker_key: String,
+    /// Stop the child after this many seconds and exit 124.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_seconds: Option<u64>,
+    /// A directory the worker may write besides the project root (repeatable).
+    #[arg(long = "write-dir", value_name = "PATH")]
+    pub write_dirs: Vec<PathBuf>,
+    #[arg(long, value_name = "MODE")]
+    pub permission_mode: Option<String>,
+    #[arg(long, value_name = "MODE")]
+    pub sandbox_mode: Option<String>,
+    #[arg(long, value_name = "MODE")]
+    pub approval_mode: Option<String>,
+    /// An extra argument for the provider CLI (repeatable).
+    #[arg(long = "extra-arg", value_name = "A", allow_hyphen_values = true)]
+    pub extra_args: Vec<String>,
+    /// The argv of a `command` job.
+    #[arg(last = true, value_name = "ARGV")]
+    pub command: Vec<String>,
+}
+
+fn parse_session_id(value: &str) -> Result<String, String> {
+    uuid::Uuid::parse_str(value)
+        .map(|_| value.to_string())
+        .map_err(|e| format!("not a UUID: {e}"))
+}
+
+/// Run the wrapper; its exit code. SIGTERM or SIGINT to the wrapper stops the
+/// child (SIGTERM, grace, SIGKILL) and the wrapper exits with the child's code.
+pub fn run(args: &WorkerArgs) -> i32 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let _signals = match SignalGuard::install(&stop) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("okstra worker: cannot install signal handlers: {err}");
+            return USAGE_EXIT_CODE;
+        }
+    };
+    execute(
+        args,
+        &stop,
+        Timing {
+            grace: STOP_GRACE,
+            heartbeat: HEARTBEAT_INTERVAL,
+        },
+    )
+}
+
+/// The wrapper's clocks, given to `execute` so tests can shorten them.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    /// Between SIGTERM and SIGKILL.
+    grace: Duration,
+    /// Between heartbeats.
+    heartbeat: Duration,
+}
+
+/// Signal handlers that set a flag, removed again when dropped.
+struct SignalGuard(Vec<signal_hook::SigId>);
+
+impl SignalGuard {
+    fn install(flag: &Arc<AtomicBool>) -> io::Result<SignalGuard> {
+        let mut ids = Vec::new();
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            ids.push(signal_hook::flag::register(sig, Arc::clone(flag))?);
+        }
+        Ok(SignalGuard(ids))
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for id in self.0.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+/// Absolute paths of one invocation.
+struct Paths {
+    root: PathBuf,
+    prompt: PathBuf,
+    result: PathBuf,
+    worker_result: PathBuf,
+    status: PathBuf,
+    log: PathBuf,
+    write_dirs: Vec<PathBuf>,
+}
+
+impl Paths {
+    fn resolve(args: &WorkerArgs) -> io::Result<Paths> {
+        let root = std::path::absolute(&args.project_root)?;
+        let under = |p: &Path| root.join(p);
+        let prompt = under(&args.prompt);
+        Ok(Paths {
+            status: with_suffix(&prompt, ".status.json"),
+            log: with_suffix(&prompt, ".log"),
+            result: under(&args.result),
+            worker_result: under(&args.worker_result),
+            write_dirs: args.write_dirs.iter().map(|d| under(d)).collect(),
+            prompt,
+            root,
+        })
+    }
+}
+
+/// `<path><suffix>`: the sidecar naming of SPEC §1.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The status sidecar, `<prompt>.status.json`.
+#[derive(Serialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+struct Status {
+    state: &'static str,
+    /// The provider CLI's pid; null until it started.
+    pid: Option<u32>,
+    wrapper_pid: u32,
+    started_at: String,
+    heartbeat_at: String,
+    exit_code: Option<i32>,
+    #[serde(rename = "duration_ms")]
+    duration_ms: Option<u64>,
+    provider: String,
+    attempt: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dispatch_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    served_model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cli_session_id: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    timed_out: bool,
+    /// On a timeout, the code the stopped child itself ended with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    child_exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// Owns the status sidecar: every write goes through here.
+struct StatusFile {
+    path: PathBuf,
+    status: Status,
+    started: Instant,
+    warned: bool,
+}
+
+impl StatusFile {
+    fn write(&mut self) {
+        self.status.heartbeat_at = now_rfc3339();
+        let mut bytes = serde_json::to_vec_pretty(&self.status).unwrap_or_default();
+        bytes.push(b'\n');
+        if let Err(err) = write_atomic(&self.path, &bytes) {
+            // The run goes on without liveness; say so once.
+            if !self.warned {
+                eprintln!("okstra worker: cannot write {}: {err}", self.path.display());
+                self.warned = true;
+            }
+        }
+    }
+
+    fn finish(&mut self, exit_code: i32, error: Option<String>) {
+        self.status.state = "exited";
+        self.status.exit_code = Some(exit_code);
+        self.status.duration_ms = Some(self.started.elapsed().as_millis() as u64);
+        self.status.error = error;
+        self.write();
+    }
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// Write `bytes` to `path` so that readers see the old or the new content,
+/// never a torn file: a temp file in the same directory, synced, renamed.
+fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The wrapper proper, with the stop flag and clocks given so tests can drive
+/// them without signals.
+fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
+    let started = Instant::now();
+    let paths = match Paths::resolve(args) {
+        Ok(paths) => paths,
+        Err(err) => {
+            eprintln!("okstra worker: cannot resolve the project root: {err}");
+            return USAGE_EXIT_CODE;
+        }
+    };
+    let mut status = StatusFile {
+        path: paths.status.clone(),
+        status: Status {
+            state: "running",
+            pid: None,
+            wrapper_pid: std::process::id(),
+            started_at: now_rfc3339(),
+            heartbeat_at: String::new(),
+            exit_code: None,
+            duration_ms: None,
+            provider: args.provider.clone(),
+            attempt: args.attempt,
+            dispatch_id: args.dispatch_id.clone(),
+            session_id: args.session_id.clone(),
+            served_model: None,
+            cli_session_id: None,
+            timed_out: false,
+            child_exit_code: None,
+            error: None,
+        },
+        started,
+        warned: false,
+    };
+
+    if let Err(problem) = check_inputs(args, &paths) {
+        eprintln!("okstra worker: {problem}");
+        if paths.root.is_dir() {
+            status.finish(USAGE_EXIT_CODE, Some(problem));
+        }
+        return USAGE_EXIT_CODE;
+    }
+
+    let options = ProviderOptions {
+        permission_mode: args.permission_mode.clone(),
+        sandbox_mode: args.sandbox_mode.clone(),
+        approval_mode: args.approval_mode.clone(),
+        extra_args: args.extra_args.clone(),
+    };
+    let argv = provider::build_argv(&ArgvRequest {
+        provider: &args.provider,
+        model: &args.model,
+        project_root: &paths.root,
+        write_dirs: &paths.write_dirs,
+        options: &options,
+        command: &args.command,
+        session_id: args.session_id.as_deref(),
+        project_is_git_repo: paths.root.ancestors().any(|d| d.join(".git").exists()),
+    });
+    let env = worker_env(args, &paths);
+    // Output of earlier attempts may already be in the log; look only past it.
+    let log_start = fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
+
+    let spec = SpawnSpec {
+        argv: &argv,
+        cwd: &paths.root,
+        env: &env,
+        log: None,
+        stdin: Some(&paths.prompt),
+    };
+    let mut child = match process::spawn_in_caller_group(&spec) {
+        Ok(child) => child,
+        Err(err) => {
+            let program = argv.first().map(String::as_str).unwrap_or_default();
+            let (code, problem) = launch_failure(program, &err);
+            eprintln!("okstra worker: {problem}");
+            status.finish(code, Some(problem));
+            return code;
+        }
+    };
+    status.status.pid = Some(child.pid());
+    status.write();
+    if args.presentation == Presentation::Live {
+        eprintln!(
+            "okstra worker: {} attempt {}: started {} (pid {})",
+            args.worker_key,
+            args.attempt,
+            args.provider,
+            child.pid()
+        );
+    }
+
+    let status = Arc::new(Mutex::new(status));
+    let (heartbeat_stop, heartbeat) = start_heartbeat(Arc::clone(&status), timing.heartbeat);
+    let deadline = args
+        .timeout_seconds
+        .map(|s| started + Duration::from_secs(s));
+    let outcome = supervise(&mut child, stop, deadline, timing.grace);
+    drop(heartbeat_stop);
+    let _ = heartbeat.join();
+
+    // The heartbeat thread has ended; the final write is ours alone.
+    let mut status = status.lock().unwrap_or_else(|e| e.into_inner());
+    let facts = output_facts(&args.provider, &paths.log, log_start);
+    status.status.served_model = facts.served_model;
+    status.status.cli_session_id = facts.cli_session_id;
+
+    let (code, error) = match outcome {
+        Outcome::Exited(code) | Outcome::Stopped(code) => (code, None),
+        Outcome::TimedOut(child_code) => {
+            status.status.timed_out = true;
+            status.status.child_exit_code = Some(child_code);
+            let secs = args.timeout_seconds.unwrap_or_default();
+            let problem = format!("timed out after {secs} s; the child was stopped");
+            eprintln!("okstra worker: {problem}");
+            (TIMEOUT_EXIT_CODE, Some(problem))
+        }
+        Outcome::Failed(err) => {
+            let problem = format!("lost track of the child: {err}");
+            eprintln!("okstra worker: {problem}");
+            (1, Some(problem))
+        }
+    };
+    status.finish(code, error);
+    if args.presentation == Presentation::Live {
+        eprintln!(
+            "okstra worker: {} attempt {}: exited {code} after {:.1} s",
+            args.worker_key,
+            args.attempt,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    code
+}
+
+/// What can be refused before starting anything.
+fn check_inputs(args: &WorkerArgs, paths: &Paths) -> Result<(), String> {
+    if !paths.root.is_dir() {
+        return Err(format!(
+            "the project root {} is not a directory",
+            paths.root.display()
+        ));
+    }
+    if !provider::is_known(&args.provider) {
+        return Err(format!(
+            "unknown provider `{}` (expected one of: {})",
+            args.provider,
+            provider::KNOWN.join(", ")
+        ));
+    }
+    if args.provider == "command" && args.command.is_empty() {
+        return Err("the command provider needs an argv after `--`".into());
+    }
+    if !paths.prompt.is_file() {
+        return Err(format!(
+            "the prompt {} is not a readable file",
+            paths.prompt.display()
+        ));
+    }
+    Ok(())
+}
+
+fn launch_failure(program: &str, err: &io::Error) -> (i32, String) {
+    match err.kind() {
+        io::ErrorKind::NotFound => (
+            NOT_FOUND_EXIT_CODE,
+            format!("cannot start `{program}`: command not found (is it installed and on PATH?)"),
+        ),
+        io::ErrorKind::PermissionDenied => (
+            NOT_EXECUTABLE_EXIT_CODE,
+            format!("cannot start `{program}`: permission denied"),
+        ),
+        _ => (
+            NOT_FOUND_EXIT_CODE,
+            format!("cannot start `{program}`: {err}"),
+        ),
+    }
+}
+
+/// The `OKSTRA_*` environment every worker gets (SPEC §6).
+fn worker_env(args: &WorkerArgs, paths: &Paths) -> Vec<(String, String)> {
+    let path = |p: &Path| p.display().to_string();
+    let mut env = vec![
+        ("OKSTRA_PROJECT_ROOT".into(), path(&paths.root)),
+        ("OKSTRA_PROMPT_PATH".into(), path(&paths.prompt)),
+        ("OKSTRA_RESULT_PATH".into(), path(&paths.result)),
+        (
+            "OKSTRA_WORKER_RESULT_PATH".into(),
+            path(&paths.worker_result),
+        ),
+        ("OKSTRA_ATTEMPT".into(), args.attempt.to_string()),
+        ("OKSTRA_WORKER_KEY".into(), args.worker_key.clone()),
+    ];
+    if let Some(id) = &args.dispatch_id {
+        env.push(("OKSTRA_DISPATCH_ID".into(), id.clone()));
+    }
+    if let Some(id) = &args.session_id {
+        env.push(("OKSTRA_SESSION_ID".into(), id.clone()));
+    }
+    env
+}
+
+/// Refreshes the heartbeat until the returned sender is dropped.
+fn start_heartbeat(
+    status: Arc<Mutex<StatusFile>>,
+    every: Duration,
+) -> (mpsc::Sender<()>, thread::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel::<()>();
+    let handle = thread::spawn(move || {
+        // A message or a hang-up both mean stop.
+        while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
+            status.lock().unwrap_or_else(|e| e.into_inner()).write();
+        }
+    });
+    (tx, handle)
+}
+
+enum Outcome {
+    Exited(i32),
+    /// Stopped because the wrapper was asked to stop; the child's code.
+    Stopped(i32),
+    /// Stopped at the deadline; the child's code.
+    TimedOut(i32),
+    Failed(io::Error),
+}
+
+/// Wait for the child, stopping it on a signal to the wrapper or at the deadline.
+fn supervise(
+    child: &mut Spawned,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+    grace: Duration,
+) -> Outcome {
+    loop {
+        match child.try_wait() {
+            Ok(Some(code)) => return Outcome::Exited(code),
+            Ok(None) => {}
+            Err(err) => return Outcome::Failed(err),
+        }
+        if stop.load(Ordering::Relaxed) {
+            return match child.stop_group(grace) {
+                Ok(code) => Outcome::Stopped(code),
+                Err(err) => Outcome::Failed(err),
+            };
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return match child.stop_group(grace) {
+                Ok(code) => Outcome::TimedOut(code),
+                Err(err) => Outcome::Failed(err),
+            };
+        }
+        thread::sleep(POLL);
+    }
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct OutputFacts {
+    served_model: Option<String>,
+    cli_session_id: Option<String>,
+}
+
+/// Hook: what an agent's structured output says about the run, read from
+/// this attempt's part of the log. A later issue checks the served model
+/// against the catalog here and exits `SERVED_MODEL_MISMATCH_EXIT_CODE`.
+fn output_facts(provider: &str, log: &Path, from: u64) -> OutputFacts {
+    let mut facts = OutputFacts::default();
+    if provider == "command" {
+        return facts;
+    }
+    let Ok(mut file) = File::open(log) else {
+        return facts;
+    };
+    if file.seek(SeekFrom::Start(from)).is_err() {
+        return facts;
+    }
+    for line in BufReader::new(file.take(OUTPUT_SCAN_LIMIT))
+        .lines()
+        .map_while(Result::ok)
+    {
+        if facts.served_model.is_none() {
+            facts.served_model = provider::served_model_from_line(provider, &line);
+        }
+        if facts.cli_session_id.is_none() {
+            facts.cli_session_id = provider::cli_session_id_from_line(provider, &line);
+        }
+        if facts.served_model.is_some() && facts.cli_session_id.is_some() {
+            break;
+        }
+    }
+    facts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use serde_json::Value;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        worker: WorkerArgs,
+    }
+
+    fn args(root: &Path, script: &str) -> WorkerArgs {
+        fs::write(root.join("prompt.md"), "the prompt\n").unwrap();
+        Cli::parse_from([
+            "okstra-worker",
+            "--project-root",
+            root.to_str().unwrap(),
+            "--provider",
+            "command",
+            "--prompt",
+            "prompt.md",
+            "--result",
+            "out/result.json",
+            "--worker-result",
+            "out/worker.json",
+            "--worker-key",
+            "codex",
+            "--attempt",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .worker
+    }
+
+    fn status(root: &Path) -> Value {
+        let text = fs::read_to_string(root.join("prompt.md.status.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn env_cwd_stdin_and_exit_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let mut a = args(
+            &root,
+            "cat > stdin.txt; pwd > pwd.txt; env | grep '^OKSTRA_' | sort > env.txt; exit 3",
+        );
+        a.dispatch_id = Some("inv-1:attempt-2".into());
+        a.session_id = Some("0b1c7a52-7d1e-4c4e-9d55-3f0c2b9b8c11".into());
+        assert_eq!(run(&a), 3);
+
+        assert_eq!(
+            fs::read_to_string(root.join("stdin.txt")).unwrap(),
+            "the prompt\n"
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("pwd.txt")).unwrap().trim(),
+            root.display().to_string()
+        );
+        let r = root.display();
+        let expected = format!(
+            "OKSTRA_ATTEMPT=2\n\
+             OKSTRA_DISPATCH_ID=inv-1:attempt-2\n\
+             OKSTRA_PROJECT_ROOT={r}\n\
+             OKSTRA_PROMPT_PATH={r}/prompt.md\n\
+             OKSTRA_RESULT_PATH={r}/out/result.json\n\
+             OKSTRA_SESSION_ID=0b1c7a52-7d1e-4c4e-9d55-3f0c2b9b8c11\n\
+             OKSTRA_WORKER_KEY=codex\n\
+             OKSTRA_WORKER_RESULT_PATH={r}/out/worker.json\n"
+        );
+        assert_eq!(fs::read_to_string(root.join("env.txt")).unwrap(), expected);
+
+        let s = status(&root);
+        assert_eq!(s["state"], "exited");
+        assert_eq!(s["exitCode"], 3);
+        assert!(s["duration_ms"].is_u64(), "{s}");
+        assert!(s["pid"].is_u64());
+        assert_eq!(s["provider"], "command");
+        assert_eq!(s["attempt"], 2);
+        assert_eq!(s["dispatchId"], "inv-1:attempt-2");
+        assert_eq!(s["sessionId"], "0b1c7a52-7d1e-4c4e-9d55-3f0c2b9b8c11");
+        assert!(s["startedAt"].as_str().unwrap().ends_with('Z'));
+        assert!(s["heartbeatAt"].is_string());
+        assert!(s.get("timedOut").is_none());
+    }
+
+    #[test]
+    fn optional_env_absent_when_not_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = args(dir.path(), "env > env.txt");
+        assert_eq!(run(&a), 0);
+        let env = fs::read_to_string(dir.path().join("env.txt")).unwrap();
+        assert!(!env.contains("OKSTRA_DISPATCH_ID="));
+        assert!(!env.contains("OKSTRA_SESSION_ID="));
+        let s = status(dir.path());
+        assert_eq!(s["exitCode"], 0);
+        assert!(s.get("dispatchId").is_none());
+        assert!(s.get("sessionId").is_none());
+    }
+
+    #[test]
+    fn relative_project_root_is_made_absolute() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::resolve(&WorkerArgs {
+            project_root: PathBuf::from("some/root"),
+            ..args(dir.path(), "true")
+        })
+        .unwrap();
+        assert!(paths.root.is_absolute());
+        assert!(paths.prompt.ends_with("some/root/prompt.md"));
+        assert!(paths.status.ends_with("some/root/prompt.md.status.json"));
+        assert!(paths.log.ends_with("some/root/prompt.md.log"));
+    }
+
+    #[test]
+    fn timeout_stops_the_child_and_exits_124() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = args(dir.path(), "echo $$ > pid.txt; exec sleep 30");
+        a.timeout_seconds = Some(1);
+        let started = Instant::now();
+        assert_eq!(run(&a), TIMEOUT_EXIT_CODE);
+        assert!(started.elapsed() < Duration::from_secs(20));
+        let pid: u32 = fs::read_to_string(dir.path().join("pid.txt"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!process::pid_alive(pid));
+        let s = status(dir.path());
+        assert_eq!(s["state"], "exited");
+        assert_eq!(s["exitCode"], 124);
+        assert_eq!(s["timedOut"], true);
+        assert_eq!(s["childExitCode"], 128 + libc::SIGTERM);
+        assert!(s["duration_ms"].as_u64().unwrap() >= 1000);
+    }
+
+    #[test]
+    fn stop_request_is_forwarded_and_the_childs_code_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = args(
+            dir.path(),
+            "trap 'exit 42' TERM; touch ready; while :; do sleep 0.05; done",
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let ready = dir.path().join("ready");
+        let trigger = thread::spawn(move || {
+            let give_up = Instant::now() + Duration::from_secs(10);
+            while !ready.exists() && Instant::now() < give_up {
+                thread::sleep(Duration::from_millis(10));
+            }
+            flag.store(true, Ordering::Relaxed);
+        });
+        assert_eq!(execute(&a, &stop, fast()), 42);
+        trigger.join().unwrap();
+        assert_eq!(status(dir.path())["exitCode"], 42);
+    }
+
+    fn fast() -> Timing {
+        Timing {
+            grace: Duration::from_secs(5),
+            heartbeat: Duration::from_millis(50),
+        }
+    }
+
+    #[test]
+    fn status_says_running_and_the_heartbeat_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = r#"
+            s=prompt.md.status.json; i=0
+            while [ ! -e $s ]; do i=$((i+1)); [ $i -gt 500 ] && exit 7; sleep 0.01; done
+            grep -q '"state": "running"' $s || exit 8
+            first=$(grep heartbeatAt $s)
+            while [ "$(grep heartbeatAt $s)" = "$first" ]; do
+                i=$((i+1)); [ $i -gt 1000 ] && exit 9; sleep 0.01
+            done
+        "#;
+        let a = args(dir.path(), script);
+        let stop = AtomicBool::new(false);
+        assert_eq!(execute(&a, &stop, fast()), 0);
+        let s = status(dir.path());
+        assert_eq!(s["state"], "exited");
+        assert_eq!(s["exitCode"], 0);
+    }
+
+    #[test]
+    fn missing_binary_exits_127() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = args(dir.path(), "unused");
+        a.command = vec!["okstra-no-such-binary-xyz".into(), "--flag".into()];
+        assert_eq!(run(&a), 127);
+        let s = status(dir.path());
+        assert_eq!(s["state"], "exited");
+        assert_eq!(s["exitCode"], 127);
+        assert!(s["pid"].is_null());
+        assert!(s["error"]
+            .as_str()
+            .unwrap()
+            .contains("okstra-no-such-binary-xyz"));
+    }
+
+    #[test]
+    fn unusable_arguments_exit_2_without_starting() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = args(dir.path(), "touch started");
+        a.provider = "copilot".into();
+        assert_eq!(run(&a), 2);
+        assert!(status(dir.path())["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown provider"));
+
+        let mut a = args(dir.path(), "touch started");
+        a.command.clear();
+        assert_eq!(run(&a), 2);
+
+        let mut a = args(dir.path(), "touch started");
+        a.prompt = PathBuf::from("missing.md");
+        assert_eq!(run(&a), 2);
+        assert!(!dir.path().join("started").exists());
+    }
+
+    #[test]
+    fn cli_rejects_bad_session_id_and_attempt_zero() {
+        let base = [
+            "w",
+            "--project-root",
+            ".",
+            "--provider",
+            "claude",
+            "--prompt",
+            "p",
+            "--result",
+            "r",
+            "--worker-result",
+            "r",
+            "--worker-key",
+            "k",
+        ];
+        let with = |extra: &[&str]| {
+            Cli::try_parse_from(base.iter().chain(extra.iter()).copied()).map(|c| c.worker)
+        };
+        assert!(with(&["--session-id", "not-a-uuid"]).is_err());
+        assert!(with(&["--attempt", "0"]).is_err());
+        let ok = with(&[
+            "--extra-arg",
+            "--max-turns",
+            "--extra-arg=3",
+            "--write-dir",
+            "wt",
+            "--presentation",
+            "live",
+        ])
+        .unwrap();
+        assert_eq!(ok.extra_args, vec!["--max-turns", "3"]);
+        assert_eq!(ok.presentation, Presentation::Live);
+        assert_eq!(ok.model, "");
+        assert_eq!(ok.attempt, 1);
+    }
+
+    #[test]
+    fn output_facts_read_this_attempts_part_of_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("p.log");
+        let old = "{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"old\",\"model\":\"old-model\"}\n";
+        let new = "noise\n{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s-2\",\"model\":\"claude-x\"}\n";
+        fs::write(&log, format!("{old}{new}")).unwrap();
+        let facts = output_facts("claude", &log, old.len() as u64);
+        assert_eq!(
+            facts,
+            OutputFacts {
+                served_model: Some("claude-x".into()),
+                cli_session_id: Some("s-2".into()),
+            }
+        );
+        assert_eq!(output_facts("command", &log, 0), OutputFacts::default());
+        assert_eq!(
+            output_facts("claude", &dir.path().join("none.log"), 0),
+            OutputFacts::default()
+        );
+    }
+
+    #[test]
+    fn write_atomic_replaces_whole_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
 }
