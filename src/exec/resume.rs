@@ -26,7 +26,7 @@ pub enum JobState {
 
 /// Per flattened job index (stage order), what the records say.
 pub fn job_states(rec: &super::record::Recorder, plan: &Plan, _root: &Path) -> HashMap<usize, JobState> {
-    let events = EventLog::read_all(rec.events.path()).unwrap_or_default();
+    let events = crate::state::events::read_all(rec.events.path()).unwrap_or_default();
     let mut by_key: HashMap<&str, Vec<&Value>> = HashMap::new();
     for e in &events {
         if e.get("planDigest").and_then(Value::as_str) != Some(plan.digest.as_str()) {
@@ -88,7 +88,7 @@ pub fn adopt(job: &Job, root: &Path, interrupt: &Arc<AtomicBool>) -> Outcome {
             let code = doc.as_ref().and_then(|d| d.get("exitCode")).and_then(Value::as_i64).unwrap_or(1);
             return Outcome::exited(code as i32);
         }
-        let pid = doc.as_ref().and_then(|d| d.get("pid")).and_then(Value::as_u64);
+        let pid = doc.as_ref().and_then(|d| d.get("wrapperPid").or_else(|| d.get("pid"))).and_then(Value::as_u64);
         match pid {
             Some(pid) if crate::process::pid_alive(pid as u32) => {
                 if interrupt.load(Ordering::Relaxed) {
