@@ -140,6 +140,9 @@ pub struct ChangedPath {
     /// in the same form as `path`. A link is only as allowed as its target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<String>,
+    /// The path is (or was) a directory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_dir: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,6 +239,7 @@ fn change(path: &str, kind: ChangeKind, target: Option<String>) -> ChangedPath {
         kind,
         target,
         resolved: None,
+        is_dir: false,
     }
 }
 
@@ -254,13 +258,16 @@ fn link_change(ctx: &Ctx, path: &str, kind: ChangeKind, target: Option<String>) 
         kind,
         target,
         resolved,
+        is_dir: false,
     }
 }
 
 /// Report `path` deleted and, for a directory, everything the snapshot held
 /// below it.
 fn deleted(before: &Snapshot, path: &str, e: &Entry, out: &mut Vec<ChangedPath>) {
-    out.push(change(path, ChangeKind::Deleted, None));
+    let mut c = change(path, ChangeKind::Deleted, None);
+    c.is_dir = e.kind == Kind::Dir;
+    out.push(c);
     if e.kind == Kind::Dir {
         deleted_below(before, path, out);
     }
@@ -280,7 +287,9 @@ fn deleted_below(before: &Snapshot, dir: &str, out: &mut Vec<ChangedPath>) {
         );
     for (d, es) in below {
         for e in es {
-            out.push(change(&join(&d, &e.name), ChangeKind::Deleted, None));
+            let mut c = change(&join(&d, &e.name), ChangeKind::Deleted, None);
+            c.is_dir = e.kind == Kind::Dir;
+            out.push(c);
         }
     }
     let git_prefix = format!("{dir}/.git/");
@@ -320,14 +329,18 @@ fn diff_dir(
             std::cmp::Ordering::Greater => {
                 let a = &after[j];
                 let path = join(dir, &a.name);
-                out.push(link_change(ctx, &path, ChangeKind::Added, a.target.clone()));
+                let mut c = link_change(ctx, &path, ChangeKind::Added, a.target.clone());
+                c.is_dir = a.kind == Kind::Dir;
+                out.push(c);
                 j += 1;
             }
             std::cmp::Ordering::Equal => {
                 let (b, a) = (&old[i], &after[j]);
                 let path = join(dir, &a.name);
                 if let Some(kind) = entry_change(ctx, &path, b, a)? {
-                    out.push(link_change(ctx, &path, kind, a.target.clone()));
+                    let mut c = link_change(ctx, &path, kind, a.target.clone());
+                    c.is_dir = a.kind == Kind::Dir || b.kind == Kind::Dir;
+                    out.push(c);
                 }
                 if b.kind == Kind::Dir && a.kind != Kind::Dir {
                     deleted_below(before, &path, &mut out);
@@ -747,8 +760,14 @@ pub fn judge(
     let mut out_of_plan = Vec::new();
     for c in &changes.changed {
         let p = c.path.as_str();
-        // A symlink is allowed where both it and what it points at are.
-        let covers = |m: &Matcher| m.allows(p) && c.resolved.as_deref().is_none_or(|t| m.allows(t));
+        // A symlink is allowed where both it and what it points at are; a
+        // directory where something below it may be written (`d/**` allows
+        // making `d`).
+        let probe = format!("{p}/_");
+        let covers = |m: &Matcher| {
+            (m.allows(p) || (c.is_dir && m.allows(&probe)))
+                && c.resolved.as_deref().is_none_or(|t| m.allows(t))
+        };
         if own_m.as_ref().is_some_and(covers) {
             parts.insert("own");
             if !bookkeeping.contains(p) {
@@ -814,4 +833,505 @@ pub fn out_of_plan_edits(result_file: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::process::Command;
+
+    struct Tree {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        roots: Vec<PathBuf>,
+        exclude: Vec<PathBuf>,
+    }
+
+    impl Tree {
+        fn new(files: &[&str]) -> Tree {
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path().join("proj");
+            fs::create_dir(&root).unwrap();
+            for f in files {
+                write(&root.join(f), "content\n");
+            }
+            Tree {
+                roots: vec![root.clone()],
+                root,
+                exclude: Vec::new(),
+                _tmp: tmp,
+            }
+        }
+
+        fn opts(&self) -> SnapshotOptions<'_> {
+            SnapshotOptions {
+                roots: &self.roots,
+                project_root: &self.root,
+                exclude: &self.exclude,
+            }
+        }
+
+        fn snap(&self) -> Snapshot {
+            snapshot(&self.opts()).unwrap()
+        }
+
+        fn compare(&self, before: &Snapshot) -> Changes {
+            compare(before, &self.opts()).unwrap()
+        }
+
+        fn p(&self, rel: &str) -> PathBuf {
+            self.root.join(rel)
+        }
+    }
+
+    fn write(p: &Path, text: &str) {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+
+    /// The same snapshot as if every file were old: no hashes, so compare
+    /// must rely on stat alone.
+    fn aged(mut s: Snapshot) -> Snapshot {
+        for es in s.dirs.values_mut() {
+            for e in es {
+                e.hash = None;
+            }
+        }
+        s
+    }
+
+    fn kinds(c: &Changes) -> Vec<(String, &'static str)> {
+        c.changed
+            .iter()
+            .map(|c| (c.path.clone(), c.kind.as_str()))
+            .collect()
+    }
+
+    fn pol(role: &str, allow: &[&str]) -> WritePolicy {
+        let mut p = WritePolicy {
+            role: role.into(),
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            digest: String::new(),
+        };
+        p.digest = policy::digest_of(&p);
+        p
+    }
+
+    fn judge_ok(c: &Changes, own: &WritePolicy) -> AuditResult {
+        judge(c, own, std::slice::from_ref(own), &[], true, true)
+    }
+
+    #[test]
+    fn no_change_means_no_changes_and_equal_digests() {
+        let t = Tree::new(&["a.txt", "src/b.rs"]);
+        for before in [t.snap(), aged(t.snap())] {
+            let c = t.compare(&before);
+            assert!(c.changed.is_empty(), "{:?}", c.changed);
+            assert_eq!(c.before_digest, c.after_digest);
+            let r = judge_ok(&c, &pol("analyst", &["out.md"]));
+            assert_eq!(r.status, "ok");
+            assert_eq!(r.attribution, "none");
+        }
+    }
+
+    #[test]
+    fn snapshot_round_trips_through_json() {
+        let t = Tree::new(&["a.txt", "d/e/f.txt"]);
+        symlink("a.txt", t.p("ln")).unwrap();
+        let s = t.snap();
+        let text = serde_json::to_string(&s).unwrap();
+        let back: Snapshot = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, s);
+        assert!(t.compare(&back).changed.is_empty());
+    }
+
+    #[test]
+    fn file_replaced_by_symlink_to_outside_is_a_type_change_and_a_violation() {
+        let t = Tree::new(&["src/a.rs", "secret.txt"]);
+        let before = t.snap();
+        fs::remove_file(t.p("src/a.rs")).unwrap();
+        symlink("../secret.txt", t.p("src/a.rs")).unwrap();
+        let c = t.compare(&before);
+        assert_eq!(kinds(&c), vec![("src/a.rs".to_string(), "type")]);
+        assert_eq!(c.changed[0].target.as_deref(), Some("../secret.txt"));
+        assert_eq!(c.changed[0].resolved.as_deref(), Some("secret.txt"));
+        // The link's own path is allowed; where it points is not.
+        let r = judge_ok(&c, &pol("implementer", &["src/**"]));
+        assert_eq!(r.status, "contract-failed-unattributed");
+        assert_eq!(r.violations, vec!["src/a.rs"]);
+        assert!(!r.retry_allowed);
+        // An absolute target outside the tree is caught the same way.
+        fs::remove_file(t.p("src/a.rs")).unwrap();
+        symlink("/etc/passwd", t.p("src/a.rs")).unwrap();
+        let c = t.compare(&before);
+        assert_eq!(c.changed[0].resolved.as_deref(), Some("/etc/passwd"));
+        let r = judge_ok(&c, &pol("implementer", &["src/**"]));
+        assert_eq!(r.violations, vec!["src/a.rs"]);
+        // A link inside the allowed area to the allowed area is fine.
+        fs::remove_file(t.p("src/a.rs")).unwrap();
+        symlink("b.rs", t.p("src/a.rs")).unwrap();
+        let r = judge_ok(&t.compare(&before), &pol("implementer", &["src/**"]));
+        assert_eq!(r.status, "ok");
+    }
+
+    #[test]
+    fn write_through_symlinked_directory_is_seen_at_the_real_path() {
+        let t = Tree::new(&["real/keep.txt", "allowed/x.txt"]);
+        symlink("../real", t.p("allowed/link")).unwrap();
+        let before = t.snap();
+        write(&t.p("allowed/link/new.txt"), "sneaky");
+        write(&t.p("allowed/link/keep.txt"), "changed content");
+        let c = t.compare(&before);
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("real/keep.txt".to_string(), "modified"),
+                ("real/new.txt".to_string(), "added")
+            ]
+        );
+        let r = judge_ok(&c, &pol("implementer", &["allowed/**"]));
+        assert_eq!(r.status, "contract-failed-unattributed");
+        assert_eq!(r.violations, vec!["real/keep.txt", "real/new.txt"]);
+    }
+
+    #[test]
+    fn new_symlinked_directory_pointing_outside_is_caught() {
+        let t = Tree::new(&["allowed/x.txt"]);
+        let before = t.snap();
+        let outside = t._tmp.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        symlink(&outside, t.p("allowed/escape")).unwrap();
+        write(&t.p("allowed/escape/f"), "x");
+        let c = t.compare(&before);
+        assert_eq!(kinds(&c), vec![("allowed/escape".to_string(), "added")]);
+        let r = judge_ok(&c, &pol("implementer", &["allowed/**"]));
+        assert_eq!(r.violations, vec!["allowed/escape"]);
+    }
+
+    #[test]
+    fn dot_dot_in_policy_or_declaration_does_not_widen() {
+        let t = Tree::new(&["allowed/a.txt", "etc/passwd"]);
+        let before = t.snap();
+        write(&t.p("etc/passwd"), "owned");
+        let c = t.compare(&before);
+        let own = pol(
+            "implementer",
+            &["allowed/**", "allowed/*/../../etc/**", "../**"],
+        );
+        let declared = vec![
+            "allowed/../../etc/passwd".to_string(),
+            "../proj/etc/passwd".to_string(),
+        ];
+        let r = judge(&c, &own, std::slice::from_ref(&own), &declared, true, true);
+        assert_eq!(r.status, "contract-failed-unattributed");
+        assert_eq!(r.violations, vec!["etc/passwd"]);
+        assert!(r.out_of_plan_edits.is_empty());
+    }
+
+    #[test]
+    fn new_file_in_new_directory() {
+        let t = Tree::new(&["a.txt"]);
+        let before = t.snap();
+        write(&t.p("new/deep/f.txt"), "x");
+        let c = t.compare(&before);
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("new".to_string(), "added"),
+                ("new/deep".to_string(), "added"),
+                ("new/deep/f.txt".to_string(), "added"),
+            ]
+        );
+        let r = judge_ok(&c, &pol("analyst", &["out.md"]));
+        assert_eq!(r.violations.len(), 3);
+        let r = judge_ok(&c, &pol("verifier", &["new/**"]));
+        assert_eq!(r.status, "ok", "{r:?} {:?}", c.changed);
+    }
+
+    #[test]
+    fn deleted_file_and_deleted_directory() {
+        let t = Tree::new(&["a.txt", "d/x/y.txt", "d/z.txt"]);
+        let before = t.snap();
+        fs::remove_file(t.p("a.txt")).unwrap();
+        fs::remove_dir_all(t.p("d")).unwrap();
+        let c = t.compare(&before);
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("a.txt".to_string(), "deleted"),
+                ("d".to_string(), "deleted"),
+                ("d/x".to_string(), "deleted"),
+                ("d/x/y.txt".to_string(), "deleted"),
+                ("d/z.txt".to_string(), "deleted"),
+            ]
+        );
+        // `d/**` covers removing `d` itself.
+        let r = judge_ok(&c, &pol("analyst", &["d/**"]));
+        assert_eq!(r.violations, vec!["a.txt"]);
+    }
+
+    #[test]
+    fn made_executable_is_a_mode_change() {
+        let t = Tree::new(&["run.sh"]);
+        for before in [t.snap(), aged(t.snap())] {
+            let mut perm = fs::metadata(t.p("run.sh")).unwrap().permissions();
+            perm.set_mode(perm.mode() ^ 0o111);
+            fs::set_permissions(t.p("run.sh"), perm).unwrap();
+            let c = t.compare(&before);
+            assert_eq!(kinds(&c), vec![("run.sh".to_string(), "mode")]);
+            let r = judge_ok(&c, &pol("analyst", &["out.md"]));
+            assert_eq!(r.violations, vec!["run.sh"]);
+            // Put it back for the next round.
+            let mut perm = fs::metadata(t.p("run.sh")).unwrap().permissions();
+            perm.set_mode(perm.mode() ^ 0o111);
+            fs::set_permissions(t.p("run.sh"), perm).unwrap();
+        }
+    }
+
+    #[test]
+    fn rename_out_of_an_allowed_path_is_a_violation() {
+        let t = Tree::new(&["allowed/a.txt"]);
+        let before = t.snap();
+        fs::create_dir(t.p("elsewhere")).unwrap();
+        fs::rename(t.p("allowed/a.txt"), t.p("elsewhere/a.txt")).unwrap();
+        let c = t.compare(&before);
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("allowed/a.txt".to_string(), "deleted"),
+                ("elsewhere".to_string(), "added"),
+                ("elsewhere/a.txt".to_string(), "added"),
+            ]
+        );
+        let r = judge_ok(&c, &pol("implementer", &["allowed/**"]));
+        assert_eq!(r.status, "contract-failed-unattributed");
+        assert_eq!(r.violations, vec!["elsewhere", "elsewhere/a.txt"]);
+        assert_eq!(r.attribution, "own+unattributed");
+    }
+
+    #[test]
+    fn same_size_rewrite_with_mtime_put_back_is_caught() {
+        let t = Tree::new(&["a.txt"]);
+        let md = fs::metadata(t.p("a.txt")).unwrap();
+        for before in [t.snap(), aged(t.snap())] {
+            write(&t.p("a.txt"), "CONTENT\n");
+            set_mtime(&t.p("a.txt"), md.mtime(), md.mtime_nsec());
+            let c = t.compare(&before);
+            assert_eq!(kinds(&c), vec![("a.txt".to_string(), "modified")]);
+            write(&t.p("a.txt"), "content\n");
+        }
+    }
+
+    #[test]
+    fn touched_but_unchanged_file_is_not_a_change_when_hashed() {
+        let t = Tree::new(&["a.txt"]);
+        let before = t.snap();
+        assert!(before.dirs[""][0].hash.is_some(), "fresh files are hashed");
+        set_mtime(&t.p("a.txt"), 1_000_000, 0);
+        assert!(t.compare(&before).changed.is_empty());
+        // Without a hash, a moved stat cannot be shown harmless.
+        let c = t.compare(&aged(before));
+        assert_eq!(kinds(&c), vec![("a.txt".to_string(), "modified")]);
+    }
+
+    fn set_mtime(p: &Path, sec: i64, nsec: i64) {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        let times = [
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+            libc::timespec {
+                tv_sec: sec as libc::time_t,
+                tv_nsec: nsec as _,
+            },
+        ];
+        let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+        assert_eq!(rc, 0);
+    }
+
+    #[test]
+    fn excluded_orchestrator_files_are_invisible() {
+        let mut t = Tree::new(&["state/team-state.json"]);
+        t.exclude = vec![
+            t.p("state/team-state.json"),
+            PathBuf::from("state/team-state.json.lock"),
+        ];
+        let before = t.snap();
+        write(&t.p("state/team-state.json"), "{\"changed\":true}");
+        write(&t.p("state/team-state.json.lock"), "");
+        assert!(t.compare(&before).changed.is_empty());
+    }
+
+    #[test]
+    fn worktree_outside_the_root_is_walked_with_absolute_paths() {
+        let mut t = Tree::new(&["a.txt"]);
+        let wt = t._tmp.path().join("wt");
+        write(&wt.join("src/lib.rs"), "fn main() {}");
+        let wt = fs::canonicalize(wt).unwrap();
+        t.roots.push(wt.clone());
+        let before = t.snap();
+        write(&wt.join("src/lib.rs"), "fn main() { evil() }");
+        let c = t.compare(&before);
+        let path = format!("{}/src/lib.rs", wt.display());
+        assert_eq!(kinds(&c), vec![(path.clone(), "modified")]);
+        let own = pol("implementer", &[&format!("{}/**", wt.display())]);
+        assert_eq!(judge_ok(&c, &own).status, "ok");
+        assert_eq!(
+            judge_ok(&c, &pol("verifier", &["a.txt"])).violations,
+            vec![path]
+        );
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn git_internals_are_summarised_and_a_commit_shows() {
+        let t = Tree::new(&["a.txt"]);
+        git(&t.root, &["init", "-q", "-b", "main"]);
+        git(&t.root, &["add", "."]);
+        git(&t.root, &["commit", "-qm", "one"]);
+        let before = t.snap();
+        assert!(before.git.contains_key(".git/HEAD"));
+        assert!(before.git.contains_key(".git/refs/heads/main"));
+        assert!(
+            !before.dirs.contains_key(".git"),
+            "internals are not walked"
+        );
+        // git status refreshes the index: not a change.
+        git(&t.root, &["status", "--porcelain"]);
+        assert!(t.compare(&before).changed.is_empty());
+        // Tracked content: seen in the work tree. A commit: seen in refs.
+        write(&t.p("a.txt"), "new content\n");
+        git(&t.root, &["commit", "-qam", "two"]);
+        let c = t.compare(&before);
+        assert_eq!(
+            kinds(&c),
+            vec![
+                (".git/refs/heads/main".to_string(), "modified"),
+                ("a.txt".to_string(), "modified"),
+            ]
+        );
+    }
+
+    // ---- outcomes --------------------------------------------------------
+
+    fn changes_of(paths: &[&str]) -> Changes {
+        Changes {
+            changed: paths
+                .iter()
+                .map(|p| change(p, ChangeKind::Modified, None))
+                .collect(),
+            before_digest: "sha256:b".into(),
+            after_digest: "sha256:a".into(),
+        }
+    }
+
+    fn worker() -> WritePolicy {
+        pol(
+            "analyst",
+            &["p/w1.md.log", "p/w1.md.status.json", "r/w1.json"],
+        )
+    }
+
+    #[test]
+    fn outcome_ok_with_batch_attribution() {
+        let other = pol("analyst", &["r/w2.json"]);
+        let c = changes_of(&["r/w1.json", "r/w2.json"]);
+        let r = judge(&c, &worker(), &[worker(), other], &[], true, true);
+        assert_eq!(r.status, "ok");
+        assert_eq!(r.attribution, "batch+own");
+        assert!(!r.retry_allowed);
+        let s = r.change_summary();
+        assert_eq!(s["mutationStatus"], "ok");
+        assert_eq!(s["changedPaths"], json!(["r/w1.json", "r/w2.json"]));
+        assert_eq!(s["beforeDigest"], "sha256:b");
+        assert_eq!(s["afterDigest"], "sha256:a");
+        for k in ["attribution", "retryAllowed", "violations"] {
+            assert!(s.get(k).is_some(), "{k}");
+        }
+    }
+
+    #[test]
+    fn outcome_failed_no_mutation_allows_retry() {
+        // Only the wrapper's own log and status changed.
+        let c = changes_of(&["p/w1.md.log", "p/w1.md.status.json"]);
+        let r = judge(&c, &worker(), &[worker()], &[], true, false);
+        assert_eq!(r.status, "failed-no-mutation");
+        assert!(r.retry_allowed);
+        let r = judge(&changes_of(&[]), &worker(), &[worker()], &[], false, true);
+        assert_eq!(r.status, "failed-no-mutation");
+    }
+
+    #[test]
+    fn outcome_mutation_present_unresolved() {
+        let c = changes_of(&["p/w1.md.log", "r/w1.json"]);
+        let r = judge(&c, &worker(), &[worker()], &[], true, false);
+        assert_eq!(r.status, "mutation-present-unresolved");
+        assert_eq!(r.violations, vec!["r/w1.json"]);
+        assert!(!r.retry_allowed);
+        // Another job's writes are not this failed attempt's mutation.
+        let other = pol("analyst", &["r/w2.json"]);
+        let c = changes_of(&["r/w2.json"]);
+        let r = judge(&c, &worker(), &[worker(), other], &[], false, true);
+        assert_eq!(r.status, "failed-no-mutation");
+    }
+
+    #[test]
+    fn outcome_unattributed_wins_over_failure() {
+        let c = changes_of(&["r/w1.json", "README.md"]);
+        let r = judge(&c, &worker(), &[worker()], &[], false, false);
+        assert_eq!(r.status, "contract-failed-unattributed");
+        assert_eq!(r.violations, vec!["README.md"]);
+        assert!(!r.retry_allowed);
+    }
+
+    #[test]
+    fn declared_out_of_plan_edits_are_allowed_and_recorded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let result = tmp.path().join("r.json");
+        fs::write(
+            &result,
+            r#"{"implementation":{"outOfPlanEdits":[{"file":"docs/x.md","why":"typo"},{"file":""},{"nofile":1}]}}"#,
+        )
+        .unwrap();
+        let declared = out_of_plan_edits(&result);
+        assert_eq!(declared, vec!["docs/x.md"]);
+        let own = pol("implementer", &["src/**"]);
+        let c = changes_of(&["docs/x.md", "src/a.rs"]);
+        let r = judge(&c, &own, std::slice::from_ref(&own), &declared, true, true);
+        assert_eq!(r.status, "ok");
+        assert_eq!(r.attribution, "out-of-plan+own");
+        assert_eq!(r.out_of_plan_edits, vec!["docs/x.md"]);
+        assert_eq!(r.change_summary()["outOfPlanEdits"], json!(["docs/x.md"]));
+        // Declarations count only where an implementer is in the batch.
+        let v = pol("verifier", &["src/**"]);
+        let r = judge(&c, &v, std::slice::from_ref(&v), &declared, true, true);
+        assert_eq!(r.violations, vec!["docs/x.md"]);
+        // Unparsable or non-JSON results declare nothing.
+        fs::write(&result, "not json").unwrap();
+        assert!(out_of_plan_edits(&result).is_empty());
+        assert!(out_of_plan_edits(&tmp.path().join("missing.json")).is_empty());
+    }
 }
