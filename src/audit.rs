@@ -727,9 +727,9 @@ pub fn judge(
     result_present: bool,
 ) -> AuditResult {
     // A policy that does not compile allows nothing: its changes show up.
-    let compile = |p: &WritePolicy| Matcher::new(p).ok();
+    let compile = |p: &'_ WritePolicy| Matcher::new(p).ok().map(|m| (m, p.allow.clone()));
     let own_m = compile(own);
-    let others: Vec<Matcher> = batch
+    let others: Vec<(Matcher, Vec<String>)> = batch
         .iter()
         .filter(|p| *p != own)
         .filter_map(compile)
@@ -763,9 +763,13 @@ pub fn judge(
         // A symlink is allowed where both it and what it points at are; a
         // directory where something below it may be written (`d/**` allows
         // making `d`).
+        // A directory is also allowed where an allowed file lies below it:
+        // writing `out/result.md` may create `out/`.
         let probe = format!("{p}/_");
-        let covers = |m: &Matcher| {
-            (m.allows(p) || (c.is_dir && m.allows(&probe)))
+        let below = format!("{p}/");
+        let covers = |(m, allow): &(Matcher, Vec<String>)| {
+            (m.allows(p)
+                || (c.is_dir && (m.allows(&probe) || allow.iter().any(|a| a.starts_with(&below)))))
                 && c.resolved.as_deref().is_none_or(|t| m.allows(t))
         };
         if own_m.as_ref().is_some_and(covers) {

@@ -50,7 +50,12 @@ pub struct Manifest<'a> {
 
 fn index<'a>(doc: &'a Value, list: &str, key: &str) -> HashMap<&'a str, &'a Value> {
     let mut out = HashMap::new();
-    for row in doc.get(list).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+    for row in doc
+        .get(list)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+    {
         // The first row of a ref wins, as a linear search would find it.
         out.entry(str_of(row, key)).or_insert(row);
     }

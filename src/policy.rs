@@ -99,7 +99,7 @@ pub fn normalise(p: &str) -> Option<String> {
             "" | "." => {}
             ".." => {
                 let last = parts.pop()?;
-                if has_meta(last) {
+                if is_glob(last) {
                     return None;
                 }
             }
@@ -114,7 +114,8 @@ pub fn normalise(p: &str) -> Option<String> {
     })
 }
 
-fn has_meta(s: &str) -> bool {
+/// Whether an allow-list entry is a pattern rather than one literal path.
+pub fn is_glob(s: &str) -> bool {
     s.contains(['*', '?', '[', ']', '{', '}', '\\'])
 }
 
@@ -194,7 +195,7 @@ fn usable(patterns: &[String]) -> Vec<String> {
 }
 
 fn pair_overlap(x: &str, y: &str) -> Option<String> {
-    match (has_meta(x), has_meta(y)) {
+    match (is_glob(x), is_glob(y)) {
         (false, false) => (x == y).then(|| x.to_string()),
         (false, true) => glob_matches(y, x).then(|| x.to_string()),
         (true, false) => glob_matches(x, y).then(|| y.to_string()),
@@ -229,7 +230,7 @@ fn literal_prefix(p: &str) -> Vec<&str> {
         out.push("/");
     }
     for c in p.split('/').filter(|c| !c.is_empty()) {
-        if has_meta(c) {
+        if is_glob(c) {
             break;
         }
         out.push(c);

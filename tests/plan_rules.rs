@@ -20,8 +20,17 @@ fn edit_json(p: &Project, rel: &str, f: impl FnOnce(&mut Value)) {
 #[track_caller]
 fn refused(p: &Project, code: &str) -> Run {
     let run = plan_json(p, "spec.toml");
-    assert_eq!(run.code, 2, "expected exit 2 for {code}; stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
-    assert!(run.codes().iter().any(|c| c == code), "expected {code}, got {:?}\n{}", run.codes(), run.stdout);
+    assert_eq!(
+        run.code, 2,
+        "expected exit 2 for {code}; stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(
+        run.codes().iter().any(|c| c == code),
+        "expected {code}, got {:?}\n{}",
+        run.codes(),
+        run.stdout
+    );
     assert!(!p.exists("plan.json"), "a refused plan writes no plan file");
     run
 }
@@ -29,7 +38,11 @@ fn refused(p: &Project, code: &str) -> Run {
 #[track_caller]
 fn planned(p: &Project) {
     let run = plan_json(p, "spec.toml");
-    assert_eq!(run.code, 0, "expected a clean plan; stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.code, 0,
+        "expected a clean plan; stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
     assert!(p.exists("plan.json"));
     std::fs::remove_file(p.path("plan.json")).unwrap();
 }
@@ -42,7 +55,11 @@ fn the_v2_fixture_plans_cleanly() {
 #[test]
 fn identity_mixed_versions() {
     let p = v2_project();
-    edit_spec(&p, "participantRef = \"p-impl\"", "participantRef = \"p-impl\"\nworkerId = \"x\"");
+    edit_spec(
+        &p,
+        "participantRef = \"p-impl\"",
+        "participantRef = \"p-impl\"\nworkerId = \"x\"",
+    );
     let run = refused(&p, "identity/mixed-versions");
     let e = &run.json()["errors"][0];
     assert_eq!(e["file"], "spec.toml");
@@ -55,30 +72,59 @@ fn identity_mixed_versions() {
 #[test]
 fn identity_mixed_versions_in_metadata() {
     let p = v2_project();
-    edit_json(&p, "prompts/impl.md.meta.json", |m| m["schemaVersion"] = json!(1));
+    edit_json(&p, "prompts/impl.md.meta.json", |m| {
+        m["schemaVersion"] = json!(1)
+    });
     refused(&p, "identity/mixed-versions");
 }
 
 #[test]
 fn identity_unsupported_version() {
     let p = v2_project();
-    edit_spec(&p, "executionIdentityVersion = 2", "executionIdentityVersion = 3");
+    edit_spec(
+        &p,
+        "executionIdentityVersion = 2",
+        "executionIdentityVersion = 3",
+    );
     refused(&p, "identity/unsupported-version");
 }
 
 #[test]
 fn identity_bad_attempt_points_at_the_key() {
     let p = v2_project();
-    edit_spec(&p, "attempt = 1\nrole = \"implementer\"", "attempt = 0\nrole = \"implementer\"");
+    edit_spec(
+        &p,
+        "attempt = 1\nrole = \"implementer\"",
+        "attempt = 0\nrole = \"implementer\"",
+    );
     let run = refused(&p, "identity/bad-attempt");
-    let e = run.json()["errors"].as_array().unwrap().iter().find(|e| e["code"] == "identity/bad-attempt").cloned().unwrap();
-    let line = p.read("spec.toml").lines().position(|l| l == "attempt = 0").unwrap() + 1;
+    let e = run.json()["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["code"] == "identity/bad-attempt")
+        .cloned()
+        .unwrap();
+    let line = p
+        .read("spec.toml")
+        .lines()
+        .position(|l| l == "attempt = 0")
+        .unwrap()
+        + 1;
     assert_eq!(e["line"], json!(line));
     assert_eq!(e["column"], json!(11));
     // The schema also rejects attempt = 0; only the rule's code is reported.
-    assert!(!run.codes().contains(&"schema/violation".to_string()), "{:?}", run.codes());
+    assert!(
+        !run.codes().contains(&"schema/violation".to_string()),
+        "{:?}",
+        run.codes()
+    );
     let p = v2_project();
-    edit_spec(&p, "attempt = 1\nrole = \"implementer\"", "attempt = true\nrole = \"implementer\"");
+    edit_spec(
+        &p,
+        "attempt = 1\nrole = \"implementer\"",
+        "attempt = true\nrole = \"implementer\"",
+    );
     refused(&p, "identity/bad-attempt");
 }
 
@@ -92,7 +138,11 @@ fn identity_missing_field() {
 #[test]
 fn identity_no_state_key() {
     let p = v2_project();
-    edit_spec(&p, "assignmentRef = \"initial/impl-1\"", "assignmentRef = \"initial/\"");
+    edit_spec(
+        &p,
+        "assignmentRef = \"initial/impl-1\"",
+        "assignmentRef = \"initial/\"",
+    );
     refused(&p, "identity/no-state-key");
 }
 
@@ -108,7 +158,10 @@ fn identity_duplicate_state_key_in_one_stage_but_not_across() {
 fn identity_duplicate_dispatch_id() {
     let p = v1_project(&[("w1", "results/a.md", ""), ("w2", "results/b.md", "second")]);
     for w in ["w1", "w2"] {
-        p.write_json(&format!("prompts/{w}.md.meta.json"), &v1_metadata("inv-same"));
+        p.write_json(
+            &format!("prompts/{w}.md.meta.json"),
+            &v1_metadata("inv-same"),
+        );
     }
     refused(&p, "identity/duplicate");
     p.write_json("prompts/w2.md.meta.json", &v1_metadata("inv-other"));
@@ -123,10 +176,14 @@ fn metadata_incomplete_and_invalid() {
     });
     refused(&p, "metadata/incomplete");
     let p = v2_project();
-    edit_json(&p, "prompts/impl.md.meta.json", |m| m["modelAssignment"]["hostModelValue"] = json!(5));
+    edit_json(&p, "prompts/impl.md.meta.json", |m| {
+        m["modelAssignment"]["hostModelValue"] = json!(5)
+    });
     refused(&p, "metadata/invalid");
     let p = v2_project();
-    edit_json(&p, "prompts/impl.md.meta.json", |m| m["modelAssignment"]["hostModelValue"] = json!("host-model"));
+    edit_json(&p, "prompts/impl.md.meta.json", |m| {
+        m["modelAssignment"]["hostModelValue"] = json!("host-model")
+    });
     planned(&p);
 }
 
@@ -135,7 +192,9 @@ fn authority_metadata_version() {
     let p = v2_project();
     edit_json(&p, "prompts/impl.md.meta.json", |m| {
         m["schemaVersion"] = json!(1);
-        m.as_object_mut().unwrap().remove("executionIdentityVersion");
+        m.as_object_mut()
+            .unwrap()
+            .remove("executionIdentityVersion");
     });
     refused(&p, "authority/metadata-version");
     let p = v2_project();
@@ -146,7 +205,9 @@ fn authority_metadata_version() {
 #[test]
 fn authority_invocation_mismatch() {
     let p = v2_project();
-    edit_json(&p, "prompts/impl.md.meta.json", |m| m["invocationRef"] = json!("inv-other"));
+    edit_json(&p, "prompts/impl.md.meta.json", |m| {
+        m["invocationRef"] = json!("inv-other")
+    });
     refused(&p, "authority/invocation-mismatch");
 }
 
@@ -160,52 +221,76 @@ fn authority_identity_mismatch() {
 #[test]
 fn authority_prompt_mismatch() {
     let p = v2_project();
-    edit_json(&p, "prompts/impl.md.meta.json", |m| m["prompt"]["path"] = json!("prompts/ver.md"));
+    edit_json(&p, "prompts/impl.md.meta.json", |m| {
+        m["prompt"]["path"] = json!("prompts/ver.md")
+    });
     refused(&p, "authority/prompt-mismatch");
     // Near miss: the same file written differently still matches.
     let p = v2_project();
-    edit_json(&p, "prompts/impl.md.meta.json", |m| m["prompt"]["path"] = json!("./prompts/../prompts/impl.md"));
+    edit_json(&p, "prompts/impl.md.meta.json", |m| {
+        m["prompt"]["path"] = json!("./prompts/../prompts/impl.md")
+    });
     planned(&p);
 }
 
 #[test]
 fn authority_role_execution() {
     let p = v2_project();
-    edit_json(&p, "run/run-manifest.json", |m| m["roleExecutions"][0]["provider"] = json!("claude"));
+    edit_json(&p, "run/run-manifest.json", |m| {
+        m["roleExecutions"][0]["provider"] = json!("claude")
+    });
     refused(&p, "authority/role-execution");
     let p = v2_project();
-    edit_spec(&p, "dutyId = \"implementation-executor\"", "dutyId = \"no-such-duty\"");
-    edit_json(&p, "prompts/impl.md.meta.json", |m| m["dutyId"] = json!("no-such-duty"));
+    edit_spec(
+        &p,
+        "dutyId = \"implementation-executor\"",
+        "dutyId = \"no-such-duty\"",
+    );
+    edit_json(&p, "prompts/impl.md.meta.json", |m| {
+        m["dutyId"] = json!("no-such-duty")
+    });
     refused(&p, "authority/role-execution");
     // Near miss: the manifest's duties{} extends the catalog.
-    edit_json(&p, "run/run-manifest.json", |m| m["duties"] = json!({"no-such-duty": "implementer"}));
+    edit_json(&p, "run/run-manifest.json", |m| {
+        m["duties"] = json!({"no-such-duty": "implementer"})
+    });
     planned(&p);
 }
 
 #[test]
 fn authority_assignment() {
     let p = v2_project();
-    edit_json(&p, "prompts/impl.md.meta.json", |m| m["modelAssignment"]["modelExecutionValue"] = json!("model-b"));
+    edit_json(&p, "prompts/impl.md.meta.json", |m| {
+        m["modelAssignment"]["modelExecutionValue"] = json!("model-b")
+    });
     refused(&p, "authority/assignment");
     let p = v2_project();
-    edit_json(&p, "prompts/impl.md.meta.json", |m| m["dispatchKind"] = json!("reverify-r1"));
+    edit_json(&p, "prompts/impl.md.meta.json", |m| {
+        m["dispatchKind"] = json!("reverify-r1")
+    });
     refused(&p, "authority/assignment");
 }
 
 #[test]
 fn authority_binding() {
     let p = v2_project();
-    edit_json(&p, "run/run-manifest.json", |m| m["roleExecutions"][0]["modelSpecDigest"] = json!(format!("sha256:{}", "0".repeat(64))));
+    edit_json(&p, "run/run-manifest.json", |m| {
+        m["roleExecutions"][0]["modelSpecDigest"] = json!(format!("sha256:{}", "0".repeat(64)))
+    });
     refused(&p, "authority/binding");
     let p = v2_project();
-    edit_json(&p, "run/run-manifest.json", |m| m["roleExecutions"][0]["modelRef"] = json!("m-unknown"));
+    edit_json(&p, "run/run-manifest.json", |m| {
+        m["roleExecutions"][0]["modelRef"] = json!("m-unknown")
+    });
     refused(&p, "authority/binding");
 }
 
 #[test]
 fn rules_translator_needs_reservation() {
     let p = v2_project();
-    edit_json(&p, "run/run-manifest.json", |m| m["roleExecutions"][0]["role"] = json!("translator"));
+    edit_json(&p, "run/run-manifest.json", |m| {
+        m["roleExecutions"][0]["role"] = json!("translator")
+    });
     refused(&p, "rules/translator-needs-reservation");
 }
 
@@ -214,8 +299,19 @@ fn rules_phase_order_names_both_sides() {
     let p = v2_project();
     edit_spec(&p, "[[stages]]\nname = \"verify\"\n\n", "");
     let run = refused(&p, "rules/phase-order");
-    let msg = run.json()["errors"].as_array().unwrap().iter().find(|e| e["code"] == "rules/phase-order").unwrap()["message"].as_str().unwrap().to_string();
-    assert!(msg.contains("executor impl-1") && msg.contains("verifier ver-1"), "{msg}");
+    let msg = run.json()["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["code"] == "rules/phase-order")
+        .unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("executor impl-1") && msg.contains("verifier ver-1"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -230,11 +326,20 @@ fn rules_phase_order_across_stages() {
 
 #[test]
 fn rules_report_writer_isolation() {
-    let p = v1_project(&[("report-writer", "results/r.md", ""), ("w1", "results/a.md", "")]);
+    let p = v1_project(&[
+        ("report-writer", "results/r.md", ""),
+        ("w1", "results/a.md", ""),
+    ]);
     refused(&p, "rules/report-writer-isolation");
-    let p = v1_project(&[("w1", "results/a.md", ""), ("report-writer", "results/r.md", "last")]);
+    let p = v1_project(&[
+        ("w1", "results/a.md", ""),
+        ("report-writer", "results/r.md", "last"),
+    ]);
     planned(&p);
-    let p = v1_project(&[("report-writer", "results/r.md", ""), ("w1", "results/a.md", "later")]);
+    let p = v1_project(&[
+        ("report-writer", "results/r.md", ""),
+        ("w1", "results/a.md", "later"),
+    ]);
     refused(&p, "rules/report-writer-isolation");
 }
 
@@ -243,14 +348,20 @@ fn rules_write_conflict() {
     let p = v1_project(&[("w1", "results/same.md", ""), ("w2", "results/same.md", "")]);
     let run = refused(&p, "rules/write-conflict");
     assert!(run.stdout.contains("results/same.md"));
-    let p = v1_project(&[("w1", "results/same.md", ""), ("w2", "results/same.md", "later")]);
+    let p = v1_project(&[
+        ("w1", "results/same.md", ""),
+        ("w2", "results/same.md", "later"),
+    ]);
     planned(&p);
 }
 
 #[test]
 fn rules_reverify_kind() {
     let p = v1_project(&[("w1", "results/a.md", "")]);
-    let text = p.read("spec.toml").replace("role = \"analyst\"", "role = \"analyst\"\ndispatchKind = \"reverify-r0\"");
+    let text = p.read("spec.toml").replace(
+        "role = \"analyst\"",
+        "role = \"analyst\"\ndispatchKind = \"reverify-r0\"",
+    );
     p.write("spec.toml", &text);
     refused(&p, "rules/reverify-kind");
     p.write("spec.toml", &text.replace("reverify-r0", "reverify-r2"));
@@ -260,27 +371,68 @@ fn rules_reverify_kind() {
 #[test]
 fn path_escapes_root() {
     let p = v2_project();
-    edit_spec(&p, "resultPath = \"results/impl.md\"", "resultPath = \"../outside.md\"");
+    edit_spec(
+        &p,
+        "resultPath = \"results/impl.md\"",
+        "resultPath = \"../outside.md\"",
+    );
     refused(&p, "path/escapes-root");
 }
 
 #[test]
 fn schema_violation_unknown_key_with_suggestion() {
     let p = v2_project();
-    edit_spec(&p, "resultPath = \"results/impl.md\"", "resultPath = \"results/impl.md\"\nresultPth = \"x\"");
+    edit_spec(
+        &p,
+        "resultPath = \"results/impl.md\"",
+        "resultPath = \"results/impl.md\"\nresultPth = \"x\"",
+    );
     let run = refused(&p, "schema/violation");
-    let e = run.json()["errors"].as_array().unwrap().iter().find(|e| e["code"] == "schema/violation").cloned().unwrap();
-    let line = p.read("spec.toml").lines().position(|l| l.starts_with("resultPth")).unwrap() + 1;
+    let e = run.json()["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["code"] == "schema/violation")
+        .cloned()
+        .unwrap();
+    let line = p
+        .read("spec.toml")
+        .lines()
+        .position(|l| l.starts_with("resultPth"))
+        .unwrap()
+        + 1;
     assert_eq!(e["line"], json!(line));
 }
 
 #[test]
 fn roster_unknown_worker_in_spec_mode() {
     let p = v2_project();
-    let run = p.okstra(&["plan", "spec.toml", "--manifest", "run/run-manifest.json", "--out", "plan.json", "--format", "json", "--workers", "impl-1,nobody"]);
+    let run = p.okstra(&[
+        "plan",
+        "spec.toml",
+        "--manifest",
+        "run/run-manifest.json",
+        "--out",
+        "plan.json",
+        "--format",
+        "json",
+        "--workers",
+        "impl-1,nobody",
+    ]);
     assert_eq!(run.code, 2);
     assert_eq!(run.codes(), vec!["roster/unknown-worker"]);
-    let run = p.okstra(&["plan", "spec.toml", "--manifest", "run/run-manifest.json", "--out", "plan.json", "--format", "json", "--workers", "impl-1"]);
+    let run = p.okstra(&[
+        "plan",
+        "spec.toml",
+        "--manifest",
+        "run/run-manifest.json",
+        "--out",
+        "plan.json",
+        "--format",
+        "json",
+        "--workers",
+        "impl-1",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
@@ -291,31 +443,60 @@ fn input_syntax_and_missing() {
     let run = refused(&p, "input/syntax");
     assert_eq!(run.json()["errors"][0]["line"], json!(1));
     let p = v2_project();
-    edit_spec(&p, "promptPath = \"prompts/impl.md\"", "promptPath = \"prompts/nope.md\"");
+    edit_spec(
+        &p,
+        "promptPath = \"prompts/impl.md\"",
+        "promptPath = \"prompts/nope.md\"",
+    );
     refused(&p, "input/missing");
 }
 
 #[test]
 fn every_error_of_every_input_is_reported_at_once() {
     let p = v2_project();
-    edit_spec(&p, "attempt = 1\nrole = \"implementer\"", "attempt = 0\nrole = \"implementer\"");
-    edit_spec(&p, "resultPath = \"results/ver.md\"", "resultPath = \"../x.md\"");
+    edit_spec(
+        &p,
+        "attempt = 1\nrole = \"implementer\"",
+        "attempt = 0\nrole = \"implementer\"",
+    );
+    edit_spec(
+        &p,
+        "resultPath = \"results/ver.md\"",
+        "resultPath = \"../x.md\"",
+    );
     let run = refused(&p, "identity/bad-attempt");
-    assert!(run.codes().contains(&"path/escapes-root".to_string()), "{:?}", run.codes());
+    assert!(
+        run.codes().contains(&"path/escapes-root".to_string()),
+        "{:?}",
+        run.codes()
+    );
 }
 
 #[test]
 fn plan_stages_malformed_conformance() {
     let p = Project::new();
-    p.write_json("impl-plan.json", &json!({"implementationPlanning": {"stages": [
-        {"stage": 1, "conformanceTests": "<task_root>/t.sh (requires=[db])"},
-        {"stage": 2, "conformanceTests": "t.sh (requires=[gpu])"}
-    ]}}));
-    let run = p.okstra(&["validate", "--kind", "implementation-plan", "impl-plan.json", "--format", "json"]);
+    p.write_json(
+        "impl-plan.json",
+        &json!({"implementationPlanning": {"stages": [
+            {"stage": 1, "conformanceTests": "<task_root>/t.sh (requires=[db])"},
+            {"stage": 2, "conformanceTests": "t.sh (requires=[gpu])"}
+        ]}}),
+    );
+    let run = p.okstra(&[
+        "validate",
+        "--kind",
+        "implementation-plan",
+        "impl-plan.json",
+        "--format",
+        "json",
+    ]);
     assert_eq!(run.code, 2);
     let e = &run.json()["errors"][0];
     assert_eq!(e["code"], "plan-stages/malformed-conformance");
-    assert_eq!(e["pointer"], "/implementationPlanning/stages/1/conformanceTests");
+    assert_eq!(
+        e["pointer"],
+        "/implementationPlanning/stages/1/conformanceTests"
+    );
     assert!(e["message"].as_str().unwrap().contains("stage 2"));
     p.write_json("ok.json", &json!({"implementationPlanning": {"stages": [{"stage": 1, "conformanceTests": "t.sh (requires=[db, io])"}, {"stage": 2}]}}));
     let run = p.okstra(&["validate", "--kind", "implementation-plan", "ok.json"]);

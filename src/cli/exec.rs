@@ -50,7 +50,10 @@ fn options(concurrency: Option<usize>, format: Format) -> Options {
         format,
         okstra: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("okstra")),
         grace: Duration::from_secs(
-            std::env::var("OKSTRA_STOP_GRACE_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5),
+            std::env::var("OKSTRA_STOP_GRACE_SECONDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(5),
         ),
     }
 }
@@ -70,7 +73,10 @@ pub fn run(args: &RunArgs) -> ExitStatus {
     let dir = std::env::temp_dir().join(format!("okstra-run-{}", std::process::id()));
     let path = dir.join("plan.json");
     if let Err(e) = std::fs::create_dir_all(&dir) {
-        let d = Diagnostic::new(Code::InputUnreadable, format!("cannot create {}: {e}", dir.display()));
+        let d = Diagnostic::new(
+            Code::InputUnreadable,
+            format!("cannot create {}: {e}", dir.display()),
+        );
         return report(&Diagnostics::from(d), args.format);
     }
     if let Err(d) = plan_cmd::write_plan(&plan, &path) {
@@ -80,7 +86,11 @@ pub fn run(args: &RunArgs) -> ExitStatus {
         eprint!("{}", render::summary(&plan, &path.display().to_string()));
         eprintln!();
     }
-    let status = exec(&ExecArgs { plan: path.clone(), concurrency: args.concurrency, format: args.format });
+    let status = exec(&ExecArgs {
+        plan: path.clone(),
+        concurrency: args.concurrency,
+        format: args.format,
+    });
     let _ = std::fs::remove_dir_all(&dir);
     status
 }
@@ -107,9 +117,25 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
 
 fn summary_table(o: &Outcomes) -> String {
     let mut out = String::new();
-    let w_stage = o.reports.iter().map(|r| r.stage.len()).max().unwrap_or(5).max(5);
-    let w_key = o.reports.iter().map(|r| r.label.len()).max().unwrap_or(3).max(3);
-    let _ = writeln!(out, "{:<w_stage$}  {:<w_key$}  {:<9}  {:>8}  {:>8}  reason", "stage", "job", "status", "attempts", "time");
+    let w_stage = o
+        .reports
+        .iter()
+        .map(|r| r.stage.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let w_key = o
+        .reports
+        .iter()
+        .map(|r| r.label.len())
+        .max()
+        .unwrap_or(3)
+        .max(3);
+    let _ = writeln!(
+        out,
+        "{:<w_stage$}  {:<w_key$}  {:<9}  {:>8}  {:>8}  reason",
+        "stage", "job", "status", "attempts", "time"
+    );
     for r in &o.reports {
         let _ = writeln!(
             out,
@@ -136,10 +162,17 @@ fn summary_table(o: &Outcomes) -> String {
 pub fn status(args: &StatusArgs) -> ExitStatus {
     let root = paths::canonical_root(&args.project_root);
     let display = paths::display_for(&root, &args.manifest);
-    let manifest: Value = match std::fs::read(&args.manifest).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+    let manifest: Value = match std::fs::read(&args.manifest)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
         Ok(v) => v,
         Err(e) => {
-            let d = Diagnostic::new(Code::InputUnreadable, format!("cannot read manifest {display}: {e}")).in_file(display);
+            let d = Diagnostic::new(
+                Code::InputUnreadable,
+                format!("cannot read manifest {display}: {e}"),
+            )
+            .in_file(display);
             return report(&Diagnostics::from(d), args.format);
         }
     };
@@ -149,11 +182,17 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
     let doc = match store.read() {
         Ok(d) => d,
         Err(e) => {
-            let d = Diagnostic::new(Code::ExecState, format!("cannot read team-state: {e}")).in_file(team.to_string());
+            let d = Diagnostic::new(Code::ExecState, format!("cannot read team-state: {e}"))
+                .in_file(team.to_string());
             return report(&Diagnostics::from(d), args.format);
         }
     };
-    let rows = |k: &str| doc.get(k).and_then(Value::as_array).cloned().unwrap_or_default();
+    let rows = |k: &str| {
+        doc.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
     match args.format {
         Format::Json => println!(
             "{}",

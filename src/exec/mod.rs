@@ -11,9 +11,9 @@ use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::fsutil::FileLock;
 use crate::plan::{Job, Plan};
 use crate::process;
+use crate::state::team_state::WorkerStatus;
 use record::Recorder;
 use resume::JobState;
-use crate::state::team_state::WorkerStatus;
 use serde_json::{json, Map, Value};
 use settle::{Outcome, Settlement, Status};
 use std::collections::HashMap;
@@ -76,7 +76,10 @@ pub fn exec(plan_path: &Path, opts: &Options) -> Result<Outcomes, Diagnostics> {
         }
     };
     let interrupt = process::interrupt_flag().map_err(|e| {
-        Diagnostics::from(Diagnostic::new(Code::ExecState, format!("cannot install signal handlers: {e}")))
+        Diagnostics::from(Diagnostic::new(
+            Code::ExecState,
+            format!("cannot install signal handlers: {e}"),
+        ))
     })?;
     let mut runner = Runner::new(&root, &plan, opts, interrupt);
     let outcomes = runner.run();
@@ -142,16 +145,29 @@ impl<'a> Runner<'a> {
         let mut interrupted = false;
         let mut failed = false;
         for (si, stage) in self.plan.stages.iter().enumerate() {
-            let indices: Vec<usize> = self.jobs.iter().enumerate().filter(|(_, (s, _))| *s == si).map(|(i, _)| i).collect();
+            let indices: Vec<usize> = self
+                .jobs
+                .iter()
+                .enumerate()
+                .filter(|(_, (s, _))| *s == si)
+                .map(|(i, _)| i)
+                .collect();
             if failed || interrupted {
                 for &i in &indices {
                     let job = self.jobs[i].1;
-                    self.report(i, "not-run", 0, "an earlier stage did not complete", Duration::ZERO);
+                    self.report(
+                        i,
+                        "not-run",
+                        0,
+                        "an earlier stage did not complete",
+                        Duration::ZERO,
+                    );
                     let _ = job;
                 }
                 continue;
             }
-            self.progress.stage(si, self.plan.stages.len(), &stage.name, indices.len());
+            self.progress
+                .stage(si, self.plan.stages.len(), &stage.name, indices.len());
             let (ok, stopped) = self.run_stage(si, &indices, &states);
             self.rec.flush();
             failed |= !ok;
@@ -161,9 +177,14 @@ impl<'a> Runner<'a> {
         for p in &self.rec.problems {
             eprintln!("okstra: warning: {p}");
         }
-        let mut reports: Vec<JobReport> = (0..self.jobs.len()).filter_map(|i| self.reports.remove(&i)).collect();
+        let mut reports: Vec<JobReport> = (0..self.jobs.len())
+            .filter_map(|i| self.reports.remove(&i))
+            .collect();
         reports.sort_by_key(|r| r.stage.clone());
-        Outcomes { reports, interrupted }
+        Outcomes {
+            reports,
+            interrupted,
+        }
     }
 
     fn report(&mut self, i: usize, status: &str, attempts: u64, reason: &str, duration: Duration) {
@@ -184,7 +205,12 @@ impl<'a> Runner<'a> {
 
     /// Run one stage through all its retry rounds. Returns (every job
     /// completed, interrupted).
-    fn run_stage(&mut self, si: usize, indices: &[usize], states: &HashMap<usize, JobState>) -> (bool, bool) {
+    fn run_stage(
+        &mut self,
+        si: usize,
+        indices: &[usize],
+        states: &HashMap<usize, JobState>,
+    ) -> (bool, bool) {
         let mut pending: Vec<(usize, u64)> = Vec::new();
         let mut adopted: Vec<Ended> = Vec::new();
         let mut all_ok = true;
@@ -193,17 +219,35 @@ impl<'a> Runner<'a> {
             match states.get(&i).cloned().unwrap_or(JobState::Fresh) {
                 JobState::Fresh => pending.push((i, job.first_attempt())),
                 JobState::Completed { attempt } => {
-                    self.progress.line(format!("{} already completed (attempt {attempt}); not run again", job.label()));
-                    self.report(i, "completed", attempt, "completed by an earlier exec", Duration::ZERO);
+                    self.progress.line(format!(
+                        "{} already completed (attempt {attempt}); not run again",
+                        job.label()
+                    ));
+                    self.report(
+                        i,
+                        "completed",
+                        attempt,
+                        "completed by an earlier exec",
+                        Duration::ZERO,
+                    );
                 }
                 JobState::Failed { attempt, reason } => {
                     self.report(i, "error", attempt, &reason, Duration::ZERO);
                     all_ok = false;
                 }
                 JobState::Retry { attempt } => pending.push((i, attempt)),
-                JobState::Orphan { attempt, session_id } => {
+                JobState::Orphan {
+                    attempt,
+                    session_id,
+                } => {
                     let outcome = resume::adopt(job, &self.root, &self.interrupt);
-                    adopted.push(Ended { job_index: i, attempt, outcome, session_id, started: Instant::now() });
+                    adopted.push(Ended {
+                        job_index: i,
+                        attempt,
+                        outcome,
+                        session_id,
+                        started: Instant::now(),
+                    });
                 }
             }
         }
@@ -222,15 +266,25 @@ impl<'a> Runner<'a> {
             let retries = self.settle_round(ended, snapshot.as_ref(), indices);
             pending = if stopped { Vec::new() } else { retries };
         }
-        let ok = indices.iter().all(|i| self.reports.get(i).is_some_and(|r| r.status == "completed"));
+        let ok = indices
+            .iter()
+            .all(|i| self.reports.get(i).is_some_and(|r| r.status == "completed"));
         (ok && !interrupted, interrupted)
     }
 
     fn snapshot_path(&self, si: usize) -> PathBuf {
         let team = self.abs(&self.plan.run.team_state_path);
-        let dir = team.parent().map(Path::to_path_buf).unwrap_or_default().join("snapshots");
+        let dir = team
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+            .join("snapshots");
         let short = self.plan.digest.trim_start_matches("sha256:");
-        dir.join(format!("{}-stage-{}.json", &short[..short.len().min(16)], si + 1))
+        dir.join(format!(
+            "{}-stage-{}.json",
+            &short[..short.len().min(16)],
+            si + 1
+        ))
     }
 
     fn orchestrator_files(&self) -> Vec<PathBuf> {
@@ -242,7 +296,10 @@ impl<'a> Runner<'a> {
             PathBuf::from(format!("{}.exec.lock", team.display())),
             self.abs(&self.plan.run.lead_events_path),
             self.abs(&self.plan.run.error_log_path),
-            team.parent().map(Path::to_path_buf).unwrap_or_default().join("snapshots"),
+            team.parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default()
+                .join("snapshots"),
         ];
         let events = self.abs(&self.plan.run.lead_events_path);
         if let (Some(dir), Some(name)) = (events.parent(), events.file_name()) {
@@ -267,7 +324,10 @@ impl<'a> Runner<'a> {
     /// The stage's baseline, taken before its first round, or read back when
     /// a resumed exec already took it.
     fn stage_snapshot(&mut self, si: usize, indices: &[usize]) -> Option<audit::Snapshot> {
-        if !indices.iter().any(|&i| self.jobs[i].1.write_enforcement.mutation_audit == "batch") {
+        if !indices
+            .iter()
+            .any(|&i| self.jobs[i].1.write_enforcement.mutation_audit == "batch")
+        {
             return None;
         }
         let path = self.snapshot_path(si);
@@ -278,7 +338,11 @@ impl<'a> Runner<'a> {
         }
         let roots = self.audit_roots(indices);
         let exclude = self.orchestrator_files();
-        let opts = audit::SnapshotOptions { roots: &roots, project_root: &self.root, exclude: &exclude };
+        let opts = audit::SnapshotOptions {
+            roots: &roots,
+            project_root: &self.root,
+            exclude: &exclude,
+        };
         match audit::snapshot(&opts) {
             Ok(s) => {
                 if let Ok(text) = serde_json::to_vec(&s) {
@@ -286,13 +350,18 @@ impl<'a> Runner<'a> {
                         let _ = std::fs::create_dir_all(dir);
                     }
                     if let Err(e) = crate::fsutil::write_atomic(&path, &text) {
-                        self.rec.problems.push(format!("cannot store the audit snapshot {}: {e}", path.display()));
+                        self.rec.problems.push(format!(
+                            "cannot store the audit snapshot {}: {e}",
+                            path.display()
+                        ));
                     }
                 }
                 Some(s)
             }
             Err(e) => {
-                self.rec.problems.push(format!("cannot snapshot the project for the mutation audit: {e}"));
+                self.rec.problems.push(format!(
+                    "cannot snapshot the project for the mutation audit: {e}"
+                ));
                 None
             }
         }
@@ -315,7 +384,15 @@ impl<'a> Runner<'a> {
         argv
     }
 
-    fn dispatch_row(&self, job: &Job, attempt: u64, status: &str, reason: &str, session_id: Option<&str>, extra: Map<String, Value>) -> Value {
+    fn dispatch_row(
+        &self,
+        job: &Job,
+        attempt: u64,
+        status: &str,
+        reason: &str,
+        session_id: Option<&str>,
+        extra: Map<String, Value>,
+    ) -> Value {
         let mut row = self.rec.identity(job, attempt);
         let fields = json!({
             "role": job.role,
@@ -367,7 +444,9 @@ impl<'a> Runner<'a> {
         let mut stash: Vec<(u32, i32)> = Vec::new();
         loop {
             while running.len() < limit && !interrupted {
-                let Some((i, attempt)) = queue.pop_front() else { break };
+                let Some((i, attempt)) = queue.pop_front() else {
+                    break;
+                };
                 match self.launch(i, attempt, &tx) {
                     Ok(r) => {
                         running.insert(r.pid, r);
@@ -386,7 +465,13 @@ impl<'a> Runner<'a> {
                             cut.push((j, a, None, Instant::now()));
                         }
                         for (j, a, s, t) in cut {
-                            ended.push(Ended { job_index: j, attempt: a, outcome: Outcome::cut(reason.clone()), session_id: s, started: t });
+                            ended.push(Ended {
+                                job_index: j,
+                                attempt: a,
+                                outcome: Outcome::cut(reason.clone()),
+                                session_id: s,
+                                started: t,
+                            });
                         }
                         return (ended, false);
                     }
@@ -397,13 +482,26 @@ impl<'a> Runner<'a> {
             }
             if self.interrupt.load(Ordering::Relaxed) {
                 interrupted = true;
-                self.progress.line("interrupted: stopping every worker".into());
+                self.progress
+                    .line("interrupted: stopping every worker".into());
                 for (_, r) in running.drain() {
                     let _ = stop_group(r.pid, self.opts.grace, &rx, &mut stash);
-                    ended.push(Ended { job_index: r.job_index, attempt: r.attempt, outcome: Outcome::cut("interrupted"), session_id: r.session_id, started: r.started });
+                    ended.push(Ended {
+                        job_index: r.job_index,
+                        attempt: r.attempt,
+                        outcome: Outcome::cut("interrupted"),
+                        session_id: r.session_id,
+                        started: r.started,
+                    });
                 }
                 for (j, _a) in queue.drain(..) {
-                    self.report(j, "not-run", 0, "interrupted before it started", Duration::ZERO);
+                    self.report(
+                        j,
+                        "not-run",
+                        0,
+                        "interrupted before it started",
+                        Duration::ZERO,
+                    );
                 }
                 break;
             }
@@ -415,8 +513,19 @@ impl<'a> Runner<'a> {
                 Ok((pid, code)) => {
                     if let Some(r) = running.remove(&pid) {
                         let (_, job) = self.jobs[r.job_index];
-                        self.progress.line(format!("{} exited {code} (attempt {}, {:.1}s)", job.label(), r.attempt, r.started.elapsed().as_secs_f64()));
-                        ended.push(Ended { job_index: r.job_index, attempt: r.attempt, outcome: Outcome::exited(code), session_id: r.session_id, started: r.started });
+                        self.progress.line(format!(
+                            "{} exited {code} (attempt {}, {:.1}s)",
+                            job.label(),
+                            r.attempt,
+                            r.started.elapsed().as_secs_f64()
+                        ));
+                        ended.push(Ended {
+                            job_index: r.job_index,
+                            attempt: r.attempt,
+                            outcome: Outcome::exited(code),
+                            session_id: r.session_id,
+                            started: r.started,
+                        });
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -437,8 +546,18 @@ impl<'a> Runner<'a> {
             for pid in idle {
                 if let Some(r) = running.remove(&pid) {
                     let _ = stop_group(pid, self.opts.grace, &rx, &mut stash);
-                    self.progress.line(format!("{} went idle and was stopped (attempt {})", self.jobs[r.job_index].1.label(), r.attempt));
-                    ended.push(Ended { job_index: r.job_index, attempt: r.attempt, outcome: Outcome::timeout(), session_id: r.session_id, started: r.started });
+                    self.progress.line(format!(
+                        "{} went idle and was stopped (attempt {})",
+                        self.jobs[r.job_index].1.label(),
+                        r.attempt
+                    ));
+                    ended.push(Ended {
+                        job_index: r.job_index,
+                        attempt: r.attempt,
+                        outcome: Outcome::timeout(),
+                        session_id: r.session_id,
+                        started: r.started,
+                    });
                 }
             }
             self.rec.maybe_flush();
@@ -446,14 +565,31 @@ impl<'a> Runner<'a> {
         (ended, interrupted)
     }
 
-    fn launch(&mut self, i: usize, attempt: u64, tx: &mpsc::Sender<(u32, i32)>) -> std::io::Result<Running> {
+    fn launch(
+        &mut self,
+        i: usize,
+        attempt: u64,
+        tx: &mpsc::Sender<(u32, i32)>,
+    ) -> std::io::Result<Running> {
         let job = self.jobs[i].1;
-        let session_id = job.takes_session_id.then(|| uuid::Uuid::new_v4().to_string());
+        let session_id = job
+            .takes_session_id
+            .then(|| uuid::Uuid::new_v4().to_string());
         let argv = self.worker_argv(job, attempt, session_id.as_deref());
         let log = self.abs(&job.log_path());
         let _ = std::fs::remove_file(self.abs(&job.status_path()));
-        let env: Vec<(String, String)> = job.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let spawned = process::spawn(&process::SpawnSpec { argv: &argv, cwd: &self.root, env: &env, log: Some(&log), stdin: None })?;
+        let env: Vec<(String, String)> = job
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let spawned = process::spawn(&process::SpawnSpec {
+            argv: &argv,
+            cwd: &self.root,
+            env: &env,
+            log: Some(&log),
+            stdin: None,
+        })?;
         let pid = spawned.pid();
         let tx = tx.clone();
         std::thread::spawn(move || {
@@ -470,30 +606,57 @@ impl<'a> Runner<'a> {
         self.rec.start_attempt(job, attempt);
         let mut facts = Map::new();
         facts.insert("pid".into(), json!(pid));
-        facts.insert("sessionId".into(), json!(session_id.clone().unwrap_or_default()));
+        facts.insert(
+            "sessionId".into(),
+            json!(session_id.clone().unwrap_or_default()),
+        );
         facts.insert("promptPath".into(), json!(job.prompt_path));
         facts.insert("resultPath".into(), json!(job.result_path));
         self.rec.event("worker-dispatched", job, attempt, facts);
-        self.progress.line(format!("dispatched {} (attempt {attempt}, pid {pid})", job.label()));
-        Ok(Running { job_index: i, attempt, pid, started: Instant::now(), watch: process::LogWatch::new(log), session_id })
+        self.progress.line(format!(
+            "dispatched {} (attempt {attempt}, pid {pid})",
+            job.label()
+        ));
+        Ok(Running {
+            job_index: i,
+            attempt,
+            pid,
+            started: Instant::now(),
+            watch: process::LogWatch::new(log),
+            session_id,
+        })
     }
 
     /// Settle every ended attempt of a round (after the audit compare), and
     /// return the attempts to retry.
-    fn settle_round(&mut self, ended: Vec<Ended>, snapshot: Option<&audit::Snapshot>, indices: &[usize]) -> Vec<(usize, u64)> {
+    fn settle_round(
+        &mut self,
+        ended: Vec<Ended>,
+        snapshot: Option<&audit::Snapshot>,
+        indices: &[usize],
+    ) -> Vec<(usize, u64)> {
         let changes = snapshot.and_then(|s| {
             let roots = self.audit_roots(indices);
             let exclude = self.orchestrator_files();
-            let opts = audit::SnapshotOptions { roots: &roots, project_root: &self.root, exclude: &exclude };
+            let opts = audit::SnapshotOptions {
+                roots: &roots,
+                project_root: &self.root,
+                exclude: &exclude,
+            };
             match audit::compare(s, &opts) {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    self.rec.problems.push(format!("mutation audit compare failed: {e}"));
+                    self.rec
+                        .problems
+                        .push(format!("mutation audit compare failed: {e}"));
                     None
                 }
             }
         });
-        let batch: Vec<crate::plan::WritePolicy> = indices.iter().map(|&i| self.jobs[i].1.write_policy.clone()).collect();
+        let batch: Vec<crate::plan::WritePolicy> = indices
+            .iter()
+            .map(|&i| self.jobs[i].1.write_policy.clone())
+            .collect();
         let mut retries = Vec::new();
         for e in ended {
             if let Some(next) = self.settle_one(e, changes.as_ref(), &batch) {
@@ -504,7 +667,12 @@ impl<'a> Runner<'a> {
         retries
     }
 
-    fn settle_one(&mut self, e: Ended, changes: Option<&audit::Changes>, batch: &[crate::plan::WritePolicy]) -> Option<(usize, u64)> {
+    fn settle_one(
+        &mut self,
+        e: Ended,
+        changes: Option<&audit::Changes>,
+        batch: &[crate::plan::WritePolicy],
+    ) -> Option<(usize, u64)> {
         let (_, job) = self.jobs[e.job_index];
         let attempt = e.attempt;
         let root = self.root.clone();
@@ -512,7 +680,10 @@ impl<'a> Runner<'a> {
         let worker_result = self.abs(&job.worker_result_path);
         let mut s: Settlement = settle::settle(&e.outcome, missing, &worker_result);
         let status_doc = read_status(&self.abs(&job.status_path()));
-        let duration_ms = status_doc.as_ref().and_then(|d| d.get("duration_ms")).and_then(Value::as_i64);
+        let duration_ms = status_doc
+            .as_ref()
+            .and_then(|d| d.get("duration_ms"))
+            .and_then(Value::as_i64);
         let mut facts = Map::new();
         facts.insert("exitCode".into(), json!(e.outcome.exit_code));
         facts.insert("wrapperExitCode".into(), json!(e.outcome.exit_code));
@@ -534,14 +705,32 @@ impl<'a> Runner<'a> {
         if let Some(changes) = changes.filter(|_| job.write_enforcement.mutation_audit == "batch") {
             let succeeded = e.outcome.clean();
             let result_present = s.missing.is_empty();
-            let out_of_plan = if job.role == "implementer" { audit::out_of_plan_edits(&worker_result) } else { Vec::new() };
-            let verdict = audit::judge(changes, &job.write_policy, batch, &out_of_plan, succeeded, result_present);
+            let out_of_plan = if job.role == "implementer" {
+                audit::out_of_plan_edits(&worker_result)
+            } else {
+                Vec::new()
+            };
+            let verdict = audit::judge(
+                changes,
+                &job.write_policy,
+                batch,
+                &out_of_plan,
+                succeeded,
+                result_present,
+            );
             let summary = verdict.change_summary();
             facts.insert("mutationAudit".into(), summary);
-            if matches!(verdict.status.as_str(), "contract-failed-unattributed" | "mutation-present-unresolved") {
+            if matches!(
+                verdict.status.as_str(),
+                "contract-failed-unattributed" | "mutation-present-unresolved"
+            ) {
                 s.status = Status::Error;
                 s.note.clear();
-                s.reason = format!("mutation audit {}: {}", verdict.status, verdict.violations.join(", "));
+                s.reason = format!(
+                    "mutation audit {}: {}",
+                    verdict.status,
+                    verdict.violations.join(", ")
+                );
                 retry_allowed = false;
             } else {
                 retry_allowed &= verdict.retry_allowed || verdict.status == "ok";
@@ -551,27 +740,59 @@ impl<'a> Runner<'a> {
         let will_retry = retry_allowed && attempt < last_allowed;
         if s.log_error {
             let log = self.abs(&job.log_path());
-            let message = if s.note.is_empty() { s.reason.clone() } else { s.note.clone() };
-            let appended = self.rec.error_log(job, attempt, e.outcome.exit_code as i64, duration_ms, &message, &log);
+            let message = if s.note.is_empty() {
+                s.reason.clone()
+            } else {
+                s.note.clone()
+            };
+            let appended = self.rec.error_log(
+                job,
+                attempt,
+                e.outcome.exit_code as i64,
+                duration_ms,
+                &message,
+                &log,
+            );
             facts.insert("errorLogAppend".into(), appended);
         }
         let status = s.status.as_str();
-        let reason = if s.note.is_empty() { s.reason.clone() } else { s.note.clone() };
+        let reason = if s.note.is_empty() {
+            s.reason.clone()
+        } else {
+            s.note.clone()
+        };
         facts.insert("status".into(), json!(status));
         facts.insert("reason".into(), json!(reason));
         let mut extra = Map::new();
         extra.insert("endedAt".into(), json!(crate::fsutil::utc_now()));
         extra.insert("exitCode".into(), json!(e.outcome.exit_code));
-        let row = self.dispatch_row(job, attempt, status, &reason, e.session_id.as_deref(), extra);
+        let row = self.dispatch_row(
+            job,
+            attempt,
+            status,
+            &reason,
+            e.session_id.as_deref(),
+            extra,
+        );
         self.rec.dispatch_row(row);
         let change_summary = facts.get("mutationAudit").cloned();
         let result_path = (s.status == Status::Completed).then(|| job.worker_result_path.clone());
-        self.rec.finish_attempt(job, attempt, status, result_path, change_summary);
+        self.rec
+            .finish_attempt(job, attempt, status, result_path, change_summary);
         let elapsed = e.started.elapsed();
         if s.status == Status::Completed {
             self.rec.worker(job, WorkerStatus::Completed, &reason);
-            self.rec.event("worker-result-collected", job, attempt, facts);
-            self.progress.line(format!("{} completed (attempt {attempt}){}", job.label(), if s.note.is_empty() { String::new() } else { format!(": {}", s.note) }));
+            self.rec
+                .event("worker-result-collected", job, attempt, facts);
+            self.progress.line(format!(
+                "{} completed (attempt {attempt}){}",
+                job.label(),
+                if s.note.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", s.note)
+                }
+            ));
             self.report(e.job_index, "completed", attempt, &reason, elapsed);
             return None;
         }
@@ -581,19 +802,38 @@ impl<'a> Runner<'a> {
             facts.insert("missingCompletionPaths".into(), json!(s.missing));
             facts.insert("reason".into(), json!(s.reason));
             facts.insert("nextAttempt".into(), json!(attempt + 1));
-            self.rec.event("worker-retry-scheduled", job, attempt, facts);
-            self.progress.line(format!("{} will retry: {} (attempt {} of {last_allowed})", job.label(), s.reason, attempt + 1));
+            self.rec
+                .event("worker-retry-scheduled", job, attempt, facts);
+            self.progress.line(format!(
+                "{} will retry: {} (attempt {} of {last_allowed})",
+                job.label(),
+                s.reason,
+                attempt + 1
+            ));
             return Some((e.job_index, attempt + 1));
         }
-        self.rec.worker(job, if s.status == Status::Timeout { WorkerStatus::Timeout } else { WorkerStatus::Error }, &reason);
-        self.progress.line(format!("{} {status} (attempt {attempt}): {reason}", job.label()));
+        self.rec.worker(
+            job,
+            if s.status == Status::Timeout {
+                WorkerStatus::Timeout
+            } else {
+                WorkerStatus::Error
+            },
+            &reason,
+        );
+        self.progress.line(format!(
+            "{} {status} (attempt {attempt}): {reason}",
+            job.label()
+        ));
         self.report(e.job_index, status, attempt, &reason, elapsed);
         None
     }
 }
 
 pub fn read_status(path: &Path) -> Option<Value> {
-    std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
 /// Block until `pid` ends; its exit code (128+signal for a signal death).
@@ -621,7 +861,12 @@ fn wait_pid(pid: u32) -> i32 {
 /// SIGTERM the worker's group, give it `grace`, then SIGKILL. The waiter
 /// thread reaps it; exit notices of other workers that arrive meanwhile are
 /// dropped here (their owners were stopped too, or the caller re-polls).
-fn stop_group(pid: u32, grace: Duration, rx: &mpsc::Receiver<(u32, i32)>, others: &mut Vec<(u32, i32)>) -> i32 {
+fn stop_group(
+    pid: u32,
+    grace: Duration,
+    rx: &mpsc::Receiver<(u32, i32)>,
+    others: &mut Vec<(u32, i32)>,
+) -> i32 {
     let pgid = pid as libc::pid_t;
     // SAFETY: plain signal sends to a process group we created.
     unsafe { libc::killpg(pgid, libc::SIGTERM) };
@@ -653,13 +898,22 @@ pub struct Progress {
 
 impl Progress {
     fn new(_format: Format) -> Self {
-        Progress { started: Instant::now() }
+        Progress {
+            started: Instant::now(),
+        }
     }
     fn stage(&self, i: usize, n: usize, name: &str, jobs: usize) {
-        self.line(format!("stage {}/{n} `{name}`: {jobs} job{}", i + 1, if jobs == 1 { "" } else { "s" }));
+        self.line(format!(
+            "stage {}/{n} `{name}`: {jobs} job{}",
+            i + 1,
+            if jobs == 1 { "" } else { "s" }
+        ));
     }
     fn line(&self, text: String) {
-        eprintln!("[okstra {:>7.2}s] {text}", self.started.elapsed().as_secs_f64());
+        eprintln!(
+            "[okstra {:>7.2}s] {text}",
+            self.started.elapsed().as_secs_f64()
+        );
     }
 }
 

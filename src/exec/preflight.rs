@@ -19,7 +19,9 @@ pub fn check_version(doc: &Value) -> Result<(), Diagnostic> {
         Code::PlanVersion,
         format!(
             "plan formatVersion {} is not supported by okstra {} (it reads format {})",
-            doc.get("formatVersion").map(|v| v.to_string()).unwrap_or_else(|| "(absent)".into()),
+            doc.get("formatVersion")
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "(absent)".into()),
             crate::VERSION,
             plan::FORMAT_VERSION
         ),
@@ -34,8 +36,14 @@ pub fn stale_inputs(plan: &Plan, root: &Path) -> Vec<Diagnostic> {
         let path = paths::abs_of(root, &input.path);
         let message = match std::fs::read(&path) {
             Ok(bytes) if sha256_hex(&bytes) == input.sha256 => continue,
-            Ok(_) => format!("{} `{}` changed since the plan was made", input.kind, input.path),
-            Err(_) => format!("{} `{}` vanished since the plan was made", input.kind, input.path),
+            Ok(_) => format!(
+                "{} `{}` changed since the plan was made",
+                input.kind, input.path
+            ),
+            Err(_) => format!(
+                "{} `{}` vanished since the plan was made",
+                input.kind, input.path
+            ),
         };
         out.push(
             Diagnostic::new(Code::PlanStale, message)
@@ -54,9 +62,14 @@ pub fn binding_change(manifest: &Manifest, job: &plan::Job) -> Option<String> {
         return None;
     }
     let Some(re) = manifest.role_execution(&id.role_execution_ref) else {
-        return Some(format!("role execution `{}` is no longer in the manifest", id.role_execution_ref));
+        return Some(format!(
+            "role execution `{}` is no longer in the manifest",
+            id.role_execution_ref
+        ));
     };
-    if str_of(re, "participantRef") != id.participant_ref || str_of(re, "executionLabel") != id.execution_label {
+    if str_of(re, "participantRef") != id.participant_ref
+        || str_of(re, "executionLabel") != id.execution_label
+    {
         return Some(format!(
             "role execution `{}` now names participant `{}` and label `{}`",
             id.role_execution_ref,
@@ -65,7 +78,10 @@ pub fn binding_change(manifest: &Manifest, job: &plan::Job) -> Option<String> {
         ));
     }
     if manifest.participant(&id.participant_ref).is_none() {
-        return Some(format!("participant `{}` is no longer in the manifest", id.participant_ref));
+        return Some(format!(
+            "participant `{}` is no longer in the manifest",
+            id.participant_ref
+        ));
     }
     binding_problem(manifest, re).map(|p| format!("role execution `{}` {p}", id.role_execution_ref))
 }

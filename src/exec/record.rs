@@ -31,7 +31,10 @@ impl Recorder {
     pub fn new(root: &Path, plan: &Plan) -> Self {
         let abs = |p: &str| crate::compile::paths::abs_of(root, p);
         Recorder {
-            ledger: Ledger::new(TeamStateStore::open(abs(&plan.run.team_state_path)), Duration::from_millis(250)),
+            ledger: Ledger::new(
+                TeamStateStore::open(abs(&plan.run.team_state_path)),
+                Duration::from_millis(250),
+            ),
             events: EventLog::new(abs(&plan.run.lead_events_path)),
             error_log: abs(&plan.run.error_log_path),
             plan_digest: plan.digest.clone(),
@@ -59,7 +62,8 @@ impl Recorder {
         fields.insert("dispatchMode".into(), json!(job.backend));
         fields.extend(facts);
         if let Err(e) = self.events.append(kind, fields) {
-            self.problems.push(format!("cannot append a {kind} event: {e}"));
+            self.problems
+                .push(format!("cannot append a {kind} event: {e}"));
         }
     }
 
@@ -86,21 +90,39 @@ impl Recorder {
     }
 
     fn attempt_id(job: &Job, attempt: u64) -> AttemptId {
-        AttemptId::new(job.dispatch_id_for(attempt).unwrap_or_default(), job.key.clone(), attempt as u32)
+        AttemptId::new(
+            job.dispatch_id_for(attempt).unwrap_or_default(),
+            job.key.clone(),
+            attempt as u32,
+        )
     }
 
     pub fn start_attempt(&mut self, job: &Job, attempt: u64) {
         self.ledger.start_attempt(&Self::attempt_id(job, attempt));
     }
 
-    pub fn finish_attempt(&mut self, job: &Job, attempt: u64, status: &str, result_path: Option<String>, change_summary: Option<Value>) {
+    pub fn finish_attempt(
+        &mut self,
+        job: &Job,
+        attempt: u64,
+        status: &str,
+        result_path: Option<String>,
+        change_summary: Option<Value>,
+    ) {
         let status = match status {
             "completed" => AttemptStatus::Completed,
             "timeout" => AttemptStatus::Timeout,
             _ => AttemptStatus::Error,
         };
-        let outcome = AttemptOutcome { status, result_path, change_summary };
-        if let Err(e) = self.ledger.finish_attempt(&Self::attempt_id(job, attempt), outcome) {
+        let outcome = AttemptOutcome {
+            status,
+            result_path,
+            change_summary,
+        };
+        if let Err(e) = self
+            .ledger
+            .finish_attempt(&Self::attempt_id(job, attempt), outcome)
+        {
             self.problems.push(e.to_string());
         }
     }
@@ -118,7 +140,15 @@ impl Recorder {
     }
 
     /// Append a wrapper failure to the error log; never fails the dispatch.
-    pub fn error_log(&mut self, job: &Job, attempt: u64, exit_code: i64, duration_ms: Option<i64>, message: &str, log: &Path) -> Value {
+    pub fn error_log(
+        &mut self,
+        job: &Job,
+        attempt: u64,
+        exit_code: i64,
+        duration_ms: Option<i64>,
+        message: &str,
+        log: &Path,
+    ) -> Value {
         let identity = job.identity.v2().map(|_| {
             let mut m = job.identity.wire_fields();
             m.insert("attempt".into(), json!(attempt));
@@ -128,7 +158,11 @@ impl Recorder {
             task_key: self.task_key.clone(),
             phase: self.phase.clone(),
             agent: error_log::agent_name(&job.key),
-            agent_role: if job.key == crate::model::REPORT_WRITER { "report-writer".into() } else { "worker".into() },
+            agent_role: if job.key == crate::model::REPORT_WRITER {
+                "report-writer".into()
+            } else {
+                "worker".into()
+            },
             model: job.model_execution_value.clone(),
             command: crate::render::shell_line(&job.command),
             exit_code,
@@ -139,7 +173,9 @@ impl Recorder {
         };
         match error_log::append_error(&self.error_log, record.to_map()) {
             Ok(()) => json!({"ok": true, "path": self.error_log.display().to_string()}),
-            Err(reason) => json!({"ok": false, "path": self.error_log.display().to_string(), "reason": reason}),
+            Err(reason) => {
+                json!({"ok": false, "path": self.error_log.display().to_string(), "reason": reason})
+            }
         }
     }
 }

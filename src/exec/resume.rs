@@ -4,7 +4,6 @@
 
 use super::settle::Outcome;
 use crate::plan::{Job, Plan};
-use crate::state::events::EventLog;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
@@ -16,16 +15,30 @@ use std::time::Duration;
 pub enum JobState {
     /// Nothing recorded yet: run the first attempt.
     Fresh,
-    Completed { attempt: u64 },
-    Failed { attempt: u64, reason: String },
+    Completed {
+        attempt: u64,
+    },
+    Failed {
+        attempt: u64,
+        reason: String,
+    },
     /// The last attempt failed retryably; this attempt is next.
-    Retry { attempt: u64 },
+    Retry {
+        attempt: u64,
+    },
     /// Dispatched by an executor that died before settling it.
-    Orphan { attempt: u64, session_id: Option<String> },
+    Orphan {
+        attempt: u64,
+        session_id: Option<String>,
+    },
 }
 
 /// Per flattened job index (stage order), what the records say.
-pub fn job_states(rec: &super::record::Recorder, plan: &Plan, _root: &Path) -> HashMap<usize, JobState> {
+pub fn job_states(
+    rec: &super::record::Recorder,
+    plan: &Plan,
+    _root: &Path,
+) -> HashMap<usize, JobState> {
     let events = crate::state::events::read_all(rec.events.path()).unwrap_or_default();
     let mut by_key: HashMap<&str, Vec<&Value>> = HashMap::new();
     for e in &events {
@@ -52,7 +65,11 @@ fn state_of(job: &Job, events: &[&Value]) -> JobState {
         return JobState::Fresh;
     };
     let of_last: Vec<&&Value> = events.iter().filter(|e| attempt_of(e) == last).collect();
-    let has = |t: &str| of_last.iter().any(|e| e.get("type").and_then(Value::as_str) == Some(t));
+    let has = |t: &str| {
+        of_last
+            .iter()
+            .any(|e| e.get("type").and_then(Value::as_str) == Some(t))
+    };
     if has("worker-result-collected") {
         return JobState::Completed { attempt: last };
     }
@@ -66,7 +83,10 @@ fn state_of(job: &Job, events: &[&Value]) -> JobState {
             .find_map(|e| e.get("reason").and_then(Value::as_str))
             .unwrap_or("failed")
             .to_string();
-        return JobState::Failed { attempt: last, reason };
+        return JobState::Failed {
+            attempt: last,
+            reason,
+        };
     }
     let session_id = of_last
         .iter()
@@ -74,7 +94,10 @@ fn state_of(job: &Job, events: &[&Value]) -> JobState {
         .filter(|s| !s.is_empty())
         .map(str::to_string);
     let _ = job;
-    JobState::Orphan { attempt: last, session_id }
+    JobState::Orphan {
+        attempt: last,
+        session_id,
+    }
 }
 
 /// Settle an orphaned attempt from its status sidecar: wait for a wrapper
@@ -83,12 +106,23 @@ pub fn adopt(job: &Job, root: &Path, interrupt: &Arc<AtomicBool>) -> Outcome {
     let status_path = crate::compile::paths::abs_of(root, &job.status_path());
     loop {
         let doc = super::read_status(&status_path);
-        let state = doc.as_ref().and_then(|d| d.get("state")).and_then(Value::as_str).unwrap_or("");
+        let state = doc
+            .as_ref()
+            .and_then(|d| d.get("state"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if state == "exited" {
-            let code = doc.as_ref().and_then(|d| d.get("exitCode")).and_then(Value::as_i64).unwrap_or(1);
+            let code = doc
+                .as_ref()
+                .and_then(|d| d.get("exitCode"))
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
             return Outcome::exited(code as i32);
         }
-        let pid = doc.as_ref().and_then(|d| d.get("wrapperPid").or_else(|| d.get("pid"))).and_then(Value::as_u64);
+        let pid = doc
+            .as_ref()
+            .and_then(|d| d.get("wrapperPid").or_else(|| d.get("pid")))
+            .and_then(Value::as_u64);
         match pid {
             Some(pid) if crate::process::pid_alive(pid as u32) => {
                 if interrupt.load(Ordering::Relaxed) {
@@ -129,10 +163,28 @@ mod tests {
         let f = json!({"type": "worker-failed", "attempt": 1, "reason": "boom"});
         let r = json!({"type": "worker-retry-scheduled", "attempt": 1});
         assert_eq!(state_of(&j, &[&d, &c]), JobState::Completed { attempt: 1 });
-        assert_eq!(state_of(&j, &[&d, &f]), JobState::Failed { attempt: 1, reason: "boom".into() });
+        assert_eq!(
+            state_of(&j, &[&d, &f]),
+            JobState::Failed {
+                attempt: 1,
+                reason: "boom".into()
+            }
+        );
         assert_eq!(state_of(&j, &[&d, &f, &r]), JobState::Retry { attempt: 2 });
-        assert_eq!(state_of(&j, &[&d]), JobState::Orphan { attempt: 1, session_id: Some("s1".into()) });
+        assert_eq!(
+            state_of(&j, &[&d]),
+            JobState::Orphan {
+                attempt: 1,
+                session_id: Some("s1".into())
+            }
+        );
         let d2 = json!({"type": "worker-dispatched", "attempt": 2});
-        assert_eq!(state_of(&j, &[&d, &f, &r, &d2]), JobState::Orphan { attempt: 2, session_id: None });
+        assert_eq!(
+            state_of(&j, &[&d, &f, &r, &d2]),
+            JobState::Orphan {
+                attempt: 2,
+                session_id: None
+            }
+        );
     }
 }

@@ -163,7 +163,10 @@ fn failure_reason(outcome: &Outcome, missing: &[String]) -> String {
         }
         return r;
     }
-    format!("required worker artifact was not produced: {}", missing.join(", "))
+    format!(
+        "required worker artifact was not produced: {}",
+        missing.join(", ")
+    )
 }
 
 pub fn audit_sidecar_path(worker_result: &Path) -> PathBuf {
@@ -183,24 +186,41 @@ pub fn audit_sidecar_failure(worker_result: &Path) -> Option<String> {
     };
     let doc: Value = match serde_json::from_str(&text) {
         Ok(v) => v,
-        Err(e) => return Some(format!("audit sidecar {} is not JSON: {e}", sidecar.display())),
+        Err(e) => {
+            return Some(format!(
+                "audit sidecar {} is not JSON: {e}",
+                sidecar.display()
+            ))
+        }
     };
     let Some(obj) = doc.as_object() else {
-        return Some(format!("audit sidecar {} is not a JSON object", sidecar.display()));
+        return Some(format!(
+            "audit sidecar {} is not a JSON object",
+            sidecar.display()
+        ));
     };
     let Some(recorded) = obj.get("resultSha256").and_then(Value::as_str) else {
         return Some("audit sidecar has no string `resultSha256`".into());
     };
     if !is_sha256_hex(recorded) {
-        return Some(format!("audit sidecar `resultSha256` `{recorded}` is not 64 lowercase hex digits"));
+        return Some(format!(
+            "audit sidecar `resultSha256` `{recorded}` is not 64 lowercase hex digits"
+        ));
     }
     let bytes = match std::fs::read(worker_result) {
         Ok(b) => b,
-        Err(e) => return Some(format!("worker result {} cannot be read: {e}", worker_result.display())),
+        Err(e) => {
+            return Some(format!(
+                "worker result {} cannot be read: {e}",
+                worker_result.display()
+            ))
+        }
     };
     let actual = sha256_hex(&bytes);
     if actual != recorded {
-        return Some(format!("audit sidecar `resultSha256` {recorded} is not the worker result's sha256 {actual}"));
+        return Some(format!(
+            "audit sidecar `resultSha256` {recorded} is not the worker result's sha256 {actual}"
+        ));
     }
     None
 }
@@ -217,7 +237,11 @@ mod tests {
     }
 
     fn write_sidecar(result: &Path, sha: &str) {
-        std::fs::write(audit_sidecar_path(result), format!("{{\"resultSha256\": \"{sha}\"}}")).unwrap();
+        std::fs::write(
+            audit_sidecar_path(result),
+            format!("{{\"resultSha256\": \"{sha}\"}}"),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -255,16 +279,24 @@ mod tests {
         assert_eq!(s.status, Status::Error);
         assert!(s.reason.contains("is not the worker result's sha256"));
         write_sidecar(&r, "ABC");
-        assert!(settle(&Outcome::exited(3), vec![], &r).reason.contains("64 lowercase hex"));
+        assert!(settle(&Outcome::exited(3), vec![], &r)
+            .reason
+            .contains("64 lowercase hex"));
         std::fs::remove_file(audit_sidecar_path(&r)).unwrap();
-        assert!(settle(&Outcome::exited(3), vec![], &r).reason.contains("missing"));
+        assert!(settle(&Outcome::exited(3), vec![], &r)
+            .reason
+            .contains("missing"));
     }
 
     #[test]
     fn served_model_mismatch_is_never_promoted() {
         let (_d, r) = tree();
         write_sidecar(&r, &sha256_hex(b"result"));
-        let s = settle(&Outcome::exited(SERVED_MODEL_MISMATCH_EXIT_CODE), vec![], &r);
+        let s = settle(
+            &Outcome::exited(SERVED_MODEL_MISMATCH_EXIT_CODE),
+            vec![],
+            &r,
+        );
         assert_eq!(s.status, Status::Error);
         assert!(!s.retryable);
     }

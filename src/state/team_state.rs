@@ -324,7 +324,10 @@ pub fn dispatch_row_key(row: &Value) -> Option<String> {
     if let Some(id) = dispatch_id_of(row) {
         return Some(id.to_string());
     }
-    let plan = row.get("planDigest").and_then(Value::as_str).filter(|s| !s.is_empty())?;
+    let plan = row
+        .get("planDigest")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())?;
     let key = row.get("workerKey").and_then(Value::as_str)?;
     let attempt = row.get("attempt").and_then(Value::as_u64)?;
     Some(format!("{plan}#{key}#{attempt}"))

@@ -17,20 +17,31 @@ pub struct Run {
 
 impl Run {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
     }
     /// The codes of a `--format json` error document.
     pub fn codes(&self) -> Vec<String> {
         self.json()["errors"]
             .as_array()
-            .map(|a| a.iter().map(|e| e["code"].as_str().unwrap_or("").to_string()).collect())
+            .map(|a| {
+                a.iter()
+                    .map(|e| e["code"].as_str().unwrap_or("").to_string())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 }
 
 impl Project {
     pub fn new() -> Self {
-        Project { dir: tempfile::tempdir().expect("tempdir") }
+        Project {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -82,7 +93,11 @@ impl Project {
     }
 
     pub fn events(&self, rel: &str) -> Vec<Value> {
-        self.read(rel).lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+        self.read(rel)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 }
 
@@ -140,7 +155,15 @@ pub fn v2_manifest() -> Value {
 }
 
 /// v2 invocation metadata for a prompt.
-pub fn v2_metadata(prompt: &str, participant: &str, re: &str, label: &str, duty: &str, inv: &str, audience: &str) -> Value {
+pub fn v2_metadata(
+    prompt: &str,
+    participant: &str,
+    re: &str,
+    label: &str,
+    duty: &str,
+    inv: &str,
+    audience: &str,
+) -> Value {
     json!({
         "schemaVersion": "2.0", "executionIdentityVersion": 2,
         "invocationId": inv, "invocationRef": inv, "audience": audience,
@@ -162,11 +185,27 @@ pub fn v2_project() -> Project {
     p.write("prompts/ver.md", "# verify\n");
     p.write_json(
         "prompts/impl.md.meta.json",
-        &v2_metadata("prompts/impl.md", "p-impl", "re-impl", "impl-1", "implementation-executor", "inv-impl", "implementation-executor"),
+        &v2_metadata(
+            "prompts/impl.md",
+            "p-impl",
+            "re-impl",
+            "impl-1",
+            "implementation-executor",
+            "inv-impl",
+            "implementation-executor",
+        ),
     );
     p.write_json(
         "prompts/ver.md.meta.json",
-        &v2_metadata("prompts/ver.md", "p-ver", "re-ver", "ver-1", "implementation-verifier", "inv-ver", "implementation-verifier"),
+        &v2_metadata(
+            "prompts/ver.md",
+            "p-ver",
+            "re-ver",
+            "ver-1",
+            "implementation-verifier",
+            "inv-ver",
+            "implementation-verifier",
+        ),
     );
     p.write("spec.toml", V2_SPEC);
     p
@@ -214,5 +253,14 @@ command = ["sh", "-c", "mkdir -p results && echo ok > results/ver.md"]
 
 /// Plan `spec` against `run/run-manifest.json` with JSON output.
 pub fn plan_json(p: &Project, spec: &str) -> Run {
-    p.okstra(&["plan", spec, "--manifest", "run/run-manifest.json", "--out", "plan.json", "--format", "json"])
+    p.okstra(&[
+        "plan",
+        spec,
+        "--manifest",
+        "run/run-manifest.json",
+        "--out",
+        "plan.json",
+        "--format",
+        "json",
+    ])
 }

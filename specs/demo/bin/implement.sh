@@ -3,7 +3,7 @@
 # the files its write policy allows.
 set -eu
 cat >/dev/null
-mkdir -p .okstra/demo/out "$(dirname "$OKSTRA_RESULT_PATH")"
-echo "Hello from okstra, attempt $OKSTRA_ATTEMPT" > .okstra/demo/out/greeting.txt
-printf '# Implementer\n\nWrote .okstra/demo/out/greeting.txt (worker %s).\n' "$OKSTRA_WORKER_KEY" > "$OKSTRA_RESULT_PATH"
+mkdir -p out "$(dirname "$OKSTRA_RESULT_PATH")"
+echo "Hello from okstra, attempt $OKSTRA_ATTEMPT" > out/greeting.txt
+printf '# Implementer\n\nWrote out/greeting.txt (worker %s).\n' "$OKSTRA_WORKER_KEY" > "$OKSTRA_RESULT_PATH"
 echo "implementer: done"

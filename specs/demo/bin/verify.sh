@@ -3,6 +3,6 @@
 set -eu
 cat >/dev/null
 mkdir -p "$(dirname "$OKSTRA_RESULT_PATH")"
-if grep -q Hello .okstra/demo/out/greeting.txt; then verdict=pass; else verdict=fail; fi
+if grep -q Hello out/greeting.txt; then verdict=pass; else verdict=fail; fi
 printf '# Verifier\n\nverdict: %s\n' "$verdict" > "$OKSTRA_RESULT_PATH"
 echo "verifier: $verdict"
