@@ -15,9 +15,9 @@ use crate::process::{self, SpawnSpec, Spawned};
 use crate::provider::{self, ArgvRequest, ProviderOptions, TIMEOUT_EXIT_CODE};
 use serde::Serialize;
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -241,7 +241,7 @@ impl StatusFile {
         self.status.heartbeat_at = now_rfc3339();
         let mut bytes = serde_json::to_vec_pretty(&self.status).unwrap_or_default();
         bytes.push(b'\n');
-        if let Err(err) = write_atomic(&self.path, &bytes) {
+        if let Err(err) = crate::fsutil::write_atomic(&self.path, &bytes) {
             // The run goes on without liveness; say so once.
             if !self.warned {
                 eprintln!("okstra worker: cannot write {}: {err}", self.path.display());
@@ -261,32 +261,6 @@ impl StatusFile {
 
 fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
-}
-
-/// Write `bytes` to `path` so that readers see the old or the new content,
-/// never a torn file: a temp file in the same directory, synced, renamed.
-fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// The wrapper proper, with the stop flag and clocks given so tests can drive
@@ -865,15 +839,5 @@ mod tests {
             output_facts("claude", &dir.path().join("none.log"), 0),
             OutputFacts::default()
         );
-    }
-
-    #[test]
-    fn write_atomic_replaces_whole_and_leaves_no_temp() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.json");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), "two");
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }
