@@ -844,8 +844,9 @@ fn build_job(
         return None;
     }
     let root = ctx.root.clone();
-    job.provider_command = provider_argv(&root, &job, &options, &command, &aux);
-    job.command = wrapper_command(&root, &job, &options, &command);
+    let dirs = write_dirs(&root, &job, &aux);
+    job.provider_command = provider_argv(&root, &job, &options, &command, &dirs);
+    job.command = wrapper_command(&root, &job, &options, &command, &dirs);
     Some(job)
 }
 
@@ -888,14 +889,13 @@ fn provider_argv(
     job: &Job,
     options: &ProviderOptions,
     command: &[String],
-    aux: &[String],
+    dirs: &[PathBuf],
 ) -> Vec<String> {
-    let dirs = write_dirs(root, job, aux);
     provider::build_argv(&provider::ArgvRequest {
         provider: &job.provider,
         model: &job.model_execution_value,
         project_root: root,
-        write_dirs: &dirs,
+        write_dirs: dirs,
         options,
         command,
         session_id: None,
@@ -910,6 +910,7 @@ fn wrapper_command(
     job: &Job,
     options: &ProviderOptions,
     command: &[String],
+    dirs: &[PathBuf],
 ) -> Vec<String> {
     let mut argv: Vec<String> = vec![
         "okstra".into(),
@@ -941,6 +942,9 @@ fn wrapper_command(
     }
     if let Some(t) = job.timeout_seconds {
         argv.extend(["--timeout-seconds".into(), t.to_string()]);
+    }
+    for d in dirs {
+        argv.extend(["--write-dir".into(), paths::to_slash(d)]);
     }
     for (flag, value) in [
         ("--permission-mode", &options.permission_mode),
