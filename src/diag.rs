@@ -473,6 +473,15 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_documents_every_code() {
+        let readme = include_str!("../README.md");
+        for code in Code::ALL {
+            let row = format!("| `{}` | {} | {} |", code.as_str(), code.exit_status().code(), code.summary().replace('|', "\\|"));
+            assert!(readme.contains(&row), "README lacks the row: {row}");
+        }
+    }
+
+    #[test]
     fn exit_status_prefers_refusal_over_invalid_input() {
         let ds = Diagnostics(vec![
             Diagnostic::new(Code::SchemaViolation, "x"),
