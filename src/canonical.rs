@@ -58,7 +58,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// `sha256:<hex>` of the canonical JSON of `value`.
 pub fn digest(value: &Value) -> String {
-    format!("sha256:{}", sha256_hex(to_canonical_string(value).as_bytes()))
+    format!(
+        "sha256:{}",
+        sha256_hex(to_canonical_string(value).as_bytes())
+    )
 }
 
 fn hex(bytes: &[u8]) -> String {

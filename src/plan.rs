@@ -99,12 +99,27 @@ impl Identity {
             Identity::V2(v) => {
                 m.insert("schemaVersion".into(), Value::from("2.0"));
                 m.insert("executionIdentityVersion".into(), Value::from(2));
-                m.insert("participantRef".into(), Value::from(v.participant_ref.clone()));
-                m.insert("roleExecutionRef".into(), Value::from(v.role_execution_ref.clone()));
-                m.insert("executionLabel".into(), Value::from(v.execution_label.clone()));
+                m.insert(
+                    "participantRef".into(),
+                    Value::from(v.participant_ref.clone()),
+                );
+                m.insert(
+                    "roleExecutionRef".into(),
+                    Value::from(v.role_execution_ref.clone()),
+                );
+                m.insert(
+                    "executionLabel".into(),
+                    Value::from(v.execution_label.clone()),
+                );
                 m.insert("dutyId".into(), Value::from(v.duty_id.clone()));
-                m.insert("invocationRef".into(), Value::from(v.invocation_ref.clone()));
-                m.insert("assignmentRef".into(), Value::from(v.assignment_ref.clone()));
+                m.insert(
+                    "invocationRef".into(),
+                    Value::from(v.invocation_ref.clone()),
+                );
+                m.insert(
+                    "assignmentRef".into(),
+                    Value::from(v.assignment_ref.clone()),
+                );
             }
         }
         m

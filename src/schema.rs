@@ -750,6 +750,126 @@ mod tests {
         assert_eq!(pointers, vec!["/attempts", "/workers/0/status"]);
     }
 
+    fn sample_plan(full: bool) -> crate::plan::Plan {
+        use crate::plan::*;
+        use std::collections::BTreeMap;
+        let job = |identity: Identity| Job {
+            key: "k".into(),
+            identity,
+            provider: "codex".into(),
+            backend: "cli-wrapper".into(),
+            role: "verifier".into(),
+            audience: if full {
+                "implementation-verifier".into()
+            } else {
+                String::new()
+            },
+            dispatch_kind: "initial".into(),
+            round: 1,
+            prompt_path: "p.md".into(),
+            metadata_path: full.then(|| "p.md.meta.json".into()),
+            result_path: "r.md".into(),
+            worker_result_path: "r.md".into(),
+            completion_paths: vec!["r.md".into()],
+            worktree_path: full.then(|| "wt".into()),
+            model_execution_value: if full { "gpt".into() } else { String::new() },
+            invocation: full.then(|| Invocation {
+                invocation_id: "inv".into(),
+                audience: "a".into(),
+                assignment_ref: "x/k".into(),
+                digests: BTreeMap::from([("promptDigest".to_string(), "d".to_string())]),
+                host_model_value: None,
+            }),
+            dispatch_id: full.then(|| dispatch_id("inv", 1)),
+            command: vec!["okstra".into(), "worker".into()],
+            provider_command: vec!["codex".into(), "exec".into()],
+            takes_session_id: false,
+            env: if full {
+                BTreeMap::from([("A".to_string(), "1".to_string())])
+            } else {
+                BTreeMap::new()
+            },
+            idle_timeout_seconds: 600,
+            timeout_seconds: full.then_some(60),
+            liveness_mode: "log-growth".into(),
+            write_policy: WritePolicy {
+                role: "verifier".into(),
+                allow: vec!["r.md".into()],
+                digest: "sha256:x".into(),
+            },
+            write_enforcement: WriteEnforcement {
+                mutation_audit: "batch".into(),
+            },
+        };
+        let mut plan = Plan {
+            format_version: FORMAT_VERSION,
+            okstra_version: crate::VERSION.into(),
+            created_at: "2025-01-01T00:00:00Z".into(),
+            project_root: "/p".into(),
+            run: RunInfo {
+                task_key: "T".into(),
+                manifest_path: "m.json".into(),
+                team_state_path: "ts.json".into(),
+                lead_events_path: "e.jsonl".into(),
+                error_log_path: "err.jsonl".into(),
+                terminal_backend: "cli-wrapper".into(),
+                workflow_phase: if full { "verify".into() } else { String::new() },
+                mode: "spec".into(),
+            },
+            inputs: vec![InputRecord {
+                kind: "spec".into(),
+                path: "s.toml".into(),
+                sha256: "0".repeat(64),
+            }],
+            policy: RetryPolicy {
+                max_attempts: MAX_ATTEMPTS,
+            },
+            stages: vec![Stage {
+                name: "main".into(),
+                jobs: vec![
+                    job(Identity::V1 {
+                        worker_id: "k".into(),
+                    }),
+                    job(Identity::V2(V2Identity {
+                        participant_ref: "p".into(),
+                        role_execution_ref: "re".into(),
+                        execution_label: "L".into(),
+                        duty_id: "analysis".into(),
+                        invocation_ref: "i".into(),
+                        assignment_ref: "x/k".into(),
+                        attempt: 1,
+                    })),
+                ],
+            }],
+            digest: String::new(),
+        };
+        if full {
+            plan.seal();
+        }
+        plan
+    }
+
+    #[test]
+    fn plan_schema_accepts_exactly_what_plan_serializes() {
+        for full in [false, true] {
+            let v = serde_json::to_value(sample_plan(full)).unwrap();
+            assert_eq!(messages(SchemaKind::Plan, &v), vec![], "full={full}");
+        }
+        let mut v = serde_json::to_value(sample_plan(true)).unwrap();
+        v["stages"][0]["jobs"][0]["identity"]["attempt"] = json!(1);
+        v["stages"][0]["jobs"][1]["extra"] = json!(1);
+        let got = messages(SchemaKind::Plan, &v);
+        let pointers: Vec<&str> = got.iter().map(|g| g.0.as_str()).collect();
+        assert_eq!(
+            pointers,
+            vec![
+                "/stages/0/jobs/0/identity/attempt",
+                "/stages/0/jobs/1/extra"
+            ],
+            "{got:?}"
+        );
+    }
+
     #[test]
     fn suggestions_stay_close() {
         assert_eq!(
