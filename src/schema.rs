@@ -1,5 +1,15 @@
-//! TEMPORARY stub (replaced by the h-schema branch).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+//! The JSON Schemas of `schemas/`, embedded at build time, and validation that
+//! turns the validator's errors into short, human messages.
+//!
+//! `schemas/` is the single source: editors read the files, `okstra schema`
+//! prints them byte for byte, and `validate` compiles the very same text.
+
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::{Draft, ValidationError, Validator};
+use serde_json::Value;
+use std::sync::OnceLock;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchemaKind {
     Jobs,
     Manifest,
@@ -7,6 +17,7 @@ pub enum SchemaKind {
     Plan,
     TeamState,
 }
+
 impl SchemaKind {
     pub const ALL: [SchemaKind; 5] = [
         SchemaKind::Jobs,
@@ -15,6 +26,8 @@ impl SchemaKind {
         SchemaKind::Plan,
         SchemaKind::TeamState,
     ];
+
+    /// The name `okstra schema NAME` and `okstra validate --kind NAME` accept.
     pub fn name(self) -> &'static str {
         match self {
             SchemaKind::Jobs => "jobs",
@@ -24,21 +37,848 @@ impl SchemaKind {
             SchemaKind::TeamState => "team-state",
         }
     }
+
     pub fn file_name(self) -> &'static str {
-        "x.schema.json"
+        match self {
+            SchemaKind::Jobs => "okstra-jobs.schema.json",
+            SchemaKind::Manifest => "okstra-manifest.schema.json",
+            SchemaKind::Metadata => "okstra-metadata.schema.json",
+            SchemaKind::Plan => "okstra-plan.schema.json",
+            SchemaKind::TeamState => "okstra-team-state.schema.json",
+        }
     }
+
+    /// The schema file's text, byte for byte.
     pub fn text(self) -> &'static str {
-        "{}"
+        match self {
+            SchemaKind::Jobs => include_str!("../schemas/okstra-jobs.schema.json"),
+            SchemaKind::Manifest => include_str!("../schemas/okstra-manifest.schema.json"),
+            SchemaKind::Metadata => include_str!("../schemas/okstra-metadata.schema.json"),
+            SchemaKind::Plan => include_str!("../schemas/okstra-plan.schema.json"),
+            SchemaKind::TeamState => include_str!("../schemas/okstra-team-state.schema.json"),
+        }
     }
+
     pub fn from_name(s: &str) -> Option<SchemaKind> {
-        Self::ALL.into_iter().find(|k| k.name() == s)
+        SchemaKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    fn index(self) -> usize {
+        self as usize
     }
 }
+
+/// One violation: where (a JSON pointer into the instance), what, and which
+/// schema keyword refused it (`required`, `additionalProperties`, `enum`, ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchemaError {
     pub pointer: String,
     pub message: String,
     pub keyword: String,
 }
-pub fn validate(_kind: SchemaKind, _value: &serde_json::Value) -> Vec<SchemaError> {
-    Vec::new()
+
+struct Compiled {
+    schema: Value,
+    validator: Validator,
+}
+
+fn compiled(kind: SchemaKind) -> &'static Compiled {
+    static CELLS: [OnceLock<Compiled>; 5] = [
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+    ];
+    CELLS[kind.index()].get_or_init(|| {
+        // The schemas are part of the binary and covered by tests: failing
+        // here is a bug, not a user error.
+        let schema: Value = serde_json::from_str(kind.text())
+            .unwrap_or_else(|e| panic!("embedded schema {} is not JSON: {e}", kind.file_name()));
+        let validator = jsonschema::options()
+            .with_draft(Draft::Draft7)
+            .build(&schema)
+            .unwrap_or_else(|e| {
+                panic!("embedded schema {} does not compile: {e}", kind.file_name())
+            });
+        Compiled { schema, validator }
+    })
+}
+
+/// All violations, sorted by pointer then keyword (deterministic).
+pub fn validate(kind: SchemaKind, value: &Value) -> Vec<SchemaError> {
+    let c = compiled(kind);
+    let mut found: Vec<Found> = Vec::new();
+    for err in c.validator.iter_errors(value) {
+        convert(&err, &c.schema, &mut found);
+    }
+    // A oneOf/anyOf wrapper says less than any specific error at or below it.
+    let specific: Vec<String> = found
+        .iter()
+        .filter(|f| !f.generic)
+        .map(|f| f.error.pointer.clone())
+        .collect();
+    let mut out: Vec<SchemaError> = found
+        .into_iter()
+        .filter(|f| !f.generic || !specific.iter().any(|p| is_at_or_below(p, &f.error.pointer)))
+        .map(|f| f.error)
+        .collect();
+    out.sort_by(|a, b| {
+        (&a.pointer, &a.keyword, &a.message).cmp(&(&b.pointer, &b.keyword, &b.message))
+    });
+    out.dedup();
+    out
+}
+
+struct Found {
+    error: SchemaError,
+    /// A wrapper error with nothing specific to say.
+    generic: bool,
+}
+
+fn is_at_or_below(pointer: &str, ancestor: &str) -> bool {
+    pointer == ancestor
+        || (pointer.starts_with(ancestor) && pointer.as_bytes().get(ancestor.len()) == Some(&b'/'))
+}
+
+/// RFC 6901 escaping of one reference token.
+pub fn escape_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn last_token(pointer: &str) -> String {
+    let raw = pointer.rsplit('/').next().unwrap_or("");
+    raw.replace("~1", "/").replace("~0", "~")
+}
+
+fn convert(err: &ValidationError<'_>, schema: &Value, out: &mut Vec<Found>) {
+    let pointer = err.instance_path().as_str().to_string();
+    let schema_path = err.schema_path().as_str().to_string();
+    let keyword = err.kind().keyword().to_string();
+    let instance: &Value = err.instance();
+    let push = |out: &mut Vec<Found>, message: String, generic: bool| {
+        out.push(Found {
+            error: SchemaError {
+                pointer: pointer.clone(),
+                message,
+                keyword: keyword.clone(),
+            },
+            generic,
+        })
+    };
+    match err.kind() {
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            let known: Vec<&str> = parent_schema(schema, &schema_path)
+                .and_then(|s| s.get("properties"))
+                .and_then(Value::as_object)
+                .map(|m| m.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            for key in unexpected {
+                let mut message = format!("unknown key `{key}`");
+                if let Some(s) = suggest(key, known.iter().copied()) {
+                    message.push_str(&format!(" (did you mean `{s}`?)"));
+                }
+                out.push(Found {
+                    error: SchemaError {
+                        pointer: format!("{pointer}/{}", escape_token(key)),
+                        message,
+                        keyword: keyword.clone(),
+                    },
+                    generic: false,
+                });
+            }
+        }
+        ValidationErrorKind::Required { property } => {
+            let name = property
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| property.to_string());
+            push(out, format!("missing required key `{name}`"), false);
+        }
+        ValidationErrorKind::Type { .. } => {
+            let expected = schema
+                .pointer(&schema_path)
+                .map(describe_types)
+                .unwrap_or_else(|| "another type".to_string());
+            push(
+                out,
+                format!("expected {expected}, found {}", show(instance)),
+                false,
+            );
+        }
+        ValidationErrorKind::Enum { options } => {
+            let list = options
+                .as_array()
+                .map(|a| a.iter().map(compact).collect::<Vec<_>>().join(", "))
+                .unwrap_or_else(|| compact(options));
+            let mut message = format!("expected one of {list}; found {}", show(instance));
+            if let (Some(got), Some(opts)) = (instance.as_str(), options.as_array()) {
+                if let Some(s) = suggest(got, opts.iter().filter_map(Value::as_str)) {
+                    message.push_str(&format!(" (did you mean `{s}`?)"));
+                }
+            }
+            push(out, message, false);
+        }
+        ValidationErrorKind::Constant { expected_value } => {
+            push(
+                out,
+                format!(
+                    "expected {}, found {}",
+                    compact(expected_value),
+                    show(instance)
+                ),
+                false,
+            );
+        }
+        ValidationErrorKind::Minimum { limit } => {
+            push(
+                out,
+                format!("expected a value >= {limit}, found {}", show(instance)),
+                false,
+            );
+        }
+        ValidationErrorKind::Maximum { limit } => {
+            push(
+                out,
+                format!("expected a value <= {limit}, found {}", show(instance)),
+                false,
+            );
+        }
+        ValidationErrorKind::ExclusiveMinimum { limit } => {
+            push(
+                out,
+                format!("expected a value > {limit}, found {}", show(instance)),
+                false,
+            );
+        }
+        ValidationErrorKind::ExclusiveMaximum { limit } => {
+            push(
+                out,
+                format!("expected a value < {limit}, found {}", show(instance)),
+                false,
+            );
+        }
+        ValidationErrorKind::MinLength { limit } => {
+            let message = if *limit == 1 {
+                "must not be empty".to_string()
+            } else {
+                format!(
+                    "expected at least {limit} characters, found {}",
+                    show(instance)
+                )
+            };
+            push(out, message, false);
+        }
+        ValidationErrorKind::MinItems { limit } => {
+            let n = instance.as_array().map(Vec::len).unwrap_or(0);
+            let message = if *limit == 1 {
+                "must not be empty".to_string()
+            } else {
+                format!("expected at least {limit} items, found {n}")
+            };
+            push(out, message, false);
+        }
+        ValidationErrorKind::Pattern { pattern } => {
+            push(
+                out,
+                format!("{} does not match `{pattern}`", show(instance)),
+                false,
+            );
+        }
+        ValidationErrorKind::FalseSchema | ValidationErrorKind::Not { .. } => {
+            let key = last_token(&pointer);
+            let mut message = format!("`{key}` is not allowed here");
+            if let Some(why) = parent_schema(schema, &schema_path)
+                .and_then(|s| s.get("description"))
+                .and_then(Value::as_str)
+            {
+                message.push_str(&format!(": {why}"));
+            }
+            push(out, message, false);
+        }
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            if let Some(keys) = required_alternatives(schema, &schema_path) {
+                push(out, format!("needs one of {}", keys), false);
+                return;
+            }
+            // Prefer the alternative that came closest: the one whose own
+            // discriminators (const/type/enum at this very pointer) held.
+            let best = context.iter().min_by_key(|branch| {
+                let at_root = branch
+                    .iter()
+                    .filter(|e| {
+                        e.instance_path().as_str() == pointer
+                            && matches!(e.kind().keyword(), "const" | "type" | "enum")
+                    })
+                    .count();
+                (at_root, branch.len())
+            });
+            if let Some(branch) = best {
+                let mut inner = Vec::new();
+                for e in branch {
+                    convert(e, schema, &mut inner);
+                }
+                out.extend(inner);
+            }
+            push(
+                out,
+                format!("{} matches none of the allowed shapes", show(instance)),
+                true,
+            );
+        }
+        ValidationErrorKind::OneOfMultipleValid { .. } => {
+            let message = match required_alternatives(schema, &schema_path) {
+                Some(keys) => format!("give only one of {keys}"),
+                None => "matches more than one of the allowed shapes".to_string(),
+            };
+            push(out, message, false);
+        }
+        _ => push(out, err.to_string(), false),
+    }
+}
+
+/// The subschema holding the keyword at `schema_path`.
+fn parent_schema<'a>(schema: &'a Value, schema_path: &str) -> Option<&'a Value> {
+    let cut = schema_path.rfind('/')?;
+    schema.pointer(&schema_path[..cut])
+}
+
+/// For `oneOf: [{required: [a]}, {required: [b]}]`: "`a` or `b`".
+fn required_alternatives(schema: &Value, schema_path: &str) -> Option<String> {
+    let branches = schema.pointer(schema_path)?.as_array()?;
+    let mut keys = Vec::new();
+    for b in branches {
+        let obj = b.as_object()?;
+        if obj.len() != 1 {
+            return None;
+        }
+        let req = obj.get("required")?.as_array()?;
+        if req.len() != 1 {
+            return None;
+        }
+        keys.push(format!("`{}`", req[0].as_str()?));
+    }
+    Some(keys.join(" or "))
+}
+
+fn describe_types(types: &Value) -> String {
+    let one = |t: &str| match t {
+        "integer" => "an integer",
+        "array" => "an array",
+        "object" => "an object",
+        "string" => "a string",
+        "number" => "a number",
+        "boolean" => "a boolean",
+        "null" => "null",
+        _ => "another type",
+    };
+    match types {
+        Value::String(t) => one(t).to_string(),
+        Value::Array(ts) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .map(one)
+            .collect::<Vec<_>>()
+            .join(" or "),
+        _ => "another type".to_string(),
+    }
+}
+
+/// A value as found: its type and, for scalars, the value itself.
+fn show(v: &Value) -> String {
+    match v {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => format!("boolean `{b}`"),
+        Value::Number(n) if n.is_i64() || n.is_u64() => format!("integer `{n}`"),
+        Value::Number(n) => format!("number `{n}`"),
+        Value::String(_) => format!("string `{}`", compact(v)),
+        Value::Array(a) => format!(
+            "an array of {} item{}",
+            a.len(),
+            if a.len() == 1 { "" } else { "s" }
+        ),
+        Value::Object(_) => "an object".to_string(),
+    }
+}
+
+/// JSON text, cut short for messages.
+fn compact(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 60 {
+        let cut: String = s.chars().take(57).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
+}
+
+/// The candidate nearest to `word` within edit distance 2 (ties: first in
+/// sorted order), or none.
+pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        if c == word {
+            continue;
+        }
+        let d = edit_distance(word, c);
+        if d <= 2 && best.is_none_or(|(bd, bc)| (d, c) < (bd, bc)) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// Optimal string alignment distance: insert, delete, substitute, and swap of
+/// two neighbours each cost 1. Case differences count.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let (n, m) = (a.len(), b.len());
+    if n.abs_diff(m) > 2 {
+        return n.abs_diff(m);
+    }
+    let mut d = vec![vec![0usize; m + 1]; n + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=m {
+        d[0][j] = j;
+    }
+    for i in 1..=n {
+        for j in 1..=m {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[n][m]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn messages(kind: SchemaKind, v: &Value) -> Vec<(String, String, String)> {
+        validate(kind, v)
+            .into_iter()
+            .map(|e| (e.pointer, e.keyword, e.message))
+            .collect()
+    }
+
+    #[test]
+    fn names_round_trip_and_files_are_distinct() {
+        for k in SchemaKind::ALL {
+            assert_eq!(SchemaKind::from_name(k.name()), Some(k));
+            assert!(k.file_name().starts_with("okstra-"));
+            assert!(k.file_name().ends_with(".schema.json"));
+        }
+        assert_eq!(SchemaKind::from_name("nope"), None);
+    }
+
+    #[test]
+    fn every_schema_is_draft07_json_and_compiles() {
+        for k in SchemaKind::ALL {
+            let v: Value = serde_json::from_str(k.text()).unwrap();
+            assert_eq!(
+                v["$schema"],
+                "http://json-schema.org/draft-07/schema#",
+                "{}",
+                k.name()
+            );
+            assert!(v.get("$defs").is_none());
+            let _ = compiled(k);
+        }
+    }
+
+    #[test]
+    fn embedded_text_is_the_file_on_disk() {
+        for k in SchemaKind::ALL {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("schemas")
+                .join(k.file_name());
+            assert_eq!(std::fs::read_to_string(path).unwrap(), k.text());
+        }
+    }
+
+    /// Every `properties` entry carries `title` and `description` (editor
+    /// hover help); `$ref` stands alone in its object (draft-07, Taplo).
+    fn walk(v: &Value, at: &str, problems: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if m.contains_key("$ref") && m.len() != 1 {
+                    problems.push(format!("{at}: $ref with siblings"));
+                }
+                if let Some(Value::Object(props)) = m.get("properties") {
+                    for (name, sub) in props {
+                        let here = format!("{at}/properties/{name}");
+                        // Subschemas inside if/then/else/not only refine a
+                        // property already documented.
+                        let refining = at.contains("/if")
+                            || at.contains("/then")
+                            || at.contains("/else")
+                            || at.contains("/allOf");
+                        if !refining {
+                            for key in ["title", "description"] {
+                                if sub
+                                    .get(key)
+                                    .and_then(Value::as_str)
+                                    .is_none_or(str::is_empty)
+                                {
+                                    problems.push(format!("{here}: no {key}"));
+                                }
+                            }
+                        }
+                    }
+                }
+                for (k, sub) in m {
+                    walk(sub, &format!("{at}/{k}"), problems);
+                }
+            }
+            Value::Array(a) => {
+                for (i, sub) in a.iter().enumerate() {
+                    walk(sub, &format!("{at}/{i}"), problems);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_property_has_title_and_description() {
+        let mut problems = Vec::new();
+        for k in SchemaKind::ALL {
+            let v: Value = serde_json::from_str(k.text()).unwrap();
+            walk(&v, k.file_name(), &mut problems);
+        }
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    fn v1_worker() -> Value {
+        json!({"workerId": "codex", "role": "verifier", "promptPath": "p.md", "resultPath": "r.md"})
+    }
+
+    fn v2_worker() -> Value {
+        json!({
+            "schemaVersion": "2.0", "executionIdentityVersion": 2,
+            "participantRef": "p1", "roleExecutionRef": "re1", "executionLabel": "Verifier A",
+            "dutyId": "implementation-verifier", "invocationRef": "inv-1", "provider": "codex",
+            "assignmentRef": "run/assign/verifier-a", "attempt": 1,
+            "role": "verifier", "promptPath": "p.md", "resultPath": "r.md"
+        })
+    }
+
+    #[test]
+    fn jobs_accepts_v1_v2_stages_and_defaults() {
+        let spec = json!({"workers": [v1_worker(), v2_worker()]});
+        assert_eq!(messages(SchemaKind::Jobs, &spec), vec![]);
+        let spec = json!({
+            "$schema": "./schemas/okstra-jobs.schema.json",
+            "defaults": {"role": "analyst", "idleTimeoutSeconds": 30, "provider": "command"},
+            "stages": [{"name": "one", "workers": [
+                {"workerId": "a", "promptPath": "a.md", "command": ["true"]}
+            ]}]
+        });
+        assert_eq!(messages(SchemaKind::Jobs, &spec), vec![]);
+    }
+
+    #[test]
+    fn jobs_unknown_key_suggests_the_nearest_known_key() {
+        let mut w = v1_worker();
+        w["promptPth"] = json!("x.md");
+        let spec = json!({"workers": [w]});
+        assert_eq!(
+            messages(SchemaKind::Jobs, &spec),
+            vec![(
+                "/workers/0/promptPth".into(),
+                "additionalProperties".into(),
+                "unknown key `promptPth` (did you mean `promptPath`?)".into()
+            )]
+        );
+        let spec = json!({"workers": [], "colour": 1, "defalts": {}});
+        let got = messages(SchemaKind::Jobs, &spec);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].0, "/colour");
+        assert_eq!(got[0].2, "unknown key `colour`");
+        assert_eq!(got[1].2, "unknown key `defalts` (did you mean `defaults`?)");
+    }
+
+    #[test]
+    fn jobs_leaf_errors_are_specific() {
+        let mut w = v2_worker();
+        w["attempt"] = json!(0);
+        w["provider"] = json!("claud");
+        w.as_object_mut().unwrap().remove("dutyId");
+        w["workerId"] = json!("x");
+        let spec = json!({"workers": [w]});
+        let got = messages(SchemaKind::Jobs, &spec);
+        assert_eq!(
+            got,
+            vec![
+                ("/workers/0".into(), "required".into(), "missing required key `dutyId`".into()),
+                ("/workers/0/attempt".into(), "minimum".into(), "expected a value >= 1, found integer `0`".into()),
+                ("/workers/0/provider".into(), "enum".into(),
+                 "expected one of \"claude\", \"codex\", \"gemini\", \"command\"; found string `\"claud\"` (did you mean `claude`?)".into()),
+                ("/workers/0/workerId".into(), "not".into(),
+                 "`workerId` is not allowed here: a v2 entry (schemaVersion \"2.0\") is identified by its refs, not by workerId".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn jobs_type_and_requirements() {
+        let spec = json!({"workers": [{"workerId": "w", "promptPath": "p", "attempt": true}]});
+        let got = messages(SchemaKind::Jobs, &spec);
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "/workers/0".into(),
+                    "required".into(),
+                    "missing required key `role`".into()
+                ),
+                (
+                    "/workers/0/attempt".into(),
+                    "type".into(),
+                    "expected an integer, found boolean `true`".into()
+                ),
+            ]
+        );
+        let got = messages(SchemaKind::Jobs, &json!({}));
+        assert_eq!(
+            got,
+            vec![(
+                "".into(),
+                "oneOf".into(),
+                "needs one of `workers` or `stages`".into()
+            )]
+        );
+        let got = messages(SchemaKind::Jobs, &json!({"workers": [], "stages": []}));
+        assert_eq!(
+            got,
+            vec![(
+                "".into(),
+                "oneOf".into(),
+                "give only one of `workers` or `stages`".into()
+            )]
+        );
+        let got = messages(
+            SchemaKind::Jobs,
+            &json!({"workers": [{"role": "r", "promptPath": "p"}]}),
+        );
+        assert_eq!(
+            got,
+            vec![(
+                "/workers/0".into(),
+                "required".into(),
+                "missing required key `workerId`".into()
+            )]
+        );
+        let got = messages(
+            SchemaKind::Jobs,
+            &json!({"stages": [{"name": "", "workers": []}]}),
+        );
+        assert_eq!(
+            got,
+            vec![(
+                "/stages/0/name".into(),
+                "minLength".into(),
+                "must not be empty".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn manifest_samples() {
+        let ok = json!({
+            "taskKey": "T-1", "teamStatePath": ".okstra/team-state.json", "extra": {"kept": true},
+            "terminalBackend": "tmux-pane", "workflow": {"currentPhase": "verify"},
+            "schemaVersion": "2.0", "executionIdentityVersion": 2,
+            "roleExecutions": [{"roleExecutionRef": "re1", "participantRef": "p1", "executionLabel": "A",
+                "role": "verifier", "provider": "codex", "modelRef": "m",
+                "modelSpecDigest": format!("sha256:{}", "a".repeat(64)),
+                "binding": {"runner": "cli-wrapper", "resolvedExecutionValue": "gpt", "more": 1}}],
+            "participantAssignments": [{"participantRef": "p1"}],
+            "invocationAssignments": {"translator": {"provider": "claude", "modelExecutionValue": "s", "runner": "cli-wrapper"}},
+            "agentContract": {"invocationReservationRootPath": ".okstra/res"},
+            "models": {"m": {"provider": "codex", "modelId": "gpt", "versionKind": "pinned", "channelFamily": "gpt"}},
+            "duties": {"x": "analyst"}
+        });
+        assert_eq!(messages(SchemaKind::Manifest, &ok), vec![]);
+        let bad = json!({"taskKey": 3, "models": {"m": {"versionKind": "latest"}},
+            "roleExecutions": [{"modelSpecDigest": "sha256:XYZ"}]});
+        let got = messages(SchemaKind::Manifest, &bad);
+        let pointers: Vec<&str> = got.iter().map(|g| g.0.as_str()).collect();
+        assert_eq!(
+            pointers,
+            vec![
+                "",
+                "/models/m/versionKind",
+                "/roleExecutions/0/modelSpecDigest",
+                "/taskKey"
+            ],
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn metadata_samples() {
+        let ok = json!({"invocationId": "inv", "prompt": {"path": "p.md"}, "schemaVersion": 1,
+            "digests": {"promptDigest": "x"}, "modelAssignment": {"modelExecutionValue": "m", "hostModelValue": null}});
+        assert_eq!(messages(SchemaKind::Metadata, &ok), vec![]);
+        let bad = json!({"schemaVersion": "3", "modelAssignment": {"hostModelValue": 5}});
+        let got = messages(SchemaKind::Metadata, &bad);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].0, "/modelAssignment/hostModelValue");
+        assert_eq!(got[0].2, "expected a string or null, found integer `5`");
+        assert_eq!(got[1].0, "/schemaVersion");
+    }
+
+    #[test]
+    fn team_state_samples() {
+        let ok = json!({"workers": [{"workerId": "a", "status": "completed", "reason": "ok", "x": 1}],
+            "workerDispatches": [{"dispatchId": "i:attempt-1"}], "other": 1});
+        assert_eq!(messages(SchemaKind::TeamState, &ok), vec![]);
+        let bad = json!({"workers": [{"status": "done"}], "attempts": {}});
+        let got = messages(SchemaKind::TeamState, &bad);
+        let pointers: Vec<&str> = got.iter().map(|g| g.0.as_str()).collect();
+        assert_eq!(pointers, vec!["/attempts", "/workers/0/status"]);
+    }
+
+    fn sample_plan(full: bool) -> crate::plan::Plan {
+        use crate::plan::*;
+        use std::collections::BTreeMap;
+        let job = |identity: Identity| Job {
+            key: "k".into(),
+            identity,
+            provider: "codex".into(),
+            backend: "cli-wrapper".into(),
+            role: "verifier".into(),
+            audience: if full {
+                "implementation-verifier".into()
+            } else {
+                String::new()
+            },
+            dispatch_kind: "initial".into(),
+            round: 1,
+            prompt_path: "p.md".into(),
+            metadata_path: full.then(|| "p.md.meta.json".into()),
+            result_path: "r.md".into(),
+            worker_result_path: "r.md".into(),
+            completion_paths: vec!["r.md".into()],
+            worktree_path: full.then(|| "wt".into()),
+            model_execution_value: if full { "gpt".into() } else { String::new() },
+            invocation: full.then(|| Invocation {
+                invocation_id: "inv".into(),
+                audience: "a".into(),
+                assignment_ref: "x/k".into(),
+                digests: BTreeMap::from([("promptDigest".to_string(), "d".to_string())]),
+                host_model_value: None,
+            }),
+            dispatch_id: full.then(|| dispatch_id("inv", 1)),
+            command: vec!["okstra".into(), "worker".into()],
+            provider_command: vec!["codex".into(), "exec".into()],
+            takes_session_id: false,
+            env: if full {
+                BTreeMap::from([("A".to_string(), "1".to_string())])
+            } else {
+                BTreeMap::new()
+            },
+            idle_timeout_seconds: 600,
+            timeout_seconds: full.then_some(60),
+            liveness_mode: "log-growth".into(),
+            write_policy: WritePolicy {
+                role: "verifier".into(),
+                allow: vec!["r.md".into()],
+                digest: "sha256:x".into(),
+            },
+            write_enforcement: WriteEnforcement {
+                mutation_audit: "batch".into(),
+            },
+        };
+        let mut plan = Plan {
+            format_version: FORMAT_VERSION,
+            okstra_version: crate::VERSION.into(),
+            created_at: "2025-01-01T00:00:00Z".into(),
+            project_root: "/p".into(),
+            run: RunInfo {
+                task_key: "T".into(),
+                manifest_path: "m.json".into(),
+                team_state_path: "ts.json".into(),
+                lead_events_path: "e.jsonl".into(),
+                error_log_path: "err.jsonl".into(),
+                terminal_backend: "cli-wrapper".into(),
+                workflow_phase: if full { "verify".into() } else { String::new() },
+                mode: "spec".into(),
+            },
+            inputs: vec![InputRecord {
+                kind: "spec".into(),
+                path: "s.toml".into(),
+                sha256: "0".repeat(64),
+            }],
+            policy: RetryPolicy {
+                max_attempts: MAX_ATTEMPTS,
+            },
+            stages: vec![Stage {
+                name: "main".into(),
+                jobs: vec![
+                    job(Identity::V1 {
+                        worker_id: "k".into(),
+                    }),
+                    job(Identity::V2(V2Identity {
+                        participant_ref: "p".into(),
+                        role_execution_ref: "re".into(),
+                        execution_label: "L".into(),
+                        duty_id: "analysis".into(),
+                        invocation_ref: "i".into(),
+                        assignment_ref: "x/k".into(),
+                        attempt: 1,
+                    })),
+                ],
+            }],
+            digest: String::new(),
+        };
+        if full {
+            plan.seal();
+        }
+        plan
+    }
+
+    #[test]
+    fn plan_schema_accepts_exactly_what_plan_serializes() {
+        for full in [false, true] {
+            let v = serde_json::to_value(sample_plan(full)).unwrap();
+            assert_eq!(messages(SchemaKind::Plan, &v), vec![], "full={full}");
+        }
+        let mut v = serde_json::to_value(sample_plan(true)).unwrap();
+        v["stages"][0]["jobs"][0]["identity"]["attempt"] = json!(1);
+        v["stages"][0]["jobs"][1]["extra"] = json!(1);
+        let got = messages(SchemaKind::Plan, &v);
+        let pointers: Vec<&str> = got.iter().map(|g| g.0.as_str()).collect();
+        assert_eq!(
+            pointers,
+            vec![
+                "/stages/0/jobs/0/identity/attempt",
+                "/stages/0/jobs/1/extra"
+            ],
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn suggestions_stay_close() {
+        assert_eq!(
+            suggest("promptPth", ["promptPath", "role"]),
+            Some("promptPath")
+        );
+        assert_eq!(suggest("rloe", ["role"]), Some("role"));
+        assert_eq!(suggest("zzzzzz", ["role"]), None);
+        assert_eq!(edit_distance("abc", "acb"), 1);
+        assert_eq!(edit_distance("", "ab"), 2);
+    }
 }
