@@ -476,7 +476,12 @@ mod tests {
     fn the_readme_documents_every_code() {
         let readme = include_str!("../README.md");
         for code in Code::ALL {
-            let row = format!("| `{}` | {} | {} |", code.as_str(), code.exit_status().code(), code.summary().replace('|', "\\|"));
+            let row = format!(
+                "| `{}` | {} | {} |",
+                code.as_str(),
+                code.exit_status().code(),
+                code.summary().replace('|', "\\|")
+            );
             assert!(readme.contains(&row), "README lacks the row: {row}");
         }
     }

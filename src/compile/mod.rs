@@ -166,20 +166,15 @@ impl Ctx {
             if covered(&err) {
                 continue;
             }
-            let d = if err.keyword == "additionalProperties" {
-                self.at_key(
-                    &loaded.src,
-                    Code::SchemaViolation,
-                    &err.message,
-                    &err.pointer,
-                )
+            let code = if kind == SchemaKind::Jobs {
+                rule_code_for(&err)
             } else {
-                self.at(
-                    &loaded.src,
-                    Code::SchemaViolation,
-                    &err.message,
-                    &err.pointer,
-                )
+                Code::SchemaViolation
+            };
+            let d = if err.keyword == "additionalProperties" {
+                self.at_key(&loaded.src, code, &err.message, &err.pointer)
+            } else {
+                self.at(&loaded.src, code, &err.message, &err.pointer)
             };
             self.push(d.help(format!(
                 "`okstra schema {}` prints the schema; editors apply it through `#:schema` / `$schema`",
@@ -216,6 +211,25 @@ impl Ctx {
                 None
             }
         }
+    }
+}
+
+/// The code of a spec's schema complaint: the identity rule's own code where
+/// one covers the key (an editor flags `attempt = 0` from the schema; okstra
+/// calls it `identity/bad-attempt`), else `schema/violation`.
+fn rule_code_for(err: &schema::SchemaError) -> Code {
+    if err.keyword == "additionalProperties" {
+        return Code::SchemaViolation;
+    }
+    let key = err.pointer.rsplit('/').next().unwrap_or("");
+    match key {
+        "attempt" => Code::IdentityBadAttempt,
+        "schemaVersion" | "executionIdentityVersion" => Code::IdentityUnsupportedVersion,
+        "workerId" if err.keyword == "not" => Code::IdentityMixedVersions,
+        k if identity::IDENTITY_KEYS.contains(&k) && err.keyword == "minLength" => {
+            Code::IdentityMissingField
+        }
+        _ => Code::SchemaViolation,
     }
 }
 
@@ -454,10 +468,13 @@ pub fn check_spec_alone(ctx: &mut Ctx, loaded: &Loaded) {
 }
 
 fn with_worker(d: Diagnostic, entry: &Entry) -> Diagnostic {
-    let name = ["workerId", "executionLabel", "assignmentRef"]
-        .iter()
-        .map(|k| entry.str(k))
-        .find(|s| !s.is_empty());
+    // Name the worker the way its own identity version does.
+    let order = if entry.str("schemaVersion") == "2.0" {
+        ["executionLabel", "workerId", "assignmentRef"]
+    } else {
+        ["workerId", "executionLabel", "assignmentRef"]
+    };
+    let name = order.iter().map(|k| entry.str(k)).find(|s| !s.is_empty());
     match name {
         Some(n) => d.worker(n),
         None => d,

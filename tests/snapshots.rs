@@ -1,0 +1,115 @@
+//! Snapshots of what people read: the plan review summary and rendered
+//! errors. Paths of the temp project and digests (which cover the project
+//! root) are filtered out.
+
+mod common;
+use common::*;
+
+fn filters(p: &Project) -> Vec<(String, String)> {
+    let root = p.root().canonicalize().unwrap().display().to_string();
+    vec![
+        (regex_escape(&root), "[ROOT]".into()),
+        (r"\b[0-9a-f]{12}\b".into(), "[SHA12]".into()),
+        (r"sha256:[0-9a-f]{64}".into(), "sha256:[DIGEST]".into()),
+    ]
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '/' || c == '_' || c == '-' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
+}
+
+fn settings(p: &Project) -> insta::Settings {
+    let mut s = insta::Settings::clone_current();
+    for (from, to) in filters(p) {
+        s.add_filter(&from, to);
+    }
+    s.set_prepend_module_to_snapshot(false);
+    s
+}
+
+#[test]
+fn show_renders_the_review_summary() {
+    let p = v2_project();
+    let run = p.okstra(&[
+        "plan",
+        "spec.toml",
+        "--manifest",
+        "run/run-manifest.json",
+        "--out",
+        "plan.json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let show = p.okstra(&["show", "plan.json"]);
+    assert_eq!(show.code, 0);
+    // `plan` prints exactly what `show` prints.
+    assert_eq!(run.stdout, show.stdout);
+    settings(&p).bind(|| insta::assert_snapshot!("show_v2_pipeline", show.stdout));
+}
+
+#[test]
+fn errors_render_like_rustc() {
+    let p = v2_project();
+    let text = p
+        .read("spec.toml")
+        .replacen(
+            "attempt = 1\nrole = \"implementer\"",
+            "attempt = 0\nrole = \"implementer\"",
+            1,
+        )
+        .replacen(
+            "resultPath = \"results/ver.md\"",
+            "resultPath = \"results/ver.md\"\nresultPth = \"x\"",
+            1,
+        )
+        .replacen(
+            "promptPath = \"prompts/ver.md\"",
+            "promptPath = \"prompts/missing.md\"",
+            1,
+        );
+    p.write("spec.toml", &text);
+    let run = p.okstra(&[
+        "plan",
+        "spec.toml",
+        "--manifest",
+        "run/run-manifest.json",
+        "--out",
+        "plan.json",
+    ]);
+    assert_eq!(run.code, 2);
+    assert!(run.stdout.is_empty());
+    settings(&p).bind(|| insta::assert_snapshot!("errors_text", run.stderr));
+}
+
+#[test]
+fn exec_refusal_renders_each_stale_input() {
+    let p = v2_project();
+    assert_eq!(
+        p.okstra(&[
+            "plan",
+            "spec.toml",
+            "--manifest",
+            "run/run-manifest.json",
+            "--out",
+            "plan.json"
+        ])
+        .code,
+        0
+    );
+    p.write("prompts/impl.md", "# changed\n");
+    std::fs::remove_file(p.path("prompts/ver.md")).unwrap();
+    let run = p.okstra(&["exec", "plan.json"]);
+    assert_eq!(run.code, 3);
+    assert!(
+        !p.exists("run/team-state.json"),
+        "a refused exec writes nothing"
+    );
+    settings(&p).bind(|| insta::assert_snapshot!("exec_stale", run.stderr));
+}
