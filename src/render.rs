@@ -73,12 +73,16 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "Stage {}/{} `{}` · {} job{} run concurrently",
+            "Stage {}/{} `{}` · {} job{}",
             i + 1,
             plan.stages.len(),
             stage.name,
             stage.jobs.len(),
-            if stage.jobs.len() == 1 { "" } else { "s" }
+            if stage.jobs.len() == 1 {
+                ""
+            } else {
+                "s, run concurrently"
+            }
         );
         for job in &stage.jobs {
             job_block(&mut out, job);
