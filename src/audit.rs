@@ -493,8 +493,7 @@ impl Ctx {
         for de in rd {
             let de = de.map_err(|e| with_path(e, abs))?;
             let name = de.file_name().to_string_lossy().into_owned();
-            let path = join(disp, &name);
-            if self.exclude.contains(&path) {
+            if !self.exclude.is_empty() && self.exclude.contains(&join(disp, &name)) {
                 continue;
             }
             // DirEntry::metadata is an lstat relative to the open directory.
@@ -521,6 +520,7 @@ impl Ctx {
                 None
             };
             if kind == Kind::Dir {
+                let path = join(disp, &name);
                 if name == ".git" {
                     git = summarise_git(&de.path(), &path);
                 } else {
@@ -648,19 +648,17 @@ fn tree_digest(dirs: &BTreeMap<String, Vec<Entry>>, git: &BTreeMap<String, Strin
         h.update(b"D\0");
         h.update(dir.as_bytes());
         for e in entries {
-            let line = format!(
-                "\0{}\0{:?}\0{}\0{}\0{}\0{}\0{}\0{}\0{}\n",
-                e.name,
-                e.kind,
-                e.size,
-                e.mtime_ns,
-                e.ctime_ns,
-                e.ino,
-                e.mode,
-                e.hash.as_deref().unwrap_or(""),
-                e.target.as_deref().unwrap_or("")
-            );
-            h.update(line.as_bytes());
+            h.update(b"\0");
+            h.update(e.name.as_bytes());
+            h.update([0, e.kind as u8]);
+            h.update(e.size.to_le_bytes());
+            h.update(e.mtime_ns.to_le_bytes());
+            h.update(e.ctime_ns.to_le_bytes());
+            h.update(e.ino.to_le_bytes());
+            h.update(e.mode.to_le_bytes());
+            h.update(e.hash.as_deref().unwrap_or("").as_bytes());
+            h.update(b"\0");
+            h.update(e.target.as_deref().unwrap_or("").as_bytes());
         }
     }
     for (k, v) in git {
