@@ -694,6 +694,44 @@ mod tests {
     }
 
     #[test]
+    fn jobs_v2_provider_and_role_may_come_from_defaults() {
+        let mut w = v2_worker();
+        let m = w.as_object_mut().unwrap();
+        m.remove("provider");
+        m.remove("role");
+        let spec =
+            json!({"defaults": {"provider": "codex", "role": "verifier"}, "workers": [w.clone()]});
+        assert_eq!(messages(SchemaKind::Jobs, &spec), vec![]);
+        let spec = json!({"stages": [{"name": "s", "workers": [w.clone()]}]});
+        let got: Vec<String> = messages(SchemaKind::Jobs, &spec)
+            .into_iter()
+            .map(|g| g.2)
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                "missing required key `provider`",
+                "missing required key `role`"
+            ]
+        );
+        w["executionIdentityVersion"] = json!(3);
+        w["workerId"] = json!("nope");
+        let spec = json!({"defaults": {"provider": "codex", "role": "verifier", "workerId": "x"}, "workers": [w]});
+        let got = messages(SchemaKind::Jobs, &spec);
+        assert_eq!(
+            got.iter()
+                .map(|g| (g.0.as_str(), g.1.as_str()))
+                .collect::<Vec<_>>(),
+            vec![
+                ("/defaults/workerId", "additionalProperties"),
+                ("/workers/0/executionIdentityVersion", "const"),
+                ("/workers/0/workerId", "not"),
+            ]
+        );
+        assert_eq!(got[1].2, "expected 2, found integer `3`");
+    }
+
+    #[test]
     fn manifest_samples() {
         let ok = json!({
             "taskKey": "T-1", "teamStatePath": ".okstra/team-state.json", "extra": {"kept": true},

@@ -111,10 +111,12 @@ impl SourceFile {
                 syntax,
             }) => {
                 let (code, help) = if syntax {
-                    (
-                        Code::InputSyntax,
-                        format!("fix the {} syntax at the marked position", format.name()),
-                    )
+                    let help = if message.contains("duplicate key") {
+                        "a key may be given only once per table; remove or rename one".to_string()
+                    } else {
+                        format!("fix the {} syntax at the marked position", format.name())
+                    };
+                    (Code::InputSyntax, help)
                 } else {
                     (
                         Code::InputInvalid,
@@ -727,5 +729,53 @@ attempt = 0
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod render_tests {
+    use super::*;
+    use crate::schema::{validate, SchemaKind};
+
+    /// Schema errors found on a TOML spec point at the offending key.
+    #[test]
+    fn schema_errors_locate_in_toml() {
+        let text = "[[workers]]\nworkerId = \"a\"\nrole = \"r\"\npromptPth = \"p.md\"\n\n[[workers]]\nworkerId = \"b\"\nrole = \"r\"\npromptPath = \"q.md\"\nattempt = true\n";
+        let (v, f) = SourceFile::parse("spec.toml", text.into(), Format::Toml).unwrap();
+        let errs = validate(SchemaKind::Jobs, &v);
+        let shown: Vec<(String, usize, usize)> = errs
+            .iter()
+            .map(|e| {
+                let loc = if e.keyword == "additionalProperties" {
+                    f.locate_key(&e.pointer)
+                } else {
+                    f.locate(&e.pointer)
+                };
+                (e.message.clone(), loc.line.unwrap(), loc.column.unwrap())
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                ("missing required key `promptPath`".to_string(), 1, 1),
+                (
+                    "unknown key `promptPth` (did you mean `promptPath`?)".to_string(),
+                    4,
+                    1
+                ),
+                (
+                    "expected an integer, found boolean `true`".to_string(),
+                    10,
+                    11
+                ),
+            ]
+        );
+        let d = Diagnostic::new(Code::SchemaViolation, &errs[1].message)
+            .at(f.locate_key(&errs[1].pointer));
+        let text = d.render_text();
+        assert!(
+            text.contains("4 | promptPth = \"p.md\"\n  | ^^^^^^^^^"),
+            "{text}"
+        );
     }
 }
