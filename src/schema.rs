@@ -492,6 +492,9 @@ mod tests {
                 k.name()
             );
             assert!(v.get("$defs").is_none());
+            if let Err(e) = jsonschema::draft7::meta::validate(&v) {
+                panic!("{} is not a valid draft-07 schema: {e}", k.file_name());
+            }
             let _ = compiled(k);
         }
     }
