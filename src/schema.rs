@@ -441,8 +441,8 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=m {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=n {
         for j in 1..=m {
@@ -492,6 +492,9 @@ mod tests {
                 k.name()
             );
             assert!(v.get("$defs").is_none());
+            if let Err(e) = jsonschema::draft7::meta::validate(&v) {
+                panic!("{} is not a valid draft-07 schema: {e}", k.file_name());
+            }
             let _ = compiled(k);
         }
     }
@@ -691,6 +694,44 @@ mod tests {
                 "must not be empty".into()
             )]
         );
+    }
+
+    #[test]
+    fn jobs_v2_provider_and_role_may_come_from_defaults() {
+        let mut w = v2_worker();
+        let m = w.as_object_mut().unwrap();
+        m.remove("provider");
+        m.remove("role");
+        let spec =
+            json!({"defaults": {"provider": "codex", "role": "verifier"}, "workers": [w.clone()]});
+        assert_eq!(messages(SchemaKind::Jobs, &spec), vec![]);
+        let spec = json!({"stages": [{"name": "s", "workers": [w.clone()]}]});
+        let got: Vec<String> = messages(SchemaKind::Jobs, &spec)
+            .into_iter()
+            .map(|g| g.2)
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                "missing required key `provider`",
+                "missing required key `role`"
+            ]
+        );
+        w["executionIdentityVersion"] = json!(3);
+        w["workerId"] = json!("nope");
+        let spec = json!({"defaults": {"provider": "codex", "role": "verifier", "workerId": "x"}, "workers": [w]});
+        let got = messages(SchemaKind::Jobs, &spec);
+        assert_eq!(
+            got.iter()
+                .map(|g| (g.0.as_str(), g.1.as_str()))
+                .collect::<Vec<_>>(),
+            vec![
+                ("/defaults/workerId", "additionalProperties"),
+                ("/workers/0/executionIdentityVersion", "const"),
+                ("/workers/0/workerId", "not"),
+            ]
+        );
+        assert_eq!(got[1].2, "expected 2, found integer `3`");
     }
 
     #[test]
