@@ -177,10 +177,10 @@ impl<'a> Runner<'a> {
         for p in &self.rec.problems {
             eprintln!("okstra: warning: {p}");
         }
-        let mut reports: Vec<JobReport> = (0..self.jobs.len())
+        // Plan order: stage by stage, jobs as the plan lists them.
+        let reports: Vec<JobReport> = (0..self.jobs.len())
             .filter_map(|i| self.reports.remove(&i))
             .collect();
-        reports.sort_by_key(|r| r.stage.clone());
         Outcomes {
             reports,
             interrupted,
