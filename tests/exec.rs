@@ -769,10 +769,11 @@ fn concurrency_1_runs_jobs_one_at_a_time() {
 
 #[test]
 fn json_summary() {
+    // Stage names out of alphabetical order: the summary keeps plan order.
     let fx = Fx::new(&[
-        ("first", vec![job("a", WRITE_RESULT)]),
+        ("second", vec![job("a", WRITE_RESULT)]),
         (
-            "second",
+            "first",
             vec![job(
                 "b",
                 format!("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\n"),
@@ -788,11 +789,11 @@ fn json_summary() {
     let jobs = doc["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 2);
     assert_eq!(jobs[0]["key"], "a");
-    assert_eq!(jobs[0]["stage"], "first");
+    assert_eq!(jobs[0]["stage"], "second");
     assert_eq!(jobs[0]["status"], "completed");
     assert_eq!(jobs[0]["attempts"], 1);
     assert_eq!(jobs[1]["key"], "b");
-    assert_eq!(jobs[1]["stage"], "second");
+    assert_eq!(jobs[1]["stage"], "first");
     assert_eq!(jobs[1]["attempts"], 2);
     assert!(jobs[1]["durationMs"].is_u64());
     // Progress goes to stderr, never into the JSON.
@@ -832,4 +833,22 @@ fn a_stray_write_blocks_the_retry_of_a_missing_artifact() {
     let reason = fx.worker_row("a")["reason"].as_str().unwrap().to_string();
     assert!(reason.contains("stray.txt"), "{reason}");
     assert!(fx.events_of("worker-retry-scheduled", "a").is_empty());
+}
+
+#[test]
+fn run_plans_and_executes_in_one_command() {
+    let fx = Fx::new(&[
+        ("build", vec![job("a", WRITE_RESULT)]),
+        ("check", vec![job("b", WRITE_RESULT)]),
+    ]);
+    let run = fx
+        .p
+        .okstra(&["run", "spec.toml", "--manifest", "run/run-manifest.json"]);
+    assert_code(&run, 0);
+    assert!(!fx.p.exists("plan.json"), "run plans to a temp file");
+    assert_eq!(fx.runs("a"), ["1"]);
+    assert_eq!(fx.runs("b"), ["1"]);
+    assert!(run.stdout.contains("2 of 2 jobs completed"), "{}", run.stdout);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines[1].starts_with("build") && lines[2].starts_with("check"), "{lines:?}");
 }
