@@ -282,7 +282,11 @@ fn success() {
         assert!(e["ts"].as_str().unwrap().ends_with('Z'), "{e}");
     }
     assert!(fx.errors().is_empty(), "a clean run logs no error");
-    assert!(run.stdout.contains("1 of 1 job completed"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("1 of 1 job completed"),
+        "{}",
+        run.stdout
+    );
     // The wrapper's sidecars.
     let status = fx.p.read_json("prompts/a.md.status.json");
     assert_eq!(status["state"], "exited");
@@ -310,7 +314,12 @@ fn retry_after_a_missing_artifact() {
     let rows = fx.dispatch_rows("a");
     let statuses: Vec<(u64, &str)> = rows
         .iter()
-        .map(|r| (r["attempt"].as_u64().unwrap(), r["status"].as_str().unwrap()))
+        .map(|r| {
+            (
+                r["attempt"].as_u64().unwrap(),
+                r["status"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(statuses, [(1, "error"), (2, "completed")]);
 }
@@ -364,7 +373,10 @@ fn nonzero_exit_with_a_valid_audit_sidecar_completes_and_is_logged() {
     assert_eq!(e["commandKind"], "wrapper");
     assert_eq!(e["agent"], "a-worker");
     assert_eq!(e["taskKey"], "fixture-task");
-    assert!(e["message"].as_str().unwrap().starts_with("attempt 1: "), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().starts_with("attempt 1: "),
+        "{e}"
+    );
     assert!(
         e["stderrExcerpt"]
             .as_str()
@@ -392,7 +404,10 @@ fn nonzero_exit_with_a_bad_audit_sidecar_is_an_error() {
     assert_eq!(w["status"], "error");
     let reason = w["reason"].as_str().unwrap();
     assert!(reason.contains("audit-sidecar contract"), "{reason}");
-    assert!(reason.contains("is not the worker result's sha256"), "{reason}");
+    assert!(
+        reason.contains("is not the worker result's sha256"),
+        "{reason}"
+    );
     assert_eq!(fx.errors().len(), 1);
 }
 
@@ -404,10 +419,17 @@ fn idle_timeout_stops_a_silent_worker() {
     fx.plan();
     let started = Instant::now();
     let run = fx.exec(&[]);
-    assert!(started.elapsed() < Duration::from_secs(5), "{run:?}", run = run.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{run:?}",
+        run = run.stderr
+    );
     assert_code(&run, 1);
     assert_eq!(fx.runs("a"), ["1"], "a timeout is not retried");
-    assert!(!pid_alive(read_pid(&fx.scratch("a.pid"))), "the worker was stopped");
+    assert!(
+        !pid_alive(read_pid(&fx.scratch("a.pid"))),
+        "the worker was stopped"
+    );
     let w = fx.worker_row("a");
     assert_eq!(w["status"], "timeout");
     let row = &fx.dispatch_rows("a")[0];
@@ -442,7 +464,11 @@ fn tampered_plan_is_refused() {
     let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     let text = fx.p.read("plan.json");
-    let tampered = text.replacen("\"idleTimeoutSeconds\": 600", "\"idleTimeoutSeconds\": 601", 1);
+    let tampered = text.replacen(
+        "\"idleTimeoutSeconds\": 600",
+        "\"idleTimeoutSeconds\": 601",
+        1,
+    );
     assert_ne!(text, tampered);
     fx.p.write("plan.json", &tampered);
     let run = fx.exec(&["--format", "json"]);
@@ -495,9 +521,7 @@ fn locked_run_is_refused() {
 
 #[test]
 fn sigterm_stops_every_worker_and_settles_them_interrupted() {
-    let block = format!(
-        "echo $$ > \"$S/$K.pid\"\ntouch \"$S/$K.started\"\nexec sleep 30\n"
-    );
+    let block = "echo $$ > \"$S/$K.pid\"\ntouch \"$S/$K.started\"\nexec sleep 30\n".to_string();
     let fx = Fx::new(&[
         ("first", vec![job("a", block.clone()), job("b", block)]),
         ("second", vec![job("c", WRITE_RESULT)]),
@@ -562,7 +586,11 @@ fn kill_9_then_resume_runs_nothing_twice() {
     std::fs::write(fx.scratch("release"), "").unwrap();
     let run = fx.exec(&[]);
     assert_code(&run, 0);
-    assert_eq!(fx.runs("a"), ["1"], "a completed before the kill: not run again");
+    assert_eq!(
+        fx.runs("a"),
+        ["1"],
+        "a completed before the kill: not run again"
+    );
     assert_eq!(fx.runs("b"), ["1"], "the orphan is adopted, not re-run");
     assert_eq!(fx.runs("c"), ["1"]);
     for key in ["a", "b", "c"] {
@@ -576,7 +604,11 @@ fn kill_9_then_resume_runs_nothing_twice() {
         .map(|r| format!("{}#{}", r["workerKey"], r["attempt"]))
         .collect();
     let unique: HashSet<&String> = keys.iter().collect();
-    assert_eq!(unique.len(), keys.len(), "duplicate dispatch rows: {keys:?}");
+    assert_eq!(
+        unique.len(),
+        keys.len(),
+        "duplicate dispatch rows: {keys:?}"
+    );
     assert_eq!(keys.len(), 3, "{keys:?}");
     let b = &fx.dispatch_rows("b")[0];
     assert_eq!(b["status"], "completed", "{b}");
@@ -592,13 +624,19 @@ fn kill_9_then_resume_v2_keeps_dispatch_ids_unique() {
     let fx = v2_fx(WRITE_RESULT, &ver);
     fx.plan();
     let mut child = fx.spawn_exec(&[]);
-    wait_for("the verifier to start", 5, || fx.scratch("ver.started").exists());
+    wait_for("the verifier to start", 5, || {
+        fx.scratch("ver.started").exists()
+    });
     signal(child.id(), libc::SIGKILL);
     assert_eq!(wait_child(&mut child, 5), 128 + libc::SIGKILL);
     std::fs::write(fx.scratch("release"), "").unwrap();
     let run = fx.exec(&[]);
     assert_code(&run, 0);
-    assert_eq!(fx.runs("impl-1"), ["1"], "completed before the kill: not run again");
+    assert_eq!(
+        fx.runs("impl-1"),
+        ["1"],
+        "completed before the kill: not run again"
+    );
     assert_eq!(fx.runs("ver-1"), ["1"], "the orphan is adopted, not re-run");
     let ids: Vec<String> = fx.team()["workerDispatches"]
         .as_array()
@@ -620,7 +658,8 @@ fn v2_spec(fx: &Fx, impl_script: &str, ver_script: &str) -> String {
         ),
         1,
     );
-    let impl_cmd = "command = [\"sh\", \"-c\", \"mkdir -p results && echo done > results/impl.md\"]";
+    let impl_cmd =
+        "command = [\"sh\", \"-c\", \"mkdir -p results && echo done > results/impl.md\"]";
     let ver_cmd = "command = [\"sh\", \"-c\", \"mkdir -p results && echo ok > results/ver.md\"]";
     assert!(spec.contains(impl_cmd) && spec.contains(ver_cmd));
     spec.replacen(
@@ -732,7 +771,10 @@ fn rendezvous(me: &str, other: &str) -> String {
 fn jobs_of_a_stage_run_concurrently() {
     let fx = Fx::new(&[(
         "only",
-        vec![job("a", rendezvous("a", "b")), job("b", rendezvous("b", "a"))],
+        vec![
+            job("a", rendezvous("a", "b")),
+            job("b", rendezvous("b", "a")),
+        ],
     )]);
     fx.plan();
     let run = fx.exec(&[]);
@@ -752,7 +794,10 @@ fn concurrency_1_runs_jobs_one_at_a_time() {
              {WRITE_RESULT}touch \"$S/{me}.done\"\necho \"end {me}\" >> \"$S/order\"\n"
         )
     };
-    let fx = Fx::new(&[("only", vec![job("a", one("a", "b")), job("b", one("b", "a"))])]);
+    let fx = Fx::new(&[(
+        "only",
+        vec![job("a", one("a", "b")), job("b", one("b", "a"))],
+    )]);
     fx.plan();
     let run = fx.exec(&["--concurrency", "1"]);
     assert_code(&run, 0);
@@ -816,7 +861,10 @@ fn a_write_outside_the_policy_fails_the_audit_without_retry() {
     assert!(reason.contains("contract-failed-unattributed"), "{reason}");
     assert!(reason.contains("stray.txt"), "{reason}");
     let failed = &fx.events_of("worker-failed", "a")[0];
-    assert_eq!(failed["mutationAudit"]["mutationStatus"], "contract-failed-unattributed");
+    assert_eq!(
+        failed["mutationAudit"]["mutationStatus"],
+        "contract-failed-unattributed"
+    );
     assert_eq!(failed["mutationAudit"]["retryAllowed"], false);
     assert!(fx.events_of("worker-retry-scheduled", "a").is_empty());
 }
@@ -841,14 +889,83 @@ fn run_plans_and_executes_in_one_command() {
         ("build", vec![job("a", WRITE_RESULT)]),
         ("check", vec![job("b", WRITE_RESULT)]),
     ]);
-    let run = fx
-        .p
-        .okstra(&["run", "spec.toml", "--manifest", "run/run-manifest.json"]);
+    let run =
+        fx.p.okstra(&["run", "spec.toml", "--manifest", "run/run-manifest.json"]);
     assert_code(&run, 0);
     assert!(!fx.p.exists("plan.json"), "run plans to a temp file");
     assert_eq!(fx.runs("a"), ["1"]);
     assert_eq!(fx.runs("b"), ["1"]);
-    assert!(run.stdout.contains("2 of 2 jobs completed"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("2 of 2 jobs completed"),
+        "{}",
+        run.stdout
+    );
     let lines: Vec<&str> = run.stdout.lines().collect();
-    assert!(lines[1].starts_with("build") && lines[2].starts_with("check"), "{lines:?}");
+    assert!(
+        lines[1].starts_with("build") && lines[2].starts_with("check"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_worker_whose_log_grows_is_not_idle() {
+    // Output every 0.2 s for ~1.6 s, past a 1 s idle timeout.
+    let mut j = job(
+        "a",
+        format!(
+            "i=0; while [ $i -lt 8 ]; do echo tick $i; i=$((i+1)); sleep 0.2; done\n{WRITE_RESULT}"
+        ),
+    );
+    j.extra = "idleTimeoutSeconds = 1\n";
+    let fx = Fx::new(&[("only", vec![j])]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(fx.worker_row("a")["status"], "completed");
+    assert!(fx.p.read("prompts/a.md.log").contains("tick 7"));
+}
+
+#[test]
+fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
+    // Both okstra and the worker's whole group die: resume finds a status
+    // sidecar that never recorded an exit and settles the attempt from it.
+    let block = format!(
+        "touch \"$S/a.started\"\n{}{WRITE_RESULT}",
+        wait_in_sh("$S/release")
+    );
+    let fx = Fx::new(&[("only", vec![job("a", block)])]);
+    fx.plan();
+    let mut child = fx.spawn_exec(&[]);
+    wait_for("a to start", 5, || fx.scratch("a.started").exists());
+    wait_for("the dispatch event", 5, || {
+        fx.p.exists("run/lead-events.jsonl") && !fx.events_of("worker-dispatched", "a").is_empty()
+    });
+    let pgid = fx.events_of("worker-dispatched", "a")[0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    signal(child.id(), libc::SIGKILL);
+    wait_child(&mut child, 5);
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::killpg(pgid as libc::pid_t, libc::SIGKILL) };
+    wait_for("the worker group to die", 5, || !group_alive(pgid));
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 1);
+    assert_eq!(fx.runs("a"), ["1"]);
+    let rows = fx.dispatch_rows("a");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "error", "{}", rows[0]);
+    assert!(
+        rows[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("without recording an exit code"),
+        "{}",
+        rows[0]
+    );
+    assert_eq!(fx.worker_row("a")["status"], "error");
+    // A third exec sees the settled failure and starts nothing.
+    let again = fx.exec(&[]);
+    assert_code(&again, 1);
+    assert_eq!(fx.runs("a"), ["1"]);
+    assert_eq!(fx.events_of("worker-dispatched", "a").len(), 1);
 }
