@@ -268,16 +268,6 @@ impl Plan {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dispatch_id_shape() {
-        assert_eq!(dispatch_id("inv-1", 2), "inv-1:attempt-2");
-    }
-}
-
 /// Why a plan document's recorded digest does not match its content, if it
 /// does not. Computed over the document as read, so any edit is caught,
 /// including one that adds a key okstra does not know.
@@ -294,5 +284,15 @@ pub fn digest_problem(doc: &Value) -> Option<String> {
         Some("the plan has no digest".into())
     } else {
         Some(format!("the plan records digest {recorded}, but its content digests to {actual}: it was edited after `okstra plan` wrote it"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispatch_id_shape() {
+        assert_eq!(dispatch_id("inv-1", 2), "inv-1:attempt-2");
     }
 }

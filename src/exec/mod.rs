@@ -177,10 +177,10 @@ impl<'a> Runner<'a> {
         for p in &self.rec.problems {
             eprintln!("okstra: warning: {p}");
         }
-        let mut reports: Vec<JobReport> = (0..self.jobs.len())
+        // Plan order: stage by stage, jobs as the plan lists them.
+        let reports: Vec<JobReport> = (0..self.jobs.len())
             .filter_map(|i| self.reports.remove(&i))
             .collect();
-        reports.sort_by_key(|r| r.stage.clone());
         Outcomes {
             reports,
             interrupted,
@@ -703,7 +703,9 @@ impl<'a> Runner<'a> {
         }
         let mut retry_allowed = s.retryable;
         if let Some(changes) = changes.filter(|_| job.write_enforcement.mutation_audit == "batch") {
-            let succeeded = e.outcome.clean();
+            // Judged after §5.3: a non-zero exit rescued by the audit-sidecar
+            // contract is a success whose writes are its own, not leftovers.
+            let succeeded = s.status == Status::Completed;
             let result_present = s.missing.is_empty();
             let out_of_plan = if job.role == "implementer" {
                 audit::out_of_plan_edits(&worker_result)
@@ -724,13 +726,20 @@ impl<'a> Runner<'a> {
                 verdict.status.as_str(),
                 "contract-failed-unattributed" | "mutation-present-unresolved"
             ) {
-                s.status = Status::Error;
-                s.note.clear();
-                s.reason = format!(
+                let audit = format!(
                     "mutation audit {}: {}",
                     verdict.status,
                     verdict.violations.join(", ")
                 );
+                // An attempt that had already failed keeps its own reason
+                // first (say, the audit-sidecar failure); the audit adds to it.
+                s.reason = if s.status != Status::Completed && !s.reason.is_empty() {
+                    format!("{}; {audit}", s.reason)
+                } else {
+                    audit
+                };
+                s.status = Status::Error;
+                s.note.clear();
                 retry_allowed = false;
             } else {
                 retry_allowed &= verdict.retry_allowed || verdict.status == "ok";

@@ -1,0 +1,971 @@
+//! `okstra exec` (SPEC §5, §6): the real binary runs fixture shell workers
+//! (`provider = "command"`) in temp-dir projects, one test per behaviour.
+//!
+//! Workers talk to the test through a scratch directory outside the project
+//! (`$SCRATCH`), so run counters and marker files are never seen by the
+//! mutation audit. Tests synchronise on marker files polled with a deadline,
+//! never on fixed sleeps.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Every worker script starts with this: counts the run, names the result.
+const PRELUDE: &str = r#"set -u
+S="$SCRATCH"; K="$OKSTRA_WORKER_KEY"; R="$OKSTRA_RESULT_PATH"
+echo "$OKSTRA_ATTEMPT" >> "$S/$K.runs"
+"#;
+
+/// A wait of at most ~4 s for a file, inside a worker script.
+fn wait_in_sh(file: &str) -> String {
+    format!(
+        "i=0; while [ ! -e \"{file}\" ]; do i=$((i+1)); if [ $i -gt 400 ]; then echo \"gave up waiting for {file}\" >&2; exit 1; fi; sleep 0.01; done\n"
+    )
+}
+
+struct Job<'a> {
+    id: &'a str,
+    script: String,
+    extra: &'a str,
+}
+
+fn job<'a>(id: &'a str, script: impl Into<String>) -> Job<'a> {
+    Job {
+        id,
+        script: script.into(),
+        extra: "",
+    }
+}
+
+const WRITE_RESULT: &str = "echo done > \"$R\"\n";
+
+/// A project plus a scratch directory outside it.
+struct Fx {
+    p: Project,
+    scratch: tempfile::TempDir,
+}
+
+impl Fx {
+    /// A v1 project whose spec has the given stages of `command` workers.
+    fn new(stages: &[(&str, Vec<Job>)]) -> Fx {
+        let fx = Fx::bare();
+        fx.p.write_json("run/run-manifest.json", &v1_manifest());
+        let mut spec = format!(
+            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n",
+            fx.scratch.path().display()
+        );
+        for (name, jobs) in stages {
+            spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));
+            for j in jobs {
+                fx.p.write(&format!("prompts/{}.md", j.id), "# work\n");
+                spec.push_str(&format!(
+                    "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"results/{id}.md\"\ncommand = [\"sh\", \"-c\", '''\n{PRELUDE}{script}''']\n{extra}\n",
+                    id = j.id,
+                    script = j.script,
+                    extra = j.extra
+                ));
+            }
+        }
+        fx.p.write("spec.toml", &spec);
+        fx
+    }
+
+    fn bare() -> Fx {
+        let fx = Fx {
+            p: Project::new(),
+            scratch: tempfile::tempdir().expect("scratch dir"),
+        };
+        // Made before the run: a failed attempt that only created the
+        // results directory would otherwise count as a mutation it left.
+        std::fs::create_dir_all(fx.p.path("results")).unwrap();
+        fx
+    }
+
+    #[track_caller]
+    fn plan(&self) {
+        let run = plan_json(&self.p, "spec.toml");
+        assert_eq!(
+            run.code, 0,
+            "the fixture must plan cleanly:\n{}\n{}",
+            run.stdout, run.stderr
+        );
+    }
+
+    fn exec(&self, extra: &[&str]) -> Run {
+        let mut args = vec!["exec", "plan.json"];
+        args.extend_from_slice(extra);
+        self.p.okstra(&args)
+    }
+
+    /// `okstra exec plan.json` in the background, output to scratch files.
+    fn spawn_exec(&self, extra: &[&str]) -> Child {
+        let out = std::fs::File::create(self.scratch("exec.stdout")).unwrap();
+        let err = std::fs::File::create(self.scratch("exec.stderr")).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_okstra"))
+            .current_dir(self.p.root())
+            .env("SOURCE_DATE_EPOCH", "1764460800")
+            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
+            .args(["exec", "plan.json"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap()
+    }
+
+    fn scratch(&self, name: &str) -> PathBuf {
+        self.scratch.path().join(name)
+    }
+
+    /// How many times worker `id` ran (each run appends its attempt number).
+    fn runs(&self, id: &str) -> Vec<String> {
+        std::fs::read_to_string(self.scratch(&format!("{id}.runs")))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn team(&self) -> Value {
+        self.p.read_json("run/team-state.json")
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.p.events("run/lead-events.jsonl")
+    }
+
+    fn events_of(&self, ty: &str, key: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["type"] == ty && e["workerKey"] == key)
+            .collect()
+    }
+
+    fn errors(&self) -> Vec<Value> {
+        if !self.p.exists("run/errors.jsonl") {
+            return Vec::new();
+        }
+        self.p.events("run/errors.jsonl")
+    }
+
+    fn worker_row(&self, key: &str) -> Value {
+        self.team()["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["workerId"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no workers[] row for {key}: {}", self.team()))
+    }
+
+    fn dispatch_rows(&self, key: &str) -> Vec<Value> {
+        self.team()["workerDispatches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["workerKey"] == key)
+            .cloned()
+            .collect()
+    }
+}
+
+#[track_caller]
+fn assert_code(run: &Run, code: i32) {
+    assert_eq!(
+        run.code, code,
+        "exit code; stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+/// Poll `cond` every 10 ms until it holds or `secs` pass.
+#[track_caller]
+fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Wait for a spawned okstra to exit, at most `secs`.
+fn wait_child(child: &mut Child, secs: u64) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            use std::os::unix::process::ExitStatusExt;
+            return status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("okstra did not exit within {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+/// Whether a live (non-zombie) process is in group `pgid`.
+fn group_alive(pgid: u32) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .any(|stat| {
+            let rest = &stat[stat.rfind(')').unwrap() + 1..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f[0] != "Z" && f[2].parse::<u32>().ok() == Some(pgid)
+        })
+}
+
+fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let rest = &stat[stat.rfind(')').unwrap() + 1..];
+            rest.split_whitespace().next() != Some("Z")
+        }
+        Err(_) => false,
+    }
+}
+
+fn read_pid(path: &Path) -> u32 {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    okstra::canonical::sha256_hex(bytes)
+}
+
+// ---------------------------------------------------------------------------
+
+#[test]
+fn success() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("a"), ["1"]);
+    assert_eq!(fx.p.read("results/a.md"), "done\n");
+    let w = fx.worker_row("a");
+    assert_eq!(w["status"], "completed");
+    let rows = fx.dispatch_rows("a");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "completed");
+    assert_eq!(rows[0]["exitCode"], 0);
+    let types: Vec<String> = fx
+        .events()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(types, ["worker-dispatched", "worker-result-collected"]);
+    for e in fx.events() {
+        assert_eq!(e["workerId"], "a");
+        assert_eq!(e["attempt"], 1);
+        assert_eq!(e["maxAttempts"], 2);
+        assert_eq!(e["dispatchMode"], "cli-wrapper");
+        assert!(e["ts"].as_str().unwrap().ends_with('Z'), "{e}");
+    }
+    assert!(fx.errors().is_empty(), "a clean run logs no error");
+    assert!(
+        run.stdout.contains("1 of 1 job completed"),
+        "{}",
+        run.stdout
+    );
+    // The wrapper's sidecars.
+    let status = fx.p.read_json("prompts/a.md.status.json");
+    assert_eq!(status["state"], "exited");
+    assert_eq!(status["exitCode"], 0);
+    assert!(status["duration_ms"].is_u64(), "{status}");
+}
+
+#[test]
+fn retry_after_a_missing_artifact() {
+    let script = format!("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\nexit 0\n");
+    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
+    assert_eq!(fx.worker_row("a")["status"], "completed");
+    let retries = fx.events_of("worker-retry-scheduled", "a");
+    assert_eq!(retries.len(), 1);
+    assert_eq!(retries[0]["attempt"], 1);
+    assert_eq!(retries[0]["nextAttempt"], 2);
+    assert_eq!(retries[0]["missingCompletionPaths"][0], "results/a.md");
+    let collected = fx.events_of("worker-result-collected", "a");
+    assert_eq!(collected.len(), 1);
+    assert_eq!(collected[0]["attempt"], 2);
+    let rows = fx.dispatch_rows("a");
+    let statuses: Vec<(u64, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["attempt"].as_u64().unwrap(),
+                r["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(statuses, [(1, "error"), (2, "completed")]);
+}
+
+#[test]
+fn missing_twice_is_an_error_after_two_attempts() {
+    let fx = Fx::new(&[("only", vec![job("a", "echo forgot >&2; exit 0\n")])]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 1);
+    assert_eq!(fx.runs("a"), ["1", "2"], "at most 2 attempts");
+    assert_eq!(fx.events_of("worker-retry-scheduled", "a").len(), 1);
+    assert_eq!(fx.events_of("worker-failed", "a").len(), 2);
+    let w = fx.worker_row("a");
+    assert_eq!(w["status"], "error");
+    assert!(
+        w["reason"].as_str().unwrap().contains("results/a.md"),
+        "{w}"
+    );
+    assert_eq!(fx.errors().len(), 2, "each attempt is in the error log");
+}
+
+#[test]
+fn nonzero_exit_with_a_valid_audit_sidecar_completes_and_is_logged() {
+    let sha = sha256_hex(b"done\n");
+    let script = format!(
+        "{WRITE_RESULT}printf '{{\"resultSha256\": \"{sha}\"}}' > \"$R.audit.json\"\necho 'wrapper trouble: the tail of stderr' >&2\nexit 3\n"
+    );
+    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("a"), ["1"]);
+    let w = fx.worker_row("a");
+    assert_eq!(w["status"], "completed");
+    let row = &fx.dispatch_rows("a")[0];
+    assert_eq!(row["status"], "completed");
+    assert_eq!(row["exitCode"], 3);
+    assert!(
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .contains("passed the audit-sidecar contract"),
+        "{row}"
+    );
+    let errors = fx.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert_eq!(e["exitCode"], 3);
+    assert_eq!(e["errorType"], "cli-failure");
+    assert_eq!(e["commandKind"], "wrapper");
+    assert_eq!(e["agent"], "a-worker");
+    assert_eq!(e["taskKey"], "fixture-task");
+    assert!(
+        e["message"].as_str().unwrap().starts_with("attempt 1: "),
+        "{e}"
+    );
+    assert!(
+        e["stderrExcerpt"]
+            .as_str()
+            .unwrap()
+            .contains("wrapper trouble: the tail of stderr"),
+        "{e}"
+    );
+    assert!(e["durationMs"].is_u64(), "{e}");
+    let collected = &fx.events_of("worker-result-collected", "a")[0];
+    assert_eq!(collected["errorLogAppend"]["ok"], true, "{collected}");
+}
+
+#[test]
+fn nonzero_exit_with_a_bad_audit_sidecar_is_an_error() {
+    let zeros = "0".repeat(64);
+    let script = format!(
+        "{WRITE_RESULT}printf '{{\"resultSha256\": \"{zeros}\"}}' > \"$R.audit.json\"\nexit 3\n"
+    );
+    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 1);
+    assert_eq!(fx.runs("a"), ["1"], "a non-zero exit is not retried");
+    let w = fx.worker_row("a");
+    assert_eq!(w["status"], "error");
+    let reason = w["reason"].as_str().unwrap();
+    assert!(reason.contains("audit-sidecar contract"), "{reason}");
+    assert!(
+        reason.contains("is not the worker result's sha256"),
+        "{reason}"
+    );
+    assert_eq!(fx.errors().len(), 1);
+}
+
+#[test]
+fn idle_timeout_stops_a_silent_worker() {
+    let mut j = job("a", "echo $$ > \"$S/a.pid\"\nexec sleep 30\n");
+    j.extra = "idleTimeoutSeconds = 1\n";
+    let fx = Fx::new(&[("only", vec![j])]);
+    fx.plan();
+    let started = Instant::now();
+    let run = fx.exec(&[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{run:?}",
+        run = run.stderr
+    );
+    assert_code(&run, 1);
+    assert_eq!(fx.runs("a"), ["1"], "a timeout is not retried");
+    assert!(
+        !pid_alive(read_pid(&fx.scratch("a.pid"))),
+        "the worker was stopped"
+    );
+    let w = fx.worker_row("a");
+    assert_eq!(w["status"], "timeout");
+    let row = &fx.dispatch_rows("a")[0];
+    assert_eq!(row["status"], "timeout");
+    assert_eq!(row["exitCode"], 124);
+    let errors = fx.errors();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0]["exitCode"], 124);
+    let failed = &fx.events_of("worker-failed", "a")[0];
+    assert_eq!(failed["exitCode"], 124);
+}
+
+/// Nothing of the run's state exists: a refused exec writes nothing.
+#[track_caller]
+fn assert_nothing_written(fx: &Fx) {
+    for f in [
+        "run/team-state.json",
+        "run/team-state.json.lock",
+        "run/team-state.json.exec.lock",
+        "run/lead-events.jsonl",
+        "run/errors.jsonl",
+        "run/snapshots",
+        "prompts/a.md.log",
+    ] {
+        assert!(!fx.p.exists(f), "a refused exec wrote {f}");
+    }
+    assert!(fx.runs("a").is_empty(), "a refused exec started a worker");
+}
+
+#[test]
+fn tampered_plan_is_refused() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    let text = fx.p.read("plan.json");
+    let tampered = text.replacen(
+        "\"idleTimeoutSeconds\": 600",
+        "\"idleTimeoutSeconds\": 601",
+        1,
+    );
+    assert_ne!(text, tampered);
+    fx.p.write("plan.json", &tampered);
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 3);
+    assert_eq!(run.codes(), ["plan/digest-mismatch"]);
+    assert_nothing_written(&fx);
+}
+
+#[test]
+fn stale_input_is_refused_naming_the_file() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT), job("b", WRITE_RESULT)])]);
+    fx.plan();
+    fx.p.write("prompts/b.md", "# work, edited after planning\n");
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 3);
+    assert_eq!(run.codes(), ["plan/stale"]);
+    let e = &run.json()["errors"][0];
+    assert!(
+        e["message"].as_str().unwrap().contains("prompts/b.md"),
+        "{e}"
+    );
+    assert_nothing_written(&fx);
+    // Text output names it too.
+    let run = fx.exec(&[]);
+    assert_code(&run, 3);
+    assert!(run.stderr.contains("plan/stale"), "{}", run.stderr);
+    assert!(run.stderr.contains("prompts/b.md"), "{}", run.stderr);
+}
+
+#[test]
+fn locked_run_is_refused() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    std::fs::create_dir_all(fx.p.path("run")).unwrap();
+    let lock = std::fs::File::create(fx.p.path("run/team-state.json.exec.lock")).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor `lock` keeps open.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(rc, 0);
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 4);
+    assert_eq!(run.codes(), ["exec/locked"]);
+    assert!(fx.runs("a").is_empty());
+    assert!(!fx.p.exists("run/team-state.json"));
+    assert!(!fx.p.exists("run/lead-events.jsonl"));
+    // Released, the same plan runs.
+    drop(lock);
+    assert_code(&fx.exec(&[]), 0);
+}
+
+#[test]
+fn sigterm_stops_every_worker_and_settles_them_interrupted() {
+    let block = "echo $$ > \"$S/$K.pid\"\ntouch \"$S/$K.started\"\nexec sleep 30\n".to_string();
+    let fx = Fx::new(&[
+        ("first", vec![job("a", block.clone()), job("b", block)]),
+        ("second", vec![job("c", WRITE_RESULT)]),
+    ]);
+    fx.plan();
+    let mut child = fx.spawn_exec(&[]);
+    wait_for("both workers to start", 5, || {
+        fx.scratch("a.started").exists() && fx.scratch("b.started").exists()
+    });
+    let started = Instant::now();
+    signal(child.id(), libc::SIGTERM);
+    let code = wait_child(&mut child, 5);
+    let stderr = std::fs::read_to_string(fx.scratch("exec.stderr")).unwrap();
+    assert_eq!(code, 130, "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(4));
+    for key in ["a", "b"] {
+        let dispatched = &fx.events_of("worker-dispatched", key)[0];
+        let pgid = dispatched["pid"].as_u64().unwrap() as u32;
+        assert!(!group_alive(pgid), "{key}'s process group is still alive");
+        assert!(!pid_alive(read_pid(&fx.scratch(&format!("{key}.pid")))));
+        let rows = fx.dispatch_rows(key);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0]["status"], "error");
+        assert_eq!(rows[0]["reason"], "interrupted");
+        let w = fx.worker_row(key);
+        assert_eq!(w["status"], "error");
+        assert_eq!(w["reason"], "interrupted");
+        assert_eq!(fx.runs(key), ["1"], "an interrupted attempt is not retried");
+    }
+    assert!(fx.runs("c").is_empty(), "the next stage never starts");
+}
+
+#[test]
+fn kill_9_then_resume_runs_nothing_twice() {
+    // Stage one: `a` completes, `b` blocks until released. Stage two: `c`.
+    let blocked = format!(
+        "touch \"$S/b.started\"\n{}{WRITE_RESULT}",
+        wait_in_sh("$S/release")
+    );
+    let fx = Fx::new(&[
+        ("first", vec![job("a", WRITE_RESULT), job("b", blocked)]),
+        ("second", vec![job("c", WRITE_RESULT)]),
+    ]);
+    fx.plan();
+    let mut child = fx.spawn_exec(&[]);
+    // `a` has exited (its wrapper recorded so) while `b` still runs: the
+    // stage's round is not settled yet, so resume must adopt `a` from its
+    // status sidecar rather than run it again.
+    wait_for("a to finish and b to start", 5, || {
+        fx.scratch("b.started").exists()
+            && fx.p.exists("prompts/a.md.status.json")
+            && fx.p.read_json("prompts/a.md.status.json")["state"] == "exited"
+    });
+    signal(child.id(), libc::SIGKILL);
+    assert_eq!(wait_child(&mut child, 5), 128 + libc::SIGKILL);
+    // Every state file is parseable after the kill.
+    let _ = fx.events();
+    if fx.p.exists("run/team-state.json") {
+        let _ = fx.team();
+    }
+    // The orphaned worker finishes on its own; resume adopts it.
+    std::fs::write(fx.scratch("release"), "").unwrap();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(
+        fx.runs("a"),
+        ["1"],
+        "a completed before the kill: not run again"
+    );
+    assert_eq!(fx.runs("b"), ["1"], "the orphan is adopted, not re-run");
+    assert_eq!(fx.runs("c"), ["1"]);
+    for key in ["a", "b", "c"] {
+        assert_eq!(fx.worker_row(key)["status"], "completed", "{key}");
+        assert_eq!(fx.events_of("worker-dispatched", key).len(), 1, "{key}");
+    }
+    // One dispatch row per (worker, attempt).
+    let rows = fx.team()["workerDispatches"].as_array().unwrap().clone();
+    let keys: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}#{}", r["workerKey"], r["attempt"]))
+        .collect();
+    let unique: HashSet<&String> = keys.iter().collect();
+    assert_eq!(
+        unique.len(),
+        keys.len(),
+        "duplicate dispatch rows: {keys:?}"
+    );
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    let b = &fx.dispatch_rows("b")[0];
+    assert_eq!(b["status"], "completed", "{b}");
+}
+
+#[test]
+fn kill_9_then_resume_v2_keeps_dispatch_ids_unique() {
+    // Stage `implement` completes; stage `verify` blocks until released.
+    let ver = format!(
+        "touch \"$S/ver.started\"\n{}{WRITE_RESULT}",
+        wait_in_sh("$S/release")
+    );
+    let fx = v2_fx(WRITE_RESULT, &ver);
+    fx.plan();
+    let mut child = fx.spawn_exec(&[]);
+    wait_for("the verifier to start", 5, || {
+        fx.scratch("ver.started").exists()
+    });
+    signal(child.id(), libc::SIGKILL);
+    assert_eq!(wait_child(&mut child, 5), 128 + libc::SIGKILL);
+    std::fs::write(fx.scratch("release"), "").unwrap();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(
+        fx.runs("impl-1"),
+        ["1"],
+        "completed before the kill: not run again"
+    );
+    assert_eq!(fx.runs("ver-1"), ["1"], "the orphan is adopted, not re-run");
+    let ids: Vec<String> = fx.team()["workerDispatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["dispatchId"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(ids, ["inv-impl:attempt-1", "inv-ver:attempt-1"]);
+    assert_eq!(fx.dispatch_rows("ver-1")[0]["status"], "completed");
+}
+
+/// The v2 fixture spec with these worker scripts and $SCRATCH in the env.
+fn v2_spec(fx: &Fx, impl_script: &str, ver_script: &str) -> String {
+    let spec = V2_SPEC.replacen(
+        "modelExecutionValue = \"model-a\"\n",
+        &format!(
+            "modelExecutionValue = \"model-a\"\nenv = {{ SCRATCH = \"{}\" }}\n",
+            fx.scratch.path().display()
+        ),
+        1,
+    );
+    let impl_cmd =
+        "command = [\"sh\", \"-c\", \"mkdir -p results && echo done > results/impl.md\"]";
+    let ver_cmd = "command = [\"sh\", \"-c\", \"mkdir -p results && echo ok > results/ver.md\"]";
+    assert!(spec.contains(impl_cmd) && spec.contains(ver_cmd));
+    spec.replacen(
+        impl_cmd,
+        &format!("command = [\"sh\", \"-c\", '''\n{PRELUDE}{impl_script}''']"),
+        1,
+    )
+    .replacen(
+        ver_cmd,
+        &format!("command = [\"sh\", \"-c\", '''\n{PRELUDE}{ver_script}''']"),
+        1,
+    )
+}
+
+fn v2_fx(impl_script: &str, ver_script: &str) -> Fx {
+    let fx = Fx::bare();
+    let v2 = v2_project();
+    for f in [
+        "run/run-manifest.json",
+        "prompts/impl.md",
+        "prompts/ver.md",
+        "prompts/impl.md.meta.json",
+        "prompts/ver.md.meta.json",
+    ] {
+        fx.p.write(f, &v2.read(f));
+    }
+    fx.p.write("spec.toml", &v2_spec(&fx, impl_script, ver_script));
+    fx
+}
+
+#[test]
+fn v2_dispatch_ids_per_attempt() {
+    let record = "echo \"$OKSTRA_DISPATCH_ID\" >> \"$S/$K.ids\"\n";
+    let impl_script = format!("{record}if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\n");
+    let ver_script = format!("{record}{WRITE_RESULT}");
+    let fx = v2_fx(&impl_script, &ver_script);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("impl-1"), ["1", "2"]);
+    let seen = std::fs::read_to_string(fx.scratch("impl-1.ids")).unwrap();
+    assert_eq!(seen, "inv-impl:attempt-1\ninv-impl:attempt-2\n");
+    let seen = std::fs::read_to_string(fx.scratch("ver-1.ids")).unwrap();
+    assert_eq!(seen, "inv-ver:attempt-1\n");
+    let rows = fx.team()["workerDispatches"].as_array().unwrap().clone();
+    let got: Vec<(String, u64, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["dispatchId"].as_str().unwrap().to_string(),
+                r["attempt"].as_u64().unwrap(),
+                r["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("inv-impl:attempt-1".to_string(), 1, "error".to_string()),
+            ("inv-impl:attempt-2".to_string(), 2, "completed".to_string()),
+            ("inv-ver:attempt-1".to_string(), 1, "completed".to_string()),
+        ]
+    );
+    for r in &rows {
+        assert_eq!(r["schemaVersion"], "2.0", "{r}");
+        assert_eq!(r["executionIdentityVersion"], 2, "{r}");
+        assert!(r.get("workerId").is_none(), "a v2 row has no workerId: {r}");
+    }
+    let retry = &fx.events_of("worker-retry-scheduled", "impl-1")[0];
+    assert_eq!(retry["dispatchId"], "inv-impl:attempt-1");
+    let collected = &fx.events_of("worker-result-collected", "impl-1")[0];
+    assert_eq!(collected["dispatchId"], "inv-impl:attempt-2");
+    assert_eq!(collected["participantRef"], "p-impl");
+}
+
+#[test]
+fn a_failed_stage_stops_the_pipeline() {
+    let fx = Fx::new(&[
+        ("first", vec![job("a", "echo broken >&2; exit 1\n")]),
+        ("second", vec![job("b", WRITE_RESULT)]),
+    ]);
+    fx.plan();
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 1);
+    assert!(fx.runs("b").is_empty(), "the later stage never runs");
+    let doc = run.json();
+    assert_eq!(doc["ok"], false);
+    let jobs = doc["jobs"].as_array().unwrap();
+    let status = |k: &str| {
+        jobs.iter()
+            .find(|j| j["key"] == k)
+            .map(|j| j["status"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(status("a"), "error");
+    assert_eq!(status("b"), "not-run");
+    assert_eq!(fx.events_of("worker-dispatched", "b").len(), 0);
+}
+
+/// Each worker marks itself ready, then needs to see the other's mark.
+fn rendezvous(me: &str, other: &str) -> String {
+    format!(
+        "touch \"$S/{me}.ready\"\n{}{WRITE_RESULT}",
+        wait_in_sh(&format!("$S/{other}.ready"))
+    )
+}
+
+#[test]
+fn jobs_of_a_stage_run_concurrently() {
+    let fx = Fx::new(&[(
+        "only",
+        vec![
+            job("a", rendezvous("a", "b")),
+            job("b", rendezvous("b", "a")),
+        ],
+    )]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("a"), ["1"]);
+    assert_eq!(fx.runs("b"), ["1"]);
+}
+
+#[test]
+fn concurrency_1_runs_jobs_one_at_a_time() {
+    // Each worker logs its start and end, and looks (briefly) for the
+    // other's start mark: under --concurrency 1 it must never see it.
+    let one = |me: &str, other: &str| {
+        format!(
+            "echo \"start {me}\" >> \"$S/order\"\ntouch \"$S/{me}.ready\"\n\
+             i=0; while [ $i -lt 30 ]; do [ -e \"$S/{other}.ready\" ] && [ ! -e \"$S/{other}.done\" ] && echo {me} >> \"$S/overlap\"; i=$((i+1)); sleep 0.01; done\n\
+             {WRITE_RESULT}touch \"$S/{me}.done\"\necho \"end {me}\" >> \"$S/order\"\n"
+        )
+    };
+    let fx = Fx::new(&[(
+        "only",
+        vec![job("a", one("a", "b")), job("b", one("b", "a"))],
+    )]);
+    fx.plan();
+    let run = fx.exec(&["--concurrency", "1"]);
+    assert_code(&run, 0);
+    assert!(!fx.scratch("overlap").exists(), "two workers overlapped");
+    let order = std::fs::read_to_string(fx.scratch("order")).unwrap();
+    let lines: Vec<&str> = order.lines().collect();
+    assert_eq!(lines.len(), 4);
+    assert!(
+        lines == ["start a", "end a", "start b", "end b"]
+            || lines == ["start b", "end b", "start a", "end a"],
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn json_summary() {
+    // Stage names out of alphabetical order: the summary keeps plan order.
+    let fx = Fx::new(&[
+        ("second", vec![job("a", WRITE_RESULT)]),
+        (
+            "first",
+            vec![job(
+                "b",
+                format!("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\n"),
+            )],
+        ),
+    ]);
+    fx.plan();
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 0);
+    let doc = run.json();
+    assert_eq!(doc["ok"], true);
+    assert_eq!(doc["interrupted"], false);
+    let jobs = doc["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[0]["key"], "a");
+    assert_eq!(jobs[0]["stage"], "second");
+    assert_eq!(jobs[0]["status"], "completed");
+    assert_eq!(jobs[0]["attempts"], 1);
+    assert_eq!(jobs[1]["key"], "b");
+    assert_eq!(jobs[1]["stage"], "first");
+    assert_eq!(jobs[1]["attempts"], 2);
+    assert!(jobs[1]["durationMs"].is_u64());
+    // Progress goes to stderr, never into the JSON.
+    assert!(run.stderr.contains("dispatched a"), "{}", run.stderr);
+}
+
+#[test]
+fn a_write_outside_the_policy_fails_the_audit_without_retry() {
+    let fx = Fx::new(&[(
+        "only",
+        vec![job("a", format!("echo sneaky > stray.txt\n{WRITE_RESULT}"))],
+    )]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 1);
+    assert_eq!(fx.runs("a"), ["1"]);
+    let w = fx.worker_row("a");
+    assert_eq!(w["status"], "error");
+    let reason = w["reason"].as_str().unwrap();
+    assert!(reason.contains("contract-failed-unattributed"), "{reason}");
+    assert!(reason.contains("stray.txt"), "{reason}");
+    let failed = &fx.events_of("worker-failed", "a")[0];
+    assert_eq!(
+        failed["mutationAudit"]["mutationStatus"],
+        "contract-failed-unattributed"
+    );
+    assert_eq!(failed["mutationAudit"]["retryAllowed"], false);
+    assert!(fx.events_of("worker-retry-scheduled", "a").is_empty());
+}
+
+#[test]
+fn a_stray_write_blocks_the_retry_of_a_missing_artifact() {
+    // Without the stray file this attempt would be retried (exit 0, result
+    // missing); the audit forbids it.
+    let fx = Fx::new(&[("only", vec![job("a", "echo sneaky > stray.txt\nexit 0\n")])]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 1);
+    assert_eq!(fx.runs("a"), ["1"]);
+    let reason = fx.worker_row("a")["reason"].as_str().unwrap().to_string();
+    assert!(reason.contains("stray.txt"), "{reason}");
+    assert!(fx.events_of("worker-retry-scheduled", "a").is_empty());
+}
+
+#[test]
+fn run_plans_and_executes_in_one_command() {
+    let fx = Fx::new(&[
+        ("build", vec![job("a", WRITE_RESULT)]),
+        ("check", vec![job("b", WRITE_RESULT)]),
+    ]);
+    let run =
+        fx.p.okstra(&["run", "spec.toml", "--manifest", "run/run-manifest.json"]);
+    assert_code(&run, 0);
+    assert!(!fx.p.exists("plan.json"), "run plans to a temp file");
+    assert_eq!(fx.runs("a"), ["1"]);
+    assert_eq!(fx.runs("b"), ["1"]);
+    assert!(
+        run.stdout.contains("2 of 2 jobs completed"),
+        "{}",
+        run.stdout
+    );
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(
+        lines[1].starts_with("build") && lines[2].starts_with("check"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_worker_whose_log_grows_is_not_idle() {
+    // Output every 0.2 s for ~1.6 s, past a 1 s idle timeout.
+    let mut j = job(
+        "a",
+        format!(
+            "i=0; while [ $i -lt 8 ]; do echo tick $i; i=$((i+1)); sleep 0.2; done\n{WRITE_RESULT}"
+        ),
+    );
+    j.extra = "idleTimeoutSeconds = 1\n";
+    let fx = Fx::new(&[("only", vec![j])]);
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(fx.worker_row("a")["status"], "completed");
+    assert!(fx.p.read("prompts/a.md.log").contains("tick 7"));
+}
+
+#[test]
+fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
+    // Both okstra and the worker's whole group die: resume finds a status
+    // sidecar that never recorded an exit and settles the attempt from it.
+    let block = format!(
+        "touch \"$S/a.started\"\n{}{WRITE_RESULT}",
+        wait_in_sh("$S/release")
+    );
+    let fx = Fx::new(&[("only", vec![job("a", block)])]);
+    fx.plan();
+    let mut child = fx.spawn_exec(&[]);
+    wait_for("a to start", 5, || fx.scratch("a.started").exists());
+    wait_for("the dispatch event", 5, || {
+        fx.p.exists("run/lead-events.jsonl") && !fx.events_of("worker-dispatched", "a").is_empty()
+    });
+    let pgid = fx.events_of("worker-dispatched", "a")[0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    signal(child.id(), libc::SIGKILL);
+    wait_child(&mut child, 5);
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::killpg(pgid as libc::pid_t, libc::SIGKILL) };
+    wait_for("the worker group to die", 5, || !group_alive(pgid));
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 1);
+    assert_eq!(fx.runs("a"), ["1"]);
+    let rows = fx.dispatch_rows("a");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "error", "{}", rows[0]);
+    assert!(
+        rows[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("without recording an exit code"),
+        "{}",
+        rows[0]
+    );
+    assert_eq!(fx.worker_row("a")["status"], "error");
+    // A third exec sees the settled failure and starts nothing.
+    let again = fx.exec(&[]);
+    assert_code(&again, 1);
+    assert_eq!(fx.runs("a"), ["1"]);
+    assert_eq!(fx.events_of("worker-dispatched", "a").len(), 1);
+}
