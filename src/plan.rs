@@ -250,13 +250,65 @@ impl Job {
 }
 
 impl Plan {
-    /// The digest over the canonical JSON of the plan without `digest`.
+    /// The digest over the canonical JSON of the plan without `digest`: the
+    /// same value `digest_problem` recomputes from the document as read.
+    /// Jobs are most of a plan, so their canonical texts are made in
+    /// parallel and spliced into the rest.
     pub fn compute_digest(&self) -> String {
-        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
-        if let Value::Object(m) = &mut value {
+        use rayon::prelude::*;
+        // A string no plan holds: its JSON text marks where `stages` goes.
+        const MARK: &str = "\u{0}okstra:stages\u{0}";
+        let head = Plan {
+            format_version: self.format_version,
+            okstra_version: self.okstra_version.clone(),
+            created_at: self.created_at.clone(),
+            project_root: self.project_root.clone(),
+            run: self.run.clone(),
+            inputs: self.inputs.clone(),
+            policy: self.policy.clone(),
+            stages: Vec::new(),
+            digest: String::new(),
+        };
+        let mut head = serde_json::to_value(&head).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut head {
             m.remove("digest");
+            m.insert("stages".into(), Value::from(MARK));
         }
-        canonical::digest(&value)
+        let head = canonical::to_canonical_string(&head);
+        let jobs: Vec<String> = self
+            .jobs()
+            .collect::<Vec<_>>()
+            .par_iter()
+            .map(|job| {
+                canonical::to_canonical_string(&serde_json::to_value(job).unwrap_or(Value::Null))
+            })
+            .collect();
+        let mut stages =
+            String::with_capacity(jobs.iter().map(|j| j.len() + 1).sum::<usize>() + 64);
+        let mut jobs = jobs.into_iter();
+        stages.push('[');
+        for (i, stage) in self.stages.iter().enumerate() {
+            if i > 0 {
+                stages.push(',');
+            }
+            // Keys in byte order: "jobs" < "name".
+            stages.push_str("{\"jobs\":[");
+            for k in 0..stage.jobs.len() {
+                if k > 0 {
+                    stages.push(',');
+                }
+                stages.push_str(&jobs.next().unwrap_or_default());
+            }
+            stages.push_str("],\"name\":");
+            stages.push_str(&canonical::to_canonical_string(&Value::from(
+                stage.name.as_str(),
+            )));
+            stages.push('}');
+        }
+        stages.push(']');
+        let marker = canonical::to_canonical_string(&Value::from(MARK));
+        let text = head.replacen(&marker, &stages, 1);
+        format!("sha256:{}", canonical::sha256_hex(text.as_bytes()))
     }
 
     pub fn seal(&mut self) {
@@ -290,6 +342,59 @@ pub fn digest_problem(doc: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spliced_digest_equals_the_document_digest() {
+        let job: Job = serde_json::from_value(serde_json::json!({
+            "key": "w", "identity": {"version": "2", "participantRef": "p", "roleExecutionRef": "r",
+            "executionLabel": "l", "dutyId": "d", "invocationRef": "i", "assignmentRef": "a/w", "attempt": 1},
+            "provider": "command", "backend": "cli-wrapper", "role": "r", "dispatchKind": "initial", "round": 1,
+            "promptPath": "p.md", "resultPath": "r.md", "workerResultPath": "r.md", "completionPaths": ["r.md"],
+            "command": ["okstra", "worker"], "providerCommand": ["true"], "takesSessionId": false,
+            "env": {"B": "2", "A": "1"}, "idleTimeoutSeconds": 600, "livenessMode": "wrapper-status",
+            "writePolicy": {"role": "r", "allow": ["r.md"], "digest": "sha256:x"},
+            "writeEnforcement": {"mutationAudit": "batch"}
+        }))
+        .unwrap();
+        let mut other = job.clone();
+        other.key = "ü\"quoted".into();
+        let mut plan = Plan {
+            format_version: FORMAT_VERSION,
+            okstra_version: "0".into(),
+            created_at: "t".into(),
+            project_root: "/r".into(),
+            run: RunInfo {
+                task_key: "k".into(),
+                manifest_path: "m".into(),
+                team_state_path: "t".into(),
+                lead_events_path: "e".into(),
+                error_log_path: "x".into(),
+                terminal_backend: "cli-wrapper".into(),
+                workflow_phase: String::new(),
+                mode: "spec".into(),
+            },
+            inputs: vec![],
+            policy: RetryPolicy { max_attempts: 2 },
+            stages: vec![
+                Stage {
+                    name: "one".into(),
+                    jobs: vec![job.clone(), other],
+                },
+                Stage {
+                    name: "two \u{1}".into(),
+                    jobs: vec![job],
+                },
+                Stage {
+                    name: "empty".into(),
+                    jobs: vec![],
+                },
+            ],
+            digest: String::new(),
+        };
+        plan.seal();
+        let doc = serde_json::to_value(&plan).unwrap();
+        assert_eq!(digest_problem(&doc), None);
+    }
 
     #[test]
     fn dispatch_id_shape() {

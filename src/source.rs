@@ -38,11 +38,23 @@ impl Format {
 pub struct SourceFile {
     pub display: String,
     pub text: String,
-    index: Index,
+    /// Where each value and key is. A JSON file's index is built on first
+    /// use: most files (thousands of metadata files in a large plan) are
+    /// never asked where anything is.
+    index: std::cell::OnceCell<Index>,
+    format: Format,
     line_starts: Vec<usize>,
 }
 
 impl SourceFile {
+    fn index(&self) -> &Index {
+        self.index.get_or_init(|| match self.format {
+            Format::Json => json_index(&self.text),
+            // A TOML file's index is made while parsing.
+            Format::Toml => Index::default(),
+        })
+    }
+
     /// Read and parse a file.
     // A Diagnostic is the error type every loader returns; boxing it here
     // alone would only make callers unbox.
@@ -96,11 +108,17 @@ impl SourceFile {
             display: display.to_string(),
             line_starts: line_starts(&text),
             text: String::new(),
-            index: Index::default(),
+            index: std::cell::OnceCell::new(),
+            format,
         };
         let parsed = match format {
-            Format::Toml => toml_value(&text, &mut file.index),
-            Format::Json => json_value(&text, &file.line_starts, &mut file.index),
+            Format::Toml => {
+                let mut index = Index::default();
+                let parsed = toml_value(&text, &mut index);
+                let _ = file.index.set(index);
+                parsed
+            }
+            Format::Json => json_value(&text, &file.line_starts),
         };
         file.text = text;
         match parsed {
@@ -140,14 +158,14 @@ impl SourceFile {
     /// Location of the value at a JSON pointer (RFC 6901, "" = root), or of
     /// the nearest ancestor present in the file.
     pub fn locate(&self, pointer: &str) -> Location {
-        let (node, _) = self.index.find(&self.text, pointer);
+        let (node, _) = self.index().find(&self.text, pointer);
         self.location_of(node.map(|n| n.value.clone()).unwrap_or(0..0))
     }
 
     /// Location of the key at a pointer (an unknown key, say); the value's
     /// location where there is no key (array items, the root).
     pub fn locate_key(&self, pointer: &str) -> Location {
-        match self.index.find(&self.text, pointer) {
+        match self.index().find(&self.text, pointer) {
             (Some(node), true) if node.key.is_some() => {
                 self.location_of(node.key.clone().unwrap_or(0..0))
             }
@@ -398,7 +416,7 @@ fn toml_item(
 
 // ---------------------------------------------------------------- JSON
 
-fn json_value(text: &str, line_starts: &[usize], index: &mut Index) -> Result<Value, Problem> {
+fn json_value(text: &str, line_starts: &[usize]) -> Result<Value, Problem> {
     let value: Value = serde_json::from_str(text).map_err(|e| {
         // serde_json counts columns in bytes from 1; turn it into an offset.
         let line = e.line().max(1);
@@ -415,14 +433,20 @@ fn json_value(text: &str, line_starts: &[usize], index: &mut Index) -> Result<Va
             syntax: true,
         }
     })?;
+    Ok(value)
+}
+
+/// The positions of every key and value of JSON text serde_json accepted.
+fn json_index(text: &str) -> Index {
+    let mut index = Index::default();
     let mut scanner = Scanner {
         bytes: text.as_bytes(),
         text,
         pos: 0,
-        index,
+        index: &mut index,
     };
     scanner.value(None, Name::None);
-    Ok(value)
+    index
 }
 
 /// Walks text serde_json already accepted, recording where each value and key

@@ -298,6 +298,10 @@ pub fn default_backend(terminal_backend: &str) -> &'static str {
 
 /// Compile a plan. On success the plan is sealed (digest set).
 pub fn compile(req: &Request) -> Result<Plan, Diagnostics> {
+    paths::with_cache(|| compile_uncached(req))
+}
+
+fn compile_uncached(req: &Request) -> Result<Plan, Diagnostics> {
     let root = paths::canonical_root(&req.project_root);
     let mut ctx = Ctx::new(root.clone());
     let Some(mut run) = load_run(&mut ctx, req) else {

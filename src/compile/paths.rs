@@ -2,6 +2,8 @@
 //! (after `..` and symlinks), except fields documented to allow absolute
 //! paths outside it. Paths are shown project-relative with `/` separators.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
 /// A path an input named, resolved.
@@ -41,6 +43,13 @@ pub fn normalize(path: &Path) -> PathBuf {
 /// a path that does not exist yet (a result file) is still judged by where it
 /// would land.
 pub fn real_path(path: &Path) -> PathBuf {
+    if CACHE.with(|c| c.borrow().is_some()) {
+        return normalize(&cached_real(path));
+    }
+    uncached_real(path)
+}
+
+fn uncached_real(path: &Path) -> PathBuf {
     let mut existing = path.to_path_buf();
     let mut rest: Vec<std::ffi::OsString> = Vec::new();
     loop {
@@ -59,6 +68,43 @@ pub fn real_path(path: &Path) -> PathBuf {
             _ => return normalize(path),
         }
     }
+}
+
+thread_local! {
+    static CACHE: RefCell<Option<HashMap<PathBuf, PathBuf>>> = const { RefCell::new(None) };
+}
+
+/// Run `f` with `real_path` memoised per path. Planning resolves several
+/// paths per job that share their directories; resolving each directory once
+/// turns thousands of `canonicalize` walks into one `lstat` per path. Only
+/// for work that does not change the tree while it runs.
+pub fn with_cache<R>(f: impl FnOnce() -> R) -> R {
+    CACHE.with(|c| *c.borrow_mut() = Some(HashMap::new()));
+    let out = f();
+    CACHE.with(|c| *c.borrow_mut() = None);
+    out
+}
+
+fn cached_real(path: &Path) -> PathBuf {
+    if let Some(hit) = CACHE.with(|c| c.borrow().as_ref().and_then(|m| m.get(path).cloned())) {
+        return hit;
+    }
+    let via_parent = |path: &Path| match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => Some(cached_real(parent).join(name)),
+        _ => None,
+    };
+    let real = match std::fs::symlink_metadata(path) {
+        // A symlink is resolved by the kernel; anything else (or nothing yet)
+        // lands where its directory really is.
+        Ok(meta) if meta.file_type().is_symlink() => uncached_real(path),
+        _ => via_parent(path).unwrap_or_else(|| uncached_real(path)),
+    };
+    CACHE.with(|c| {
+        if let Some(m) = c.borrow_mut().as_mut() {
+            m.insert(path.to_path_buf(), real.clone());
+        }
+    });
+    real
 }
 
 /// The project root as okstra uses it everywhere: absolute, symlinks resolved.
@@ -156,6 +202,23 @@ mod tests {
         ));
         assert!(resolve(&root, "/etc", true).is_ok());
         assert_eq!(resolve(&root, "", false), Err(PathProblem::Empty));
+    }
+
+    #[test]
+    fn the_cache_agrees_with_the_kernel() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = canonical_root(dir.path());
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(outside.path().join("secret"), "x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("a/link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.join("a/b/file")).unwrap();
+        for p in ["a/b/new.md", "a/link/x", "a/b/file", "a/none/deeper/x", "a"] {
+            let plain = real_path(&root.join(p));
+            let cached = with_cache(|| (real_path(&root.join(p)), real_path(&root.join(p))));
+            assert_eq!(cached.0, plain, "{p}");
+            assert_eq!(cached.1, plain, "{p}");
+        }
     }
 
     #[test]
