@@ -623,7 +623,13 @@ fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) {
     }
 }
 
-pub fn require_file(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, r: &Resolved, key: &str) -> bool {
+pub fn require_file(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    entry: &Entry,
+    r: &Resolved,
+    key: &str,
+) -> bool {
     if r.abs.is_file() {
         return true;
     }

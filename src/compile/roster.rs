@@ -3,8 +3,8 @@
 //! Each row becomes an `Entry` and goes through the same job builder as a
 //! spec entry, so a roster job means exactly what the same spec entry would.
 
-use super::{build_job, identity, paths, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
 use super::Skip;
+use super::{build_job, identity, paths, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
 use crate::diag::{Code, Diagnostic};
 use crate::model::{Manifest, REPORT_WRITER};
 use crate::plan::{Plan, Stage};
@@ -238,7 +238,9 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
                 .at_key(
                     &team.src,
                     Code::InputInvalid,
-                    format!("worker `{w}` has provider `{provider}`, which okstra has no adapter for"),
+                    format!(
+                        "worker `{w}` has provider `{provider}`, which okstra has no adapter for"
+                    ),
                     &entry.ptr("provider"),
                 )
                 .help("use claude, codex, gemini or command (with a `command` argv on the row)");
@@ -345,7 +347,14 @@ mod tests {
 
     #[test]
     fn default_selection_drops_report_writer_and_adapterless_providers() {
-        let roster = names(&["claude", "report-writer", "aider", "script", "writer", "claude"]);
+        let roster = names(&[
+            "claude",
+            "report-writer",
+            "aider",
+            "script",
+            "writer",
+            "claude",
+        ]);
         let (selected, skips) = select(&roster, &[], facts);
         assert_eq!(selected, names(&["claude", "script"]));
         let skipped: Vec<&str> = skips.iter().map(|s| s.worker.as_str()).collect();

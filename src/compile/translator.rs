@@ -330,7 +330,10 @@ fn translator_job(
                 format!(
                     "{k} {} vs {}",
                     doc.get(*k).unwrap_or(&Value::Null),
-                    metadata.get(*k).map(Value::to_string).unwrap_or_else(|| "(absent)".into())
+                    metadata
+                        .get(*k)
+                        .map(Value::to_string)
+                        .unwrap_or_else(|| "(absent)".into())
                 )
             })
             .collect();
@@ -460,9 +463,11 @@ mod tests {
         assert!(prompt_outputs("**Result Path:** a\n")
             .unwrap_err()
             .contains("Worker Result Path"));
-        assert!(prompt_outputs("**Result Path:** \n**Worker Result Path:** b\n")
-            .unwrap_err()
-            .contains("empty"));
+        assert!(
+            prompt_outputs("**Result Path:** \n**Worker Result Path:** b\n")
+                .unwrap_err()
+                .contains("empty")
+        );
         let twice = format!("{ok}**Result Path:** c\n");
         assert!(prompt_outputs(&twice).unwrap_err().contains("2 "));
         // Indented or bolded differently is not the header.
