@@ -13,7 +13,7 @@ fn edit_json(p: &Project, rel: &str, f: impl FnOnce(&mut Value)) {
     p.write_json(rel, &v);
 }
 
-fn plan_args<'a>(workers: Option<&'a str>) -> Vec<&'a str> {
+fn plan_args(workers: Option<&str>) -> Vec<&str> {
     let mut args = vec![
         "plan",
         "--manifest",
