@@ -644,3 +644,25 @@ fn doctor_all_well_and_each_miss() {
     assert_eq!(run.code, 2);
     assert_eq!(status_of(&run.json(), "manifest"), "fail");
 }
+
+#[test]
+fn exec_refuses_a_plan_whose_binding_changed_before_it_started() {
+    let p = v2_project();
+    assert_eq!(plan_json(&p, "spec.toml").code, 0);
+    edit_json(&p, "run/run-manifest.json", |m| {
+        m["models"]["m1"]["modelId"] = json!("model-b")
+    });
+    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let codes = run.codes();
+    assert!(
+        codes.contains(&"exec/binding-changed".to_string()),
+        "{codes:?}"
+    );
+    assert!(codes.contains(&"plan/stale".to_string()), "{codes:?}");
+    assert!(
+        !p.exists("run/team-state.json"),
+        "a refused exec writes nothing"
+    );
+    assert!(!p.exists("prompts/impl.md.log"));
+}
