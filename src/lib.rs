@@ -15,6 +15,7 @@ pub mod process;
 pub mod provider;
 pub mod render;
 pub mod schema;
+pub mod served_model;
 pub mod source;
 pub mod state;
 pub mod worker;

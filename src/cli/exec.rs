@@ -97,13 +97,20 @@ pub fn run(args: &RunArgs) -> ExitStatus {
 
 fn finish(o: &Outcomes, format: Format) -> ExitStatus {
     let status = exec::exit_status(o);
+    let refused = Diagnostics::from(o.refused.clone());
     match format {
-        Format::Text => print!("{}", summary_table(o)),
+        Format::Text => {
+            print!("{}", summary_table(o));
+            if !refused.is_empty() {
+                eprint!("{}", refused.render_text());
+            }
+        }
         Format::Json => println!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "ok": status == ExitStatus::Success,
                 "interrupted": o.interrupted,
+                "errors": refused.to_json()["errors"],
                 "jobs": o.reports.iter().map(|r| json!({
                     "stage": r.stage, "key": r.key, "label": r.label, "status": r.status,
                     "attempts": r.attempts, "reason": r.reason, "durationMs": r.duration.as_millis() as u64,

@@ -1,5 +1,6 @@
 //! The command line: clap definitions and one small handler per command.
 
+mod doctor;
 mod exec;
 mod plan;
 mod validate;
@@ -38,6 +39,8 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Print or write the embedded JSON Schemas.
     Schema(validate::SchemaArgs),
+    /// Check what a run needs (provider CLIs, manifest, team-state, schemas, lock, run directory) and say how to fix each miss.
+    Doctor(doctor::DoctorArgs),
     /// The built-in worker wrapper (started by `okstra exec`).
     Worker(crate::worker::WorkerArgs),
 }
@@ -67,6 +70,7 @@ pub fn main() -> ExitStatus {
         Command::Status(args) => exec::status(&args),
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
+        Command::Doctor(args) => doctor::doctor(&args),
         Command::Worker(args) => {
             let code = crate::worker::run(&args);
             std::process::exit(code);

@@ -56,12 +56,36 @@ pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {
 }
 
 pub fn plan(args: &PlanArgs) -> ExitStatus {
-    let plan = match compile::compile(&request(args.spec.clone(), &args.target)) {
-        Ok(p) => p,
+    let compiled = match compile::compile_full(&request(args.spec.clone(), &args.target)) {
+        Ok(c) => c,
         Err(diags) => return report(&diags, args.format),
     };
+    let plan = compiled.plan;
     if let Err(d) = write_plan(&plan, &args.out) {
         return report(&Diagnostics::from(d), args.format);
+    }
+    // Roster mode's one documented write besides the plan: pre-run skips on
+    // pristine team-state rows (SPEC §3.3).
+    let marked = match compile::roster::record_skips(&plan, &compiled.skips) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("okstra: warning: could not record roster skips in team-state: {e}");
+            Vec::new()
+        }
+    };
+    if args.format == Format::Text {
+        for s in &compiled.skips {
+            eprintln!(
+                "skipped {}: {}{}",
+                s.worker,
+                s.reason,
+                if marked.contains(&s.worker) {
+                    " (recorded not-run in team-state)"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     let shown = args.out.display().to_string();
     match args.format {
@@ -75,6 +99,9 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
                 "stages": plan.stages.iter().map(|s| serde_json::json!({
                     "name": s.name,
                     "jobs": s.jobs.iter().map(|j| j.key.clone()).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "skipped": compiled.skips.iter().map(|s| serde_json::json!({
+                    "worker": s.worker, "reason": s.reason, "recorded": marked.contains(&s.worker),
                 })).collect::<Vec<_>>(),
                 "exec": ["okstra", "exec", shown],
             }))

@@ -6,7 +6,9 @@ pub mod authority;
 pub mod conformance;
 pub mod identity;
 pub mod paths;
+pub mod roster;
 pub mod rules;
+pub mod translator;
 
 use crate::canonical::sha256_hex;
 use crate::diag::{Code, Diagnostic, Diagnostics};
@@ -39,9 +41,35 @@ pub struct Entry {
     pub pointer: String,
     pub values: Map<String, Value>,
     origin: HashMap<String, String>,
+    /// Built from a translator reservation (SPEC §3.5), the one way a
+    /// translator job may be planned.
+    pub reserved: bool,
 }
 
 impl Entry {
+    /// An entry read from somewhere other than a spec (a team-state row, a
+    /// reservation): `located` keys point at `pointer/<key>`, the others
+    /// (derived values) at `pointer` itself.
+    pub fn synthetic(
+        pointer: &str,
+        values: Map<String, Value>,
+        located: &[&str],
+        reserved: bool,
+    ) -> Entry {
+        let origin = values
+            .keys()
+            .filter(|k| located.contains(&k.as_str()))
+            .map(|k| (k.clone(), format!("{pointer}/{}", escape(k))))
+            .collect();
+        Entry {
+            stage: 0,
+            pointer: pointer.to_string(),
+            values,
+            origin,
+            reserved,
+        }
+    }
+
     /// The pointer of a key's value (its own or the default's), or of the
     /// entry itself when the key is absent.
     pub fn ptr(&self, key: &str) -> String {
@@ -296,31 +324,52 @@ pub fn default_backend(terminal_backend: &str) -> &'static str {
     }
 }
 
+/// A roster worker left out of the plan before the run, with why (SPEC
+/// §3.3). `okstra plan` records these on pristine team-state rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skip {
+    pub worker: String,
+    pub reason: String,
+}
+
+/// A compiled plan and the pre-run skips its selection implies.
+pub struct Compiled {
+    pub plan: Plan,
+    pub skips: Vec<Skip>,
+}
+
 /// Compile a plan. On success the plan is sealed (digest set).
 pub fn compile(req: &Request) -> Result<Plan, Diagnostics> {
+    compile_full(req).map(|c| c.plan)
+}
+
+/// Compile a plan, with the roster skips (empty outside roster mode).
+/// Pure: recording the skips is the caller's business.
+pub fn compile_full(req: &Request) -> Result<Compiled, Diagnostics> {
     paths::with_cache(|| compile_uncached(req))
 }
 
-fn compile_uncached(req: &Request) -> Result<Plan, Diagnostics> {
+fn compile_uncached(req: &Request) -> Result<Compiled, Diagnostics> {
     let root = paths::canonical_root(&req.project_root);
     let mut ctx = Ctx::new(root.clone());
     let Some(mut run) = load_run(&mut ctx, req) else {
         return Err(ctx.diags);
     };
+    let mut skips = Vec::new();
     let stages = match &req.spec {
         Some(spec) => {
             run.info.mode = "spec".into();
             spec_stages(&mut ctx, &run, spec, &req.workers)
         }
+        None if translator::requested(&req.workers) => {
+            run.info.mode = "translator".into();
+            translator::stages(&mut ctx, &run)
+        }
         None => {
             run.info.mode = "roster".into();
-            let d = Diagnostic::new(
-                Code::InputInvalid,
-                "planning without a spec (roster mode) is not available in this build",
-            )
-            .help("pass a job spec: okstra plan SPEC --manifest M --out plan.json");
-            ctx.push(d);
-            Vec::new()
+            let (stages, s) = roster::stages(&mut ctx, &run, &req.workers);
+            skips = s;
+            stages
         }
     };
     if !ctx.diags.is_empty() {
@@ -340,7 +389,7 @@ fn compile_uncached(req: &Request) -> Result<Plan, Diagnostics> {
         digest: String::new(),
     };
     plan.seal();
-    Ok(plan)
+    Ok(Compiled { plan, skips })
 }
 
 /// A job under construction, with what the rules need to point back at it.
@@ -471,7 +520,7 @@ pub fn check_spec_alone(ctx: &mut Ctx, loaded: &Loaded) {
     }
 }
 
-fn with_worker(d: Diagnostic, entry: &Entry) -> Diagnostic {
+pub fn with_worker(d: Diagnostic, entry: &Entry) -> Diagnostic {
     // Name the worker the way its own identity version does.
     let order = if entry.str("schemaVersion") == "2.0" {
         ["executionLabel", "workerId", "assignmentRef"]
@@ -540,6 +589,7 @@ pub fn collect_entries(doc: &Value) -> Vec<Entry> {
             pointer,
             values,
             origin,
+            reserved: false,
         });
     };
     if let Some(stages) = doc.get("stages").and_then(Value::as_array) {
@@ -577,7 +627,13 @@ fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) {
     }
 }
 
-fn require_file(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, r: &Resolved, key: &str) -> bool {
+pub fn require_file(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    entry: &Entry,
+    r: &Resolved,
+    key: &str,
+) -> bool {
     if r.abs.is_file() {
         return true;
     }
@@ -593,7 +649,10 @@ fn require_file(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, r: &Resolved, ke
     false
 }
 
-fn build_job(
+/// Build one job from an entry (a spec entry with defaults applied, a
+/// team-state roster row, or a translator reservation): every mode goes
+/// through here, so a job means the same thing whatever it was planned from.
+pub fn build_job(
     ctx: &mut Ctx,
     run: &RunFacts,
     manifest: &Manifest,
@@ -824,7 +883,7 @@ fn build_job(
             .help("the lead writes <prompt>.meta.json with the v2 identity before planning");
         ctx.push(with_worker(d, entry));
     }
-    if manifest.is_v2() {
+    if manifest.is_v2() && !entry.reserved {
         authority::check_translator(ctx, manifest, &job, entry, src);
     }
 

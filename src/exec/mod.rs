@@ -47,6 +47,9 @@ pub struct JobReport {
 pub struct Outcomes {
     pub reports: Vec<JobReport>,
     pub interrupted: bool,
+    /// Jobs refused at their start because their model binding moved
+    /// (`exec/binding-changed`); they were not run.
+    pub refused: Vec<Diagnostic>,
 }
 
 /// Verify, lock, run. Refusals return diagnostics and start nothing.
@@ -114,6 +117,10 @@ struct Runner<'a> {
     jobs: Vec<(usize, &'a Job)>,
     reports: HashMap<usize, JobReport>,
     progress: Progress,
+    /// The manifest as last read for the binding gate, keyed by its
+    /// modification time and length, so it is parsed again only if it moved.
+    manifest_cache: Option<(Option<std::time::SystemTime>, u64, Option<Value>)>,
+    refused: Vec<Diagnostic>,
 }
 
 impl<'a> Runner<'a> {
@@ -133,6 +140,8 @@ impl<'a> Runner<'a> {
             jobs,
             reports: HashMap::new(),
             progress: Progress::new(opts.format),
+            manifest_cache: None,
+            refused: Vec::new(),
         }
     }
 
@@ -184,7 +193,72 @@ impl<'a> Runner<'a> {
         Outcomes {
             reports,
             interrupted,
+            refused: std::mem::take(&mut self.refused),
         }
+    }
+
+    /// The manifest as it is now (None: unreadable), re-parsed only when
+    /// its modification time or length changed since the last look.
+    fn current_manifest(&mut self) -> Option<&Value> {
+        let path = self.abs(&self.plan.run.manifest_path);
+        let meta = std::fs::metadata(&path).ok();
+        let stamp = (
+            meta.as_ref().and_then(|m| m.modified().ok()),
+            meta.as_ref().map(|m| m.len()).unwrap_or(0),
+        );
+        let fresh = self
+            .manifest_cache
+            .as_ref()
+            .is_some_and(|(t, l, _)| (*t, *l) == stamp && t.is_some());
+        if !fresh {
+            let doc = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+            self.manifest_cache = Some((stamp.0, stamp.1, doc));
+        }
+        self.manifest_cache
+            .as_ref()
+            .and_then(|(_, _, d)| d.as_ref())
+    }
+
+    /// SPEC §5.1 again, at the moment a v2 job starts: its role execution,
+    /// participant, label and model binding must still be the manifest's.
+    /// Returns why not.
+    fn binding_gate(&mut self, i: usize) -> Option<String> {
+        let job = self.jobs[i].1;
+        job.identity.v2()?;
+        let manifest_path = self.plan.run.manifest_path.clone();
+        match self.current_manifest() {
+            None => Some(format!(
+                "the manifest {manifest_path} can no longer be read"
+            )),
+            Some(doc) => preflight::binding_change(&crate::model::Manifest::new(doc), job),
+        }
+    }
+
+    /// Refuse a job whose binding moved: it is not run, its row says why,
+    /// and the refusal is reported as `exec/binding-changed`. The rest of its
+    /// stage runs (each job passes its own gate); later stages do not start,
+    /// because this stage did not complete.
+    fn refuse(&mut self, i: usize, attempt: u64, why: String) {
+        let job = self.jobs[i].1;
+        let reason = format!("exec/binding-changed: {why}");
+        self.progress
+            .line(format!("{} refused at start: {why}", job.label()));
+        self.rec.worker(job, WorkerStatus::NotRun, &reason);
+        self.report(
+            i,
+            "not-run",
+            attempt.saturating_sub(job.first_attempt()),
+            &reason,
+            Duration::ZERO,
+        );
+        self.refused.push(
+            Diagnostic::new(Code::ExecBindingChanged, format!("{}: {why}", job.label()))
+                .worker(job.label().to_string())
+                .in_file(self.plan.run.manifest_path.clone())
+                .help("the model binding changed after planning; the job was not run. Re-plan to run it with the new binding"),
+        );
     }
 
     fn report(&mut self, i: usize, status: &str, attempts: u64, reason: &str, duration: Duration) {
@@ -447,6 +521,10 @@ impl<'a> Runner<'a> {
                 let Some((i, attempt)) = queue.pop_front() else {
                     break;
                 };
+                if let Some(why) = self.binding_gate(i) {
+                    self.refuse(i, attempt, why);
+                    continue;
+                }
                 match self.launch(i, attempt, &tx) {
                     Ok(r) => {
                         running.insert(r.pid, r);
@@ -930,6 +1008,8 @@ impl Progress {
 pub fn exit_status(o: &Outcomes) -> ExitStatus {
     if o.interrupted {
         ExitStatus::Interrupted
+    } else if !o.refused.is_empty() {
+        ExitStatus::PlanRefused
     } else if o.reports.iter().all(|r| r.status == "completed") {
         ExitStatus::Success
     } else {

@@ -123,3 +123,71 @@ pub fn verify(doc: &Value, plan: &Plan, root: &Path) -> Result<Option<Value>, Di
         Err(diags)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::model_spec_digest;
+    use serde_json::json;
+
+    fn job(version: &str) -> plan::Job {
+        let identity = if version == "2" {
+            json!({"version": "2", "participantRef": "p", "roleExecutionRef": "re", "executionLabel": "l",
+                   "dutyId": "analysis", "invocationRef": "i", "assignmentRef": "a/k", "attempt": 1})
+        } else {
+            json!({"version": "1", "workerId": "w"})
+        };
+        serde_json::from_value(json!({
+            "key": "k", "identity": identity, "provider": "command", "backend": "cli-wrapper",
+            "role": "analyst", "dispatchKind": "initial", "round": 1, "promptPath": "p.md", "resultPath": "r.md",
+            "workerResultPath": "r.md", "completionPaths": ["r.md"], "command": [], "providerCommand": [],
+            "takesSessionId": false, "idleTimeoutSeconds": 600, "livenessMode": "wrapper-status",
+            "writePolicy": {"role": "analyst", "allow": [], "digest": ""}, "writeEnforcement": {"mutationAudit": "none"}
+        }))
+        .unwrap()
+    }
+
+    fn manifest() -> Value {
+        let binding = json!({"runner": "cli-wrapper", "resolvedExecutionValue": "m"});
+        let model = json!({"provider": "command", "modelId": "m", "versionKind": "pinned", "channelFamily": "m"});
+        json!({
+            "schemaVersion": "2.0", "executionIdentityVersion": 2,
+            "roleExecutions": [{"roleExecutionRef": "re", "participantRef": "p", "executionLabel": "l",
+                "binding": binding, "modelRef": "m1", "modelSpecDigest": model_spec_digest(&binding, &model)}],
+            "participantAssignments": [{"participantRef": "p"}],
+            "models": {"m1": model}
+        })
+    }
+
+    #[test]
+    fn binding_change_each_case_and_near_misses() {
+        let doc = manifest();
+        assert_eq!(binding_change(&Manifest::new(&doc), &job("2")), None);
+        // Near misses: a v1 job, or a v1 manifest, is not gated.
+        let mut moved = doc.clone();
+        moved["models"]["m1"]["modelId"] = json!("other");
+        assert_eq!(binding_change(&Manifest::new(&moved), &job("1")), None);
+        let mut v1 = moved.clone();
+        v1.as_object_mut().unwrap().remove("schemaVersion");
+        assert_eq!(binding_change(&Manifest::new(&v1), &job("2")), None);
+        // The catalog entry moved under the recorded digest.
+        assert!(binding_change(&Manifest::new(&moved), &job("2"))
+            .unwrap()
+            .contains("digest to"));
+        let mut relabelled = doc.clone();
+        relabelled["roleExecutions"][0]["executionLabel"] = json!("l2");
+        assert!(binding_change(&Manifest::new(&relabelled), &job("2"))
+            .unwrap()
+            .contains("label `l2`"));
+        let mut gone = doc.clone();
+        gone["participantAssignments"] = json!([]);
+        assert!(binding_change(&Manifest::new(&gone), &job("2"))
+            .unwrap()
+            .contains("participant `p`"));
+        let mut no_re = doc.clone();
+        no_re["roleExecutions"] = json!([]);
+        assert!(binding_change(&Manifest::new(&no_re), &job("2"))
+            .unwrap()
+            .contains("no longer in the manifest"));
+    }
+}

@@ -1,0 +1,453 @@
+//! `okstra doctor`: check what a run needs before planning or executing it,
+//! and say how to fix each miss. Reads only; never writes.
+
+use crate::compile::paths;
+use crate::diag::{ExitStatus, Format};
+use crate::fsutil::FileLock;
+use crate::model::{str_of, Manifest};
+use crate::schema::{self, SchemaKind};
+use crate::state::team_state::TeamStateStore;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// The run manifest to check (with its team-state, lock and run directory).
+    #[arg(long, value_name = "M")]
+    pub manifest: Option<PathBuf>,
+    /// The project root the manifest's paths are relative to.
+    #[arg(long, default_value = ".", value_name = "R")]
+    pub project_root: PathBuf,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+/// The agent CLIs okstra has adapters for (`command` needs no CLI).
+pub const AGENT_CLIS: [&str; 3] = ["claude", "codex", "gemini"];
+
+/// How long `<cli> --version` may take: some CLIs start a runtime first.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    /// Worth knowing, not a reason to fail (a CLI no job of the run uses).
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Level,
+    pub detail: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub fix: String,
+}
+
+fn check(name: impl Into<String>, status: Level, detail: impl Into<String>, fix: &str) -> Check {
+    Check {
+        name: name.into(),
+        status,
+        detail: detail.into(),
+        fix: fix.to_string(),
+    }
+}
+
+/// The first executable named `name` on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `<program> --version`, first line of its output, within `timeout`.
+pub fn version_of(program: &Path, timeout: Duration) -> Result<String, String> {
+    let mut child = Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start it: {e}"))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "`--version` did not answer within {}s",
+                    timeout.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let text = if out.stdout.iter().any(|b| !b.is_ascii_whitespace()) {
+        out.stdout
+    } else {
+        out.stderr
+    };
+    let line = String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .to_string();
+    if !out.status.success() {
+        return Err(format!("`--version` exited {}: {line}", out.status));
+    }
+    Ok(if line.is_empty() {
+        "(no version printed)".into()
+    } else {
+        line
+    })
+}
+
+/// The agent providers a run's jobs may use: its roster rows (or the
+/// providers their worker ids imply), role executions and translator.
+fn providers_of_run(manifest: &Value, team_state: Option<&Value>) -> Vec<String> {
+    let m = Manifest::new(manifest);
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |p: &str| {
+        if AGENT_CLIS.contains(&p) && !out.iter().any(|o| o == p) {
+            out.push(p.to_string());
+        }
+    };
+    for w in m.recommended_workers() {
+        let row = team_state
+            .and_then(|t| t.get("workers"))
+            .and_then(Value::as_array)
+            .and_then(|rows| rows.iter().find(|r| str_of(r, "workerId") == w));
+        match row.map(|r| str_of(r, "provider")).filter(|p| !p.is_empty()) {
+            Some(p) => add(p),
+            None => add(crate::provider::default_for_worker_id(&w).unwrap_or("")),
+        }
+    }
+    for re in m.rows("roleExecutions") {
+        add(str_of(re, "provider"));
+    }
+    if let Some(t) = manifest
+        .get("invocationAssignments")
+        .and_then(|a| a.get("translator"))
+    {
+        add(str_of(t, "provider"));
+    }
+    out
+}
+
+fn provider_checks(needed: Option<&[String]>) -> Vec<Check> {
+    AGENT_CLIS
+        .iter()
+        .map(|cli| {
+            let name = format!("provider {cli}");
+            let required = needed.is_none_or(|n| n.iter().any(|p| p == cli));
+            let miss = if needed.is_some() && required {
+                Level::Fail
+            } else {
+                Level::Warn
+            };
+            let install = match *cli {
+                "claude" => "install it (npm install -g @anthropic-ai/claude-code) and put it on PATH",
+                "codex" => "install it (npm install -g @openai/codex) and put it on PATH",
+                _ => "install it (npm install -g @google/gemini-cli) and put it on PATH",
+            };
+            let Some(path) = which(cli) else {
+                let detail = if needed.is_some() && !required {
+                    format!("`{cli}` is not on PATH (no job of this run uses it)")
+                } else {
+                    format!("`{cli}` is not on PATH")
+                };
+                return check(name, miss, detail, install);
+            };
+            match version_of(&path, VERSION_TIMEOUT) {
+                Ok(v) => check(name, Level::Ok, format!("{} ({v})", path.display()), ""),
+                Err(e) => check(
+                    name,
+                    miss,
+                    format!("{}: {e}", path.display()),
+                    "run it by hand with --version to see what is wrong; reinstall it if it does not start",
+                ),
+            }
+        })
+        .collect()
+}
+
+fn schema_checks() -> Check {
+    let broken: Vec<&str> = SchemaKind::ALL
+        .iter()
+        .filter(|k| serde_json::from_str::<Value>(k.text()).is_err())
+        .map(|k| k.file_name())
+        .collect();
+    if broken.is_empty() {
+        check(
+            "schemas",
+            Level::Ok,
+            format!("{} schemas embedded", SchemaKind::ALL.len()),
+            "",
+        )
+    } else {
+        check(
+            "schemas",
+            Level::Fail,
+            format!("embedded schemas do not parse: {}", broken.join(", ")),
+            "this okstra build is broken; rebuild or reinstall it",
+        )
+    }
+}
+
+fn schema_problems(kind: SchemaKind, doc: &Value) -> Option<String> {
+    let errors = schema::validate(kind, doc);
+    (!errors.is_empty()).then(|| {
+        errors
+            .iter()
+            .take(3)
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    if e.pointer.is_empty() {
+                        "/"
+                    } else {
+                        &e.pointer
+                    },
+                    e.message
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+            + if errors.len() > 3 { "; ..." } else { "" }
+    })
+}
+
+/// Whether `dir` (or, if it does not exist yet, its nearest existing
+/// ancestor, where exec would create it) is writable by us.
+fn writable_dir(dir: &Path) -> Result<PathBuf, PathBuf> {
+    let mut probe = dir.to_path_buf();
+    while !probe.exists() {
+        match probe.parent() {
+            Some(p) if p != probe => probe = p.to_path_buf(),
+            _ => break,
+        }
+    }
+    let c =
+        std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()).map_err(|_| probe.clone())?;
+    // SAFETY: a valid NUL-terminated path; access() only inspects it.
+    let ok = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
+    if ok {
+        Ok(probe)
+    } else {
+        Err(probe)
+    }
+}
+
+fn run_checks(root: &Path, manifest_path: &Path) -> (Vec<Check>, Option<Vec<String>>) {
+    let mut out = Vec::new();
+    let display = paths::display_for(root, manifest_path);
+    let name = format!("manifest {display}");
+    let doc = match std::fs::read(manifest_path) {
+        Err(e) => {
+            out.push(check(
+                name,
+                Level::Fail,
+                format!("cannot read it: {e}"),
+                "check the --manifest path (the lead writes run-manifest.json before planning)",
+            ));
+            return (out, None);
+        }
+        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
+            Err(e) => {
+                out.push(check(
+                    name,
+                    Level::Fail,
+                    format!("not JSON: {e}"),
+                    "fix the syntax; `okstra validate --kind manifest FILE` shows where",
+                ));
+                return (out, None);
+            }
+            Ok(doc) => doc,
+        },
+    };
+    match schema_problems(SchemaKind::Manifest, &doc) {
+        None => out.push(check(name, Level::Ok, "readable and schema-valid", "")),
+        Some(p) => out.push(check(
+            name,
+            Level::Fail,
+            format!("schema violations: {p}"),
+            "run `okstra validate --kind manifest FILE` for every problem with its line",
+        )),
+    }
+    let team = str_of(&doc, "teamStatePath");
+    let mut team_doc = None;
+    if team.is_empty() {
+        out.push(check(
+            "team-state",
+            Level::Fail,
+            "the manifest has no teamStatePath",
+            "add teamStatePath (e.g. \"run/team-state.json\") to the manifest",
+        ));
+    } else {
+        let team_abs = paths::abs_of(root, team);
+        let store = TeamStateStore::open(team_abs.clone());
+        let name = format!("team-state {team}");
+        if !team_abs.exists() {
+            out.push(check(
+                name,
+                Level::Ok,
+                "not written yet; exec creates it",
+                "",
+            ));
+        } else {
+            match store.read() {
+                Err(e) => out.push(check(
+                    name,
+                    Level::Fail,
+                    e.to_string(),
+                    "repair the file, or move it away to start the run's state afresh",
+                )),
+                Ok(t) => {
+                    match schema_problems(SchemaKind::TeamState, &t) {
+                        None => out.push(check(name, Level::Ok, "readable and schema-valid", "")),
+                        Some(p) => out.push(check(name, Level::Fail, format!("schema violations: {p}"), "run `okstra validate --kind team-state FILE` for every problem with its line")),
+                    }
+                    team_doc = Some(t);
+                }
+            }
+        }
+        let lock = PathBuf::from(format!("{}.exec.lock", team_abs.display()));
+        let lock_name = "exec lock";
+        if !lock.exists() {
+            out.push(check(lock_name, Level::Ok, "free", ""));
+        } else {
+            match FileLock::try_acquire(&lock) {
+                Ok(Some(_held)) => out.push(check(lock_name, Level::Ok, "free", "")),
+                Ok(None) => out.push(check(
+                    lock_name,
+                    Level::Fail,
+                    format!("another `okstra exec` holds {}", lock.display()),
+                    "wait for that exec to finish (`okstra status --manifest M` shows its progress); a dead executor releases the lock by itself",
+                )),
+                Err(e) => out.push(check(lock_name, Level::Fail, format!("cannot open {}: {e}", lock.display()), "give the user running okstra access to the team-state directory")),
+            }
+        }
+        let dir = team_abs.parent().map(Path::to_path_buf).unwrap_or_default();
+        match writable_dir(&dir) {
+            Ok(p) if p == dir => out.push(check("run directory", Level::Ok, format!("{} is writable", dir.display()), "")),
+            Ok(p) => out.push(check("run directory", Level::Ok, format!("{} does not exist yet; {} is writable, so exec can create it", dir.display(), p.display()), "")),
+            Err(p) => out.push(check("run directory", Level::Fail, format!("{} is not writable", p.display()), "exec writes team-state, events, the error log and the lock there: give the user running okstra write access, or move teamStatePath")),
+        }
+    }
+    let needed = providers_of_run(&doc, team_doc.as_ref());
+    (out, Some(needed))
+}
+
+pub fn doctor(args: &DoctorArgs) -> ExitStatus {
+    let root = paths::canonical_root(&args.project_root);
+    let mut checks = vec![schema_checks()];
+    let mut needed = None;
+    if let Some(m) = &args.manifest {
+        let path = if m.is_absolute() {
+            m.clone()
+        } else {
+            std::env::current_dir().unwrap_or_default().join(m)
+        };
+        let (c, n) = run_checks(&root, &path);
+        checks.extend(c);
+        needed = n;
+    }
+    checks.extend(provider_checks(needed.as_deref()));
+    let failed = checks.iter().filter(|c| c.status == Level::Fail).count();
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"ok": failed == 0, "checks": checks}))
+                .unwrap_or_default()
+        ),
+        Format::Text => {
+            for c in &checks {
+                let tag = match c.status {
+                    Level::Ok => "ok  ",
+                    Level::Warn => "warn",
+                    Level::Fail => "FAIL",
+                };
+                println!("{tag}  {}: {}", c.name, c.detail);
+                if c.status != Level::Ok && !c.fix.is_empty() {
+                    println!("      fix: {}", c.fix);
+                }
+            }
+            if args.manifest.is_none() {
+                println!("      (pass --manifest M to check a run's manifest, team-state, lock and run directory)");
+            }
+            if failed == 0 {
+                println!("all is well");
+            } else {
+                println!(
+                    "{failed} problem{} found",
+                    if failed == 1 { "" } else { "s" }
+                );
+            }
+        }
+    }
+    if failed == 0 {
+        ExitStatus::Success
+    } else {
+        ExitStatus::InvalidInput
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn providers_come_from_rows_ids_executions_and_translator() {
+        let manifest = json!({
+            "recommendedWorkers": ["claude", "w1", "w2"],
+            "roleExecutions": [{"provider": "command"}, {"provider": "gemini"}],
+            "invocationAssignments": {"translator": {"provider": "codex"}}
+        });
+        let team = json!({"workers": [{"workerId": "w1", "provider": "command"}, {"workerId": "w2", "provider": "aider"}]});
+        assert_eq!(
+            providers_of_run(&manifest, Some(&team)),
+            ["claude", "gemini", "codex"]
+        );
+    }
+
+    #[test]
+    fn version_times_out_and_reads_the_first_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, body: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            let p = dir.path().join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p
+        };
+        let good = write("good", "echo 'tool 1.2.3'; echo more");
+        assert_eq!(
+            version_of(&good, Duration::from_secs(5)).unwrap(),
+            "tool 1.2.3"
+        );
+        let slow = write("slow", "exec sleep 30");
+        assert!(version_of(&slow, Duration::from_millis(200))
+            .unwrap_err()
+            .contains("did not answer"));
+        let bad = write("bad", "echo broken >&2; exit 3");
+        assert!(version_of(&bad, Duration::from_secs(5))
+            .unwrap_err()
+            .contains("broken"));
+    }
+}

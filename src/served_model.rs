@@ -1,0 +1,233 @@
+//! Served-model verification (SPEC §6): where a provider reports the model
+//! that actually served an attempt, it must be the selected one — exactly
+//! for a pinned selection, by provider and channel family for a channel.
+//! Pure, over the manifest's model catalog, so the wrapper can call it with
+//! what it observed and exit `SERVED_MODEL_MISMATCH_EXIT_CODE` on `Err`.
+
+use crate::model::{str_of, Manifest};
+use std::fmt;
+
+/// How precisely the provider told us what served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttestationLevel {
+    /// The provider does not say: nothing to check.
+    Unknown,
+    /// An exact model version (a pinned catalog entry).
+    Exact,
+    /// A channel (a moving alias such as `sonnet`).
+    Channel,
+}
+
+impl AttestationLevel {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "unknown" => Some(Self::Unknown),
+            "exact" => Some(Self::Exact),
+            "channel" => Some(Self::Channel),
+            _ => None,
+        }
+    }
+}
+
+/// What the wrapper observed: the level, and the catalog key (`models{}`)
+/// the reported model normalises to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attestation {
+    pub level: AttestationLevel,
+    pub observed_model_ref: String,
+}
+
+/// Why a served model is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mismatch {
+    /// No selected model, no observed model, or either is not in the catalog.
+    Unresolvable(String),
+    /// The attestation claims a level the observed catalog entry cannot have
+    /// (`exact` for a channel entry, `channel` for a pinned one).
+    InconsistentLevel {
+        claimed: AttestationLevel,
+        observed_kind: String,
+    },
+    /// A pinned selection served by another model.
+    PinnedDiffers { selected: String, observed: String },
+    /// A channel selection served by another provider or channel family.
+    ChannelDiffers { selected: String, observed: String },
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::Unresolvable(why) => write!(f, "served model differs from the selected model: {why}"),
+            Mismatch::InconsistentLevel { claimed, observed_kind } => write!(
+                f,
+                "served-model attestation level {claimed:?} is inconsistent with the observed model's versionKind `{observed_kind}`"
+            ),
+            Mismatch::PinnedDiffers { selected, observed } => write!(
+                f,
+                "pinned model `{selected}` was selected but `{observed}` served"
+            ),
+            Mismatch::ChannelDiffers { selected, observed } => write!(
+                f,
+                "channel model `{selected}` was selected but `{observed}` served, from another provider or channel family"
+            ),
+        }
+    }
+}
+
+/// Check an attempt's served model against its selection (`selected_ref`,
+/// the role execution's `modelRef`).
+pub fn verify(manifest: &Manifest, selected_ref: &str, att: &Attestation) -> Result<(), Mismatch> {
+    if att.level == AttestationLevel::Unknown {
+        return Ok(());
+    }
+    if selected_ref.is_empty() || att.observed_model_ref.is_empty() {
+        return Err(Mismatch::Unresolvable(
+            "the selection or the observation names no model".into(),
+        ));
+    }
+    let selected = manifest.model(selected_ref).ok_or_else(|| {
+        Mismatch::Unresolvable(format!(
+            "selected model `{selected_ref}` is not in the catalog"
+        ))
+    })?;
+    let observed = manifest.model(&att.observed_model_ref).ok_or_else(|| {
+        Mismatch::Unresolvable(format!(
+            "observed model `{}` is not in the catalog",
+            att.observed_model_ref
+        ))
+    })?;
+    let observed_kind = str_of(observed, "versionKind");
+    let expected = if observed_kind == "channel" {
+        AttestationLevel::Channel
+    } else {
+        AttestationLevel::Exact
+    };
+    if att.level != expected {
+        return Err(Mismatch::InconsistentLevel {
+            claimed: att.level,
+            observed_kind: observed_kind.to_string(),
+        });
+    }
+    if str_of(selected, "versionKind") == "pinned" {
+        return if selected_ref == att.observed_model_ref {
+            Ok(())
+        } else {
+            Err(Mismatch::PinnedDiffers {
+                selected: selected_ref.to_string(),
+                observed: att.observed_model_ref.clone(),
+            })
+        };
+    }
+    let family = str_of(selected, "channelFamily");
+    if str_of(selected, "provider") != str_of(observed, "provider")
+        || family.is_empty()
+        || family != str_of(observed, "channelFamily")
+    {
+        return Err(Mismatch::ChannelDiffers {
+            selected: selected_ref.to_string(),
+            observed: att.observed_model_ref.clone(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use AttestationLevel::*;
+
+    fn catalog() -> serde_json::Value {
+        json!({"models": {
+            "opus-4":      {"provider": "claude", "modelId": "claude-opus-4-0", "versionKind": "pinned", "channelFamily": "opus"},
+            "opus-4-1":    {"provider": "claude", "modelId": "claude-opus-4-1", "versionKind": "pinned", "channelFamily": "opus"},
+            "sonnet":      {"provider": "claude", "modelId": "sonnet", "versionKind": "channel", "channelFamily": "sonnet"},
+            "sonnet-next": {"provider": "claude", "modelId": "sonnet-next", "versionKind": "channel", "channelFamily": "sonnet"},
+            "opus":        {"provider": "claude", "modelId": "opus", "versionKind": "channel", "channelFamily": "opus"},
+            "gpt-sonnet":  {"provider": "codex", "modelId": "gpt", "versionKind": "channel", "channelFamily": "sonnet"},
+            "nofamily":    {"provider": "claude", "modelId": "x", "versionKind": "channel", "channelFamily": ""},
+            "nofamily-2":  {"provider": "claude", "modelId": "y", "versionKind": "channel", "channelFamily": ""}
+        }})
+    }
+
+    fn check(selected: &str, level: AttestationLevel, observed: &str) -> Result<(), Mismatch> {
+        let doc = catalog();
+        let m = Manifest::new(&doc);
+        verify(
+            &m,
+            selected,
+            &Attestation {
+                level,
+                observed_model_ref: observed.into(),
+            },
+        )
+    }
+
+    /// The whole table of SPEC §6, one row per case.
+    #[test]
+    fn the_served_model_table() {
+        type Row = (&'static str, AttestationLevel, &'static str, bool);
+        let table: &[Row] = &[
+            // unknown passes, whatever was selected or reported
+            ("opus-4", Unknown, "", true),
+            ("opus-4", Unknown, "sonnet", true),
+            ("", Unknown, "", true),
+            // pinned: exactly the same catalog entry
+            ("opus-4", Exact, "opus-4", true),
+            ("opus-4", Exact, "opus-4-1", false),
+            ("opus-4", Channel, "opus", false),
+            // channel: same provider and channel family
+            ("sonnet", Channel, "sonnet", true),
+            ("sonnet", Channel, "sonnet-next", true),
+            ("sonnet", Channel, "opus", false),
+            ("sonnet", Channel, "gpt-sonnet", false),
+            ("nofamily", Channel, "nofamily-2", false),
+            // a channel selection served by a pinned version of the family:
+            // the family decides
+            ("opus", Exact, "opus-4", true),
+            ("sonnet", Exact, "opus-4", false),
+            // attestation level inconsistent with the observed entry
+            ("opus-4", Channel, "opus-4", false),
+            ("sonnet", Exact, "sonnet", false),
+            // unresolvable
+            ("opus-4", Exact, "", false),
+            ("", Exact, "opus-4", false),
+            ("opus-4", Exact, "not-in-catalog", false),
+            ("not-in-catalog", Exact, "opus-4", false),
+        ];
+        for &(selected, level, observed, passes) in table {
+            let got = check(selected, level, observed);
+            assert_eq!(
+                got.is_ok(),
+                passes,
+                "{selected} / {level:?} / {observed}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn mismatch_kinds() {
+        assert!(matches!(
+            check("opus-4", Channel, "opus-4"),
+            Err(Mismatch::InconsistentLevel { .. })
+        ));
+        assert!(matches!(
+            check("opus-4", Exact, "opus-4-1"),
+            Err(Mismatch::PinnedDiffers { .. })
+        ));
+        assert!(matches!(
+            check("sonnet", Channel, "gpt-sonnet"),
+            Err(Mismatch::ChannelDiffers { .. })
+        ));
+        assert!(matches!(
+            check("opus-4", Exact, "nope"),
+            Err(Mismatch::Unresolvable(_))
+        ));
+        assert!(check("opus-4", Exact, "opus-4-1")
+            .unwrap_err()
+            .to_string()
+            .contains("`opus-4-1` served"));
+        assert_eq!(AttestationLevel::parse("channel"), Some(Channel));
+        assert_eq!(AttestationLevel::parse("pinned"), None);
+    }
+}
