@@ -7,6 +7,7 @@ use crate::exec::{self, Options, Outcomes};
 use crate::render;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -83,8 +84,7 @@ pub fn run(args: &RunArgs) -> ExitStatus {
         return report(&Diagnostics::from(d), args.format);
     }
     if args.format == Format::Text {
-        eprint!("{}", render::summary(&plan, &path.display().to_string()));
-        eprintln!();
+        let _ = writeln!(std::io::stderr(), "{}", render::summary(&plan, &path.display().to_string()));
     }
     let status = exec(&ExecArgs {
         plan: path.clone(),
@@ -100,9 +100,9 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
     let refused = Diagnostics::from(o.refused.clone());
     match format {
         Format::Text => {
-            print!("{}", summary_table(o));
+            let _ = std::io::stdout().write_all(summary_table(o).as_bytes());
             if !refused.is_empty() {
-                eprint!("{}", refused.render_text());
+                let _ = std::io::stderr().write_all(refused.render_text().as_bytes());
             }
         }
         Format::Json => println!(

@@ -62,6 +62,13 @@ pub struct RunTarget {
 /// Parse the command line, run the command, and return the exit status.
 pub fn main() -> ExitStatus {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Exec(_) | Command::Run(_) | Command::Worker(_)) {
+        // A report piped into `head` ends quietly, as Unix tools do. exec,
+        // run and the wrapper keep SIGPIPE ignored: a closed pipe must not
+        // kill a run half-way; they ignore failed writes instead.
+        // SAFETY: resetting a signal disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.command {
         Command::Plan(args) => plan::plan(&args),
         Command::Show(args) => plan::show(&args),

@@ -184,7 +184,8 @@ impl<'a> Runner<'a> {
         }
         self.rec.flush();
         for p in &self.rec.problems {
-            eprintln!("okstra: warning: {p}");
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "okstra: warning: {p}");
         }
         // Plan order: stage by stage, jobs as the plan lists them.
         let reports: Vec<JobReport> = (0..self.jobs.len())
@@ -997,7 +998,11 @@ impl Progress {
         ));
     }
     fn line(&self, text: String) {
-        eprintln!(
+        // Progress is for a person watching; a closed stderr must not stop
+        // the run (eprintln! would panic).
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
             "[okstra {:>7.2}s] {text}",
             self.started.elapsed().as_secs_f64()
         );
