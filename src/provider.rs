@@ -142,9 +142,17 @@ fn gemini_argv(req: &ArgvRequest) -> Vec<String> {
         &req.options.approval_mode,
         DEFAULT_GEMINI_APPROVAL_MODE,
     ));
-    // In a folder gemini has not been told to trust, yolo silently drops to
-    // `default` (PROVIDERS.md): an unattended yolo run must skip the check.
-    if req.options.approval_mode.as_deref() == Some("yolo")
+    // In a folder gemini has not been told to trust, every approval mode
+    // that lets it act (yolo, and auto_edit too, as measured with 0.61.0:
+    // "Approval mode overridden to \"default\" because the current folder is
+    // not trusted") silently drops to `default`, which cannot approve
+    // anything unattended: trust the project for this run.
+    let mode = req
+        .options
+        .approval_mode
+        .as_deref()
+        .unwrap_or(DEFAULT_GEMINI_APPROVAL_MODE);
+    if !matches!(mode, "default" | "plan")
         && !req.options.extra_args.iter().any(|a| a == "--skip-trust")
     {
         argv.push("--skip-trust".into());
@@ -511,6 +519,7 @@ mod tests {
                 "m-1",
                 "--approval-mode",
                 "auto_edit",
+                "--skip-trust",
                 "--output-format",
                 "stream-json",
                 "--include-directories=/wt/a,/wt/b",
@@ -650,9 +659,14 @@ mod tests {
         };
         let argv = build_argv(&request("gemini", &[], &options));
         assert_eq!(argv.iter().filter(|a| *a == "--skip-trust").count(), 1);
-        let options = ProviderOptions::default();
-        let argv = build_argv(&request("gemini", &[], &options));
-        assert!(!argv.contains(&"--skip-trust".to_string()));
+        for mode in ["default", "plan"] {
+            let options = ProviderOptions {
+                approval_mode: Some(mode.into()),
+                ..Default::default()
+            };
+            let argv = build_argv(&request("gemini", &[], &options));
+            assert!(!argv.contains(&"--skip-trust".to_string()), "{mode}");
+        }
     }
 
     #[test]
