@@ -166,4 +166,3 @@ fn gemini_fails_for_lack_of_credentials_not_arguments() {
         r.log
     );
 }
-

@@ -256,6 +256,9 @@ fn write_launcher(spec: &PaneLaunch) -> io::Result<PathBuf> {
         "cd {} || exit 1\n",
         quote(&spec.cwd.display().to_string())
     ));
+    // The pane's title (OSC 2), set before anything runs in it.
+    let title: String = spec.title.chars().filter(|c| !c.is_control()).collect();
+    text.push_str(&format!("printf '\\033]2;%s\\033\\\\' {}\n", quote(&title)));
     let argv: Vec<String> = spec.argv.iter().map(|a| quote(a)).collect();
     text.push_str(&format!(
         "{} 2>&1 | tee -a {}\n",
@@ -286,8 +289,21 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
         if exited && exited_at.is_none() {
             exited_at = Some(Instant::now());
         }
-        // The pane's shell outlives the wrapper by a moment (tee draining).
-        let lingering = exited_at.is_some_and(|t| t.elapsed() > Duration::from_secs(5));
+        // The pane's shell outlives the wrapper by a moment (tee draining);
+        // anything still in the pane's group a second after the wrapper
+        // recorded its exit is a straggler of this worker (a grandchild the
+        // stopped CLI left behind, holding the pipe open): stop it.
+        let since = exited_at.map(|t| t.elapsed()).unwrap_or_default();
+        if since > Duration::from_secs(1) && process::pid_alive(pid) {
+            let sig = if since > Duration::from_secs(3) {
+                libc::SIGKILL
+            } else {
+                libc::SIGTERM
+            };
+            // SAFETY: a plain signal send to the pane's process group.
+            unsafe { libc::killpg(group_of(pid), sig) };
+        }
+        let lingering = since > Duration::from_secs(5);
         if !process::pid_alive(pid) || lingering {
             let doc = crate::exec::read_status(status);
             return doc
