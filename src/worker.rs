@@ -74,7 +74,8 @@ pub struct WorkerArgs {
     pub worker_result: PathBuf,
     #[arg(long, value_enum, default_value_t = Presentation::Quiet)]
     pub presentation: Presentation,
-    /// The prompt's invocation metadata (accepted for the served-model check).
+    /// The prompt's invocation metadata (accepted; the served-model check
+    /// reads the catalog through `--manifest` / `--model-ref`).
     #[arg(long, value_name = "PATH")]
     pub invocation_metadata: Option<PathBuf>,
     /// A UUID minted by okstra for this attempt; passed to providers that take one.
