@@ -142,6 +142,21 @@ fn gemini_argv(req: &ArgvRequest) -> Vec<String> {
         &req.options.approval_mode,
         DEFAULT_GEMINI_APPROVAL_MODE,
     ));
+    // In a folder gemini has not been told to trust, every approval mode
+    // that lets it act (yolo, and auto_edit too, as measured with 0.61.0:
+    // "Approval mode overridden to \"default\" because the current folder is
+    // not trusted") silently drops to `default`, which cannot approve
+    // anything unattended: trust the project for this run.
+    let mode = req
+        .options
+        .approval_mode
+        .as_deref()
+        .unwrap_or(DEFAULT_GEMINI_APPROVAL_MODE);
+    if !matches!(mode, "default" | "plan")
+        && !req.options.extra_args.iter().any(|a| a == "--skip-trust")
+    {
+        argv.push("--skip-trust".into());
+    }
     argv.extend(strings(&["--output-format", "stream-json"]));
     let dirs: Vec<String> = extra_dirs(req).map(|d| d.display().to_string()).collect();
     if dirs.iter().any(|d| d.contains(',')) {
@@ -224,6 +239,129 @@ fn parse_event(line: &str) -> Option<Value> {
 
 fn field<'a>(event: &'a Value, key: &str) -> Option<&'a str> {
     event.get(key)?.as_str()
+}
+
+/// What kind of failure a provider CLI's non-zero exit was, told apart where
+/// the CLI allows it (PROVIDERS.md), from its exit code and this attempt's
+/// output (stdout and stderr together, as the log holds them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The CLI refused its command line.
+    ArgumentError,
+    /// No credentials: log the CLI in first.
+    NotLoggedIn,
+    /// The model API answered with an error, or could not be reached.
+    ApiError,
+    /// gemini's fatal codes besides auth: input, sandbox, config, turn limit.
+    CliError,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::ArgumentError => "argument-error",
+            FailureKind::NotLoggedIn => "not-logged-in",
+            FailureKind::ApiError => "api-error",
+            FailureKind::CliError => "cli-error",
+        }
+    }
+
+    /// What to do about it, for the error-log message.
+    pub fn hint(self, provider: &str) -> String {
+        match self {
+            FailureKind::ArgumentError => format!(
+                "{provider} refused its arguments (check permissionMode/sandboxMode/approvalMode/extraArgs and the CLI version)"
+            ),
+            FailureKind::NotLoggedIn => {
+                format!("{provider} is not logged in (run `{provider}` once interactively to log in)")
+            }
+            FailureKind::ApiError => format!("{provider} got an API error or no network"),
+            FailureKind::CliError => format!("{provider} stopped with a fatal error"),
+        }
+    }
+}
+
+/// Classify a failed run. `None` when the exit was 0 or the CLI gave no sign.
+pub fn failure_kind(provider: &str, exit_code: i32, output: &str) -> Option<FailureKind> {
+    if exit_code == 0 {
+        return None;
+    }
+    let has = |needles: &[&str]| {
+        let lower = output.to_ascii_lowercase();
+        needles
+            .iter()
+            .any(|n| lower.contains(&n.to_ascii_lowercase()))
+    };
+    const LOGIN: &[&str] = &[
+        "not logged in",
+        "please run /login",
+        "invalid api key",
+        "401 unauthorized",
+        "\"status\":401",
+        "status: 401",
+        "no auth",
+        "authentication required",
+        "please set an auth method",
+    ];
+    const API: &[&str] = &[
+        "\"is_error\":true",
+        "\"is_error\": true",
+        "api_error_status",
+        "\"type\":\"turn.failed\"",
+        "\"type\":\"error\"",
+        "api error",
+        "apierror",
+        "econnrefused",
+        "enotfound",
+        "fetch failed",
+        "stream disconnected",
+        "error sending request",
+    ];
+    match provider {
+        "claude" => {
+            // An argument error is instant: a message, no structured event.
+            let started = output.lines().any(|l| parse_event(l).is_some());
+            if has(LOGIN) {
+                Some(FailureKind::NotLoggedIn)
+            } else if has(API) {
+                Some(FailureKind::ApiError)
+            } else if !started && has(&["error:", "must be a valid uuid", "already in use"]) {
+                Some(FailureKind::ArgumentError)
+            } else {
+                None
+            }
+        }
+        "codex" => {
+            if exit_code == 2 {
+                Some(FailureKind::ArgumentError)
+            } else if has(LOGIN) {
+                Some(FailureKind::NotLoggedIn)
+            } else if has(API) {
+                Some(FailureKind::ApiError)
+            } else {
+                None
+            }
+        }
+        "gemini" => match exit_code {
+            41 => Some(FailureKind::NotLoggedIn),
+            42 | 44 | 52 | 53 => Some(FailureKind::CliError),
+            _ if has(&[
+                "unknown argument",
+                "unknown arguments",
+                "not enough arguments",
+                "cannot use both",
+                "invalid values",
+                "missing required argument",
+            ]) =>
+            {
+                Some(FailureKind::ArgumentError)
+            }
+            _ if has(LOGIN) => Some(FailureKind::NotLoggedIn),
+            _ if has(API) => Some(FailureKind::ApiError),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -381,6 +519,7 @@ mod tests {
                 "m-1",
                 "--approval-mode",
                 "auto_edit",
+                "--skip-trust",
                 "--output-format",
                 "stream-json",
                 "--include-directories=/wt/a,/wt/b",
@@ -511,5 +650,75 @@ mod tests {
             None
         );
         assert_eq!(cli_session_id_from_line("command", claude), None);
+    }
+    #[test]
+    fn gemini_yolo_skips_trust_once() {
+        let options = ProviderOptions {
+            approval_mode: Some("yolo".into()),
+            ..Default::default()
+        };
+        let argv = build_argv(&request("gemini", &[], &options));
+        assert_eq!(argv.iter().filter(|a| *a == "--skip-trust").count(), 1);
+        for mode in ["default", "plan"] {
+            let options = ProviderOptions {
+                approval_mode: Some(mode.into()),
+                ..Default::default()
+            };
+            let argv = build_argv(&request("gemini", &[], &options));
+            assert!(!argv.contains(&"--skip-trust".to_string()), "{mode}");
+        }
+    }
+
+    #[test]
+    fn failure_kinds() {
+        use FailureKind::*;
+        let k = failure_kind;
+        assert_eq!(k("claude", 0, "Not logged in"), None);
+        assert_eq!(
+            k("claude", 1, "Not logged in · Please run /login\n"),
+            Some(NotLoggedIn)
+        );
+        assert_eq!(
+            k("claude", 1, "error: unknown option '--bogus'\n"),
+            Some(ArgumentError)
+        );
+        assert_eq!(
+            k(
+                "claude",
+                1,
+                r#"{"type":"result","is_error":true,"api_error_status":null}"#
+            ),
+            Some(ApiError)
+        );
+        assert_eq!(k("claude", 1, "something else"), None);
+        assert_eq!(
+            k("codex", 2, "error: unexpected argument '-a' found"),
+            Some(ArgumentError)
+        );
+        assert_eq!(
+            k(
+                "codex",
+                1,
+                r#"{"type":"turn.failed","error":{"message":"401 Unauthorized"}}"#
+            ),
+            Some(NotLoggedIn)
+        );
+        assert_eq!(
+            k(
+                "codex",
+                1,
+                r#"{"type":"error","message":"stream disconnected"}"#
+            ),
+            Some(ApiError)
+        );
+        assert_eq!(k("gemini", 41, ""), Some(NotLoggedIn));
+        assert_eq!(k("gemini", 52, ""), Some(CliError));
+        assert_eq!(
+            k("gemini", 1, "Unknown argument: bogus"),
+            Some(ArgumentError)
+        );
+        assert_eq!(k("command", 1, "Not logged in"), None);
+        assert_eq!(NotLoggedIn.as_str(), "not-logged-in");
+        assert!(NotLoggedIn.hint("claude").contains("log in"));
     }
 }

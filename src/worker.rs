@@ -12,10 +12,13 @@
 //! stopping the wrapper's group stops the agent with it.
 
 use crate::process::{self, SpawnSpec, Spawned};
-use crate::provider::{self, ArgvRequest, ProviderOptions, TIMEOUT_EXIT_CODE};
+use crate::provider::{
+    self, ArgvRequest, ProviderOptions, SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE,
+};
 use serde::Serialize;
+use serde_json::Value;
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -71,7 +74,8 @@ pub struct WorkerArgs {
     pub worker_result: PathBuf,
     #[arg(long, value_enum, default_value_t = Presentation::Quiet)]
     pub presentation: Presentation,
-    /// The prompt's invocation metadata (accepted for the served-model check).
+    /// The prompt's invocation metadata (accepted; the served-model check
+    /// reads the catalog through `--manifest` / `--model-ref`).
     #[arg(long, value_name = "PATH")]
     pub invocation_metadata: Option<PathBuf>,
     /// A UUID minted by okstra for this attempt; passed to providers that take one.
@@ -99,6 +103,16 @@ pub struct WorkerArgs {
     /// An extra argument for the provider CLI (repeatable).
     #[arg(long = "extra-arg", value_name = "A", allow_hyphen_values = true)]
     pub extra_args: Vec<String>,
+    /// The run manifest (relative to the project root unless absolute): its
+    /// `models{}` catalog is what the served model is checked against.
+    #[arg(long, value_name = "PATH", requires = "model_ref")]
+    pub manifest: Option<PathBuf>,
+    /// The catalog entry (`models.<REF>`) the job was bound to. With
+    /// `--manifest`, the wrapper checks the model the CLI reports having
+    /// served (SPEC §6) and exits 86 on a mismatch, stopping the CLI as soon
+    /// as it says so.
+    #[arg(long, value_name = "REF", requires = "manifest")]
+    pub model_ref: Option<String>,
     /// The argv of a `command` job.
     #[arg(last = true, value_name = "ARGV")]
     pub command: Vec<String>,
@@ -226,6 +240,11 @@ struct Status {
     child_exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// What kind of failure a non-zero exit was, where it can be told:
+    /// `argument-error`, `not-logged-in`, `api-error`, `cli-error`,
+    /// `cli-not-found`, `served-model-mismatch`, `timeout`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure_kind: Option<String>,
 }
 
 /// Owns the status sidecar: every write goes through here.
@@ -293,18 +312,23 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             timed_out: false,
             child_exit_code: None,
             error: None,
+            failure_kind: None,
         },
         started,
         warned: false,
     };
 
-    if let Err(problem) = check_inputs(args, &paths) {
-        eprintln!("okstra worker: {problem}");
-        if paths.root.is_dir() {
-            status.finish(USAGE_EXIT_CODE, Some(problem));
+    let served_check = match check_inputs(args, &paths).and_then(|()| served_check(args, &paths)) {
+        Ok(check) => check,
+        Err(problem) => {
+            eprintln!("okstra worker: {problem}");
+            if paths.root.is_dir() {
+                status.status.failure_kind = Some("argument-error".into());
+                status.finish(USAGE_EXIT_CODE, Some(problem));
+            }
+            return USAGE_EXIT_CODE;
         }
-        return USAGE_EXIT_CODE;
-    }
+    };
 
     let options = ProviderOptions {
         permission_mode: args.permission_mode.clone(),
@@ -339,6 +363,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             let program = argv.first().map(String::as_str).unwrap_or_default();
             let (code, problem) = launch_failure(program, &err);
             eprintln!("okstra worker: {problem}");
+            status.status.failure_kind = Some("cli-not-found".into());
             status.finish(code, Some(problem));
             return code;
         }
@@ -360,24 +385,55 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     let deadline = args
         .timeout_seconds
         .map(|s| started + Duration::from_secs(s));
-    let outcome = supervise(&mut child, stop, deadline, timing.grace);
+    let mut watch = OutputWatch::new(&args.provider, &paths.log, log_start, served_check);
+    let outcome = supervise(&mut child, stop, deadline, timing.grace, &mut watch);
     drop(heartbeat_stop);
     let _ = heartbeat.join();
 
     // The heartbeat thread has ended; the final write is ours alone.
     let mut status = status.lock().unwrap_or_else(|e| e.into_inner());
-    let facts = output_facts(&args.provider, &paths.log, log_start);
-    status.status.served_model = facts.served_model;
-    status.status.cli_session_id = facts.cli_session_id;
+    watch.scan();
+    let verdict = watch.verdict();
+    status.status.served_model = watch.facts.served_model.clone();
+    status.status.cli_session_id = watch.facts.cli_session_id.clone();
 
     let (code, error) = match outcome {
+        // The served model is judged whatever the CLI's own exit code: a run
+        // by the wrong model is never a result.
+        Outcome::Exited(_) | Outcome::Mismatch if verdict.is_err() => {
+            let problem = verdict.err().unwrap_or_default();
+            eprintln!("okstra worker: {problem}");
+            status.status.failure_kind = Some("served-model-mismatch".into());
+            (SERVED_MODEL_MISMATCH_EXIT_CODE, Some(problem))
+        }
+        Outcome::Mismatch => (SERVED_MODEL_MISMATCH_EXIT_CODE, None),
+        Outcome::Exited(code) if code != 0 => {
+            let error = match provider::failure_kind(&args.provider, code, &watch.tail()) {
+                Some(kind) => {
+                    let problem = format!(
+                        "{} exited {code}: {}: {}",
+                        args.provider,
+                        kind.as_str(),
+                        kind.hint(&args.provider)
+                    );
+                    eprintln!("okstra worker: {problem}");
+                    status.status.failure_kind = Some(kind.as_str().into());
+                    Some(problem)
+                }
+                None => None,
+            };
+            (code, error)
+        }
         Outcome::Exited(code) | Outcome::Stopped(code) => (code, None),
         Outcome::TimedOut(child_code) => {
             status.status.timed_out = true;
             status.status.child_exit_code = Some(child_code);
             let secs = args.timeout_seconds.unwrap_or_default();
-            let problem = format!("timed out after {secs} s; the child was stopped");
+            let problem = format!(
+                "wall-clock limit reached: timed out after {secs} s (timeoutSeconds); the child was stopped"
+            );
             eprintln!("okstra worker: {problem}");
+            status.status.failure_kind = Some("timeout".into());
             (TIMEOUT_EXIT_CODE, Some(problem))
         }
         Outcome::Failed(err) => {
@@ -482,6 +538,9 @@ fn start_heartbeat(
 
 enum Outcome {
     Exited(i32),
+    /// Stopped because the CLI reported serving a model other than the one
+    /// selected.
+    Mismatch,
     /// Stopped because the wrapper was asked to stop; the child's code.
     Stopped(i32),
     /// Stopped at the deadline; the child's code.
@@ -495,6 +554,7 @@ fn supervise(
     stop: &AtomicBool,
     deadline: Option<Instant>,
     grace: Duration,
+    watch: &mut OutputWatch,
 ) -> Outcome {
     loop {
         match child.try_wait() {
@@ -507,6 +567,11 @@ fn supervise(
                 Ok(code) => Outcome::Stopped(code),
                 Err(err) => Outcome::Failed(err),
             };
+        }
+        watch.scan();
+        if watch.verdict().is_err() {
+            let _ = child.stop_group(grace);
+            return Outcome::Mismatch;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return match child.stop_group(grace) {
@@ -524,35 +589,147 @@ struct OutputFacts {
     cli_session_id: Option<String>,
 }
 
-/// Hook: what an agent's structured output says about the run, read from
-/// this attempt's part of the log. A later issue checks the served model
-/// against the catalog here and exits `SERVED_MODEL_MISMATCH_EXIT_CODE`.
-fn output_facts(provider: &str, log: &Path, from: u64) -> OutputFacts {
-    let mut facts = OutputFacts::default();
-    if provider == "command" {
-        return facts;
-    }
-    let Ok(mut file) = File::open(log) else {
-        return facts;
+/// What the wrapper needs to check the served model: the selected catalog
+/// entry and the whole catalog.
+#[derive(Debug, Clone)]
+struct ServedCheck {
+    model_ref: String,
+    selected: Value,
+    catalog: Value,
+}
+
+/// Load the catalog entry named by `--model-ref` from `--manifest`.
+fn served_check(args: &WorkerArgs, paths: &Paths) -> Result<Option<ServedCheck>, String> {
+    let (Some(manifest), Some(model_ref)) = (&args.manifest, &args.model_ref) else {
+        return Ok(None);
     };
-    if file.seek(SeekFrom::Start(from)).is_err() {
-        return facts;
+    let path = paths.root.join(manifest);
+    let doc: Value = fs::read(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| format!("cannot read the model catalog in {}: {e}", path.display()))?;
+    let catalog = doc.get("models").cloned().unwrap_or(Value::Null);
+    let selected = catalog.get(model_ref).cloned().ok_or_else(|| {
+        format!(
+            "model `{model_ref}` is not in the catalog `models{{}}` of {}",
+            path.display()
+        )
+    })?;
+    Ok(Some(ServedCheck {
+        model_ref: model_ref.clone(),
+        selected,
+        catalog,
+    }))
+}
+
+/// Reads this attempt's part of the log as it grows: the served model and
+/// the CLI's session id from the structured output, judged against the
+/// catalog as soon as the served model is known.
+struct OutputWatch {
+    provider: String,
+    log: PathBuf,
+    start: u64,
+    offset: u64,
+    partial: Vec<u8>,
+    facts: OutputFacts,
+    check: Option<ServedCheck>,
+}
+
+impl OutputWatch {
+    fn new(provider: &str, log: &Path, start: u64, check: Option<ServedCheck>) -> Self {
+        OutputWatch {
+            provider: provider.to_string(),
+            log: log.to_path_buf(),
+            start,
+            offset: start,
+            partial: Vec::new(),
+            facts: OutputFacts::default(),
+            check,
+        }
     }
-    for line in BufReader::new(file.take(OUTPUT_SCAN_LIMIT))
-        .lines()
-        .map_while(Result::ok)
-    {
-        if facts.served_model.is_none() {
-            facts.served_model = provider::served_model_from_line(provider, &line);
+
+    fn done(&self) -> bool {
+        self.provider == "command"
+            || (self.facts.served_model.is_some() && self.facts.cli_session_id.is_some())
+            || self.offset - self.start >= OUTPUT_SCAN_LIMIT
+    }
+
+    /// Read what was appended since the last call (up to the scan limit).
+    fn scan(&mut self) {
+        if self.done() {
+            return;
         }
-        if facts.cli_session_id.is_none() {
-            facts.cli_session_id = provider::cli_session_id_from_line(provider, &line);
+        let Ok(mut file) = File::open(&self.log) else {
+            return;
+        };
+        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return;
         }
-        if facts.served_model.is_some() && facts.cli_session_id.is_some() {
-            break;
+        let room = OUTPUT_SCAN_LIMIT - (self.offset - self.start);
+        let mut chunk = Vec::new();
+        if file.take(room).read_to_end(&mut chunk).is_err() {
+            return;
+        }
+        self.offset += chunk.len() as u64;
+        self.partial.extend_from_slice(&chunk);
+        while let Some(nl) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=nl).collect();
+            self.line(&String::from_utf8_lossy(&line));
+        }
+        if self.done() && !self.partial.is_empty() {
+            let rest = std::mem::take(&mut self.partial);
+            self.line(&String::from_utf8_lossy(&rest));
         }
     }
-    facts
+
+    fn line(&mut self, line: &str) {
+        if self.facts.served_model.is_none() {
+            self.facts.served_model = provider::served_model_from_line(&self.provider, line);
+        }
+        if self.facts.cli_session_id.is_none() {
+            self.facts.cli_session_id = provider::cli_session_id_from_line(&self.provider, line);
+        }
+    }
+
+    /// `Err` once the CLI reported a served model the catalog refuses.
+    fn verdict(&self) -> Result<(), String> {
+        match (&self.check, &self.facts.served_model) {
+            (Some(check), Some(observed)) => {
+                crate::model::served_model_verdict(&check.selected, observed, &check.catalog)
+                    .map_err(|why| {
+                        format!(
+                            "served-model check failed for catalog model `{}`: {why}",
+                            check.model_ref
+                        )
+                    })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The end of this attempt's output (at most 64 KiB), for telling
+    /// failure kinds apart.
+    fn tail(&self) -> String {
+        const TAIL: u64 = 64 * 1024;
+        let Ok(mut file) = File::open(&self.log) else {
+            return String::new();
+        };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let from = len.saturating_sub(TAIL).max(self.start);
+        let mut bytes = Vec::new();
+        if file.seek(SeekFrom::Start(from)).is_ok() {
+            let _ = file.read_to_end(&mut bytes);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// What an agent's structured output says about the run.
+#[cfg(test)]
+fn output_facts(provider: &str, log: &Path, from: u64) -> OutputFacts {
+    let mut watch = OutputWatch::new(provider, log, from, None);
+    watch.scan();
+    watch.facts
 }
 
 #[cfg(test)]

@@ -927,7 +927,54 @@ pub fn build_job(
     let dirs = write_dirs(&root, &job, &aux);
     job.provider_command = provider_argv(&root, &job, &options, &command, &dirs);
     job.command = wrapper_command(&root, &job, &options, &command, &dirs);
+    if let Some(model_ref) = selected_model_ref(manifest, &job) {
+        // The served-model check (SPEC §6): the wrapper reads the catalog
+        // entry from the manifest exec verified unchanged before starting.
+        let split = job
+            .command
+            .iter()
+            .position(|a| a == "--")
+            .unwrap_or(job.command.len());
+        job.command.splice(
+            split..split,
+            [
+                "--manifest".to_string(),
+                run.info.manifest_path.clone(),
+                "--model-ref".to_string(),
+                model_ref,
+            ],
+        );
+    }
     Some(job)
+}
+
+/// The catalog entry an agent job was bound to, for the wrapper's
+/// served-model check: a v2 job's role execution `modelRef`; a v1 job's
+/// model execution value where the catalog holds it (as a key or a
+/// `modelId`) for the same provider. `command` jobs report no model.
+fn selected_model_ref(manifest: &Manifest, job: &Job) -> Option<String> {
+    if job.provider == "command" || !provider::is_known(&job.provider) {
+        return None;
+    }
+    if let Some(v2) = job.identity.v2() {
+        let re = manifest.role_execution(&v2.role_execution_ref)?;
+        let model_ref = model::str_of(re, "modelRef");
+        return (!model_ref.is_empty() && manifest.model(model_ref).is_some())
+            .then(|| model_ref.to_string());
+    }
+    let value = job.model_execution_value.as_str();
+    if value.is_empty() {
+        return None;
+    }
+    let models = manifest.doc.get("models")?.as_object()?;
+    let same_provider = |m: &Value| model::str_of(m, "provider") == job.provider;
+    if models.get(value).is_some_and(same_provider) {
+        return Some(value.to_string());
+    }
+    models
+        .iter()
+        .find(|(_, m)| model::str_of(m, "modelId") == value && same_provider(m))
+        .map(|(k, _)| k.clone())
 }
 
 fn non_empty(s: &str) -> Option<String> {

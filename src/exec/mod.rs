@@ -1,5 +1,6 @@
 //! `okstra exec`: verify a frozen plan, then run its stages crash-safely.
 
+pub mod backend;
 pub mod preflight;
 pub mod record;
 pub mod resume;
@@ -121,6 +122,9 @@ struct Runner<'a> {
     /// modification time and length, so it is parsed again only if it moved.
     manifest_cache: Option<(Option<std::time::SystemTime>, u64, Option<Value>)>,
     refused: Vec<Diagnostic>,
+    /// The multiplexer `pane` jobs run in, detected once per exec; `None`
+    /// degrades them to `cli-wrapper`.
+    pane: Option<backend::Pane>,
 }
 
 impl<'a> Runner<'a> {
@@ -142,7 +146,26 @@ impl<'a> Runner<'a> {
             progress: Progress::new(opts.format),
             manifest_cache: None,
             refused: Vec::new(),
+            pane: None,
         }
+    }
+
+    /// How a job is really dispatched: its backend, or `cli-wrapper` with
+    /// `degradedFrom` when it asked for a pane and no multiplexer answered.
+    fn dispatch_mode(&self, job: &Job) -> Map<String, Value> {
+        let mut m = Map::new();
+        if job.backend == crate::model::PANE && self.pane.is_none() {
+            m.insert("dispatchMode".into(), json!(crate::model::CLI_WRAPPER));
+            m.insert("degradedFrom".into(), json!(crate::model::PANE));
+        } else {
+            m.insert("dispatchMode".into(), json!(job.backend));
+        }
+        m
+    }
+
+    fn event(&mut self, kind: &str, job: &Job, attempt: u64, mut facts: Map<String, Value>) {
+        facts.extend(self.dispatch_mode(job));
+        self.rec.event(kind, job, attempt, facts);
     }
 
     fn abs(&self, p: &str) -> PathBuf {
@@ -150,6 +173,23 @@ impl<'a> Runner<'a> {
     }
 
     fn run(&mut self) -> Outcomes {
+        // Once per exec, never mid-run.
+        if self
+            .jobs
+            .iter()
+            .any(|(_, j)| j.backend == crate::model::PANE)
+        {
+            self.pane = backend::detect();
+            match &self.pane {
+                Some(p) => self
+                    .progress
+                    .line(format!("pane jobs run in {} windows", p.name())),
+                None => self.progress.line(
+                    "no terminal multiplexer answered: pane jobs run as cli-wrapper (degradedFrom: pane)"
+                        .into(),
+                ),
+            }
+        }
         let states = resume::job_states(&self.rec, self.plan, &self.root);
         let mut interrupted = false;
         let mut failed = false;
@@ -501,6 +541,11 @@ impl<'a> Runner<'a> {
             }
             row.insert("hostModelValue".into(), json!(inv.host_model_value));
         }
+        let mode = self.dispatch_mode(job);
+        row.insert("backend".into(), mode["dispatchMode"].clone());
+        if let Some(from) = mode.get("degradedFrom") {
+            row.insert("degradedFrom".into(), from.clone());
+        }
         row.extend(extra);
         Value::Object(row)
     }
@@ -662,20 +707,43 @@ impl<'a> Runner<'a> {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let spawned = process::spawn(&process::SpawnSpec {
-            argv: &argv,
-            cwd: &self.root,
-            env: &env,
-            log: Some(&log),
-            stdin: None,
-        })?;
-        let pid = spawned.pid();
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let code = wait_pid(pid);
-            drop(spawned);
-            let _ = tx.send((pid, code));
-        });
+        let pid = match &self.pane {
+            Some(pane) if job.backend == crate::model::PANE => {
+                let title = match &job.identity {
+                    crate::plan::Identity::V2(v) => v.execution_label.clone(),
+                    crate::plan::Identity::V1 { worker_id } => format!("{worker_id}-worker"),
+                };
+                backend::launch_pane(
+                    pane,
+                    &backend::PaneLaunch {
+                        argv: &argv,
+                        cwd: &self.root,
+                        env: &env,
+                        log: &log,
+                        status: &self.abs(&job.status_path()),
+                        title: &title,
+                    },
+                    tx,
+                )?
+            }
+            _ => {
+                let spawned = process::spawn(&process::SpawnSpec {
+                    argv: &argv,
+                    cwd: &self.root,
+                    env: &env,
+                    log: Some(&log),
+                    stdin: None,
+                })?;
+                let pid = spawned.pid();
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let code = wait_pid(pid);
+                    drop(spawned);
+                    let _ = tx.send((pid, code));
+                });
+                pid
+            }
+        };
         self.rec.worker(job, WorkerStatus::InProgress, "");
         let mut extra = Map::new();
         extra.insert("pid".into(), json!(pid));
@@ -691,7 +759,7 @@ impl<'a> Runner<'a> {
         );
         facts.insert("promptPath".into(), json!(job.prompt_path));
         facts.insert("resultPath".into(), json!(job.result_path));
-        self.rec.event("worker-dispatched", job, attempt, facts);
+        self.event("worker-dispatched", job, attempt, facts);
         self.progress.line(format!(
             "dispatched {} (attempt {attempt}, pid {pid})",
             job.label()
@@ -757,8 +825,47 @@ impl<'a> Runner<'a> {
         let root = self.root.clone();
         let missing = settle::missing_paths(&root, &job.completion_paths);
         let worker_result = self.abs(&job.worker_result_path);
-        let mut s: Settlement = settle::settle(&e.outcome, missing, &worker_result);
         let status_doc = read_status(&self.abs(&job.status_path()));
+        let said = |k: &str| {
+            status_doc
+                .as_ref()
+                .and_then(|d| d.get(k))
+                .and_then(Value::as_str)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        // The wrapper's own wall-clock limit (timeoutSeconds) is a timeout
+        // too, told apart from idleness by its reason.
+        let wall_clock = e.outcome.cut_short.is_none()
+            && e.outcome.exit_code == crate::provider::TIMEOUT_EXIT_CODE
+            && status_doc
+                .as_ref()
+                .and_then(|d| d.get("timedOut"))
+                .and_then(Value::as_bool)
+                == Some(true);
+        let outcome = if wall_clock {
+            Outcome::timeout()
+        } else {
+            e.outcome.clone()
+        };
+        let mut s: Settlement = settle::settle(&outcome, missing, &worker_result);
+        if wall_clock {
+            s.reason = said("error").unwrap_or_else(|| "wall-clock limit reached".into());
+        }
+        // What kind of failure the wrapper saw (argument error, not logged
+        // in, API error, served-model mismatch), in the reason and so in the
+        // error-log message.
+        let failure_kind = said("failureKind");
+        if s.status != Status::Completed && !wall_clock {
+            if let Some(kind) = &failure_kind {
+                let detail = said("error").unwrap_or_default();
+                s.reason = if detail.is_empty() {
+                    format!("{} [{kind}]", s.reason)
+                } else {
+                    format!("{} [{kind}]: {detail}", s.reason)
+                };
+            }
+        }
         let duration_ms = status_doc
             .as_ref()
             .and_then(|d| d.get("duration_ms"))
@@ -767,13 +874,18 @@ impl<'a> Runner<'a> {
         facts.insert("exitCode".into(), json!(e.outcome.exit_code));
         facts.insert("wrapperExitCode".into(), json!(e.outcome.exit_code));
         facts.insert("missingCompletionPaths".into(), json!(s.missing));
-        if let Some(d) = &status_doc {
-            for k in ["servedModel", "cliSessionId"] {
-                if let Some(v) = d.get(k) {
-                    facts.insert(k.into(), v.clone());
-                }
+        // The served model and the CLI's own session id go on the event and
+        // on the dispatch row.
+        let mut reported = Map::new();
+        for k in ["servedModel", "cliSessionId"] {
+            if let Some(v) = said(k) {
+                reported.insert(k.into(), json!(v));
             }
         }
+        if let Some(kind) = &failure_kind {
+            reported.insert("failureKind".into(), json!(kind));
+        }
+        facts.extend(reported.clone());
         // The policy recorded on the plan must still be the policy it claims.
         if crate::policy::digest_of(&job.write_policy) != job.write_policy.digest {
             s.status = Status::Error;
@@ -854,6 +966,7 @@ impl<'a> Runner<'a> {
         let mut extra = Map::new();
         extra.insert("endedAt".into(), json!(crate::fsutil::utc_now()));
         extra.insert("exitCode".into(), json!(e.outcome.exit_code));
+        extra.extend(reported);
         let row = self.dispatch_row(
             job,
             attempt,
@@ -870,8 +983,7 @@ impl<'a> Runner<'a> {
         let elapsed = e.started.elapsed();
         if s.status == Status::Completed {
             self.rec.worker(job, WorkerStatus::Completed, &reason);
-            self.rec
-                .event("worker-result-collected", job, attempt, facts);
+            self.event("worker-result-collected", job, attempt, facts);
             self.progress.line(format!(
                 "{} completed (attempt {attempt}){}",
                 job.label(),
@@ -884,14 +996,13 @@ impl<'a> Runner<'a> {
             self.report(e.job_index, "completed", attempt, &reason, elapsed);
             return None;
         }
-        self.rec.event("worker-failed", job, attempt, facts);
+        self.event("worker-failed", job, attempt, facts);
         if will_retry {
             let mut facts = Map::new();
             facts.insert("missingCompletionPaths".into(), json!(s.missing));
             facts.insert("reason".into(), json!(s.reason));
             facts.insert("nextAttempt".into(), json!(attempt + 1));
-            self.rec
-                .event("worker-retry-scheduled", job, attempt, facts);
+            self.event("worker-retry-scheduled", job, attempt, facts);
             self.progress.line(format!(
                 "{} will retry: {} (attempt {} of {last_allowed})",
                 job.label(),
@@ -955,8 +1066,9 @@ fn stop_group(
     rx: &mpsc::Receiver<(u32, i32)>,
     others: &mut Vec<(u32, i32)>,
 ) -> i32 {
-    let pgid = pid as libc::pid_t;
-    // SAFETY: plain signal sends to a process group we created.
+    // Our own child leads its group; a pane's worker leads the pane's.
+    let pgid = backend::group_of(pid);
+    // SAFETY: plain signal sends to a worker's process group.
     unsafe { libc::killpg(pgid, libc::SIGTERM) };
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {

@@ -1,0 +1,699 @@
+//! Agent providers end to end (SPEC §5.2, §6): `okstra exec` runs fake
+//! `claude`, `codex` and `gemini` CLIs (one sh script on a temporary PATH)
+//! that record their argv and stdin and print what the real CLIs print
+//! (PROVIDERS.md): claude's stream-json `system`/`init` event with `model`
+//! and `session_id`, codex's `thread.started`, gemini's stream-json `init`.
+//! The pane backend runs under a real tmux server started by the test.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// One script for the three CLIs, told apart by the name it was run as.
+/// `FAKE_MODE` (from the job's env) picks the behaviour; `FAKE_SERVED`
+/// overrides the model it reports.
+const FAKE_CLI: &str = r#"#!/bin/sh
+name=$(basename "$0")
+S="$SCRATCH"; K="$OKSTRA_WORKER_KEY"
+n=$(cat "$S/$K.count" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$S/$K.count"
+: > "$S/$K.$n.argv"
+for a in "$@"; do printf '%s\n' "$a" >> "$S/$K.$n.argv"; done
+cat > "$S/$K.$n.stdin"
+model=""; sid=""; prev=""
+for a in "$@"; do
+  case "$prev" in --model|-m) model="$a";; --session-id) sid="$a";; esac
+  prev="$a"
+done
+served="${FAKE_SERVED:-$model}"
+# Argument errors come before any structured output.
+if [ "${FAKE_MODE:-}" = bad-args ]; then
+  case "$name" in
+    claude) echo "error: unknown option '--bogus'" >&2; exit 1 ;;
+    codex) echo "error: unexpected argument '--bogus' found" >&2; exit 2 ;;
+    gemini) echo "Unknown argument: bogus" >&2; exit 1 ;;
+  esac
+fi
+# In a tmux pane: which one, and its title and window name.
+if [ -n "${TMUX_PANE:-}" ]; then
+  tmux display-message -p -t "$TMUX_PANE" '#{pane_title} #{window_name}' >> "$S/pane.txt"
+fi
+case "$name" in
+  claude) printf '{"type":"system","subtype":"init","cwd":"%s","session_id":"%s","tools":[],"model":"%s","permissionMode":"acceptEdits"}\n' "$PWD" "$sid" "$served" ;;
+  codex) printf '{"type":"thread.started","thread_id":"thread-%s-%s"}\n{"type":"turn.started"}\n' "$K" "$n" ;;
+  gemini) printf '{"type":"init","timestamp":"2026-01-01T00:00:00Z","session_id":"gem-%s-%s","model":"%s"}\n' "$K" "$n" "$served" ;;
+esac
+write() { mkdir -p "$(dirname "$OKSTRA_RESULT_PATH")"; echo done > "$OKSTRA_RESULT_PATH"; }
+case "${FAKE_MODE:-ok}" in
+  ok) write ;;
+  first-forgets) [ "$n" -gt 1 ] && write ;;
+  sleep) sleep 30 ;;
+  not-logged-in)
+    case "$name" in
+      claude) echo '{"type":"result","subtype":"success","is_error":true,"result":"Not logged in · Please run /login"}'; exit 1 ;;
+      codex) echo '{"type":"turn.failed","error":{"message":"401 Unauthorized"}}'; exit 1 ;;
+      gemini) echo 'Please set an Auth method in your settings.json' >&2; exit 41 ;;
+    esac ;;
+  api-error)
+    echo '{"type":"result","subtype":"success","is_error":true,"api_error_status":529,"result":"API Error: overloaded"}'; exit 1 ;;
+esac
+echo '{"type":"result","subtype":"success","is_error":false}'
+exit 0
+"#;
+
+struct Fx {
+    p: Project,
+    scratch: tempfile::TempDir,
+    bin: tempfile::TempDir,
+}
+
+/// A catalog: a claude channel, a gemini pinned model, a codex pinned model.
+fn manifest(terminal_backend: &str) -> Value {
+    let mut m = v1_manifest();
+    m["terminalBackend"] = json!(terminal_backend);
+    m["models"] = json!({
+        "sonnet": {"provider": "claude", "modelId": "sonnet", "versionKind": "channel", "channelFamily": "claude-sonnet"},
+        "gem-pro": {"provider": "gemini", "modelId": "gemini-2.5-pro", "versionKind": "pinned", "channelFamily": "gemini-pro"},
+        "gpt": {"provider": "codex", "modelId": "gpt-5", "versionKind": "pinned", "channelFamily": "gpt"}
+    });
+    m
+}
+
+/// A worker entry; `extra` is more TOML for it.
+fn worker(id: &str, provider: &str, model: &str, extra: &str) -> String {
+    format!(
+        "[[stages.workers]]\nworkerId = \"{id}\"\nprovider = \"{provider}\"\nmodelExecutionValue = \"{model}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"results/{id}.md\"\n{extra}\n"
+    )
+}
+
+impl Fx {
+    fn new(terminal_backend: &str, workers: &[String]) -> Fx {
+        let fx = Fx {
+            p: Project::new(),
+            scratch: tempfile::tempdir().unwrap(),
+            bin: tempfile::tempdir().unwrap(),
+        };
+        let script = fx.bin.path().join("fake-cli");
+        std::fs::write(&script, FAKE_CLI).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for name in ["claude", "codex", "gemini"] {
+            std::os::unix::fs::symlink(&script, fx.bin.path().join(name)).unwrap();
+        }
+        fx.p.write_json("run/run-manifest.json", &manifest(terminal_backend));
+        for d in ["results", "wt", "aux"] {
+            std::fs::create_dir_all(fx.p.path(d)).unwrap();
+        }
+        let mut spec =
+            String::from("[defaults]\nrole = \"analyst\"\n\n[[stages]]\nname = \"agents\"\n\n");
+        for w in workers {
+            let id = w
+                .lines()
+                .find_map(|l| l.strip_prefix("workerId = \""))
+                .unwrap()
+                .trim_end_matches('"');
+            fx.p.write(&format!("prompts/{id}.md"), &format!("# prompt of {id}\n"));
+            spec.push_str(w);
+        }
+        fx.p.write("spec.toml", &spec);
+        let run = plan_json(&fx.p, "spec.toml");
+        assert_eq!(run.code, 0, "plan:\n{}\n{}", run.stdout, run.stderr);
+        fx
+    }
+
+    fn root(&self) -> PathBuf {
+        self.p.root().canonicalize().unwrap()
+    }
+
+    fn command(&self) -> Command {
+        let path = format!(
+            "{}:{}",
+            self.bin.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_okstra"));
+        cmd.current_dir(self.p.root())
+            .env("PATH", path)
+            .env("SOURCE_DATE_EPOCH", "1764460800")
+            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
+            // Reaches the fake CLIs through exec's environment (a pane's
+            // launcher restores it).
+            .env("SCRATCH", self.scratch.path())
+            .env_remove("TMUX")
+            .env_remove("TMUX_PANE")
+            .env_remove("CMUX_WORKSPACE_ID")
+            .env_remove("CMUX_SOCKET_PATH")
+            .args(["exec", "plan.json"]);
+        cmd
+    }
+
+    fn exec(&self) -> Run {
+        run(self.command())
+    }
+
+    fn argv(&self, key: &str, n: u32) -> Vec<String> {
+        std::fs::read_to_string(self.scratch.path().join(format!("{key}.{n}.argv")))
+            .unwrap_or_else(|e| panic!("{key} run {n} recorded no argv: {e}"))
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn stdin(&self, key: &str, n: u32) -> String {
+        std::fs::read_to_string(self.scratch.path().join(format!("{key}.{n}.stdin"))).unwrap()
+    }
+
+    fn team(&self) -> Value {
+        self.p.read_json("run/team-state.json")
+    }
+
+    fn rows(&self, key: &str) -> Vec<Value> {
+        self.team()["workerDispatches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["workerKey"] == key)
+            .cloned()
+            .collect()
+    }
+
+    fn worker_status(&self, key: &str) -> Value {
+        self.team()["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["workerId"] == key)
+            .cloned()
+            .unwrap()
+    }
+
+    fn events(&self, key: &str) -> Vec<Value> {
+        self.p
+            .events("run/lead-events.jsonl")
+            .into_iter()
+            .filter(|e| e["workerKey"] == key)
+            .collect()
+    }
+
+    fn errors(&self, key: &str) -> Vec<Value> {
+        if !self.p.exists("run/errors.jsonl") {
+            return Vec::new();
+        }
+        self.p
+            .events("run/errors.jsonl")
+            .into_iter()
+            .filter(|e| e["agent"] == format!("{key}-worker"))
+            .collect()
+    }
+}
+
+fn run(mut cmd: Command) -> Run {
+    let out = cmd.output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// `flag value` appears as adjacent arguments.
+fn has_pair(argv: &[String], flag: &str, value: &str) -> bool {
+    argv.windows(2).any(|w| w[0] == flag && w[1] == value)
+}
+
+#[test]
+fn claude_argv_prompt_and_a_fresh_session_id_per_attempt() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[worker(
+            "cl",
+            "claude",
+            "sonnet",
+            "worktreePath = \"wt\"\nauxiliaryRoots = [\"aux\"]\nenv = { FAKE_MODE = \"first-forgets\", FAKE_SERVED = \"claude-sonnet-4-5-20250929\" }",
+        )],
+    );
+    let run = fx.exec();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let root = fx.root();
+    let mut sessions = Vec::new();
+    for n in [1, 2] {
+        let argv = fx.argv("cl", n);
+        assert_eq!(argv[..1], strings(&["-p"]), "{argv:?}");
+        assert!(has_pair(&argv, "--model", "sonnet"), "{argv:?}");
+        assert!(has_pair(&argv, "--output-format", "stream-json"));
+        assert!(argv.contains(&"--verbose".to_string()));
+        assert!(has_pair(&argv, "--permission-mode", "acceptEdits"));
+        let adds: Vec<&String> = argv.iter().filter(|a| a.starts_with("--add-dir")).collect();
+        assert_eq!(
+            adds,
+            [
+                &format!("--add-dir={}/wt", root.display()),
+                &format!("--add-dir={}/aux", root.display())
+            ],
+            "one --add-dir= per write-scope directory besides the root"
+        );
+        let i = argv.iter().position(|a| a == "--session-id").unwrap();
+        let sid = argv[i + 1].clone();
+        assert!(uuid::Uuid::parse_str(&sid).is_ok(), "{sid}");
+        sessions.push(sid);
+        assert_eq!(fx.stdin("cl", n), "# prompt of cl\n", "the prompt on stdin");
+    }
+    assert_ne!(sessions[0], sessions[1], "a fresh session id per attempt");
+    let rows = fx.rows("cl");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (row, sid) in rows.iter().zip(&sessions) {
+        assert_eq!(&row["sessionId"], sid, "{row}");
+        // The CLI echoes the id okstra gave it.
+        assert_eq!(&row["cliSessionId"], sid, "{row}");
+        assert_eq!(row["servedModel"], "claude-sonnet-4-5-20250929");
+    }
+    assert_eq!(rows[1]["status"], "completed");
+    let collected: Vec<Value> = fx
+        .events("cl")
+        .into_iter()
+        .filter(|e| e["type"] == "worker-result-collected")
+        .collect();
+    assert_eq!(collected[0]["servedModel"], "claude-sonnet-4-5-20250929");
+    assert_eq!(collected[0]["cliSessionId"], sessions[1].as_str());
+}
+
+#[test]
+fn codex_and_gemini_argv_and_stdin() {
+    let scope = "worktreePath = \"wt\"\nauxiliaryRoots = [\"aux\"]";
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            worker("cx", "codex", "gpt-5", scope),
+            worker("gm", "gemini", "gemini-2.5-pro", scope),
+        ],
+    );
+    let run = fx.exec();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let root = fx.root();
+    let r = root.display().to_string();
+    let wt = format!("{r}/wt");
+    let aux = format!("{r}/aux");
+
+    let codex = fx.argv("cx", 1);
+    assert_eq!(
+        codex,
+        strings(&[
+            "exec",
+            "-m",
+            "gpt-5",
+            "-C",
+            &r,
+            "--sandbox",
+            "workspace-write",
+            "--json",
+            "--skip-git-repo-check",
+            "--add-dir",
+            &wt,
+            "--add-dir",
+            &aux,
+            "-",
+        ])
+    );
+    assert_eq!(fx.stdin("cx", 1), "# prompt of cx\n");
+    let row = &fx.rows("cx")[0];
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(row["cliSessionId"], "thread-cx-1");
+    assert_eq!(row["sessionId"], "", "codex takes no okstra session id");
+    assert!(row.get("servedModel").is_none(), "codex reports no model");
+
+    let gemini = fx.argv("gm", 1);
+    assert_eq!(
+        gemini,
+        strings(&[
+            "-m",
+            "gemini-2.5-pro",
+            "--approval-mode",
+            "auto_edit",
+            "--skip-trust",
+            "--output-format",
+            "stream-json",
+            &format!("--include-directories={wt},{aux}"),
+        ])
+    );
+    assert_eq!(fx.stdin("gm", 1), "# prompt of gm\n");
+    let row = &fx.rows("gm")[0];
+    assert_eq!(row["status"], "completed", "{row}");
+    // Pinned and served exactly: passes.
+    assert_eq!(row["servedModel"], "gemini-2.5-pro");
+    assert_eq!(row["cliSessionId"], "gem-gm-1");
+}
+
+#[test]
+fn spec_options_reach_the_cli() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            worker(
+                "cl",
+                "claude",
+                "sonnet",
+                "permissionMode = \"plan\"\nextraArgs = [\"--max-turns\", \"3\"]",
+            ),
+            worker("cx", "codex", "gpt-5", "sandboxMode = \"read-only\""),
+            worker("gm", "gemini", "gemini-2.5-pro", "approvalMode = \"yolo\""),
+        ],
+    );
+    let run = fx.exec();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let cl = fx.argv("cl", 1);
+    assert!(has_pair(&cl, "--permission-mode", "plan"), "{cl:?}");
+    assert!(has_pair(&cl, "--max-turns", "3"), "{cl:?}");
+    assert!(has_pair(&fx.argv("cx", 1), "--sandbox", "read-only"));
+    let gm = fx.argv("gm", 1);
+    assert!(has_pair(&gm, "--approval-mode", "yolo"), "{gm:?}");
+    assert!(gm.contains(&"--skip-trust".to_string()));
+}
+
+#[test]
+fn served_model_mismatch_is_never_completed() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            // A channel selection served by another family.
+            worker(
+                "cl",
+                "claude",
+                "sonnet",
+                "env = { FAKE_SERVED = \"claude-opus-4-1\" }",
+            ),
+            // A pinned selection served by another version.
+            worker(
+                "gm",
+                "gemini",
+                "gemini-2.5-pro",
+                "env = { FAKE_SERVED = \"gemini-2.5-flash\" }",
+            ),
+        ],
+    );
+    let run = fx.exec();
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    for (key, served) in [("cl", "claude-opus-4-1"), ("gm", "gemini-2.5-flash")] {
+        let rows = fx.rows(key);
+        assert_eq!(rows.len(), 1, "a mismatch is not retried: {rows:?}");
+        let row = &rows[0];
+        assert_eq!(row["status"], "error", "{row}");
+        assert_eq!(row["exitCode"], 86, "{row}");
+        assert_eq!(row["servedModel"], served);
+        assert_eq!(row["failureKind"], "served-model-mismatch");
+        let reason = row["reason"].as_str().unwrap();
+        assert!(reason.contains("served"), "{reason}");
+        assert_eq!(fx.worker_status(key)["status"], "error");
+        assert!(fx
+            .events(key)
+            .iter()
+            .all(|e| e["type"] != "worker-result-collected"));
+        let errors = fx.errors(key);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0]["exitCode"], 86);
+        assert!(
+            errors[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("served-model-mismatch"),
+            "{}",
+            errors[0]
+        );
+        let status = fx.p.read_json(&format!("prompts/{key}.md.status.json"));
+        assert_eq!(status["exitCode"], 86);
+        assert!(
+            status["error"].as_str().unwrap().contains(served),
+            "{status}"
+        );
+    }
+}
+
+#[test]
+fn wall_clock_timeout_stops_a_cli_that_never_ends() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[worker(
+            "cx",
+            "codex",
+            "gpt-5",
+            "timeoutSeconds = 1\nenv = { FAKE_MODE = \"sleep\" }",
+        )],
+    );
+    let started = Instant::now();
+    let run = fx.exec();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let row = &fx.rows("cx")[0];
+    assert_eq!(row["status"], "timeout", "{row}");
+    assert_eq!(row["exitCode"], 124);
+    assert!(
+        row["reason"].as_str().unwrap().contains("wall-clock"),
+        "{row}"
+    );
+    assert_eq!(fx.worker_status("cx")["status"], "timeout");
+    let errors = fx.errors("cx");
+    assert_eq!(errors[0]["exitCode"], 124);
+    assert!(errors[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("timeoutSeconds"));
+}
+
+#[test]
+fn failure_kinds_are_told_apart_in_the_error_log() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            worker(
+                "c1",
+                "claude",
+                "sonnet",
+                "env = { FAKE_MODE = \"not-logged-in\" }",
+            ),
+            worker(
+                "c2",
+                "claude",
+                "sonnet",
+                "env = { FAKE_MODE = \"bad-args\" }",
+            ),
+            worker(
+                "c3",
+                "claude",
+                "sonnet",
+                "env = { FAKE_MODE = \"api-error\" }",
+            ),
+            worker("x1", "codex", "gpt-5", "env = { FAKE_MODE = \"bad-args\" }"),
+            worker(
+                "x2",
+                "codex",
+                "gpt-5",
+                "env = { FAKE_MODE = \"not-logged-in\" }",
+            ),
+            worker(
+                "g1",
+                "gemini",
+                "gemini-2.5-pro",
+                "env = { FAKE_MODE = \"not-logged-in\" }",
+            ),
+            worker(
+                "g2",
+                "gemini",
+                "gemini-2.5-pro",
+                "env = { FAKE_MODE = \"bad-args\" }",
+            ),
+        ],
+    );
+    let run = fx.exec();
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    for (key, code, kind) in [
+        ("c1", 1, "not-logged-in"),
+        ("c2", 1, "argument-error"),
+        ("c3", 1, "api-error"),
+        ("x1", 2, "argument-error"),
+        ("x2", 1, "not-logged-in"),
+        ("g1", 41, "not-logged-in"),
+        ("g2", 1, "argument-error"),
+    ] {
+        let row = &fx.rows(key)[0];
+        assert_eq!(row["status"], "error", "{key}: {row}");
+        assert_eq!(row["exitCode"], code, "{key}: {row}");
+        assert_eq!(row["failureKind"], kind, "{key}: {row}");
+        let errors = fx.errors(key);
+        assert_eq!(errors.len(), 1, "{key}: {errors:?}");
+        let message = errors[0]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("attempt 1: ") && message.contains(&format!("[{kind}]")),
+            "{key}: {message}"
+        );
+        // And the wrapper said so in the log, which the excerpt carries.
+        let log = fx.p.read(&format!("prompts/{key}.md.log"));
+        assert!(log.contains(kind), "{key}: {log}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The pane backend
+// ---------------------------------------------------------------------------
+
+#[test]
+fn pane_jobs_degrade_to_cli_wrapper_outside_a_multiplexer() {
+    let fx = Fx::new("pane", &[worker("cl", "claude", "sonnet", "")]);
+    let plan = fx.p.read_json("plan.json");
+    assert_eq!(plan["stages"][0]["jobs"][0]["backend"], "pane");
+    let run = fx.exec();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("degradedFrom"), "{}", run.stderr);
+    let row = &fx.rows("cl")[0];
+    assert_eq!(row["backend"], "cli-wrapper", "{row}");
+    assert_eq!(row["degradedFrom"], "pane", "{row}");
+    assert_eq!(row["status"], "completed");
+    let events = fx.events("cl");
+    assert!(!events.is_empty());
+    for e in events {
+        assert_eq!(e["dispatchMode"], "cli-wrapper", "{e}");
+        assert_eq!(e["degradedFrom"], "pane", "{e}");
+    }
+}
+
+/// A tmux server on its own socket, killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start() -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            eprintln!("skipped: tmux is not installed (.ci/run installs it)");
+            return None;
+        }
+        let socket = format!("okstra-test-{}", uuid::Uuid::new_v4());
+        let t = Tmux { socket };
+        let ok = t
+            .cmd(&["new-session", "-d", "-s", "okstra", "-x", "200", "-y", "50"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux new-session failed");
+        Some(t)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("tmux");
+        c.args(["-L", &self.socket]).args(args).env_remove("TMUX");
+        c
+    }
+
+    fn out(&self, args: &[&str]) -> String {
+        let out = self.cmd(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]).status();
+    }
+}
+
+#[test]
+fn pane_jobs_run_in_a_tmux_window_titled_with_the_worker() {
+    let Some(tmux) = Tmux::start() else {
+        return;
+    };
+    // What `$TMUX` and `$TMUX_PANE` say inside the session's first pane.
+    let tmux_env = tmux.out(&[
+        "display-message",
+        "-p",
+        "-t",
+        "okstra",
+        "#{socket_path},#{pid},#{session_id}",
+    ]);
+    let pane = tmux.out(&["display-message", "-p", "-t", "okstra", "#{pane_id}"]);
+    let fx = Fx::new(
+        "pane",
+        &[worker(
+            "cl",
+            "claude",
+            "sonnet",
+            "env = { FAKE_MODE = \"first-forgets\" }",
+        )],
+    );
+    let probe = fx.scratch.path().join("pane.txt");
+    let mut cmd = fx.command();
+    cmd.env("TMUX", &tmux_env).env("TMUX_PANE", &pane);
+    let run = run(cmd);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("tmux"), "{}", run.stderr);
+
+    let rows = fx.rows("cl");
+    assert_eq!(rows.len(), 2, "a retry in a pane too: {rows:?}");
+    for row in &rows {
+        assert_eq!(row["backend"], "pane", "{row}");
+        assert!(row.get("degradedFrom").is_none(), "{row}");
+    }
+    assert_eq!(rows[1]["status"], "completed");
+    assert_ne!(rows[0]["sessionId"], rows[1]["sessionId"]);
+    assert_eq!(rows[1]["cliSessionId"], rows[1]["sessionId"]);
+    for e in fx.events("cl") {
+        assert_eq!(e["dispatchMode"], "pane", "{e}");
+    }
+    // It ran in a pane of that tmux server, titled `<workerId>-worker`.
+    let seen = std::fs::read_to_string(&probe).unwrap();
+    assert_eq!(
+        seen.lines().collect::<Vec<_>>(),
+        ["cl-worker cl-worker", "cl-worker cl-worker"],
+        "{seen}"
+    );
+    // The log was written (teed from the pane) and the prompt delivered.
+    assert!(fx
+        .p
+        .read("prompts/cl.md.log")
+        .contains("\"subtype\":\"init\""));
+    assert_eq!(fx.stdin("cl", 2), "# prompt of cl\n");
+}
+
+#[test]
+fn a_pane_worker_that_never_ends_is_stopped_at_its_wall_clock() {
+    let Some(tmux) = Tmux::start() else {
+        return;
+    };
+    let tmux_env = tmux.out(&[
+        "display-message",
+        "-p",
+        "-t",
+        "okstra",
+        "#{socket_path},#{pid},#{session_id}",
+    ]);
+    let fx = Fx::new(
+        "pane",
+        &[worker(
+            "cx",
+            "codex",
+            "gpt-5",
+            "timeoutSeconds = 1\nenv = { FAKE_MODE = \"sleep\" }",
+        )],
+    );
+    let mut cmd = fx.command();
+    cmd.env("TMUX", &tmux_env);
+    let started = Instant::now();
+    let run = run(cmd);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let row = &fx.rows("cx")[0];
+    assert_eq!(row["backend"], "pane");
+    assert_eq!(row["status"], "timeout", "{row}");
+    // The pane is gone with its worker.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tmux
+        .out(&["list-windows", "-a", "-F", "#{window_name}"])
+        .contains("cx-worker")
+    {
+        assert!(Instant::now() < deadline, "the worker's window stayed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,168 @@
+//! The real agent CLIs accept the argv okstra builds (PROVIDERS.md).
+//!
+//! Runs only where `claude`, `codex` or `gemini` is on PATH (install them
+//! with `scripts/install-agent-clis.sh`); each missing CLI is skipped, saying
+//! so on stderr (`cargo test --test real_clis -- --nocapture`). Each CLI is
+//! run through `okstra worker` with the argv okstra builds, a clean `HOME`,
+//! no credentials, the prompt on stdin and a wall-clock limit: it must fail
+//! for lack of credentials or network, never with an argument error.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+struct Ran {
+    code: i32,
+    status: Value,
+    log: String,
+    took: Duration,
+}
+
+/// `okstra worker` running `provider` in a fresh project with a clean HOME.
+fn run_worker(provider: &str, model: &str, timeout_secs: u64) -> Option<Ran> {
+    let Some(_) = on_path(provider) else {
+        eprintln!(
+            "skipped: `{provider}` is not on PATH (run scripts/install-agent-clis.sh and add its bin directory to PATH)"
+        );
+        return None;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("project");
+    let home = dir.path().join("home");
+    let extra = dir.path().join("worktree");
+    for d in [&root, &home, &extra] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(root.join("prompt.md"), "Reply with the word ok.\n").unwrap();
+    let session = uuid::Uuid::new_v4().to_string();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_okstra"));
+    cmd.args(["worker", "--project-root"])
+        .arg(&root)
+        .args(["--provider", provider, "--model", model])
+        .args(["--prompt", "prompt.md", "--result", "r.md"])
+        .args(["--worker-result", "r.md", "--worker-key", provider])
+        .args(["--timeout-seconds", &timeout_secs.to_string()])
+        .arg("--write-dir")
+        .arg(&extra)
+        .args(["--session-id", &session])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .current_dir(&root)
+        .stdin(Stdio::null());
+    // One append-mode file for both streams, as exec opens the log.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(root.join("prompt.md.log"))
+        .unwrap();
+    cmd.stdout(log.try_clone().unwrap()).stderr(log);
+    let started = Instant::now();
+    let code = cmd.status().unwrap().code().unwrap_or(-1);
+    let took = started.elapsed();
+    let status: Value =
+        serde_json::from_slice(&std::fs::read(root.join("prompt.md.status.json")).unwrap())
+            .unwrap();
+    let log = std::fs::read_to_string(root.join("prompt.md.log")).unwrap_or_default();
+    eprintln!(
+        "{provider}: okstra worker exited {code} after {:.1} s; status: {status}\n--- log (last 1500 bytes) ---\n{}",
+        took.as_secs_f64(),
+        tail(&log, 1500)
+    );
+    Some(Ran {
+        code,
+        status,
+        log,
+        took,
+    })
+}
+
+fn tail(s: &str, n: usize) -> &str {
+    let mut from = s.len().saturating_sub(n);
+    while !s.is_char_boundary(from) {
+        from += 1;
+    }
+    &s[from..]
+}
+
+fn kind(r: &Ran) -> &str {
+    r.status["failureKind"].as_str().unwrap_or("")
+}
+
+#[track_caller]
+fn assert_not_an_argument_error(provider: &str, r: &Ran) {
+    assert_ne!(kind(r), "argument-error", "{provider}: {}", r.log);
+    for needle in [
+        "unknown option",
+        "unexpected argument",
+        "Unknown argument",
+        "Not enough arguments",
+    ] {
+        assert!(
+            !r.log.contains(needle),
+            "{provider} refused its arguments ({needle}):\n{}",
+            r.log
+        );
+    }
+}
+
+#[test]
+fn claude_fails_for_lack_of_credentials_not_arguments() {
+    let Some(r) = run_worker("claude", "sonnet", 120) else {
+        return;
+    };
+    assert_not_an_argument_error("claude", &r);
+    // "Not logged in" arrives within seconds; argument errors would too, so
+    // the kind tells them apart.
+    assert_eq!(r.code, 1, "{}", r.log);
+    assert_eq!(kind(&r), "not-logged-in", "{}", r.log);
+    // The init event came: the model and the session id okstra minted.
+    assert!(r.status["servedModel"].is_string(), "{}", r.status);
+    assert_eq!(r.status["cliSessionId"], r.status["sessionId"]);
+}
+
+#[test]
+fn codex_fails_for_lack_of_network_not_arguments() {
+    // Without credentials codex retries forever: the wrapper's wall clock
+    // stops it.
+    let Some(r) = run_worker("codex", "gpt-5", 20) else {
+        return;
+    };
+    assert_not_an_argument_error("codex", &r);
+    assert_ne!(r.code, 2, "codex argument errors exit 2:\n{}", r.log);
+    assert!(
+        r.log.contains("thread.started"),
+        "codex started a thread: {}",
+        r.log
+    );
+    assert!(r.status["cliSessionId"].is_string(), "{}", r.status);
+    assert!(
+        matches!(kind(&r), "timeout" | "api-error" | "not-logged-in"),
+        "{}",
+        r.status
+    );
+    let _ = r.took;
+}
+
+#[test]
+fn gemini_fails_for_lack_of_credentials_not_arguments() {
+    let Some(r) = run_worker("gemini", "gemini-2.5-pro", 120) else {
+        return;
+    };
+    assert_not_an_argument_error("gemini", &r);
+    assert_eq!(r.code, 41, "gemini's missing-auth code:\n{}", r.log);
+    assert_eq!(kind(&r), "not-logged-in");
+    assert!(
+        !r.log.contains("Approval mode overridden"),
+        "the approval mode must survive an untrusted folder:\n{}",
+        r.log
+    );
+}
