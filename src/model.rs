@@ -213,77 +213,6 @@ pub fn metadata_version(meta: &Value) -> MetaVersion {
     MetaVersion::Mixed
 }
 
-// ---------------------------------------------------------------------------
-// served model (SPEC §6)
-//
-// The wrapper calls this once the provider CLI has said which model served
-// the run. `selected` is the catalog entry the job was bound to, `catalog`
-// the manifest's whole `models{}` (to learn the observed model's own
-// provider and channel family when it is catalogued).
-// ---------------------------------------------------------------------------
-
-/// Whether the model a provider reports having served is acceptable for the
-/// selected catalog entry: `unknown` (or nothing) passes; a `pinned`
-/// selection must be served exactly (`modelId`); a `channel` selection must
-/// be served by the same provider and channel family. The observed model's
-/// provider and family come from its catalog entry (matched by `modelId`);
-/// an uncatalogued model is in the family when it is the selected `modelId`
-/// or its id starts with `<channelFamily>` followed by `-` or the end.
-/// `Err` names the mismatch.
-pub fn served_model_verdict(
-    selected: &Value,
-    observed_model: &str,
-    catalog: &Value,
-) -> Result<(), String> {
-    let observed = observed_model.trim();
-    if observed.is_empty() || observed.eq_ignore_ascii_case("unknown") {
-        return Ok(());
-    }
-    let model_id = str_of(selected, "modelId");
-    let provider = str_of(selected, "provider");
-    let family = str_of(selected, "channelFamily");
-    match str_of(selected, "versionKind") {
-        "channel" => {
-            if observed == model_id {
-                return Ok(());
-            }
-            let catalogued = catalog
-                .as_object()
-                .and_then(|models| models.values().find(|m| str_of(m, "modelId") == observed));
-            let same = match catalogued {
-                Some(entry) => {
-                    str_of(entry, "provider") == provider
-                        && !family.is_empty()
-                        && str_of(entry, "channelFamily") == family
-                }
-                None => {
-                    !family.is_empty()
-                        && observed
-                            .strip_prefix(family)
-                            .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
-                }
-            };
-            if same {
-                Ok(())
-            } else {
-                Err(format!(
-                    "served model `{observed}` is not in the selected channel `{family}` of provider `{provider}` (selected `{model_id}`)"
-                ))
-            }
-        }
-        // `pinned`, and anything unrecognised, must be served exactly.
-        _ => {
-            if observed == model_id {
-                Ok(())
-            } else {
-                Err(format!(
-                    "served model `{observed}` is not the pinned model `{model_id}`"
-                ))
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,44 +266,5 @@ mod tests {
             MetaVersion::Mixed
         );
         assert_eq!(metadata_version(&json!({})), MetaVersion::Mixed);
-    }
-    #[test]
-    fn served_model_table() {
-        let pinned = json!({"provider": "claude", "modelId": "claude-sonnet-4-5-20250929", "versionKind": "pinned", "channelFamily": "claude-sonnet"});
-        let channel = json!({"provider": "claude", "modelId": "sonnet", "versionKind": "channel", "channelFamily": "claude-sonnet"});
-        let catalog = json!({
-            "pinned": pinned, "channel": channel,
-            "opus": {"provider": "claude", "modelId": "claude-opus-4-1", "versionKind": "pinned", "channelFamily": "claude-opus"},
-            "other": {"provider": "gemini", "modelId": "claude-sonnet-x", "versionKind": "pinned", "channelFamily": "claude-sonnet"}
-        });
-        // unknown passes
-        assert_eq!(served_model_verdict(&pinned, "", &catalog), Ok(()));
-        assert_eq!(served_model_verdict(&pinned, "unknown", &catalog), Ok(()));
-        // pinned: exactly
-        assert_eq!(
-            served_model_verdict(&pinned, "claude-sonnet-4-5-20250929", &catalog),
-            Ok(())
-        );
-        assert!(served_model_verdict(&pinned, "claude-sonnet-4-5", &catalog)
-            .unwrap_err()
-            .contains("pinned"));
-        // channel: same provider and family
-        assert_eq!(served_model_verdict(&channel, "sonnet", &catalog), Ok(()));
-        assert_eq!(
-            served_model_verdict(&channel, "claude-sonnet-4-5-20250929", &catalog),
-            Ok(())
-        );
-        assert_eq!(
-            served_model_verdict(&channel, "claude-sonnet-4-6", &catalog),
-            Ok(())
-        );
-        assert!(served_model_verdict(&channel, "claude-opus-4-1", &catalog).is_err());
-        // catalogued under another provider: refused
-        assert!(served_model_verdict(&channel, "claude-sonnet-x", &catalog).is_err());
-        // a prefix that is not a family boundary
-        assert!(served_model_verdict(&channel, "claude-sonnetish", &catalog).is_err());
-        let no_family =
-            json!({"provider": "claude", "modelId": "sonnet", "versionKind": "channel"});
-        assert!(served_model_verdict(&no_family, "claude-sonnet-4-6", &json!({})).is_err());
     }
 }

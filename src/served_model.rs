@@ -118,6 +118,10 @@ pub fn verify(manifest: &Manifest, selected_ref: &str, att: &Attestation) -> Res
             })
         };
     }
+    if selected_ref == att.observed_model_ref {
+        // The selected channel entry itself served.
+        return Ok(());
+    }
     let family = str_of(selected, "channelFamily");
     if str_of(selected, "provider") != str_of(observed, "provider")
         || family.is_empty()
@@ -129,6 +133,72 @@ pub fn verify(manifest: &Manifest, selected_ref: &str, att: &Attestation) -> Res
         });
     }
     Ok(())
+}
+
+/// What a provider CLI's report of the model that served (`observed`, the
+/// name it printed) attests, normalised against the catalog: the catalog
+/// entry it names (by key or `modelId`, preferring the selection's provider)
+/// at that entry's level; or, for a channel selection, a name of the
+/// channel's family (`<channelFamily>` or `<channelFamily>-...`) that the CLI
+/// resolved the channel to; anything else names an uncatalogued model.
+pub fn attest(manifest: &Manifest, selected_ref: &str, observed: &str) -> Attestation {
+    let observed = observed.trim();
+    if observed.is_empty() || observed.eq_ignore_ascii_case("unknown") {
+        return Attestation {
+            level: AttestationLevel::Unknown,
+            observed_model_ref: String::new(),
+        };
+    }
+    let selected = manifest.model(selected_ref);
+    let provider = selected.map(|m| str_of(m, "provider")).unwrap_or("");
+    let models = manifest.doc.get("models").and_then(|m| m.as_object());
+    let mut named: Vec<(&String, &serde_json::Value)> = models
+        .into_iter()
+        .flatten()
+        .filter(|(key, m)| key.as_str() == observed || str_of(m, "modelId") == observed)
+        .collect();
+    named.sort_by_key(|(key, m)| (str_of(m, "provider") != provider, key.as_str() != observed));
+    if let Some((key, entry)) = named.first() {
+        let level = if str_of(entry, "versionKind") == "channel" {
+            AttestationLevel::Channel
+        } else {
+            AttestationLevel::Exact
+        };
+        return Attestation {
+            level,
+            observed_model_ref: key.to_string(),
+        };
+    }
+    if let Some(sel) = selected.filter(|m| str_of(m, "versionKind") == "channel") {
+        let family = str_of(sel, "channelFamily");
+        let in_family = !family.is_empty()
+            && observed
+                .strip_prefix(family)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'));
+        if in_family {
+            return Attestation {
+                level: AttestationLevel::Channel,
+                observed_model_ref: selected_ref.to_string(),
+            };
+        }
+    }
+    Attestation {
+        level: AttestationLevel::Exact,
+        observed_model_ref: observed.to_string(),
+    }
+}
+
+/// The wrapper's check: the model a CLI reported against the selection.
+pub fn check_observed(
+    manifest: &Manifest,
+    selected_ref: &str,
+    observed: &str,
+) -> Result<(), Mismatch> {
+    verify(
+        manifest,
+        selected_ref,
+        &attest(manifest, selected_ref, observed),
+    )
 }
 
 #[cfg(test)]
@@ -229,5 +299,35 @@ mod tests {
             .contains("`opus-4-1` served"));
         assert_eq!(AttestationLevel::parse("channel"), Some(Channel));
         assert_eq!(AttestationLevel::parse("pinned"), None);
+    }
+
+    #[test]
+    fn observed_names_are_attested_against_the_catalog() {
+        let doc = json!({"models": {
+            "pinned": {"provider": "claude", "modelId": "claude-sonnet-4-5-20250929", "versionKind": "pinned", "channelFamily": "claude-sonnet"},
+            "channel": {"provider": "claude", "modelId": "sonnet", "versionKind": "channel", "channelFamily": "claude-sonnet"},
+            "opus": {"provider": "claude", "modelId": "claude-opus-4-1", "versionKind": "pinned", "channelFamily": "claude-opus"},
+            "other": {"provider": "gemini", "modelId": "claude-sonnet-x", "versionKind": "pinned", "channelFamily": "claude-sonnet"},
+            "bare": {"provider": "claude", "modelId": "plain", "versionKind": "channel"}
+        }});
+        let m = Manifest::new(&doc);
+        let ok = |sel: &str, obs: &str| check_observed(&m, sel, obs).is_ok();
+        // unknown passes
+        assert!(ok("pinned", "") && ok("pinned", "unknown"));
+        // pinned: exactly
+        assert!(ok("pinned", "claude-sonnet-4-5-20250929") && ok("pinned", "pinned"));
+        assert!(!ok("pinned", "claude-sonnet-4-5"));
+        // channel: same provider and family, catalogued or resolved
+        assert!(ok("channel", "sonnet"));
+        assert!(ok("channel", "claude-sonnet-4-5-20250929"));
+        assert!(ok("channel", "claude-sonnet-4-6"));
+        assert!(!ok("channel", "claude-opus-4-1"));
+        // catalogued under another provider: refused
+        assert!(!ok("channel", "claude-sonnet-x"));
+        // a prefix that is not a family boundary
+        assert!(!ok("channel", "claude-sonnetish"));
+        // a channel without a family attests nothing it does not name
+        assert!(!ok("bare", "plain-2"));
+        assert!(ok("bare", "plain"));
     }
 }

@@ -590,12 +590,11 @@ struct OutputFacts {
 }
 
 /// What the wrapper needs to check the served model: the selected catalog
-/// entry and the whole catalog.
+/// entry's key and the manifest holding the catalog.
 #[derive(Debug, Clone)]
 struct ServedCheck {
     model_ref: String,
-    selected: Value,
-    catalog: Value,
+    manifest: Value,
 }
 
 /// Load the catalog entry named by `--model-ref` from `--manifest`.
@@ -608,17 +607,15 @@ fn served_check(args: &WorkerArgs, paths: &Paths) -> Result<Option<ServedCheck>,
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
         .map_err(|e| format!("cannot read the model catalog in {}: {e}", path.display()))?;
-    let catalog = doc.get("models").cloned().unwrap_or(Value::Null);
-    let selected = catalog.get(model_ref).cloned().ok_or_else(|| {
-        format!(
+    if doc.get("models").and_then(|m| m.get(model_ref)).is_none() {
+        return Err(format!(
             "model `{model_ref}` is not in the catalog `models{{}}` of {}",
             path.display()
-        )
-    })?;
+        ));
+    }
     Ok(Some(ServedCheck {
         model_ref: model_ref.clone(),
-        selected,
-        catalog,
+        manifest: doc,
     }))
 }
 
@@ -695,13 +692,15 @@ impl OutputWatch {
     fn verdict(&self) -> Result<(), String> {
         match (&self.check, &self.facts.served_model) {
             (Some(check), Some(observed)) => {
-                crate::model::served_model_verdict(&check.selected, observed, &check.catalog)
-                    .map_err(|why| {
+                let manifest = crate::model::Manifest::new(&check.manifest);
+                crate::served_model::check_observed(&manifest, &check.model_ref, observed).map_err(
+                    |why| {
                         format!(
                             "served-model check failed for catalog model `{}`: {why}",
                             check.model_ref
                         )
-                    })
+                    },
+                )
             }
             _ => Ok(()),
         }

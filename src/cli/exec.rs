@@ -84,7 +84,11 @@ pub fn run(args: &RunArgs) -> ExitStatus {
         return report(&Diagnostics::from(d), args.format);
     }
     if args.format == Format::Text {
-        let _ = writeln!(std::io::stderr(), "{}", render::summary(&plan, &path.display().to_string()));
+        let _ = writeln!(
+            std::io::stderr(),
+            "{}",
+            render::summary(&plan, &path.display().to_string())
+        );
     }
     let status = exec(&ExecArgs {
         plan: path.clone(),

@@ -62,7 +62,10 @@ pub struct RunTarget {
 /// Parse the command line, run the command, and return the exit status.
 pub fn main() -> ExitStatus {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Exec(_) | Command::Run(_) | Command::Worker(_)) {
+    if !matches!(
+        cli.command,
+        Command::Exec(_) | Command::Run(_) | Command::Worker(_)
+    ) {
         // A report piped into `head` ends quietly, as Unix tools do. exec,
         // run and the wrapper keep SIGPIPE ignored: a closed pipe must not
         // kill a run half-way; they ignore failed writes instead.
