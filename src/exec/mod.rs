@@ -201,17 +201,15 @@ impl<'a> Runner<'a> {
                 .filter(|(_, (s, _))| *s == si)
                 .map(|(i, _)| i)
                 .collect();
+            interrupted |= self.interrupt.load(Ordering::Relaxed);
             if failed || interrupted {
+                let reason = if interrupted {
+                    "interrupted before its stage started"
+                } else {
+                    "an earlier stage did not complete"
+                };
                 for &i in &indices {
-                    let job = self.jobs[i].1;
-                    self.report(
-                        i,
-                        "not-run",
-                        0,
-                        "an earlier stage did not complete",
-                        Duration::ZERO,
-                    );
-                    let _ = job;
+                    self.report(i, "not-run", 0, reason, Duration::ZERO);
                 }
                 continue;
             }
@@ -374,12 +372,37 @@ impl<'a> Runner<'a> {
             let retries = self.settle_round(adopted, snapshot.as_ref(), indices);
             pending.extend(retries);
         }
-        let mut interrupted = false;
+        // An interrupt that lands while an orphan was being waited for, or
+        // between rounds, stops the stage before anything new starts.
+        let mut interrupted = self.interrupt.load(Ordering::Relaxed);
+        if interrupted {
+            for (i, _) in pending.drain(..) {
+                self.report(
+                    i,
+                    "not-run",
+                    0,
+                    "interrupted before it started",
+                    Duration::ZERO,
+                );
+            }
+        }
         while !pending.is_empty() {
             let (ended, stopped) = self.run_round(&pending);
             interrupted |= stopped;
             let retries = self.settle_round(ended, snapshot.as_ref(), indices);
-            pending = if stopped { Vec::new() } else { retries };
+            pending = retries;
+            if stopped || self.interrupt.load(Ordering::Relaxed) {
+                interrupted = true;
+                for (i, _) in pending.drain(..) {
+                    self.report(
+                        i,
+                        "not-run",
+                        0,
+                        "interrupted before its retry started",
+                        Duration::ZERO,
+                    );
+                }
+            }
         }
         let ok = indices
             .iter()
@@ -563,7 +586,7 @@ impl<'a> Runner<'a> {
         // Exit notices that arrived while a group was being stopped.
         let mut stash: Vec<(u32, i32)> = Vec::new();
         loop {
-            while running.len() < limit && !interrupted {
+            while running.len() < limit && !interrupted && !self.interrupt.load(Ordering::Relaxed) {
                 let Some((i, attempt)) = queue.pop_front() else {
                     break;
                 };
@@ -601,9 +624,6 @@ impl<'a> Runner<'a> {
                     }
                 }
             }
-            if running.is_empty() {
-                break;
-            }
             if self.interrupt.load(Ordering::Relaxed) {
                 interrupted = true;
                 self.progress
@@ -627,6 +647,9 @@ impl<'a> Runner<'a> {
                         Duration::ZERO,
                     );
                 }
+                break;
+            }
+            if running.is_empty() {
                 break;
             }
             let notice = match stash.pop() {
