@@ -2,6 +2,7 @@
 
 pub mod backend;
 pub mod preflight;
+pub mod progress;
 pub mod record;
 pub mod resume;
 pub mod settle;
@@ -13,6 +14,7 @@ use crate::fsutil::FileLock;
 use crate::plan::{Job, Plan};
 use crate::process;
 use crate::state::team_state::WorkerStatus;
+use progress::Progress;
 use record::Recorder;
 use resume::JobState;
 use serde_json::{json, Map, Value};
@@ -624,6 +626,14 @@ impl<'a> Runner<'a> {
                     }
                 }
             }
+            {
+                let mut labels: Vec<&str> = running
+                    .values()
+                    .map(|r| self.jobs[r.job_index].1.label())
+                    .collect();
+                labels.sort_unstable();
+                self.progress.running(&labels, ended.len(), pending.len());
+            }
             if self.interrupt.load(Ordering::Relaxed) {
                 interrupted = true;
                 self.progress
@@ -1112,36 +1122,6 @@ fn stop_group(
         others.push((p, code));
     }
     137
-}
-
-/// Progress on stderr: one line per dispatch, exit, retry and settle.
-pub struct Progress {
-    started: Instant,
-}
-
-impl Progress {
-    fn new(_format: Format) -> Self {
-        Progress {
-            started: Instant::now(),
-        }
-    }
-    fn stage(&self, i: usize, n: usize, name: &str, jobs: usize) {
-        self.line(format!(
-            "stage {}/{n} `{name}`: {jobs} job{}",
-            i + 1,
-            if jobs == 1 { "" } else { "s" }
-        ));
-    }
-    fn line(&self, text: String) {
-        // Progress is for a person watching; a closed stderr must not stop
-        // the run (eprintln! would panic).
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
-            "[okstra {:>7.2}s] {text}",
-            self.started.elapsed().as_secs_f64()
-        );
-    }
 }
 
 /// The exit status of a finished exec.
