@@ -98,19 +98,8 @@ fn identity_bad_attempt_points_at_the_key() {
         "attempt = 0\nrole = \"implementer\"",
     );
     let run = refused(&p, "identity/bad-attempt");
-    let e = run.json()["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["code"] == "identity/bad-attempt")
-        .cloned()
-        .unwrap();
-    let line = p
-        .read("spec.toml")
-        .lines()
-        .position(|l| l == "attempt = 0")
-        .unwrap()
-        + 1;
+    let e = run.error("identity/bad-attempt");
+    let line = p.line_of("spec.toml", |l| l == "attempt = 0");
     assert_eq!(e["line"], json!(line));
     assert_eq!(e["column"], json!(11));
     // The schema also rejects attempt = 0; only the rule's code is reported.
@@ -299,12 +288,7 @@ fn rules_phase_order_names_both_sides() {
     let p = v2_project();
     edit_spec(&p, "[[stages]]\nname = \"verify\"\n\n", "");
     let run = refused(&p, "rules/phase-order");
-    let msg = run.json()["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["code"] == "rules/phase-order")
-        .unwrap()["message"]
+    let msg = run.error("rules/phase-order")["message"]
         .as_str()
         .unwrap()
         .to_string();
@@ -388,19 +372,8 @@ fn schema_violation_unknown_key_with_suggestion() {
         "resultPath = \"results/impl.md\"\nresultPth = \"x\"",
     );
     let run = refused(&p, "schema/violation");
-    let e = run.json()["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["code"] == "schema/violation")
-        .cloned()
-        .unwrap();
-    let line = p
-        .read("spec.toml")
-        .lines()
-        .position(|l| l.starts_with("resultPth"))
-        .unwrap()
-        + 1;
+    let e = run.error("schema/violation");
+    let line = p.line_of("spec.toml", |l| l.starts_with("resultPth"));
     assert_eq!(e["line"], json!(line));
 }
 

@@ -481,14 +481,7 @@ fn check_entries(ctx: &mut Ctx, loaded: &Loaded) -> (Vec<Entry>, Vec<Option<iden
         match identity::parse(&entry.values) {
             Ok(p) => parsed.push(Some(p)),
             Err(problems) => {
-                for p in problems {
-                    let ptr = p
-                        .key
-                        .map(|k| entry.ptr(k))
-                        .unwrap_or_else(|| entry.pointer.clone());
-                    let d = ctx.at(&loaded.src, p.code, p.message, &ptr).help(p.help);
-                    ctx.push(with_worker(d, entry));
-                }
+                report_identity(ctx, &loaded.src, entry, problems);
                 covered.push(entry.pointer.clone());
                 parsed.push(None);
             }
@@ -498,6 +491,23 @@ fn check_entries(ctx: &mut Ctx, loaded: &Loaded) -> (Vec<Entry>, Vec<Option<iden
         schema_covered_by_identity(err, &covered)
     });
     (entries, parsed)
+}
+
+/// Identity refusals of one entry as diagnostics, each at the key it is about.
+pub fn report_identity(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    entry: &Entry,
+    problems: Vec<identity::Problem>,
+) {
+    for p in problems {
+        let ptr = p
+            .key
+            .map(|k| entry.ptr(k))
+            .unwrap_or_else(|| entry.pointer.clone());
+        let d = ctx.at(src, p.code, p.message, &ptr).help(p.help);
+        ctx.push(with_worker(d, entry));
+    }
 }
 
 /// `okstra validate --kind jobs`: the checks a spec passes on its own,

@@ -4,7 +4,10 @@
 //! spec entry, so a roster job means exactly what the same spec entry would.
 
 use super::Skip;
-use super::{build_job, identity, paths, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
+use super::{
+    build_job, identity, paths, report_identity, rules, with_worker, Built, Ctx, Entry, Loaded,
+    RunFacts,
+};
 use crate::diag::{Code, Diagnostic};
 use crate::model::{Manifest, REPORT_WRITER};
 use crate::plan::{Plan, Stage};
@@ -258,14 +261,7 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
                 }
             }
             Err(problems) => {
-                for p in problems {
-                    let ptr = p
-                        .key
-                        .map(|k| entry.ptr(k))
-                        .unwrap_or_else(|| entry.pointer.clone());
-                    let d = ctx.at(&team.src, p.code, p.message, &ptr).help(p.help);
-                    ctx.push(with_worker(d, &entry));
-                }
+                report_identity(ctx, &team.src, &entry, problems);
             }
         }
     }

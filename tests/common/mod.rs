@@ -24,6 +24,14 @@ impl Run {
             )
         })
     }
+    /// The first error of a `--format json` error document with `code`.
+    pub fn error(&self, code: &str) -> Value {
+        self.json()["errors"]
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["code"] == code).cloned())
+            .unwrap_or_else(|| panic!("no {code} error in:\n{}", self.stdout))
+    }
+
     /// The codes of a `--format json` error document.
     pub fn codes(&self) -> Vec<String> {
         self.json()["errors"]
@@ -69,6 +77,15 @@ impl Project {
 
     pub fn read_json(&self, rel: &str) -> Value {
         serde_json::from_str(&self.read(rel)).unwrap()
+    }
+
+    /// The 1-based number of the first line of `rel` that satisfies `pred`.
+    pub fn line_of(&self, rel: &str, pred: impl Fn(&str) -> bool) -> usize {
+        self.read(rel)
+            .lines()
+            .position(pred)
+            .unwrap_or_else(|| panic!("no such line in {rel}"))
+            + 1
     }
 
     pub fn exists(&self, rel: &str) -> bool {
