@@ -770,9 +770,14 @@ pub fn judge(
                 || (c.is_dir && (m.allows(&probe) || allow.iter().any(|a| a.starts_with(&below)))))
                 && c.resolved.as_deref().is_none_or(|t| m.allows(t))
         };
+        // A directory that appeared holds no content of its own: making the
+        // ancestors of an allowed path (`mkdir -p out`) is no sign a failed
+        // attempt left work behind. Files below it are reported in their own
+        // right, and a directory outside every policy is still a violation.
+        let bare_dir = c.is_dir && c.kind == ChangeKind::Added;
         if own_m.as_ref().is_some_and(covers) {
             parts.insert("own");
-            if !bookkeeping.contains(p) {
+            if !bookkeeping.contains(p) && !bare_dir {
                 own_mutations.push(c.path.clone());
             }
         } else if others.iter().any(covers) {
@@ -1298,6 +1303,25 @@ mod tests {
         let c = changes_of(&["r/w2.json"]);
         let r = judge(&c, &worker(), &[worker(), other], &[], false, true);
         assert_eq!(r.status, "failed-no-mutation");
+    }
+
+    #[test]
+    fn a_failed_attempt_that_only_made_directories_left_nothing() {
+        let mut c = changes_of(&[]);
+        for d in ["r", "r/sub"] {
+            let mut x = change(d, ChangeKind::Added, None);
+            x.is_dir = true;
+            c.changed.push(x);
+        }
+        let own = pol("analyst", &["r/sub/w1.json"]);
+        let r = judge(&c, &own, std::slice::from_ref(&own), &[], true, false);
+        assert_eq!(r.status, "failed-no-mutation");
+        assert!(r.retry_allowed);
+        // Outside every policy a new directory is still a violation.
+        let other = pol("analyst", &["elsewhere.json"]);
+        let r = judge(&c, &other, std::slice::from_ref(&other), &[], true, false);
+        assert_eq!(r.status, "contract-failed-unattributed");
+        assert_eq!(r.violations, vec!["r", "r/sub"]);
     }
 
     #[test]
