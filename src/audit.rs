@@ -26,10 +26,9 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -336,14 +335,15 @@ fn diff_dir(
             }
             std::cmp::Ordering::Equal => {
                 let (b, a) = (&old[i], &after[j]);
-                let path = join(dir, &a.name);
-                if let Some(kind) = entry_change(ctx, &path, b, a)? {
+                // The path is built only for a change: most entries have none.
+                if let Some(kind) = entry_change(ctx, dir, b, a)? {
+                    let path = join(dir, &a.name);
                     let mut c = link_change(ctx, &path, kind, a.target.clone());
                     c.is_dir = a.kind == Kind::Dir || b.kind == Kind::Dir;
                     out.push(c);
-                }
-                if b.kind == Kind::Dir && a.kind != Kind::Dir {
-                    deleted_below(before, &path, &mut out);
+                    if b.kind == Kind::Dir && a.kind != Kind::Dir {
+                        deleted_below(before, &path, &mut out);
+                    }
                 }
                 i += 1;
                 j += 1;
@@ -353,7 +353,7 @@ fn diff_dir(
     Ok(out)
 }
 
-fn entry_change(ctx: &Ctx, path: &str, b: &Entry, a: &Entry) -> io::Result<Option<ChangeKind>> {
+fn entry_change(ctx: &Ctx, dir: &str, b: &Entry, a: &Entry) -> io::Result<Option<ChangeKind>> {
     if b.kind != a.kind {
         return Ok(Some(ChangeKind::Type));
     }
@@ -372,7 +372,7 @@ fn entry_change(ctx: &Ctx, path: &str, b: &Entry, a: &Entry) -> io::Result<Optio
             if let Some(h) = &b.hash {
                 // Racily clean at snapshot time (its stat proves nothing), or
                 // stat moved with the size unchanged: content decides.
-                let now = hash_file(&ctx.abs(path)).unwrap_or_default();
+                let now = hash_file(&ctx.abs(&join(dir, &a.name))).unwrap_or_default();
                 return Ok(if &now != h {
                     Some(ChangeKind::Modified)
                 } else {
@@ -397,7 +397,8 @@ struct Ctx {
     project_root: PathBuf,
     /// (absolute canonical path, display path)
     roots: Vec<(PathBuf, String)>,
-    exclude: HashSet<String>,
+    /// Directory display path -> names left out of it.
+    exclude: HashMap<String, HashSet<String>>,
 }
 
 #[derive(Default)]
@@ -412,7 +413,7 @@ impl Ctx {
         let mut ctx = Ctx {
             project_root,
             roots: Vec::new(),
-            exclude: HashSet::new(),
+            exclude: HashMap::new(),
         };
         let mut roots: Vec<(PathBuf, String)> = Vec::new();
         for r in opts.roots {
@@ -444,8 +445,14 @@ impl Ctx {
                     .unwrap_or(abs.clone()),
                 _ => abs.clone(),
             };
-            ctx.exclude.insert(ctx.display(&canon));
-            ctx.exclude.insert(ctx.display(&abs));
+            for p in [ctx.display(&canon), ctx.display(&abs)] {
+                let (dir, name) = match p.rsplit_once('/') {
+                    Some(("", name)) if p.starts_with('/') => ("/".to_string(), name),
+                    Some((dir, name)) => (dir.to_string(), name),
+                    None => (String::new(), p.as_str()),
+                };
+                ctx.exclude.entry(dir).or_default().insert(name.to_string());
+            }
         }
         Ok(ctx)
     }
@@ -485,74 +492,176 @@ impl Ctx {
         Ok(all)
     }
 
+    /// Read one directory and, in parallel, everything below it. Raw
+    /// `openat`/`getdents`/`fstatat` relative to the directory's fd: no path
+    /// resolution per entry, no per-entry heap work beyond the name, and a
+    /// directory swapped for a symlink mid-walk is refused (`O_NOFOLLOW`),
+    /// never followed.
+    // stat64's field types differ between targets: the casts are not no-ops
+    // everywhere.
+    #[allow(clippy::unnecessary_cast)]
     fn walk(&self, abs: &Path, disp: &str) -> io::Result<Walked> {
+        let dir = match RawDir::open(abs) {
+            Ok(d) => d,
+            // Gone between its parent's listing and now: the parent's entry
+            // already records what was there.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Walked::default()),
+            Err(e) => return Err(with_path(e, abs)),
+        };
+        let excluded = self.exclude.get(disp);
         let mut entries = Vec::new();
-        let mut subdirs: Vec<(PathBuf, String)> = Vec::new();
+        let mut subdirs: Vec<String> = Vec::new();
         let mut git = Vec::new();
-        let rd = fs::read_dir(abs).map_err(|e| with_path(e, abs))?;
-        for de in rd {
-            let de = de.map_err(|e| with_path(e, abs))?;
-            let name = de.file_name().to_string_lossy().into_owned();
-            if !self.exclude.is_empty() && self.exclude.contains(&join(disp, &name)) {
+        let mut link_buf = Vec::new();
+        while let Some(name) = dir.next_name() {
+            let name_bytes = name.to_bytes();
+            if name_bytes == b"." || name_bytes == b".." {
                 continue;
             }
-            // DirEntry::metadata is an lstat relative to the open directory.
-            let md = match de.metadata() {
-                Ok(m) => m,
+            let name_str = String::from_utf8_lossy(name_bytes).into_owned();
+            if excluded.is_some_and(|x| x.contains(&name_str)) {
+                continue;
+            }
+            let st = match dir.lstat(name) {
+                Ok(st) => st,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(with_path(e, &de.path())),
+                Err(e) => return Err(with_path(e, &abs.join(&name_str))),
             };
-            let ft = md.file_type();
-            let kind = if ft.is_symlink() {
-                Kind::Symlink
-            } else if ft.is_dir() {
-                Kind::Dir
-            } else if ft.is_file() {
-                Kind::File
-            } else {
-                Kind::Other
+            let fmt = st.st_mode & libc::S_IFMT;
+            let kind = match fmt {
+                libc::S_IFLNK => Kind::Symlink,
+                libc::S_IFDIR => Kind::Dir,
+                libc::S_IFREG => Kind::File,
+                _ => Kind::Other,
             };
             let target = if kind == Kind::Symlink {
-                fs::read_link(de.path())
-                    .ok()
-                    .map(|t| t.to_string_lossy().into_owned())
+                dir.read_link(name, &mut link_buf)
             } else {
                 None
             };
             if kind == Kind::Dir {
-                let path = join(disp, &name);
-                if name == ".git" {
-                    git = summarise_git(&de.path(), &path);
+                if name_str == ".git" {
+                    git = summarise_git(&abs.join(".git"), &join(disp, ".git"));
                 } else {
-                    subdirs.push((de.path(), path));
+                    subdirs.push(name_str.clone());
                 }
             }
             entries.push(Entry {
-                name,
+                name: name_str,
                 kind,
-                size: if kind == Kind::Dir { 0 } else { md.len() },
-                mtime_ns: md.mtime() * 1_000_000_000 + md.mtime_nsec(),
-                ctime_ns: md.ctime() * 1_000_000_000 + md.ctime_nsec(),
-                ino: md.ino(),
-                mode: md.mode(),
+                size: if kind == Kind::Dir {
+                    0
+                } else {
+                    st.st_size as u64
+                },
+                mtime_ns: st.st_mtime as i64 * 1_000_000_000 + st.st_mtime_nsec as i64,
+                ctime_ns: st.st_ctime as i64 * 1_000_000_000 + st.st_ctime_nsec as i64,
+                ino: st.st_ino as u64,
+                mode: st.st_mode as u32,
                 hash: None,
                 target,
             });
         }
+        drop(dir);
         entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        let nested: Vec<Walked> = subdirs
-            .par_iter()
-            .map(|(a, d)| self.walk(a, d))
-            .collect::<io::Result<_>>()?;
+        let walk_sub = |name: &String| self.walk(&abs.join(name), &join(disp, name));
+        let nested: Vec<Walked> = if subdirs.len() > 1 {
+            subdirs
+                .par_iter()
+                .map(walk_sub)
+                .collect::<io::Result<_>>()?
+        } else {
+            subdirs.iter().map(walk_sub).collect::<io::Result<_>>()?
+        };
         let mut out = Walked {
-            dirs: vec![(disp.to_string(), entries)],
+            dirs: Vec::with_capacity(1 + nested.len()),
             git,
         };
+        out.dirs.push((disp.to_string(), entries));
         for mut n in nested {
             out.dirs.append(&mut n.dirs);
             out.git.append(&mut n.git);
         }
         Ok(out)
+    }
+}
+
+/// An open directory stream, read with libc.
+struct RawDir {
+    dir: *mut libc::DIR,
+    fd: libc::c_int,
+}
+
+impl RawDir {
+    fn open(p: &Path) -> io::Result<RawDir> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+        // SAFETY: a valid NUL-terminated path; the fd is owned by the DIR
+        // from fdopendir on, and closed by closedir in Drop.
+        unsafe {
+            let fd = libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let dir = libc::fdopendir(fd);
+            if dir.is_null() {
+                let e = io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e);
+            }
+            Ok(RawDir { dir, fd })
+        }
+    }
+
+    /// The next entry's name; valid until the next call.
+    fn next_name(&self) -> Option<&std::ffi::CStr> {
+        // SAFETY: `dir` is a live stream owned by self; readdir64's result
+        // points into it and stays valid until the next readdir64 on it,
+        // which needs `&self` again after this borrow ends in practice: the
+        // caller copies the name before asking for the next one.
+        unsafe {
+            let ent = libc::readdir64(self.dir);
+            if ent.is_null() {
+                return None;
+            }
+            Some(std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()))
+        }
+    }
+
+    fn lstat(&self, name: &std::ffi::CStr) -> io::Result<libc::stat64> {
+        // SAFETY: fstatat64 writes a whole stat64 into `st` on success.
+        unsafe {
+            let mut st: libc::stat64 = std::mem::zeroed();
+            if libc::fstatat64(self.fd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(st)
+        }
+    }
+
+    fn read_link(&self, name: &std::ffi::CStr, buf: &mut Vec<u8>) -> Option<String> {
+        buf.resize(libc::PATH_MAX as usize + 1, 0);
+        // SAFETY: readlinkat writes at most buf.len() bytes into buf.
+        let n = unsafe {
+            libc::readlinkat(
+                self.fd,
+                name.as_ptr(),
+                buf.as_mut_ptr() as *mut libc::c_char,
+                buf.len(),
+            )
+        };
+        (n >= 0).then(|| String::from_utf8_lossy(&buf[..n as usize]).into_owned())
+    }
+}
+
+impl Drop for RawDir {
+    fn drop(&mut self) {
+        // SAFETY: `dir` came from fdopendir and is closed exactly once.
+        unsafe { libc::closedir(self.dir) };
     }
 }
 
@@ -641,25 +750,34 @@ fn hash_file(p: &Path) -> io::Result<String> {
     Ok(canonical::sha256_hex(&h.finalize()))
 }
 
-/// One streaming sha256 over every entry, in key order.
+/// sha256 over every entry, in key order: one hash per directory (in
+/// parallel), then one over those.
 fn tree_digest(dirs: &BTreeMap<String, Vec<Entry>>, git: &BTreeMap<String, String>) -> String {
+    let per_dir: Vec<[u8; 32]> = dirs
+        .par_iter()
+        .map(|(dir, entries)| {
+            let mut h = Sha256::new();
+            h.update(b"D\0");
+            h.update(dir.as_bytes());
+            for e in entries {
+                h.update(b"\0");
+                h.update(e.name.as_bytes());
+                h.update([0, e.kind as u8]);
+                h.update(e.size.to_le_bytes());
+                h.update(e.mtime_ns.to_le_bytes());
+                h.update(e.ctime_ns.to_le_bytes());
+                h.update(e.ino.to_le_bytes());
+                h.update(e.mode.to_le_bytes());
+                h.update(e.hash.as_deref().unwrap_or("").as_bytes());
+                h.update(b"\0");
+                h.update(e.target.as_deref().unwrap_or("").as_bytes());
+            }
+            h.finalize().into()
+        })
+        .collect();
     let mut h = Sha256::new();
-    for (dir, entries) in dirs {
-        h.update(b"D\0");
-        h.update(dir.as_bytes());
-        for e in entries {
-            h.update(b"\0");
-            h.update(e.name.as_bytes());
-            h.update([0, e.kind as u8]);
-            h.update(e.size.to_le_bytes());
-            h.update(e.mtime_ns.to_le_bytes());
-            h.update(e.ctime_ns.to_le_bytes());
-            h.update(e.ino.to_le_bytes());
-            h.update(e.mode.to_le_bytes());
-            h.update(e.hash.as_deref().unwrap_or("").as_bytes());
-            h.update(b"\0");
-            h.update(e.target.as_deref().unwrap_or("").as_bytes());
-        }
+    for d in &per_dir {
+        h.update(d);
     }
     for (k, v) in git {
         h.update(b"G\0");
@@ -770,9 +888,14 @@ pub fn judge(
                 || (c.is_dir && (m.allows(&probe) || allow.iter().any(|a| a.starts_with(&below)))))
                 && c.resolved.as_deref().is_none_or(|t| m.allows(t))
         };
+        // A directory that appeared holds no content of its own: making the
+        // ancestors of an allowed path (`mkdir -p out`) is no sign a failed
+        // attempt left work behind. Files below it are reported in their own
+        // right, and a directory outside every policy is still a violation.
+        let bare_dir = c.is_dir && c.kind == ChangeKind::Added;
         if own_m.as_ref().is_some_and(covers) {
             parts.insert("own");
-            if !bookkeeping.contains(p) {
+            if !bookkeeping.contains(p) && !bare_dir {
                 own_mutations.push(c.path.clone());
             }
         } else if others.iter().any(covers) {
@@ -840,7 +963,7 @@ pub fn out_of_plan_edits(result_file: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
     use std::process::Command;
 
     struct Tree {
@@ -1298,6 +1421,25 @@ mod tests {
         let c = changes_of(&["r/w2.json"]);
         let r = judge(&c, &worker(), &[worker(), other], &[], false, true);
         assert_eq!(r.status, "failed-no-mutation");
+    }
+
+    #[test]
+    fn a_failed_attempt_that_only_made_directories_left_nothing() {
+        let mut c = changes_of(&[]);
+        for d in ["r", "r/sub"] {
+            let mut x = change(d, ChangeKind::Added, None);
+            x.is_dir = true;
+            c.changed.push(x);
+        }
+        let own = pol("analyst", &["r/sub/w1.json"]);
+        let r = judge(&c, &own, std::slice::from_ref(&own), &[], true, false);
+        assert_eq!(r.status, "failed-no-mutation");
+        assert!(r.retry_allowed);
+        // Outside every policy a new directory is still a violation.
+        let other = pol("analyst", &["elsewhere.json"]);
+        let r = judge(&c, &other, std::slice::from_ref(&other), &[], true, false);
+        assert_eq!(r.status, "contract-failed-unattributed");
+        assert_eq!(r.violations, vec!["r", "r/sub"]);
     }
 
     #[test]

@@ -79,8 +79,8 @@ impl Fx {
             p: Project::new(),
             scratch: tempfile::tempdir().expect("scratch dir"),
         };
-        // Made before the run: a failed attempt that only created the
-        // results directory would otherwise count as a mutation it left.
+        // Made before the run so the scripts need no `mkdir` (tests/audit.rs
+        // covers workers that make it themselves).
         std::fs::create_dir_all(fx.p.path("results")).unwrap();
         fx
     }

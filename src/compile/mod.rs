@@ -754,6 +754,22 @@ pub fn build_job(
     let mut planned = Vec::new();
     for (i, v) in entry.strings("plannedPaths").iter().enumerate() {
         let ptr = format!("{}/{i}", entry.ptr("plannedPaths"));
+        // `dir/*/..` cannot be folded without knowing what `*` matched:
+        // folding it lexically would widen the pattern (`src/*/../../x` is
+        // not `x` unless `src` has a subdirectory). Refuse it.
+        if policy::is_glob(v) && policy::normalise(v).is_none() {
+            let d = ctx
+                .at(
+                    src,
+                    Code::PathEscapesRoot,
+                    format!("planned path `{v}` climbs out with `..` above the project root or past a glob"),
+                    &ptr,
+                )
+                .help("write the pattern without `..`, e.g. `src/**/*.rs`");
+            ctx.push(with_worker(d, entry));
+            ok = false;
+            continue;
+        }
         if let Some(r) = ctx.resolve(src, v, &ptr, false) {
             planned.push(r.display);
         }

@@ -448,10 +448,13 @@ impl<'a> Runner<'a> {
         v
     }
 
-    fn audit_roots(&self, indices: &[usize]) -> Vec<PathBuf> {
+    /// The project root and every worktree outside it — of the whole plan,
+    /// not only this stage: a later stage must not write an earlier
+    /// implementer's worktree unseen.
+    fn audit_roots(&self, _indices: &[usize]) -> Vec<PathBuf> {
         let mut roots = vec![self.root.clone()];
-        for &i in indices {
-            if let Some(w) = &self.jobs[i].1.worktree_path {
+        for (_, job) in &self.jobs {
+            if let Some(w) = &job.worktree_path {
                 let abs = self.abs(w);
                 if !abs.starts_with(&self.root) && !roots.contains(&abs) {
                     roots.push(abs);

@@ -1,0 +1,897 @@
+//! The mutation audit end to end (SPEC §3.2, §5.5): real `command` workers
+//! run through `okstra plan` + `okstra exec` in temp-dir projects, one test
+//! per outcome and per way a worker might try to hide a change.
+//!
+//! Workers talk to the test through a scratch directory outside the project
+//! (`$SCRATCH`), so run counters never show up in the audit.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Every worker script starts with this: counts the run, names the result.
+const PRELUDE: &str = r#"set -u
+S="$SCRATCH"; K="$OKSTRA_WORKER_KEY"; R="$OKSTRA_RESULT_PATH"
+echo "$OKSTRA_ATTEMPT" >> "$S/$K.runs"
+"#;
+
+const WRITE_RESULT: &str = "mkdir -p \"$(dirname \"$R\")\" && echo done > \"$R\"\n";
+
+struct Job<'a> {
+    id: &'a str,
+    script: String,
+    /// Extra TOML lines for the worker table (role, plannedPaths, ...).
+    extra: String,
+    result: String,
+}
+
+fn job<'a>(id: &'a str, script: impl Into<String>) -> Job<'a> {
+    Job {
+        id,
+        script: script.into(),
+        extra: String::new(),
+        result: format!("results/{id}.md"),
+    }
+}
+
+impl Job<'_> {
+    fn with(mut self, toml: &str) -> Self {
+        self.extra.push_str(toml);
+        self.extra.push('\n');
+        self
+    }
+
+    fn implementer(self, planned: &[&str]) -> Self {
+        let list: Vec<String> = planned.iter().map(|p| format!("\"{p}\"")).collect();
+        self.with("role = \"implementer\"")
+            .with(&format!("plannedPaths = [{}]", list.join(", ")))
+    }
+
+    fn result(mut self, path: &str) -> Self {
+        self.result = path.to_string();
+        self
+    }
+}
+
+/// A project plus a scratch directory outside it. Unlike tests/exec.rs the
+/// project has no `results/` directory up front: workers make it.
+struct Fx {
+    p: Project,
+    scratch: tempfile::TempDir,
+}
+
+impl Fx {
+    fn new() -> Fx {
+        let fx = Fx {
+            p: Project::new(),
+            scratch: tempfile::tempdir().expect("scratch dir"),
+        };
+        fx.p.write_json("run/run-manifest.json", &v1_manifest());
+        fx
+    }
+
+    /// Write `spec.toml` with these stages.
+    fn spec(&self, stages: &[(&str, Vec<Job>)]) -> &Self {
+        let mut spec = format!(
+            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n",
+            self.scratch.path().display()
+        );
+        for (name, jobs) in stages {
+            spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));
+            for j in jobs {
+                self.p.write(&format!("prompts/{}.md", j.id), "# work\n");
+                spec.push_str(&format!(
+                    "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"{result}\"\ncommand = [\"sh\", \"-c\", '''\n{PRELUDE}{script}''']\n{extra}\n",
+                    id = j.id,
+                    result = j.result,
+                    script = j.script,
+                    extra = j.extra
+                ));
+            }
+        }
+        self.p.write("spec.toml", &spec);
+        self
+    }
+
+    #[track_caller]
+    fn plan(&self) -> &Self {
+        let run = plan_json(&self.p, "spec.toml");
+        assert_eq!(
+            run.code, 0,
+            "the fixture must plan cleanly:\n{}\n{}",
+            run.stdout, run.stderr
+        );
+        self
+    }
+
+    fn exec(&self) -> Run {
+        self.p.okstra(&["exec", "plan.json"])
+    }
+
+    fn spawn_exec(&self) -> Child {
+        let out = std::fs::File::create(self.scratch("exec.stdout")).unwrap();
+        let err = std::fs::File::create(self.scratch("exec.stderr")).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_okstra"))
+            .current_dir(self.p.root())
+            .env("SOURCE_DATE_EPOCH", "1764460800")
+            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
+            .args(["exec", "plan.json"])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap()
+    }
+
+    fn scratch(&self, name: &str) -> PathBuf {
+        self.scratch.path().join(name)
+    }
+
+    fn runs(&self, id: &str) -> Vec<String> {
+        std::fs::read_to_string(self.scratch(&format!("{id}.runs")))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn team(&self) -> Value {
+        self.p.read_json("run/team-state.json")
+    }
+
+    fn events_of(&self, ty: &str, key: &str) -> Vec<Value> {
+        self.p
+            .events("run/lead-events.jsonl")
+            .into_iter()
+            .filter(|e| e["type"] == ty && e["workerKey"] == key)
+            .collect()
+    }
+
+    fn worker_row(&self, key: &str) -> Value {
+        self.team()["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["workerId"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no workers[] row for {key}: {}", self.team()))
+    }
+
+    fn reason(&self, key: &str) -> String {
+        self.worker_row(key)["reason"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// The attempt records of `key`, in attempt order.
+    fn attempts(&self, key: &str) -> Vec<Value> {
+        let mut rows: Vec<Value> = self.team()["attempts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a["key"] == key)
+            .collect();
+        rows.sort_by_key(|a| a["attempt"].as_u64());
+        rows
+    }
+
+    /// The settle event of `key`'s only attempt: its mutation audit.
+    fn audit_of(&self, key: &str, ty: &str) -> Value {
+        let ev = self.events_of(ty, key);
+        assert_eq!(ev.len(), 1, "one {ty} event for {key}: {ev:?}");
+        ev[0]["mutationAudit"].clone()
+    }
+}
+
+#[track_caller]
+fn assert_code(run: &Run, code: i32) {
+    assert_eq!(
+        run.code, code,
+        "exit code; stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect()
+}
+
+const SUMMARY_KEYS: [&str; 7] = [
+    "mutationStatus",
+    "changedPaths",
+    "attribution",
+    "retryAllowed",
+    "violations",
+    "beforeDigest",
+    "afterDigest",
+];
+
+/// A blocked verdict: settled `error`, not retried, the violating paths in
+/// the reason, on the `worker-failed` event and on the attempt record.
+#[track_caller]
+fn assert_blocked(fx: &Fx, key: &str, status: &str, paths: &[&str]) -> Value {
+    assert_eq!(fx.runs(key), ["1"], "no retry after {status}");
+    assert!(fx.events_of("worker-retry-scheduled", key).is_empty());
+    let w = fx.worker_row(key);
+    assert_eq!(w["status"], "error", "{w}");
+    let reason = fx.reason(key);
+    assert!(
+        reason.contains(&format!("mutation audit {status}")),
+        "{reason}"
+    );
+    let audit = fx.audit_of(key, "worker-failed");
+    assert_eq!(audit["mutationStatus"], status, "{audit}");
+    assert_eq!(audit["retryAllowed"], false);
+    let violations = strs(&audit["violations"]);
+    for p in paths {
+        assert!(reason.contains(p), "`{p}` not in the reason: {reason}");
+        assert!(
+            violations.iter().any(|v| v == p),
+            "`{p}` not among the violations {violations:?}"
+        );
+    }
+    let attempts = fx.attempts(key);
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0]["changeSummary"], audit, "the attempt record");
+    audit
+}
+
+// ---- outcomes ------------------------------------------------------------
+
+#[test]
+fn outcome_ok_summary_on_event_and_attempt_record() {
+    let fx = Fx::new();
+    fx.spec(&[("only", vec![job("a", WRITE_RESULT)])]).plan();
+    let run = fx.exec();
+    assert_code(&run, 0);
+    let audit = fx.audit_of("a", "worker-result-collected");
+    for k in SUMMARY_KEYS {
+        assert!(audit.get(k).is_some(), "{k} missing from {audit}");
+    }
+    assert_eq!(audit["mutationStatus"], "ok");
+    assert_eq!(audit["attribution"], "own");
+    assert_eq!(audit["retryAllowed"], false);
+    assert!(strs(&audit["violations"]).is_empty());
+    let changed = strs(&audit["changedPaths"]);
+    for p in ["results", "results/a.md", "prompts/a.md.log"] {
+        assert!(changed.iter().any(|c| c == p), "{p} in {changed:?}");
+    }
+    // Orchestrator files are never in the audit.
+    assert!(
+        !changed.iter().any(|c| c.starts_with("run/")),
+        "{changed:?}"
+    );
+    let before = audit["beforeDigest"].as_str().unwrap();
+    let after = audit["afterDigest"].as_str().unwrap();
+    assert!(before.starts_with("sha256:") && after.starts_with("sha256:"));
+    assert_ne!(before, after, "something changed");
+    let attempts = fx.attempts("a");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0]["changeSummary"], audit);
+}
+
+#[test]
+fn outcome_failed_no_mutation_retries() {
+    // Attempt 1 exits 0 without its result and without touching anything.
+    let script = format!("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\nexit 0\n");
+    let fx = Fx::new();
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
+    let failed = fx.events_of("worker-failed", "a");
+    assert_eq!(failed.len(), 1);
+    let audit = &failed[0]["mutationAudit"];
+    assert_eq!(audit["mutationStatus"], "failed-no-mutation", "{audit}");
+    assert_eq!(audit["retryAllowed"], true);
+    assert_eq!(fx.events_of("worker-retry-scheduled", "a").len(), 1);
+    let attempts = fx.attempts("a");
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[0]["changeSummary"], *audit);
+    assert_eq!(attempts[1]["changeSummary"]["mutationStatus"], "ok");
+    assert_eq!(fx.worker_row("a")["status"], "completed");
+}
+
+#[test]
+fn a_failed_attempt_that_only_made_directories_may_retry() {
+    // `mkdir -p` of the result's directory is no content: the retry stands.
+    let script = format!(
+        "mkdir -p results/deeper\nif [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\nexit 0\n"
+    );
+    let fx = Fx::new();
+    fx.spec(&[("only", vec![job("a", script).result("results/deeper/a.md")])])
+        .plan();
+    assert_code(&fx.exec(), 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
+    let audit = &fx.events_of("worker-failed", "a")[0]["mutationAudit"];
+    assert_eq!(audit["mutationStatus"], "failed-no-mutation", "{audit}");
+    let changed = strs(&audit["changedPaths"]);
+    assert!(
+        changed.contains(&"results/deeper".to_string()),
+        "{changed:?}"
+    );
+    assert_eq!(fx.worker_row("a")["status"], "completed");
+}
+
+#[test]
+fn a_directory_made_outside_every_policy_is_still_a_violation() {
+    let fx = Fx::new();
+    fx.spec(&[(
+        "only",
+        vec![job("a", format!("mkdir -p stray/dir\n{WRITE_RESULT}"))],
+    )])
+    .plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(
+        &fx,
+        "a",
+        "contract-failed-unattributed",
+        &["stray", "stray/dir"],
+    );
+}
+
+#[test]
+fn outcome_contract_failed_unattributed() {
+    let fx = Fx::new();
+    fx.p.write("README.md", "readme\n");
+    fx.spec(&[(
+        "only",
+        vec![job("a", format!("echo owned >> README.md\n{WRITE_RESULT}"))],
+    )])
+    .plan();
+    assert_code(&fx.exec(), 1);
+    let audit = assert_blocked(&fx, "a", "contract-failed-unattributed", &["README.md"]);
+    assert!(
+        audit["attribution"]
+            .as_str()
+            .unwrap()
+            .contains("unattributed"),
+        "{audit}"
+    );
+}
+
+#[test]
+fn outcome_mutation_present_unresolved() {
+    // An implementer edits a planned file, then exits 0 without its result:
+    // a missing artifact would retry, but its changes are left behind.
+    let fx = Fx::new();
+    fx.p.write("src/lib.rs", "fn a() {}\n");
+    fx.spec(&[(
+        "only",
+        vec![job("impl", "echo 'fn b() {}' >> src/lib.rs\nexit 0\n").implementer(&["src/**"])],
+    )])
+    .plan();
+    assert_code(&fx.exec(), 1);
+    let audit = assert_blocked(&fx, "impl", "mutation-present-unresolved", &["src/lib.rs"]);
+    assert_eq!(audit["attribution"], "own");
+    assert!(
+        fx.reason("impl").contains("results/impl.md"),
+        "still names the missing result"
+    );
+}
+
+#[test]
+fn another_jobs_writes_do_not_block_a_retry() {
+    // `b` writes its result; `a` fails without changes and retries.
+    let a = format!("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\n");
+    let fx = Fx::new();
+    fx.spec(&[("only", vec![job("a", a), job("b", WRITE_RESULT)])])
+        .plan();
+    assert_code(&fx.exec(), 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
+    let audit = &fx.events_of("worker-failed", "a")[0]["mutationAudit"];
+    assert_eq!(audit["mutationStatus"], "failed-no-mutation", "{audit}");
+}
+
+// ---- evasions ------------------------------------------------------------
+
+#[test]
+fn evasion_file_replaced_by_a_symlink_to_outside_the_allow_list() {
+    let fx = Fx::new();
+    fx.p.write("src/a.rs", "fn a() {}\n");
+    fx.p.write("secret.txt", "secret\n");
+    fx.p.write("src/b.rs", "fn b() {}\n");
+    // One link to a project file outside the policy, one to an absolute
+    // path outside the project.
+    let script = format!(
+        "rm src/a.rs && ln -s ../secret.txt src/a.rs\nrm src/b.rs && ln -s \"$S\" src/b.rs\n{WRITE_RESULT}"
+    );
+    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+        .plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(
+        &fx,
+        "impl",
+        "contract-failed-unattributed",
+        &["src/a.rs", "src/b.rs"],
+    );
+}
+
+#[test]
+fn evasion_write_through_a_symlinked_directory() {
+    let fx = Fx::new();
+    fx.p.write("real/keep.txt", "keep\n");
+    fx.p.write("src/x.rs", "x\n");
+    symlink("../real", fx.p.path("src/link")).unwrap();
+    let script =
+        format!("echo sneaky > src/link/new.txt\necho changed > src/link/keep.txt\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+        .plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(
+        &fx,
+        "impl",
+        "contract-failed-unattributed",
+        &["real/keep.txt", "real/new.txt"],
+    );
+}
+
+#[test]
+fn evasion_dot_dot_in_a_written_path() {
+    let fx = Fx::new();
+    fx.p.write("src/x.rs", "x\n");
+    let script = format!("echo sneaky > src/../outside.txt\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+        .plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(
+        &fx,
+        "impl",
+        "contract-failed-unattributed",
+        &["outside.txt"],
+    );
+}
+
+#[test]
+fn evasion_dot_dot_in_planned_paths_does_not_widen_the_policy() {
+    // `src/*/..` cannot be resolved without knowing what `*` matched. From
+    // the manifest (read as is) the pattern allows nothing rather than
+    // `secret.txt`...
+    let fx = Fx::new();
+    let mut manifest = v1_manifest();
+    manifest["plannedPaths"] = serde_json::json!(["src/*/../../secret.txt", "../secret.txt"]);
+    fx.p.write_json("run/run-manifest.json", &manifest);
+    fx.p.write("src/sub/x.rs", "x\n");
+    fx.p.write("secret.txt", "secret\n");
+    let script = format!("echo owned > secret.txt\n{WRITE_RESULT}");
+    fx.spec(&[(
+        "only",
+        vec![job("impl", script).implementer(&["src/sub/*.rs"])],
+    )])
+    .plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(&fx, "impl", "contract-failed-unattributed", &["secret.txt"]);
+}
+
+#[test]
+fn dot_dot_past_a_glob_in_spec_planned_paths_is_refused_at_plan_time() {
+    // ...and in a spec it is refused outright, not folded to `secret.txt`.
+    let fx = Fx::new();
+    fx.spec(&[(
+        "only",
+        vec![job("impl", WRITE_RESULT).implementer(&["src/*/../../secret.txt"])],
+    )]);
+    let run = plan_json(&fx.p, "spec.toml");
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.codes(), ["path/escapes-root"], "{}", run.stdout);
+    assert!(
+        run.stdout.contains("src/*/../../secret.txt"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn dot_dot_escaping_the_root_in_planned_paths_is_refused_at_plan_time() {
+    let fx = Fx::new();
+    fx.spec(&[(
+        "only",
+        vec![job("impl", WRITE_RESULT).implementer(&["src/../../elsewhere/**"])],
+    )]);
+    let run = plan_json(&fx.p, "spec.toml");
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.codes().iter().any(|c| c == "path/escapes-root"),
+        "{:?}",
+        run.codes()
+    );
+}
+
+#[test]
+fn evasion_dot_dot_in_an_out_of_plan_declaration_does_not_widen() {
+    let fx = Fx::new();
+    fx.p.write("src/x.rs", "x\n");
+    fx.p.write("secret.txt", "secret\n");
+    let root = fx.p.root().display().to_string();
+    let name =
+        fx.p.root()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+    // Declarations that climb out of the project name nothing in it.
+    let result = format!(
+        r#"{{"implementation":{{"outOfPlanEdits":[{{"file":"../{name}/secret.txt"}},{{"file":"src/../../{name}/secret.txt"}},{{"file":"{root}/../{name}/secret.txt"}}]}}}}"#
+    );
+    let script = format!(
+        "echo owned > secret.txt\nmkdir -p results && cat > \"$R\" <<'EOF'\n{result}\nEOF\n"
+    );
+    fx.spec(&[(
+        "only",
+        vec![job("impl", script)
+            .implementer(&["src/**"])
+            .result("results/impl.json")],
+    )])
+    .plan();
+    assert_code(&fx.exec(), 1);
+    let audit = assert_blocked(&fx, "impl", "contract-failed-unattributed", &["secret.txt"]);
+    assert!(strs(&audit["outOfPlanEdits"]).is_empty(), "{audit}");
+}
+
+#[test]
+fn evasion_new_file_in_a_new_directory() {
+    let fx = Fx::new();
+    let script = format!("mkdir -p hidden/deep && echo x > hidden/deep/f.txt\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(
+        &fx,
+        "a",
+        "contract-failed-unattributed",
+        &["hidden", "hidden/deep", "hidden/deep/f.txt"],
+    );
+}
+
+#[test]
+fn evasion_deleted_file() {
+    let fx = Fx::new();
+    fx.p.write("keep.txt", "keep\n");
+    fx.p.write("dir/inner.txt", "inner\n");
+    let script = format!("rm keep.txt\nrm -r dir\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 1);
+    let audit = assert_blocked(
+        &fx,
+        "a",
+        "contract-failed-unattributed",
+        &["keep.txt", "dir", "dir/inner.txt"],
+    );
+    assert!(!fx.p.exists("keep.txt"));
+    assert!(strs(&audit["changedPaths"]).contains(&"keep.txt".to_string()));
+}
+
+#[test]
+fn evasion_mode_change_made_executable() {
+    let fx = Fx::new();
+    fx.p.write("run.sh", "echo hi\n");
+    let script = format!("chmod +x run.sh\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(&fx, "a", "contract-failed-unattributed", &["run.sh"]);
+    let mode = std::fs::metadata(fx.p.path("run.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_ne!(mode & 0o111, 0, "the worker did make it executable");
+}
+
+#[test]
+fn evasion_mode_change_of_an_old_file() {
+    // Past the racy window the snapshot holds no hash: stat alone decides.
+    let fx = Fx::new();
+    fx.p.write("run.sh", "echo hi\n");
+    let old = libc::timespec {
+        tv_sec: 1_600_000_000,
+        tv_nsec: 0,
+    };
+    set_times(&fx.p.path("run.sh"), old);
+    let script = format!("chmod +x run.sh\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(&fx, "a", "contract-failed-unattributed", &["run.sh"]);
+}
+
+fn set_times(p: &std::path::Path, t: libc::timespec) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let times = [t, t];
+    // SAFETY: a valid NUL-terminated path and two timespecs.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(rc, 0);
+}
+
+#[test]
+fn evasion_file_renamed_out_of_an_allowed_path() {
+    let fx = Fx::new();
+    fx.p.write("src/a.rs", "fn a() {}\n");
+    let script = format!("mkdir -p elsewhere && mv src/a.rs elsewhere/a.rs\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+        .plan();
+    assert_code(&fx.exec(), 1);
+    let audit = assert_blocked(
+        &fx,
+        "impl",
+        "contract-failed-unattributed",
+        &["elsewhere", "elsewhere/a.rs"],
+    );
+    // Deleting `src/a.rs` itself was allowed; the reason does not blame it.
+    assert!(!strs(&audit["violations"]).contains(&"src/a.rs".to_string()));
+    assert!(strs(&audit["changedPaths"]).contains(&"src/a.rs".to_string()));
+}
+
+#[test]
+fn evasion_touch_back_the_mtime_after_a_same_size_rewrite() {
+    let fx = Fx::new();
+    fx.p.write("config.txt", "value=1\n");
+    set_times(
+        &fx.p.path("config.txt"),
+        libc::timespec {
+            tv_sec: 1_600_000_000,
+            tv_nsec: 0,
+        },
+    );
+    let script =
+        format!("echo value=2 > config.txt && touch -d @1600000000 config.txt\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(&fx, "a", "contract-failed-unattributed", &["config.txt"]);
+}
+
+// ---- declared out-of-plan edits ------------------------------------------
+
+#[test]
+fn declared_out_of_plan_edits_are_allowed_and_recorded() {
+    let fx = Fx::new();
+    fx.p.write("src/x.rs", "x\n");
+    fx.p.write("docs/guide.md", "guide\n");
+    let result =
+        r#"{"implementation":{"outOfPlanEdits":[{"file":"docs/guide.md","reason":"a typo"}]}}"#;
+    let script = format!(
+        "echo y >> src/x.rs\necho fixed >> docs/guide.md\nmkdir -p results && echo '{result}' > \"$R\"\n"
+    );
+    fx.spec(&[(
+        "only",
+        vec![job("impl", script)
+            .implementer(&["src/**"])
+            .result("results/impl.json")],
+    )])
+    .plan();
+    assert_code(&fx.exec(), 0);
+    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_eq!(audit["mutationStatus"], "ok", "{audit}");
+    assert_eq!(strs(&audit["outOfPlanEdits"]), ["docs/guide.md"]);
+    assert!(
+        audit["attribution"]
+            .as_str()
+            .unwrap()
+            .contains("out-of-plan"),
+        "{audit}"
+    );
+    assert_eq!(fx.attempts("impl")[0]["changeSummary"], audit);
+}
+
+#[test]
+fn an_undeclared_edit_next_to_a_declared_one_is_a_violation() {
+    let fx = Fx::new();
+    fx.p.write("docs/guide.md", "guide\n");
+    fx.p.write("docs/other.md", "other\n");
+    let result = r#"{"implementation":{"outOfPlanEdits":[{"file":"docs/guide.md"}]}}"#;
+    let script = format!(
+        "echo a >> docs/guide.md\necho b >> docs/other.md\nmkdir -p results && echo '{result}' > \"$R\"\n"
+    );
+    fx.spec(&[(
+        "only",
+        vec![job("impl", script)
+            .implementer(&["src/**"])
+            .result("results/impl.json")],
+    )])
+    .plan();
+    assert_code(&fx.exec(), 1);
+    let audit = assert_blocked(
+        &fx,
+        "impl",
+        "contract-failed-unattributed",
+        &["docs/other.md"],
+    );
+    assert_eq!(strs(&audit["violations"]), ["docs/other.md"]);
+    assert_eq!(strs(&audit["outOfPlanEdits"]), ["docs/guide.md"]);
+}
+
+#[test]
+fn only_implementers_may_declare_out_of_plan_edits() {
+    let fx = Fx::new();
+    fx.p.write("docs/guide.md", "guide\n");
+    let result = r#"{"implementation":{"outOfPlanEdits":[{"file":"docs/guide.md"}]}}"#;
+    let script = format!("echo a >> docs/guide.md\nmkdir -p results && echo '{result}' > \"$R\"\n");
+    fx.spec(&[("only", vec![job("a", script).result("results/a.json")])])
+        .plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(&fx, "a", "contract-failed-unattributed", &["docs/guide.md"]);
+}
+
+// ---- worktrees outside the project ---------------------------------------
+
+#[test]
+fn a_worktree_outside_the_project_is_audited_too() {
+    let wt = tempfile::tempdir().unwrap();
+    let wt_path = std::fs::canonicalize(wt.path()).unwrap();
+    std::fs::write(wt_path.join("lib.rs"), "fn a() {}\n").unwrap();
+    let fx = Fx::new();
+    let w = wt_path.display().to_string();
+    let script = format!("echo 'fn b() {{}}' >> \"{w}/lib.rs\"\n{WRITE_RESULT}");
+    fx.spec(&[(
+        "only",
+        vec![job("impl", script)
+            .implementer(&[])
+            .with(&format!("worktreePath = \"{w}\""))],
+    )])
+    .plan();
+    assert_code(&fx.exec(), 0);
+    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_eq!(audit["mutationStatus"], "ok", "{audit}");
+    let changed = strs(&audit["changedPaths"]);
+    assert!(changed.contains(&format!("{w}/lib.rs")), "{changed:?}");
+}
+
+#[test]
+fn a_later_stage_writing_an_earlier_worktree_is_caught() {
+    let wt = tempfile::tempdir().unwrap();
+    let wt_path = std::fs::canonicalize(wt.path()).unwrap();
+    std::fs::write(wt_path.join("lib.rs"), "fn a() {}\n").unwrap();
+    let fx = Fx::new();
+    let w = wt_path.display().to_string();
+    let analyst = format!("echo gone >> \"{w}/lib.rs\"\n{WRITE_RESULT}");
+    fx.spec(&[
+        (
+            "implement",
+            vec![job("impl", WRITE_RESULT)
+                .implementer(&[])
+                .with(&format!("worktreePath = \"{w}\""))],
+        ),
+        ("review", vec![job("a", analyst)]),
+    ])
+    .plan();
+    assert_code(&fx.exec(), 1);
+    assert_eq!(fx.worker_row("impl")["status"], "completed");
+    assert_blocked(
+        &fx,
+        "a",
+        "contract-failed-unattributed",
+        &[&format!("{w}/lib.rs")],
+    );
+}
+
+// ---- the stage snapshot and resume ---------------------------------------
+
+fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_resumed_exec_compares_against_the_stored_stage_snapshot() {
+    // The worker writes a stray file, then blocks. okstra is killed with
+    // SIGKILL between the snapshot and the settle; the worker finishes on
+    // its own. The resumed exec must judge against the snapshot taken before
+    // the stray file existed, not a fresh one that would include it.
+    let fx = Fx::new();
+    let script = format!(
+        "echo sneaky > stray.txt\n{WRITE_RESULT}touch \"$S/a.started\"\ni=0; while [ ! -e \"$S/release\" ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 1; sleep 0.01; done\n"
+    );
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    let mut child = fx.spawn_exec();
+    wait_for("a to write and block", 10, || {
+        fx.scratch("a.started").exists()
+    });
+    // The stage snapshot is on disk before the first attempt starts.
+    let snaps: Vec<PathBuf> = std::fs::read_dir(fx.p.path("run/snapshots"))
+        .expect("run/snapshots")
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    let stored: Value = serde_json::from_slice(&std::fs::read(&snaps[0]).unwrap()).unwrap();
+    let top: Vec<String> = stored["dirs"][""]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["n"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!top.contains(&"stray.txt".to_string()), "{top:?}");
+    assert!(!top.contains(&"results".to_string()), "{top:?}");
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+    let _ = child.wait();
+    std::fs::write(fx.scratch("release"), "").unwrap();
+    let run = fx.exec();
+    assert_code(&run, 1);
+    assert_eq!(fx.runs("a"), ["1"], "adopted, not run again");
+    let audit = assert_blocked(&fx, "a", "contract-failed-unattributed", &["stray.txt"]);
+    assert_eq!(
+        audit["beforeDigest"], stored["digest"],
+        "compared against the stored snapshot"
+    );
+}
+
+// ---- plan time: rules/write-conflict -------------------------------------
+
+#[track_caller]
+fn plan_codes(fx: &Fx) -> (i32, Vec<String>, String) {
+    let run = plan_json(&fx.p, "spec.toml");
+    let codes = if run.code == 0 {
+        Vec::new()
+    } else {
+        run.codes()
+    };
+    (run.code, codes, run.stdout)
+}
+
+#[test]
+fn overlapping_policies_in_one_stage_are_refused_at_plan_time() {
+    let fx = Fx::new();
+    fx.spec(&[(
+        "only",
+        vec![
+            job("one", WRITE_RESULT).implementer(&["src/**"]),
+            job("two", WRITE_RESULT).implementer(&["src/lib/*.rs"]),
+        ],
+    )]);
+    let (code, codes, out) = plan_codes(&fx);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(codes, ["rules/write-conflict"], "{out}");
+    assert!(out.contains("`one`") || out.contains("one"), "{out}");
+    assert!(out.contains("src/lib/*.rs"), "{out}");
+    assert!(!fx.p.exists("plan.json"));
+}
+
+#[test]
+fn a_shared_result_path_is_a_write_conflict() {
+    let fx = Fx::new();
+    fx.spec(&[(
+        "only",
+        vec![
+            job("one", WRITE_RESULT).result("results/shared.md"),
+            job("two", WRITE_RESULT).result("results/shared.md"),
+        ],
+    )]);
+    let (code, codes, out) = plan_codes(&fx);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        codes.iter().all(|c| c == "rules/write-conflict"),
+        "{codes:?}"
+    );
+    assert!(out.contains("results/shared.md"), "{out}");
+}
+
+#[test]
+fn near_misses_plan_cleanly() {
+    // `src/**` and `srcx/**` share a byte prefix, not a directory; the same
+    // overlapping policies in different stages never run together.
+    let fx = Fx::new();
+    fx.spec(&[
+        (
+            "first",
+            vec![
+                job("one", WRITE_RESULT).implementer(&["src/**"]),
+                job("two", WRITE_RESULT).implementer(&["srcx/**", "src.rs"]),
+            ],
+        ),
+        (
+            "second",
+            vec![job("three", WRITE_RESULT).implementer(&["src/lib/*.rs"])],
+        ),
+    ]);
+    let (code, codes, out) = plan_codes(&fx);
+    assert_eq!(code, 0, "{codes:?} {out}");
+}
