@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 fn spec_toml(workers: usize) -> String {
     let mut s = String::from(
-        "#:schema ./schemas/okstra-jobs.schema.json\n[defaults]\nidleTimeoutSeconds = 30\n\n",
+        "#:schema ./schemas/jobs.schema.json\n[defaults]\nidleTimeoutSeconds = 30\n\n",
     );
     for i in 0..workers {
         s.push_str(&format!(

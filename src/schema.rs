@@ -40,22 +40,22 @@ impl SchemaKind {
 
     pub fn file_name(self) -> &'static str {
         match self {
-            SchemaKind::Jobs => "okstra-jobs.schema.json",
-            SchemaKind::Manifest => "okstra-manifest.schema.json",
-            SchemaKind::Metadata => "okstra-metadata.schema.json",
-            SchemaKind::Plan => "okstra-plan.schema.json",
-            SchemaKind::TeamState => "okstra-team-state.schema.json",
+            SchemaKind::Jobs => "jobs.schema.json",
+            SchemaKind::Manifest => "manifest.schema.json",
+            SchemaKind::Metadata => "metadata.schema.json",
+            SchemaKind::Plan => "plan.schema.json",
+            SchemaKind::TeamState => "team-state.schema.json",
         }
     }
 
     /// The schema file's text, byte for byte.
     pub fn text(self) -> &'static str {
         match self {
-            SchemaKind::Jobs => include_str!("../schemas/okstra-jobs.schema.json"),
-            SchemaKind::Manifest => include_str!("../schemas/okstra-manifest.schema.json"),
-            SchemaKind::Metadata => include_str!("../schemas/okstra-metadata.schema.json"),
-            SchemaKind::Plan => include_str!("../schemas/okstra-plan.schema.json"),
-            SchemaKind::TeamState => include_str!("../schemas/okstra-team-state.schema.json"),
+            SchemaKind::Jobs => include_str!("../schemas/jobs.schema.json"),
+            SchemaKind::Manifest => include_str!("../schemas/manifest.schema.json"),
+            SchemaKind::Metadata => include_str!("../schemas/metadata.schema.json"),
+            SchemaKind::Plan => include_str!("../schemas/plan.schema.json"),
+            SchemaKind::TeamState => include_str!("../schemas/team-state.schema.json"),
         }
     }
 
@@ -481,8 +481,8 @@ mod tests {
     fn names_round_trip_and_files_are_distinct() {
         for k in SchemaKind::ALL {
             assert_eq!(SchemaKind::from_name(k.name()), Some(k));
-            assert!(k.file_name().starts_with("okstra-"));
-            assert!(k.file_name().ends_with(".schema.json"));
+            // SPEC §4 names the plan's schema `schemas/plan.schema.json`.
+            assert_eq!(k.file_name(), format!("{}.schema.json", k.name()));
         }
         assert_eq!(SchemaKind::from_name("nope"), None);
     }
@@ -587,7 +587,7 @@ mod tests {
         let spec = json!({"workers": [v1_worker(), v2_worker()]});
         assert_eq!(messages(SchemaKind::Jobs, &spec), vec![]);
         let spec = json!({
-            "$schema": "./schemas/okstra-jobs.schema.json",
+            "$schema": "./schemas/jobs.schema.json",
             "defaults": {"role": "analyst", "idleTimeoutSeconds": 30, "provider": "command"},
             "stages": [{"name": "one", "workers": [
                 {"workerId": "a", "promptPath": "a.md", "command": ["true"]}

@@ -582,7 +582,7 @@ mod tests {
         (loc.line.unwrap(), loc.column.unwrap(), loc.width)
     }
 
-    const SPEC: &str = r#"#:schema ./schemas/okstra-jobs.schema.json
+    const SPEC: &str = r#"#:schema ./schemas/jobs.schema.json
 [defaults]
 idleTimeoutSeconds = 30
 env.MODE = "fast"

@@ -113,3 +113,61 @@ fn exec_refusal_renders_each_stale_input() {
     );
     settings(&p).bind(|| insta::assert_snapshot!("exec_stale", run.stderr));
 }
+
+#[test]
+fn same_inputs_give_the_same_plan_apart_from_created_at() {
+    let p = v2_project();
+    let plan = |epoch: &str, out: &str| {
+        let run = assert_cmd::Command::cargo_bin("okstra")
+            .unwrap()
+            .current_dir(p.root())
+            .env("SOURCE_DATE_EPOCH", epoch)
+            .args([
+                "plan",
+                "spec.toml",
+                "--manifest",
+                "run/run-manifest.json",
+                "--out",
+                out,
+            ])
+            .output()
+            .unwrap();
+        assert!(run.status.success());
+        p.read(out)
+    };
+    let a = plan("1764460800", "a.json");
+    let b = plan("1764460800", "b.json");
+    assert_eq!(a, b, "same inputs and time: byte-identical plans");
+    let c = plan("1764547200", "c.json");
+    let strip = |text: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        let m = v.as_object_mut().unwrap();
+        m.remove("createdAt");
+        m.remove("digest");
+        v
+    };
+    assert_ne!(a, c);
+    assert_eq!(strip(&a), strip(&c));
+}
+
+#[test]
+fn schema_prints_the_files_byte_for_byte() {
+    let p = Project::new();
+    for (name, file) in [
+        ("jobs", "jobs.schema.json"),
+        ("manifest", "manifest.schema.json"),
+        ("metadata", "metadata.schema.json"),
+        ("plan", "plan.schema.json"),
+        ("team-state", "team-state.schema.json"),
+    ] {
+        let run = p.okstra(&["schema", name]);
+        assert_eq!(run.code, 0);
+        let on_disk = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("schemas")
+                .join(file),
+        )
+        .unwrap();
+        assert_eq!(run.stdout, on_disk, "{name}");
+    }
+}

@@ -228,7 +228,7 @@ pub fn v2_project() -> Project {
     p
 }
 
-pub const V2_SPEC: &str = r#"#:schema ./okstra-jobs.schema.json
+pub const V2_SPEC: &str = r#"#:schema ./jobs.schema.json
 [defaults]
 provider = "command"
 schemaVersion = "2.0"
