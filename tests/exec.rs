@@ -969,3 +969,22 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
     assert_eq!(fx.runs("a"), ["1"]);
     assert_eq!(fx.events_of("worker-dispatched", "a").len(), 1);
 }
+
+#[test]
+fn a_new_plan_of_the_same_workers_runs_afresh_and_keeps_the_old_records() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    assert_code(&fx.exec(&[]), 0);
+    // A changed prompt makes a new plan; its attempt 1 is another record.
+    fx.p.write("prompts/a.md", "# work, revised\n");
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    assert_eq!(fx.runs("a"), ["1", "1"]);
+    let state = fx.p.read_json("run/team-state.json");
+    let attempts = state["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_ne!(attempts[0]["planDigest"], attempts[1]["planDigest"]);
+    assert!(attempts.iter().all(|a| a["status"] == "completed"));
+}

@@ -89,16 +89,17 @@ impl Recorder {
         self.ledger.patch_worker(&job.key, status, reason, &fields);
     }
 
-    fn attempt_id(job: &Job, attempt: u64) -> AttemptId {
+    fn attempt_id(&self, job: &Job, attempt: u64) -> AttemptId {
         AttemptId::new(
             job.dispatch_id_for(attempt).unwrap_or_default(),
             job.key.clone(),
             attempt as u32,
         )
+        .in_plan(self.plan_digest.clone())
     }
 
     pub fn start_attempt(&mut self, job: &Job, attempt: u64) {
-        self.ledger.start_attempt(&Self::attempt_id(job, attempt));
+        self.ledger.start_attempt(&self.attempt_id(job, attempt));
     }
 
     pub fn finish_attempt(
@@ -121,7 +122,7 @@ impl Recorder {
         };
         if let Err(e) = self
             .ledger
-            .finish_attempt(&Self::attempt_id(job, attempt), outcome)
+            .finish_attempt(&self.attempt_id(job, attempt), outcome)
         {
             self.problems.push(e.to_string());
         }

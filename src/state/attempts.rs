@@ -23,6 +23,10 @@ pub struct AttemptId {
     /// The worker's state key.
     pub key: String,
     pub attempt: u32,
+    /// The plan the attempt belongs to (`planDigest`), or "". A job without
+    /// an invocation has no dispatch id, so without the plan two plans' first
+    /// attempts of one worker would be the same record.
+    pub plan: String,
 }
 
 impl AttemptId {
@@ -31,13 +35,21 @@ impl AttemptId {
             dispatch_id: dispatch_id.into(),
             key: key.into(),
             attempt,
+            plan: String::new(),
         }
+    }
+
+    /// The same attempt, of the plan with this digest.
+    pub fn in_plan(mut self, plan: impl Into<String>) -> Self {
+        self.plan = plan.into();
+        self
     }
 
     fn matches(&self, row: &Map<String, Value>) -> bool {
         row.get("dispatchId").and_then(Value::as_str) == Some(self.dispatch_id.as_str())
             && row.get("key").and_then(Value::as_str) == Some(self.key.as_str())
             && row.get("attempt").and_then(Value::as_u64) == Some(u64::from(self.attempt))
+            && row.get("planDigest").and_then(Value::as_str).unwrap_or("") == self.plan
     }
 }
 
@@ -159,7 +171,7 @@ fn describe(status: &str, result_path: Option<&str>, summary: Option<&Value>) ->
 
 /// A fresh record for an attempt that started at `started_at`.
 fn new_record(id: &AttemptId, started_at: &str) -> Map<String, Value> {
-    let Value::Object(row) = json!({
+    let Value::Object(mut row) = json!({
         "dispatchId": id.dispatch_id,
         "key": id.key,
         "attempt": id.attempt,
@@ -168,6 +180,9 @@ fn new_record(id: &AttemptId, started_at: &str) -> Map<String, Value> {
     }) else {
         unreachable!("json! object literal")
     };
+    if !id.plan.is_empty() {
+        row.insert("planDigest".into(), json!(id.plan));
+    }
     row
 }
 
@@ -252,6 +267,11 @@ fn id_of(row: &Map<String, Value>) -> Option<AttemptId> {
         dispatch_id: row.get("dispatchId")?.as_str()?.to_string(),
         key: row.get("key")?.as_str()?.to_string(),
         attempt: u32::try_from(row.get("attempt")?.as_u64()?).ok()?,
+        plan: row
+            .get("planDigest")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
     })
 }
 
