@@ -1,7 +1,7 @@
 //! The schemas serve editors: an independent draft-07 validator
 //! (check-jsonschema, which reads TOML and JSON instances as editors'
 //! tooling does) accepts the example specs and flags a typo. Skipped, saying
-//! so, when the tool is not installed, unless OKSTRA_REQUIRE_EDITOR_TOOLS is
+//! so, when the tool is not installed, unless REQUIRE_CHECK_JSONSCHEMA is
 //! set (CI installs it and sets it).
 
 use std::path::Path;
@@ -16,8 +16,8 @@ fn tool() -> Option<&'static str> {
         return Some("check-jsonschema");
     }
     assert!(
-        std::env::var_os("OKSTRA_REQUIRE_EDITOR_TOOLS").is_none(),
-        "check-jsonschema is required here (OKSTRA_REQUIRE_EDITOR_TOOLS is set) but not on PATH"
+        std::env::var_os("REQUIRE_CHECK_JSONSCHEMA").is_none(),
+        "check-jsonschema is required here (REQUIRE_CHECK_JSONSCHEMA is set) but not on PATH"
     );
     eprintln!("skipped: check-jsonschema is not on PATH (pip install check-jsonschema)");
     None
