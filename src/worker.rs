@@ -242,7 +242,10 @@ impl StatusFile {
         self.status.heartbeat_at = now_rfc3339();
         let mut bytes = serde_json::to_vec_pretty(&self.status).unwrap_or_default();
         bytes.push(b'\n');
-        if let Err(err) = crate::fsutil::write_atomic(&self.path, &bytes) {
+        // Liveness, rewritten every heartbeat: atomic, not fsynced (see
+        // `Durability::NoFsync`).
+        let durability = crate::fsutil::Durability::NoFsync;
+        if let Err(err) = crate::fsutil::write_atomic(&self.path, &bytes, durability) {
             // The run goes on without liveness; say so once.
             if !self.warned {
                 eprintln!("okstra worker: cannot write {}: {err}", self.path.display());
