@@ -7,6 +7,12 @@
 #   OKSTRA_BENCH_SIZES="1000 5000"   job counts (default)
 #   OKSTRA_BENCH_AUDIT_FILES=200     source files in the audit variant's tree
 #                                    (0 skips the variant)
+#   OKSTRA_BENCH_AUDIT_SIZES="100 200 400"  job counts of the audit variant:
+#                                    okstra exec alone, the default
+#                                    `mutationAudit = "batch"`; its settle
+#                                    grows faster than linearly with the batch
+#                                    (see benches/README.md), so it runs on
+#                                    smaller batches
 #
 # Every job is `sh -c ': > "$1"'` on its own result file: okstra runs it as
 # the job's command (under `okstra worker`, so two execs per job), xargs and
@@ -23,6 +29,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-3}
 sizes=${OKSTRA_BENCH_SIZES:-1000 5000}
 audit_files=${OKSTRA_BENCH_AUDIT_FILES:-200}
+audit_sizes=${OKSTRA_BENCH_AUDIT_SIZES:-100 200 400}
 
 if ! parallel --version 2>/dev/null | grep -q 'GNU parallel'; then
   echo "GNU parallel is not installed: installing it (apt-get update && apt-get install -y parallel)" >&2
@@ -102,47 +109,61 @@ echo
 declare -A best
 for n in $sizes; do
   fixture "$n" "plain-$n"
-  if [ "$audit_files" -gt 0 ]; then fixture "$n" "audit-$n" --audit "$audit_files"; fi
   for _ in $(seq "$runs"); do
     best[okstra-$n]=$(min "${best[okstra-$n]:-}" "$(time_okstra "plain-$n" "$n")")
     best[xargs-$n]=$(min "${best[xargs-$n]:-}" "$(time_xargs "plain-$n" "$n")")
     best[parallel-$n]=$(min "${best[parallel-$n]:-}" "$(time_parallel "plain-$n" "$n")")
-    if [ "$audit_files" -gt 0 ]; then
-      best[audit-$n]=$(min "${best[audit-$n]:-}" "$(time_okstra "audit-$n" "$n")")
-    fi
   done
-  rm -rf "${work:?}/plain-$n"* "${work:?}/audit-$n"*
+  rm -rf "${work:?}/plain-$n"*
 done
+if [ "$audit_files" -gt 0 ]; then
+  for n in $audit_sizes; do
+    fixture "$n" "audit-$n" --audit "$audit_files"
+    for _ in $(seq "$runs"); do
+      best[audit-$n]=$(min "${best[audit-$n]:-}" "$(time_okstra "audit-$n" "$n")")
+    done
+    rm -rf "${work:?}/audit-$n"*
+  done
+fi
 
 args=()
 for n in $sizes; do
-  args+=("$n" "${best[okstra-$n]}" "${best[xargs-$n]}" "${best[parallel-$n]}" "${best[audit-$n]:-0}")
+  args+=("$n" "${best[okstra-$n]}" "${best[xargs-$n]}" "${best[parallel-$n]}")
 done
-python3 - "$audit_files" "${args[@]}" <<'PY'
+audit=()
+if [ "$audit_files" -gt 0 ]; then
+  for n in $audit_sizes; do audit+=("$n:${best[audit-$n]}"); done
+fi
+python3 - "$audit_files" "${audit[*]:-}" "${args[@]}" <<'PY'
 import sys
-audit_files = int(sys.argv[1])
-rows = [sys.argv[i:i + 5] for i in range(2, len(sys.argv), 5)]
+audit_files, audit = int(sys.argv[1]), sys.argv[2].split()
+rows = [sys.argv[i:i + 4] for i in range(3, len(sys.argv), 4)]
 res = {}
-print("| jobs | okstra exec -c2 | xargs -P2 | parallel -j2 --joblog | okstra / xargs | okstra / parallel |"
-      + (f" okstra, audit on ({audit_files} files) |" if audit_files else ""))
-print("| ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if audit_files else ""))
+print("| jobs | okstra exec -c2 | xargs -P2 | parallel -j2 --joblog | okstra / xargs | okstra / parallel |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: |")
 for n, *us in rows:
     n = int(n)
-    ok, xa, pa, au = (int(u) / 1000 / n for u in us)  # ms per job
-    res[n] = (ok, xa, pa, au)
-    line = (f"| {n:,} | {ok:.2f} ms | {xa:.2f} ms | {pa:.2f} ms | {ok / xa:.2f}x | {ok / pa:.2f}x |")
-    if audit_files:
-        line += f" {au:.2f} ms |"
-    print(line)
+    ok, xa, pa = (int(u) / 1000 / n for u in us)  # ms per job
+    res[n] = (ok, xa, pa)
+    print(f"| {n:,} | {ok:.2f} ms | {xa:.2f} ms | {pa:.2f} ms | {ok / xa:.2f}x | {ok / pa:.2f}x |")
+if audit:
+    print()
+    print(f"okstra exec -c2 with the default mutation audit ({audit_files} source files):")
+    print()
+    print("| jobs | wall | per job |")
+    print("| ---: | ---: | ---: |")
+    for item in audit:
+        n, us = (int(x) for x in item.split(":"))
+        print(f"| {n:,} | {us / 1e6:.2f} s | {us / 1000 / n:.2f} ms |")
 print()
-for n, (ok, xa, pa, au) in res.items():
+for n, (ok, xa, pa) in res.items():
     print(f"{n:,} jobs: okstra {ok:.2f} ms/job, {ok / xa:.2f}x xargs (target <= 3x: "
           f"{'met' if ok <= 3 * xa else 'MISSED'}), {ok / pa:.2f}x parallel (target < 1x: "
           f"{'met' if ok < pa else 'MISSED'})")
 ns = sorted(res)
 if len(ns) >= 2:
     a, b = ns[0], ns[-1]
-    for i, name in enumerate(("okstra", "xargs", "parallel") + (("okstra audit on",) if audit_files else ())):
+    for i, name in enumerate(("okstra", "xargs", "parallel")):
         r = res[b][i] / res[a][i]
         extra = f" (target: linear, <= 1.25: {'met' if r <= 1.25 else 'MISSED'})" if i == 0 else ""
         print(f"{name}: per-job time at {b:,} / at {a:,} = {r:.2f}{extra}")
