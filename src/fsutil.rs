@@ -27,14 +27,30 @@ fn ensure_parent(path: &Path) -> io::Result<()> {
     fs::create_dir_all(parent_dir(path))
 }
 
+/// How far [`write_atomic`] goes to make the new content survive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync the temporary before the rename and the directory after it: once
+    /// the call returned, the new content survives a power cut. For records
+    /// (team-state, plans, snapshots).
+    Fsync,
+    /// Rename only, no fsync: readers and a killed writer still see the old
+    /// content or the new, never a torn mix, but a power cut may lose the
+    /// update. For liveness files rewritten every few seconds (the worker's
+    /// status sidecar), whose readers tolerate an old or unreadable file and
+    /// whose facts are also on the event log.
+    NoFsync,
+}
+
 /// Write `bytes` as the whole content of `path`.
 ///
-/// The bytes go to a temporary file in the same directory, are fsynced, and
-/// the temporary is renamed over `path`; then the directory is fsynced so the
-/// rename itself is durable. A reader sees the old content or the new, never
-/// a torn mix. On any failure the temporary is removed and `path` is left as
-/// it was. Missing parent directories are created.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// The bytes go to a temporary file in the same directory and the temporary
+/// is renamed over `path`; with [`Durability::Fsync`] the temporary is
+/// fsynced first and the directory after, so the rename itself is durable. A
+/// reader sees the old content or the new, never a torn mix. On any failure
+/// the temporary is removed and `path` is left as it was. Missing parent
+/// directories are created.
+pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Result<()> {
     ensure_parent(path)?;
     let dir = parent_dir(path);
     let name = path
@@ -54,7 +70,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
             .mode(0o644)
             .open(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if durability == Durability::Fsync {
+            file.sync_all()?;
+        }
         drop(file);
         fs::rename(&tmp, path)
     })();
@@ -63,7 +81,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
         return Err(err);
     }
-    sync_dir(dir)
+    match durability {
+        Durability::Fsync => sync_dir(dir),
+        Durability::NoFsync => Ok(()),
+    }
 }
 
 /// fsync a directory so that a rename inside it survives a power cut.
@@ -245,9 +266,9 @@ mod tests {
     fn write_atomic_creates_parents_and_replaces() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run/a/state.json");
-        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"one", Durability::Fsync).unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"one");
-        write_atomic(&path, b"two, longer").unwrap();
+        write_atomic(&path, b"two, longer", Durability::Fsync).unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two, longer");
         // Nothing but the target is left in the directory.
         let names: Vec<_> = fs::read_dir(path.parent().unwrap())
@@ -266,7 +287,7 @@ mod tests {
         fs::create_dir(&target).unwrap();
         fs::write(target.join("keep"), b"x").unwrap();
 
-        assert!(write_atomic(&target, b"new content").is_err());
+        assert!(write_atomic(&target, b"new content", Durability::Fsync).is_err());
         let mut names: Vec<_> = fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -304,7 +325,8 @@ mod tests {
                     for _ in 0..25 {
                         let _guard = FileLock::acquire(&lock).unwrap();
                         let n: u64 = fs::read_to_string(&counter).unwrap().parse().unwrap();
-                        write_atomic(&counter, (n + 1).to_string().as_bytes()).unwrap();
+                        write_atomic(&counter, (n + 1).to_string().as_bytes(), Durability::Fsync)
+                            .unwrap();
                     }
                 })
             })

@@ -6,6 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -16,6 +17,21 @@ use std::time::{Duration, Instant};
 
 /// How often the stop loop looks at the child while it waits out the grace.
 const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// How long [`Spawned::wait_timeout`] sleeps at a time without a pidfd.
+const FALLBACK_WAIT_STEP: Duration = Duration::from_millis(2);
+
+/// A pidfd for `pid` (readable once the process ended), if the kernel has them.
+fn open_pidfd(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // or -1; nothing is borrowed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the descriptor was just created and is owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
 
 /// What to start and where its input and output go.
 pub struct SpawnSpec<'a> {
@@ -39,6 +55,9 @@ pub struct Spawned {
     own_group: bool,
     /// The exit code once reaped, so later calls answer the same.
     code: Option<i32>,
+    /// A pidfd for the child, opened on the first [`Spawned::wait_timeout`];
+    /// `None` inside when the kernel has none (before Linux 5.3).
+    pidfd: std::cell::OnceCell<Option<OwnedFd>>,
 }
 
 /// Start `spec.argv` as the leader of a new process group, so that
@@ -90,6 +109,7 @@ fn start(spec: &SpawnSpec, own_group: bool) -> io::Result<Spawned> {
         child,
         own_group,
         code: None,
+        pidfd: std::cell::OnceCell::new(),
     })
 }
 
@@ -126,6 +146,32 @@ impl Spawned {
             }
         }
         Ok(self.code)
+    }
+
+    /// Wait at most `limit` for the child to end: `Some(exit code)` once it
+    /// did. Returns as soon as the child exits (the wait is a `poll` on a
+    /// pidfd), or early when a signal arrives, so callers can look at their
+    /// stop flags in between. Without pidfd support it sleeps briefly instead.
+    pub fn wait_timeout(&mut self, limit: Duration) -> io::Result<Option<i32>> {
+        if let Some(code) = self.try_wait()? {
+            return Ok(Some(code));
+        }
+        let pid = self.pid;
+        match self.pidfd.get_or_init(|| open_pidfd(pid)) {
+            Some(fd) => {
+                let mut pfd = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = limit.as_millis().min(i32::MAX as u128) as libc::c_int;
+                // SAFETY: one valid pollfd that lives across the call. EINTR
+                // (a signal) just returns early, which is what callers want.
+                unsafe { libc::poll(&mut pfd, 1, ms) };
+            }
+            None => thread::sleep(limit.min(FALLBACK_WAIT_STEP)),
+        }
+        self.try_wait()
     }
 
     /// Block until the child ends; its exit code.

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant, SystemTime};
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
 /// Between SIGTERM and SIGKILL when the wrapper stops its child.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-/// How often the wrapper looks at its child, the clock and its signals.
+/// How often the wrapper looks at the clock and its signals while the child
+/// runs (the child's exit wakes it at once).
 const POLL: Duration = Duration::from_millis(50);
 /// Exit code for a wrapper invoked with unusable arguments, as clap's.
 const USAGE_EXIT_CODE: i32 = 2;
@@ -260,7 +261,10 @@ impl StatusFile {
         self.status.heartbeat_at = now_rfc3339();
         let mut bytes = serde_json::to_vec_pretty(&self.status).unwrap_or_default();
         bytes.push(b'\n');
-        if let Err(err) = crate::fsutil::write_atomic(&self.path, &bytes) {
+        // Liveness, rewritten every heartbeat: atomic, not fsynced (see
+        // `Durability::NoFsync`).
+        let durability = crate::fsutil::Durability::NoFsync;
+        if let Err(err) = crate::fsutil::write_atomic(&self.path, &bytes, durability) {
             // The run goes on without liveness; say so once.
             if !self.warned {
                 eprintln!("okstra worker: cannot write {}: {err}", self.path.display());
@@ -579,7 +583,11 @@ fn supervise(
                 Err(err) => Outcome::Failed(err),
             };
         }
-        thread::sleep(POLL);
+        // Wakes at once when the child exits (or a signal arrives); a short
+        // job is not held up for a whole poll interval.
+        if let Err(err) = child.wait_timeout(POLL) {
+            return Outcome::Failed(err);
+        }
     }
 }
 

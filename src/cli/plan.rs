@@ -46,7 +46,12 @@ pub fn plan_text(plan: &Plan) -> String {
 }
 
 pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {
-    crate::fsutil::write_atomic(out, plan_text(plan).as_bytes()).map_err(|e| {
+    crate::fsutil::write_atomic(
+        out,
+        plan_text(plan).as_bytes(),
+        crate::fsutil::Durability::Fsync,
+    )
+    .map_err(|e| {
         Diagnostic::new(
             Code::InputUnreadable,
             format!("cannot write the plan to {}: {e}", out.display()),

@@ -492,7 +492,9 @@ impl<'a> Runner<'a> {
                     if let Some(dir) = path.parent() {
                         let _ = std::fs::create_dir_all(dir);
                     }
-                    if let Err(e) = crate::fsutil::write_atomic(&path, &text) {
+                    if let Err(e) =
+                        crate::fsutil::write_atomic(&path, &text, crate::fsutil::Durability::Fsync)
+                    {
                         self.rec.problems.push(format!(
                             "cannot store the audit snapshot {}: {e}",
                             path.display()

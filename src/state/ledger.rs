@@ -79,12 +79,21 @@ impl Pending {
     }
 }
 
+/// [`Ledger::maybe_flush`] waits at least this many times the last flush's
+/// duration between flushes (after the end of one, before the next).
+const FLUSH_SPACING: u32 = 9;
+
 /// Buffered, merge-on-flush writer of one team-state file.
 #[derive(Debug)]
 pub struct Ledger {
     store: TeamStateStore,
     flush_interval: Duration,
     last_flush: Instant,
+    /// How long the last flush took. The file grows with the run, so a
+    /// fixed interval would make a long run spend ever more of its time
+    /// rewriting it (quadratic in the number of jobs); [`Self::maybe_flush`]
+    /// spaces flushes out to keep that share bounded instead.
+    last_flush_cost: Duration,
     pending: Pending,
     /// Outcomes this ledger has settled, to refuse a contradiction at once
     /// rather than at the next flush.
@@ -93,12 +102,13 @@ pub struct Ledger {
 
 impl Ledger {
     /// A ledger over `store` whose [`Self::maybe_flush`] writes at most once
-    /// per `flush_interval`.
+    /// per `flush_interval`, and less often when flushes get slow.
     pub fn new(store: TeamStateStore, flush_interval: Duration) -> Self {
         Ledger {
             store,
             flush_interval,
             last_flush: Instant::now(),
+            last_flush_cost: Duration::ZERO,
             pending: Pending::default(),
             settled: HashMap::new(),
         }
@@ -191,6 +201,7 @@ impl Ledger {
     /// pending. An attempt drift against the file is reported after the rest
     /// was written; the file keeps its recorded outcome.
     pub fn flush(&mut self) -> Result<(), StateError> {
+        let started = Instant::now();
         let _lock = self.store.lock()?;
         let mut doc = self.store.read()?;
         let pending = &self.pending;
@@ -204,13 +215,20 @@ impl Ledger {
         self.store.write_locked(&doc)?;
         self.pending = Pending::default();
         self.last_flush = Instant::now();
+        self.last_flush_cost = self.last_flush - started;
         drift
     }
 
     /// Flush if something is pending and the interval since the last flush
-    /// has passed. Returns whether it flushed.
+    /// has passed: `flush_interval`, or [`FLUSH_SPACING`] times what the last
+    /// flush took when that is longer, so that at most about a tenth of the
+    /// time goes to rewriting the file however large it grew. Returns whether
+    /// it flushed.
     pub fn maybe_flush(&mut self) -> Result<bool, StateError> {
-        if !self.is_dirty() || self.last_flush.elapsed() < self.flush_interval {
+        let interval = self
+            .flush_interval
+            .max(self.last_flush_cost.saturating_mul(FLUSH_SPACING));
+        if !self.is_dirty() || self.last_flush.elapsed() < interval {
             return Ok(false);
         }
         self.flush().map(|()| true)

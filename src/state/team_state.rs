@@ -114,7 +114,8 @@ impl TeamStateStore {
             source,
         })?;
         bytes.push(b'\n');
-        fsutil::write_atomic(&self.path, &bytes).map_err(|e| StateError::io(&self.path, e))
+        fsutil::write_atomic(&self.path, &bytes, fsutil::Durability::Fsync)
+            .map_err(|e| StateError::io(&self.path, e))
     }
 
     /// Lock, read, apply `f`, write the result back whole, unlock.

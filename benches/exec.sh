@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Executor benchmark (issue "okstra exec"): run the same N trivial jobs
+# through `okstra exec --concurrency 2`, `xargs -P2` and GNU parallel
+# (`-j2 --joblog`), side by side in one run, and report the per-job overhead.
+#
+# usage: benches/exec.sh [runs]      (default 3 runs of each; the best counts)
+#   OKSTRA_BENCH_SIZES="1000 5000"   job counts (default)
+#   OKSTRA_BENCH_AUDIT_FILES=200     source files in the audit variant's tree
+#                                    (0 skips the variant)
+#   OKSTRA_BENCH_AUDIT_SIZES="100 200 400"  job counts of the audit variant:
+#                                    okstra exec alone, the default
+#                                    `mutationAudit = "batch"`; its settle
+#                                    grows faster than linearly with the batch
+#                                    (see benches/README.md), so it runs on
+#                                    smaller batches
+#
+# Every job is `sh -c ': > "$1"'` on its own result file: okstra runs it as
+# the job's command (under `okstra worker`, so two execs per job), xargs and
+# parallel run the identical command line once each. Every okstra run starts
+# from a pristine copy of the planned project (a completed plan is not run
+# again on resume, so state must not carry over), at the same path so the
+# plan's absolute project root holds. Rounds alternate the tools so drift on a
+# shared machine hits all three alike.
+#
+# Needs GNU parallel; when it is missing the script installs it with
+# `apt-get update && apt-get install -y parallel` (root, Debian/Ubuntu).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-3}
+sizes=${OKSTRA_BENCH_SIZES:-1000 5000}
+audit_files=${OKSTRA_BENCH_AUDIT_FILES:-200}
+audit_sizes=${OKSTRA_BENCH_AUDIT_SIZES:-100 200 400}
+
+if ! parallel --version 2>/dev/null | grep -q 'GNU parallel'; then
+  echo "GNU parallel is not installed: installing it (apt-get update && apt-get install -y parallel)" >&2
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq parallel >&2
+  parallel --version | grep -q 'GNU parallel' || { echo "still no GNU parallel; giving up" >&2; exit 1; }
+fi
+
+cargo build --release --quiet
+bin=$PWD/target/release/okstra
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+now_ns() { date +%s%N; }
+
+# fixture N NAME [--audit FILES]: generate, plan, and keep a pristine copy.
+fixture() {
+  local n=$1 name=$2; shift 2
+  python3 benches/gen_exec_fixture.py "$n" "$work/$name" "$@"
+  (cd "$work/$name" && "$bin" plan spec.toml --manifest run/run-manifest.json --out plan.json >/dev/null)
+  cp -a "$work/$name" "$work/$name.pristine"
+}
+
+fresh() { # NAME: the project as planned, nothing run yet
+  rm -rf "${work:?}/$1"
+  cp -a "$work/$1.pristine" "$work/$1"
+}
+
+check_results() { # NAME N TOOL
+  local got
+  got=$(find "$work/$1/results" -name 'w*.md' | wc -l)
+  if [ "$got" -ne "$2" ]; then
+    echo "$3 left $got of $2 results in $1; the run is not valid" >&2
+    exit 1
+  fi
+}
+
+time_okstra() { # NAME N -> us
+  fresh "$1"
+  local t0 t1
+  t0=$(now_ns)
+  (cd "$work/$1" && "$bin" exec --concurrency 2 plan.json >/dev/null 2>"$work/$1.exec.log") || {
+    echo "okstra exec failed on $1:" >&2; tail -5 "$work/$1.exec.log" >&2; exit 1; }
+  t1=$(now_ns)
+  check_results "$1" "$2" okstra
+  echo $(( (t1 - t0) / 1000 ))
+}
+
+time_xargs() { # NAME N -> us
+  fresh "$1"
+  local t0 t1
+  t0=$(now_ns)
+  (cd "$work/$1" && xargs -P2 -n1 sh -c ': > "$1"' sh <jobs.txt)
+  t1=$(now_ns)
+  check_results "$1" "$2" xargs
+  echo $(( (t1 - t0) / 1000 ))
+}
+
+time_parallel() { # NAME N -> us
+  fresh "$1"
+  local t0 t1
+  t0=$(now_ns)
+  (cd "$work/$1" && parallel --will-cite -j2 --joblog "$work/$1.joblog" -q sh -c ': > "$1"' sh :::: jobs.txt)
+  t1=$(now_ns)
+  check_results "$1" "$2" parallel
+  [ "$(($(wc -l <"$work/$1.joblog") - 1))" -eq "$2" ] || { echo "parallel's joblog is short" >&2; exit 1; }
+  echo $(( (t1 - t0) / 1000 ))
+}
+
+min() { if [ -z "$1" ] || [ "$2" -lt "$1" ]; then echo "$2"; else echo "$1"; fi; }
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
+echo "okstra $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(xargs --version | head -1), $(parallel --will-cite --version | head -1)"
+echo "best of $runs runs each; per job = wall time / N"
+echo
+
+declare -A best
+for n in $sizes; do
+  fixture "$n" "plain-$n"
+  for _ in $(seq "$runs"); do
+    best[okstra-$n]=$(min "${best[okstra-$n]:-}" "$(time_okstra "plain-$n" "$n")")
+    best[xargs-$n]=$(min "${best[xargs-$n]:-}" "$(time_xargs "plain-$n" "$n")")
+    best[parallel-$n]=$(min "${best[parallel-$n]:-}" "$(time_parallel "plain-$n" "$n")")
+  done
+  rm -rf "${work:?}/plain-$n"*
+done
+if [ "$audit_files" -gt 0 ]; then
+  for n in $audit_sizes; do
+    fixture "$n" "audit-$n" --audit "$audit_files"
+    for _ in $(seq "$runs"); do
+      best[audit-$n]=$(min "${best[audit-$n]:-}" "$(time_okstra "audit-$n" "$n")")
+    done
+    rm -rf "${work:?}/audit-$n"*
+  done
+fi
+
+args=()
+for n in $sizes; do
+  args+=("$n" "${best[okstra-$n]}" "${best[xargs-$n]}" "${best[parallel-$n]}")
+done
+audit=()
+if [ "$audit_files" -gt 0 ]; then
+  for n in $audit_sizes; do audit+=("$n:${best[audit-$n]}"); done
+fi
+python3 - "$audit_files" "${audit[*]:-}" "${args[@]}" <<'PY'
+import sys
+audit_files, audit = int(sys.argv[1]), sys.argv[2].split()
+rows = [sys.argv[i:i + 4] for i in range(3, len(sys.argv), 4)]
+res = {}
+print("| jobs | okstra exec -c2 | xargs -P2 | parallel -j2 --joblog | okstra / xargs | okstra / parallel |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+for n, *us in rows:
+    n = int(n)
+    ok, xa, pa = (int(u) / 1000 / n for u in us)  # ms per job
+    res[n] = (ok, xa, pa)
+    print(f"| {n:,} | {ok:.2f} ms | {xa:.2f} ms | {pa:.2f} ms | {ok / xa:.2f}x | {ok / pa:.2f}x |")
+if audit:
+    print()
+    print(f"okstra exec -c2 with the default mutation audit ({audit_files} source files):")
+    print()
+    print("| jobs | wall | per job |")
+    print("| ---: | ---: | ---: |")
+    for item in audit:
+        n, us = (int(x) for x in item.split(":"))
+        print(f"| {n:,} | {us / 1e6:.2f} s | {us / 1000 / n:.2f} ms |")
+print()
+for n, (ok, xa, pa) in res.items():
+    print(f"{n:,} jobs: okstra {ok:.2f} ms/job, {ok / xa:.2f}x xargs (target <= 3x: "
+          f"{'met' if ok <= 3 * xa else 'MISSED'}), {ok / pa:.2f}x parallel (target < 1x: "
+          f"{'met' if ok < pa else 'MISSED'})")
+ns = sorted(res)
+if len(ns) >= 2:
+    a, b = ns[0], ns[-1]
+    for i, name in enumerate(("okstra", "xargs", "parallel")):
+        r = res[b][i] / res[a][i]
+        extra = f" (target: linear, <= 1.25: {'met' if r <= 1.25 else 'MISSED'})" if i == 0 else ""
+        print(f"{name}: per-job time at {b:,} / at {a:,} = {r:.2f}{extra}")
+PY
