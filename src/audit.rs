@@ -834,6 +834,7 @@ impl AuditResult {
 /// not include `own`). `out_of_plan_edits` are the edits declared by the
 /// batch's implementers (read with [`out_of_plan_edits`]); they count only
 /// when an implementer is in the batch, and never for a path that escapes.
+/// For a whole batch, [`attribute`] once and [`judge_in`] per job instead.
 pub fn judge(
     changes: &Changes,
     own: &WritePolicy,
@@ -842,75 +843,203 @@ pub fn judge(
     attempt_succeeded: bool,
     result_present: bool,
 ) -> AuditResult {
+    let mut policies: Vec<WritePolicy> = vec![own.clone()];
+    policies.extend(batch.iter().filter(|p| *p != own).cloned());
+    // Declarations count for the batch's implementers; attribute them to the
+    // first implementer so the own job gets them when it is one.
+    let declarer = policies.iter().position(|p| p.role == "implementer");
+    let declared: Vec<(usize, Vec<String>)> = declarer
+        .map(|i| vec![(i, out_of_plan_edits.to_vec())])
+        .unwrap_or_default();
+    let view = attribute(changes, &policies, &declared);
+    judge_in(&view, 0, attempt_succeeded, result_present)
+}
+
+/// The changes of one settle round, each attributed once to the policies of
+/// the batch that may have made it. Built in one pass over the changes
+/// (literal allow-list entries are looked up, only glob policies are tried
+/// one by one), so judging every job of a large batch stays linear.
+pub struct Attributed<'a> {
+    changes: &'a Changes,
+    batch: &'a [WritePolicy],
+    /// For each change, the indices of the policies covering it.
+    owners: Vec<Vec<usize>>,
+    /// For each policy, the changes it covers.
+    by_policy: Vec<Vec<usize>>,
+    /// For each change no policy covers, the implementers that declared it
+    /// an out-of-plan edit (empty: unattributed).
+    declared_by: HashMap<usize, Vec<usize>>,
+    /// Per policy, the out-of-plan changes it declared.
+    declared_of: Vec<Vec<usize>>,
+    unattributed: Vec<usize>,
+    covered: usize,
+}
+
+/// Attribute `changes` to `batch`. `declared` lists, per implementer policy
+/// index, the out-of-plan edits its result declares.
+pub fn attribute<'a>(
+    changes: &'a Changes,
+    batch: &'a [WritePolicy],
+    declared: &[(usize, Vec<String>)],
+) -> Attributed<'a> {
     // A policy that does not compile allows nothing: its changes show up.
-    let compile = |p: &'_ WritePolicy| Matcher::new(p).ok().map(|m| (m, p.allow.clone()));
-    let own_m = compile(own);
-    let others: Vec<(Matcher, Vec<String>)> = batch
-        .iter()
-        .filter(|p| *p != own)
-        .filter_map(compile)
-        .collect();
-    let implementer_present =
-        own.role == "implementer" || batch.iter().any(|p| p.role == "implementer");
-    let declared: HashSet<String> = if implementer_present {
-        out_of_plan_edits
-            .iter()
-            .filter_map(|p| policy::normalise(p))
-            .filter(|p| !p.is_empty())
-            .collect()
-    } else {
-        HashSet::new()
+    let matchers: Vec<Option<Matcher>> = batch.iter().map(|p| Matcher::new(p).ok()).collect();
+    let mut literal: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut ancestors: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut globbed: Vec<usize> = Vec::new();
+    for (i, p) in batch.iter().enumerate() {
+        let mut has_glob = false;
+        for entry in &p.allow {
+            if policy::is_glob(entry) {
+                has_glob = true;
+            } else if let Some(n) = policy::normalise(entry) {
+                literal.entry(n).or_default().push(i);
+            }
+            // `out/result.md` (or `out/**`) may create `out/`.
+            let mut dir = entry.as_str();
+            while let Some(cut) = dir.rfind('/') {
+                dir = &dir[..cut];
+                let list = ancestors.entry(dir.to_string()).or_default();
+                if list.last() != Some(&i) {
+                    list.push(i);
+                }
+            }
+        }
+        if has_glob {
+            globbed.push(i);
+        }
+    }
+    let implementer_present = batch.iter().any(|p| p.role == "implementer");
+    let mut declarations: HashMap<String, Vec<usize>> = HashMap::new();
+    if implementer_present {
+        for (i, paths) in declared {
+            for p in paths
+                .iter()
+                .filter_map(|p| policy::normalise(p))
+                .filter(|p| !p.is_empty())
+            {
+                declarations.entry(p).or_default().push(*i);
+            }
+        }
+    }
+    let mut view = Attributed {
+        changes,
+        batch,
+        owners: Vec::with_capacity(changes.changed.len()),
+        by_policy: vec![Vec::new(); batch.len()],
+        declared_by: HashMap::new(),
+        declared_of: vec![Vec::new(); batch.len()],
+        unattributed: Vec::new(),
+        covered: 0,
     };
+    for (ci, c) in changes.changed.iter().enumerate() {
+        let p = c.path.as_str();
+        let key = policy::normalise(p).unwrap_or_default();
+        let mut candidates: Vec<usize> = literal.get(&key).cloned().unwrap_or_default();
+        candidates.extend(globbed.iter().copied());
+        if c.is_dir {
+            candidates.extend(ancestors.get(p).into_iter().flatten().copied());
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        // A symlink is allowed where both it and what it points at are; a
+        // directory where something below it may be written.
+        let probe = format!("{p}/_");
+        let owners: Vec<usize> = candidates
+            .into_iter()
+            .filter(|&i| {
+                let Some(m) = &matchers[i] else { return false };
+                let here = m.allows(p)
+                    || (c.is_dir
+                        && (m.allows(&probe) || ancestors.get(p).is_some_and(|l| l.contains(&i))));
+                here && c.resolved.as_deref().is_none_or(|t| m.allows(t))
+            })
+            .collect();
+        if owners.is_empty() {
+            match declarations.get(&key).filter(|_| c.resolved.is_none()) {
+                Some(by) => {
+                    for &i in by {
+                        view.declared_of[i].push(ci);
+                    }
+                    view.declared_by.insert(ci, by.clone());
+                }
+                None => view.unattributed.push(ci),
+            }
+        } else {
+            view.covered += 1;
+            for &i in &owners {
+                view.by_policy[i].push(ci);
+            }
+        }
+        view.owners.push(owners);
+    }
+    view
+}
+
+/// Judge the attempt of the job whose policy is `batch[own]`, in time
+/// proportional to its own changes and the batch's unattributed ones. Its
+/// summary lists those changes, not the whole batch's.
+pub fn judge_in(
+    view: &Attributed,
+    own: usize,
+    attempt_succeeded: bool,
+    result_present: bool,
+) -> AuditResult {
+    let policy = &view.batch[own];
     // The wrapper writes the log and status sidecar of every attempt, failed
     // or not: they are no sign the worker did anything.
-    let bookkeeping: HashSet<&str> = own
+    let bookkeeping: HashSet<&str> = policy
         .allow
         .iter()
         .filter(|p| p.ends_with(".log") || p.ends_with(".status.json"))
         .map(String::as_str)
         .collect();
-
+    let changed = &view.changes.changed;
     let mut parts: BTreeSet<&str> = BTreeSet::new();
     let mut own_mutations = Vec::new();
-    let mut violations = Vec::new();
-    let mut out_of_plan = Vec::new();
-    for c in &changes.changed {
-        let p = c.path.as_str();
-        // A symlink is allowed where both it and what it points at are; a
-        // directory where something below it may be written (`d/**` allows
-        // making `d`).
-        // A directory is also allowed where an allowed file lies below it:
-        // writing `out/result.md` may create `out/`.
-        let probe = format!("{p}/_");
-        let below = format!("{p}/");
-        let covers = |(m, allow): &(Matcher, Vec<String>)| {
-            (m.allows(p)
-                || (c.is_dir && (m.allows(&probe) || allow.iter().any(|a| a.starts_with(&below)))))
-                && c.resolved.as_deref().is_none_or(|t| m.allows(t))
-        };
+    let mut mine: Vec<usize> = Vec::new();
+    for &ci in &view.by_policy[own] {
+        let c = &changed[ci];
+        parts.insert("own");
+        mine.push(ci);
         // A directory that appeared holds no content of its own: making the
         // ancestors of an allowed path (`mkdir -p out`) is no sign a failed
         // attempt left work behind. Files below it are reported in their own
         // right, and a directory outside every policy is still a violation.
         let bare_dir = c.is_dir && c.kind == ChangeKind::Added;
-        if own_m.as_ref().is_some_and(covers) {
-            parts.insert("own");
-            if !bookkeeping.contains(p) && !bare_dir {
-                own_mutations.push(c.path.clone());
-            }
-        } else if others.iter().any(covers) {
-            parts.insert("batch");
-        } else if declared.contains(p) && c.resolved.is_none() {
-            parts.insert("out-of-plan");
-            out_of_plan.push(c.path.clone());
-            if own.role == "implementer" {
-                own_mutations.push(c.path.clone());
-            }
-        } else {
-            parts.insert("unattributed");
-            violations.push(c.path.clone());
+        if !bookkeeping.contains(c.path.as_str()) && !bare_dir {
+            own_mutations.push(c.path.clone());
         }
     }
+    if view.covered > view.by_policy[own].len()
+        || view.by_policy[own]
+            .iter()
+            .any(|&ci| view.owners[ci].len() > 1)
+    {
+        parts.insert("batch");
+    }
+    let mut out_of_plan = Vec::new();
+    if !view.declared_by.is_empty() {
+        parts.insert("out-of-plan");
+    }
+    for &ci in &view.declared_of[own] {
+        out_of_plan.push(changed[ci].path.clone());
+        mine.push(ci);
+        if policy.role == "implementer" {
+            own_mutations.push(changed[ci].path.clone());
+        }
+    }
+    let mut violations: Vec<String> = view
+        .unattributed
+        .iter()
+        .map(|&ci| changed[ci].path.clone())
+        .collect();
+    if !violations.is_empty() {
+        parts.insert("unattributed");
+        mine.extend(view.unattributed.iter().copied());
+    }
+    mine.sort_unstable();
+    mine.dedup();
     let failed = !attempt_succeeded || !result_present;
     let status = if !violations.is_empty() {
         STATUS_UNATTRIBUTED
@@ -929,13 +1058,13 @@ pub fn judge(
     };
     AuditResult {
         status: status.to_string(),
-        changed_paths: changes.changed.iter().map(|c| c.path.clone()).collect(),
+        changed_paths: mine.iter().map(|&ci| changed[ci].path.clone()).collect(),
         attribution,
         retry_allowed: status == STATUS_FAILED_NO_MUTATION,
         violations,
         out_of_plan_edits: out_of_plan,
-        before_digest: changes.before_digest.clone(),
-        after_digest: changes.after_digest.clone(),
+        before_digest: view.changes.before_digest.clone(),
+        after_digest: view.changes.after_digest.clone(),
     }
 }
 
@@ -1381,6 +1510,41 @@ mod tests {
     }
 
     #[test]
+    fn one_attribution_serves_every_job_of_the_batch() {
+        let policies: Vec<WritePolicy> = (0..50)
+            .map(|i| {
+                pol(
+                    "analyst",
+                    &[&format!("r/w{i}.json"), &format!("p/w{i}.md.log")],
+                )
+            })
+            .chain([pol("implementer", &["src/**"])])
+            .collect();
+        let mut paths: Vec<String> = (0..50).map(|i| format!("r/w{i}.json")).collect();
+        paths.extend([
+            "src/a.rs".to_string(),
+            "notes.txt".to_string(),
+            "docs/x.md".to_string(),
+        ]);
+        let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+        let c = changes_of(&refs);
+        let declared = vec![(50, vec!["docs/x.md".to_string()])];
+        let view = attribute(&c, &policies, &declared);
+        let r = judge_in(&view, 7, true, true);
+        assert_eq!(r.status, "contract-failed-unattributed");
+        assert_eq!(r.violations, ["notes.txt"]);
+        assert_eq!(r.changed_paths, ["r/w7.json", "notes.txt"]);
+        let imp = judge_in(&view, 50, true, true);
+        assert_eq!(imp.out_of_plan_edits, ["docs/x.md"]);
+        assert!(imp.changed_paths.contains(&"src/a.rs".to_string()));
+        assert!(
+            imp.attribution.contains("out-of-plan"),
+            "{}",
+            imp.attribution
+        );
+    }
+
+    #[test]
     fn outcome_ok_with_batch_attribution() {
         let other = pol("analyst", &["r/w2.json"]);
         let c = changes_of(&["r/w1.json", "r/w2.json"]);
@@ -1390,7 +1554,9 @@ mod tests {
         assert!(!r.retry_allowed);
         let s = r.change_summary();
         assert_eq!(s["mutationStatus"], "ok");
-        assert_eq!(s["changedPaths"], json!(["r/w1.json", "r/w2.json"]));
+        // A job's summary lists its own changes (and any unattributed ones),
+        // not the whole batch's: a batch of N jobs logs N summaries.
+        assert_eq!(s["changedPaths"], json!(["r/w1.json"]));
         assert_eq!(s["beforeDigest"], "sha256:b");
         assert_eq!(s["afterDigest"], "sha256:a");
         for k in ["attribution", "retryAllowed", "violations"] {

@@ -111,6 +111,14 @@ struct Ended {
     started: Instant,
 }
 
+/// Each job's binding verdict as of a manifest modification time and
+/// length (`None` verdicts: the manifest could not be read).
+type BindingVerdicts = (
+    Option<std::time::SystemTime>,
+    u64,
+    Option<Vec<Option<String>>>,
+);
+
 struct Runner<'a> {
     root: PathBuf,
     plan: &'a Plan,
@@ -122,7 +130,8 @@ struct Runner<'a> {
     progress: Progress,
     /// The manifest as last read for the binding gate, keyed by its
     /// modification time and length, so it is parsed again only if it moved.
-    manifest_cache: Option<(Option<std::time::SystemTime>, u64, Option<Value>)>,
+    /// Each job's binding verdict (None: the manifest is unreadable).
+    manifest_cache: Option<BindingVerdicts>,
     refused: Vec<Diagnostic>,
     /// The multiplexer `pane` jobs run in, detected once per exec; `None`
     /// degrades them to `cli-wrapper`.
@@ -238,9 +247,13 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// The manifest as it is now (None: unreadable), re-parsed only when
-    /// its modification time or length changed since the last look.
-    fn current_manifest(&mut self) -> Option<&Value> {
+    /// SPEC §5.1 again, at the moment a v2 job starts: its role execution,
+    /// participant, label and model binding must still be the manifest's.
+    /// Returns why not. The manifest is re-read, and every job's verdict
+    /// recomputed in one pass, only when its modification time or length
+    /// changed, so a run of thousands of jobs does not re-index it per job.
+    fn binding_gate(&mut self, i: usize) -> Option<String> {
+        self.jobs[i].1.identity.v2()?;
         let path = self.abs(&self.plan.run.manifest_path);
         let meta = std::fs::metadata(&path).ok();
         let stamp = (
@@ -252,28 +265,28 @@ impl<'a> Runner<'a> {
             .as_ref()
             .is_some_and(|(t, l, _)| (*t, *l) == stamp && t.is_some());
         if !fresh {
-            let doc = std::fs::read(&path)
+            let verdicts = std::fs::read(&path)
                 .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-            self.manifest_cache = Some((stamp.0, stamp.1, doc));
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .map(|doc| {
+                    let manifest = crate::model::Manifest::new(&doc);
+                    self.jobs
+                        .iter()
+                        .map(|(_, job)| preflight::binding_change(&manifest, job))
+                        .collect()
+                });
+            self.manifest_cache = Some((stamp.0, stamp.1, verdicts));
         }
-        self.manifest_cache
+        match self
+            .manifest_cache
             .as_ref()
-            .and_then(|(_, _, d)| d.as_ref())
-    }
-
-    /// SPEC §5.1 again, at the moment a v2 job starts: its role execution,
-    /// participant, label and model binding must still be the manifest's.
-    /// Returns why not.
-    fn binding_gate(&mut self, i: usize) -> Option<String> {
-        let job = self.jobs[i].1;
-        job.identity.v2()?;
-        let manifest_path = self.plan.run.manifest_path.clone();
-        match self.current_manifest() {
+            .and_then(|(_, _, v)| v.as_ref())
+        {
             None => Some(format!(
-                "the manifest {manifest_path} can no longer be read"
+                "the manifest {} can no longer be read",
+                self.plan.run.manifest_path
             )),
-            Some(doc) => preflight::binding_change(&crate::model::Manifest::new(doc), job),
+            Some(verdicts) => verdicts[i].clone(),
         }
     }
 
@@ -842,9 +855,25 @@ impl<'a> Runner<'a> {
             .iter()
             .map(|&i| self.jobs[i].1.write_policy.clone())
             .collect();
+        // Every implementer's declared out-of-plan edits count for the
+        // whole batch; the changes are attributed once per round.
+        let declared: Vec<(usize, Vec<String>)> = indices
+            .iter()
+            .enumerate()
+            .filter(|(_, &i)| self.jobs[i].1.role == "implementer")
+            .map(|(k, &i)| {
+                let result = self.abs(&self.jobs[i].1.worker_result_path);
+                (k, audit::out_of_plan_edits(&result))
+            })
+            .collect();
+        let view = changes
+            .as_ref()
+            .map(|c| audit::attribute(c, &batch, &declared));
         let mut retries = Vec::new();
         for e in ended {
-            if let Some(next) = self.settle_one(e, changes.as_ref(), &batch) {
+            let own = indices.iter().position(|&i| i == e.job_index);
+            let audit = view.as_ref().zip(own);
+            if let Some(next) = self.settle_one(e, audit) {
                 retries.push(next);
             }
         }
@@ -855,8 +884,7 @@ impl<'a> Runner<'a> {
     fn settle_one(
         &mut self,
         e: Ended,
-        changes: Option<&audit::Changes>,
-        batch: &[crate::plan::WritePolicy],
+        audit: Option<(&audit::Attributed, usize)>,
     ) -> Option<(usize, u64)> {
         let (_, job) = self.jobs[e.job_index];
         let attempt = e.attempt;
@@ -931,24 +959,13 @@ impl<'a> Runner<'a> {
             s.reason = "the job's write policy no longer matches its recorded digest".into();
         }
         let mut retry_allowed = s.retryable;
-        if let Some(changes) = changes.filter(|_| job.write_enforcement.mutation_audit == "batch") {
+        if let Some((view, own)) = audit.filter(|_| job.write_enforcement.mutation_audit == "batch")
+        {
             // Judged after §5.3: a non-zero exit rescued by the audit-sidecar
             // contract is a success whose writes are its own, not leftovers.
             let succeeded = s.status == Status::Completed;
             let result_present = s.missing.is_empty();
-            let out_of_plan = if job.role == "implementer" {
-                audit::out_of_plan_edits(&worker_result)
-            } else {
-                Vec::new()
-            };
-            let verdict = audit::judge(
-                changes,
-                &job.write_policy,
-                batch,
-                &out_of_plan,
-                succeeded,
-                result_present,
-            );
+            let verdict = audit::judge_in(view, own, succeeded, result_present);
             let summary = verdict.change_summary();
             facts.insert("mutationAudit".into(), summary);
             if matches!(
