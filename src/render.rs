@@ -24,6 +24,39 @@ pub fn shell_line(argv: &[String]) -> String {
         .join(" ")
 }
 
+/// A plain text table: a header row and rows, columns padded to their widest
+/// cell (in characters), the last column left ragged. Numbers are not
+/// special: callers format them.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let cols = header.len();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(cols) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.enumerate() {
+            if i + 1 < cols {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                text.push_str(cell);
+                text.push_str(&" ".repeat(pad + 2));
+            } else {
+                text.push_str(cell);
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut header.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
 fn short(digest: &str) -> &str {
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
     &hex[..hex.len().min(12)]
@@ -188,6 +221,21 @@ fn job_block(out: &mut String, job: &Job) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tables_pad_every_column_but_the_last() {
+        let t = table(
+            &["job", "status", "reason"],
+            &[
+                vec!["a".into(), "completed".into(), "".into()],
+                vec!["longer".into(), "error".into(), "it broke".into()],
+            ],
+        );
+        assert_eq!(
+            t,
+            "job     status     reason\na       completed\nlonger  error      it broke\n"
+        );
+    }
 
     #[test]
     fn shell_quoting() {

@@ -127,38 +127,24 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
 }
 
 fn summary_table(o: &Outcomes) -> String {
-    let mut out = String::new();
-    let w_stage = o
+    let rows: Vec<Vec<String>> = o
         .reports
         .iter()
-        .map(|r| r.stage.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    let w_key = o
-        .reports
-        .iter()
-        .map(|r| r.label.len())
-        .max()
-        .unwrap_or(3)
-        .max(3);
-    let _ = writeln!(
-        out,
-        "{:<w_stage$}  {:<w_key$}  {:<9}  {:>8}  {:>8}  reason",
-        "stage", "job", "status", "attempts", "time"
+        .map(|r| {
+            vec![
+                r.stage.clone(),
+                r.label.clone(),
+                r.status.clone(),
+                r.attempts.to_string(),
+                format!("{:.1}s", r.duration.as_secs_f64()),
+                r.reason.clone(),
+            ]
+        })
+        .collect();
+    let mut out = render::table(
+        &["stage", "job", "status", "attempts", "time", "reason"],
+        &rows,
     );
-    for r in &o.reports {
-        let _ = writeln!(
-            out,
-            "{:<w_stage$}  {:<w_key$}  {:<9}  {:>8}  {:>7.1}s  {}",
-            r.stage,
-            r.label,
-            r.status,
-            r.attempts,
-            r.duration.as_secs_f64(),
-            r.reason
-        );
-    }
     let done = o.reports.iter().filter(|r| r.status == "completed").count();
     let _ = writeln!(
         out,
@@ -210,25 +196,40 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
             serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": rows("workers"), "dispatches": rows("workerDispatches")})).unwrap_or_default()
         ),
         Format::Text => {
-            let s = |v: &Value, k: &str| v.get(k).map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string())).unwrap_or_default();
-            println!("team-state {team}");
-            println!("\nworkers");
-            for w in rows("workers") {
-                println!("  {:<16} {:<12} {:<10} {}", s(&w, "workerId"), s(&w, "status"), s(&w, "provider"), s(&w, "reason"));
-            }
-            println!("\ndispatches");
-            for d in rows("workerDispatches") {
-                let who = if d.get("executionLabel").is_some() { s(&d, "executionLabel") } else { s(&d, "workerId") };
-                let id = s(&d, "dispatchId");
-                println!(
-                    "  {:<16} attempt {:<2} {:<10} {}{}",
-                    who,
-                    s(&d, "attempt"),
-                    s(&d, "status"),
-                    if id.is_empty() { String::new() } else { format!("{id} ") },
-                    s(&d, "reason")
-                );
-            }
+            let s = |v: &Value, k: &str| {
+                v.get(k)
+                    .map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
+                    .unwrap_or_default()
+            };
+            let workers: Vec<Vec<String>> = rows("workers")
+                .iter()
+                .map(|w| {
+                    ["workerId", "status", "provider", "endedAt", "reason"]
+                        .iter()
+                        .map(|k| s(w, k))
+                        .collect()
+                })
+                .collect();
+            let dispatches: Vec<Vec<String>> = rows("workerDispatches")
+                .iter()
+                .map(|d| {
+                    let who = if d.get("executionLabel").is_some() {
+                        s(d, "executionLabel")
+                    } else {
+                        s(d, "workerId")
+                    };
+                    vec![who, s(d, "attempt"), s(d, "status"), s(d, "dispatchId"), s(d, "reason")]
+                })
+                .collect();
+            let done = workers.iter().filter(|w| w[1] == "completed").count();
+            let text = format!(
+                "team-state {team}: {done} of {} worker{} completed\n\n{}\n{}",
+                workers.len(),
+                if workers.len() == 1 { "" } else { "s" },
+                render::table(&["worker", "status", "provider", "ended", "reason"], &workers),
+                render::table(&["dispatch", "attempt", "status", "id", "reason"], &dispatches),
+            );
+            print!("{text}");
         }
     }
     ExitStatus::Success
