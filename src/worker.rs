@@ -21,9 +21,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// How often the status sidecar's `heartbeatAt` is refreshed.
@@ -373,7 +371,13 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         }
     };
     status.status.pid = Some(child.pid());
-    status.write();
+    // A pane's watcher reads the wrapper's pid from the sidecar at once; in
+    // cli-wrapper mode exec holds the pid itself (and records it), so the
+    // first write waits for the first heartbeat: most short jobs write the
+    // sidecar once, at their exit.
+    if args.presentation == Presentation::Live {
+        status.write();
+    }
     if args.presentation == Presentation::Live {
         eprintln!(
             "okstra worker: {} attempt {}: started {} (pid {})",
@@ -384,18 +388,23 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         );
     }
 
-    let status = Arc::new(Mutex::new(status));
-    let (heartbeat_stop, heartbeat) = start_heartbeat(Arc::clone(&status), timing.heartbeat);
     let deadline = args
         .timeout_seconds
         .map(|s| started + Duration::from_secs(s));
     let mut watch = OutputWatch::new(&args.provider, &paths.log, log_start, served_check);
-    let outcome = supervise(&mut child, stop, deadline, timing.grace, &mut watch);
-    drop(heartbeat_stop);
-    let _ = heartbeat.join();
-
-    // The heartbeat thread has ended; the final write is ours alone.
-    let mut status = status.lock().unwrap_or_else(|e| e.into_inner());
+    let mut heartbeat = Heartbeat {
+        status: &mut status,
+        every: timing.heartbeat,
+        last: Instant::now(),
+    };
+    let outcome = supervise(
+        &mut child,
+        stop,
+        deadline,
+        timing.grace,
+        &mut watch,
+        &mut heartbeat,
+    );
     watch.scan();
     let verdict = watch.verdict();
     status.status.served_model = watch.facts.served_model.clone();
@@ -525,19 +534,21 @@ fn worker_env(args: &WorkerArgs, paths: &Paths) -> Vec<(String, String)> {
     env
 }
 
-/// Refreshes the heartbeat until the returned sender is dropped.
-fn start_heartbeat(
-    status: Arc<Mutex<StatusFile>>,
+/// The sidecar's heartbeat, refreshed from the supervising loop (which
+/// wakes at least every `POLL`) rather than from a thread of its own.
+struct Heartbeat<'a> {
+    status: &'a mut StatusFile,
     every: Duration,
-) -> (mpsc::Sender<()>, thread::JoinHandle<()>) {
-    let (tx, rx) = mpsc::channel::<()>();
-    let handle = thread::spawn(move || {
-        // A message or a hang-up both mean stop.
-        while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
-            status.lock().unwrap_or_else(|e| e.into_inner()).write();
+    last: Instant,
+}
+
+impl Heartbeat<'_> {
+    fn tick(&mut self) {
+        if self.last.elapsed() >= self.every {
+            self.status.write();
+            self.last = Instant::now();
         }
-    });
-    (tx, handle)
+    }
 }
 
 enum Outcome {
@@ -559,8 +570,10 @@ fn supervise(
     deadline: Option<Instant>,
     grace: Duration,
     watch: &mut OutputWatch,
+    heartbeat: &mut Heartbeat,
 ) -> Outcome {
     loop {
+        heartbeat.tick();
         match child.try_wait() {
             Ok(Some(code)) => return Outcome::Exited(code),
             Ok(None) => {}
@@ -585,7 +598,7 @@ fn supervise(
         }
         // Wakes at once when the child exits (or a signal arrives); a short
         // job is not held up for a whole poll interval.
-        if let Err(err) = child.wait_timeout(POLL) {
+        if let Err(err) = child.wait_timeout(POLL.min(heartbeat.every)) {
             return Outcome::Failed(err);
         }
     }
@@ -889,10 +902,10 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let ready = dir.path().join("ready");
-        let trigger = thread::spawn(move || {
+        let trigger = std::thread::spawn(move || {
             let give_up = Instant::now() + Duration::from_secs(10);
             while !ready.exists() && Instant::now() < give_up {
-                thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(10));
             }
             flag.store(true, Ordering::Relaxed);
         });

@@ -367,8 +367,9 @@ impl<'a> Runner<'a> {
                 JobState::Orphan {
                     attempt,
                     session_id,
+                    pid,
                 } => {
-                    let outcome = resume::adopt(job, &self.root, &self.interrupt);
+                    let outcome = resume::adopt(job, &self.root, &self.interrupt, pid);
                     adopted.push(Ended {
                         job_index: i,
                         attempt,

@@ -30,6 +30,8 @@ pub enum JobState {
     Orphan {
         attempt: u64,
         session_id: Option<String>,
+        /// The wrapper's pid as the dispatch event recorded it.
+        pid: Option<u32>,
     },
 }
 
@@ -93,16 +95,27 @@ fn state_of(job: &Job, events: &[&Value]) -> JobState {
         .find_map(|e| e.get("sessionId").and_then(Value::as_str))
         .filter(|s| !s.is_empty())
         .map(str::to_string);
+    let pid = of_last
+        .iter()
+        .filter(|e| e.get("type").and_then(Value::as_str) == Some("worker-dispatched"))
+        .find_map(|e| e.get("pid").and_then(Value::as_u64))
+        .and_then(|p| u32::try_from(p).ok());
     let _ = job;
     JobState::Orphan {
         attempt: last,
         session_id,
+        pid,
     }
 }
 
 /// Settle an orphaned attempt from its status sidecar: wait for a wrapper
 /// that is still alive, then take the exit code it recorded.
-pub fn adopt(job: &Job, root: &Path, interrupt: &Arc<AtomicBool>) -> Outcome {
+pub fn adopt(
+    job: &Job,
+    root: &Path,
+    interrupt: &Arc<AtomicBool>,
+    dispatched_pid: Option<u32>,
+) -> Outcome {
     let status_path = crate::compile::paths::abs_of(root, &job.status_path());
     loop {
         let doc = super::read_status(&status_path);
@@ -119,12 +132,17 @@ pub fn adopt(job: &Job, root: &Path, interrupt: &Arc<AtomicBool>) -> Outcome {
                 .unwrap_or(1);
             return Outcome::exited(code as i32);
         }
+        // A short job's wrapper writes its sidecar only at its first
+        // heartbeat or its exit; until then the dispatch event's pid says
+        // who to wait for.
         let pid = doc
             .as_ref()
             .and_then(|d| d.get("wrapperPid").or_else(|| d.get("pid")))
-            .and_then(Value::as_u64);
+            .and_then(Value::as_u64)
+            .and_then(|p| u32::try_from(p).ok())
+            .or(dispatched_pid);
         match pid {
-            Some(pid) if crate::process::pid_alive(pid as u32) => {
+            Some(pid) if crate::process::pid_alive(pid) => {
                 if interrupt.load(Ordering::Relaxed) {
                     return Outcome::cut("interrupted");
                 }
@@ -158,7 +176,7 @@ mod tests {
     #[test]
     fn states_from_events() {
         let j = job();
-        let d = json!({"type": "worker-dispatched", "attempt": 1, "sessionId": "s1"});
+        let d = json!({"type": "worker-dispatched", "attempt": 1, "sessionId": "s1", "pid": 42});
         let c = json!({"type": "worker-result-collected", "attempt": 1});
         let f = json!({"type": "worker-failed", "attempt": 1, "reason": "boom"});
         let r = json!({"type": "worker-retry-scheduled", "attempt": 1});
@@ -175,7 +193,8 @@ mod tests {
             state_of(&j, &[&d]),
             JobState::Orphan {
                 attempt: 1,
-                session_id: Some("s1".into())
+                session_id: Some("s1".into()),
+                pid: Some(42)
             }
         );
         let d2 = json!({"type": "worker-dispatched", "attempt": 2});
@@ -183,7 +202,8 @@ mod tests {
             state_of(&j, &[&d, &f, &r, &d2]),
             JobState::Orphan {
                 attempt: 2,
-                session_id: None
+                session_id: None,
+                pid: None
             }
         );
     }
