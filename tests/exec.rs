@@ -11,7 +11,7 @@ use common::*;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// Every worker script starts with this: counts the run, names the result.
@@ -103,19 +103,7 @@ impl Fx {
 
     /// `okstra exec plan.json` in the background, output to scratch files.
     fn spawn_exec(&self, extra: &[&str]) -> Child {
-        let out = std::fs::File::create(self.scratch("exec.stdout")).unwrap();
-        let err = std::fs::File::create(self.scratch("exec.stderr")).unwrap();
-        Command::new(env!("CARGO_BIN_EXE_okstra"))
-            .current_dir(self.p.root())
-            .env("SOURCE_DATE_EPOCH", "1764460800")
-            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
-            .args(["exec", "plan.json"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap()
+        self.p.spawn_exec(extra, self.scratch.path())
     }
 
     fn scratch(&self, name: &str) -> PathBuf {
@@ -124,53 +112,31 @@ impl Fx {
 
     /// How many times worker `id` ran (each run appends its attempt number).
     fn runs(&self, id: &str) -> Vec<String> {
-        std::fs::read_to_string(self.scratch(&format!("{id}.runs")))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
+        lines_of(&self.scratch(&format!("{id}.runs")))
     }
 
     fn team(&self) -> Value {
-        self.p.read_json("run/team-state.json")
+        self.p.team()
     }
 
     fn events(&self) -> Vec<Value> {
-        self.p.events("run/lead-events.jsonl")
+        self.p.run_events()
     }
 
     fn events_of(&self, ty: &str, key: &str) -> Vec<Value> {
-        self.events()
-            .into_iter()
-            .filter(|e| e["type"] == ty && e["workerKey"] == key)
-            .collect()
+        self.p.events_of(ty, key)
     }
 
     fn errors(&self) -> Vec<Value> {
-        if !self.p.exists("run/errors.jsonl") {
-            return Vec::new();
-        }
-        self.p.events("run/errors.jsonl")
+        self.p.run_errors()
     }
 
     fn worker_row(&self, key: &str) -> Value {
-        self.team()["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|w| w["workerId"] == key)
-            .cloned()
-            .unwrap_or_else(|| panic!("no workers[] row for {key}: {}", self.team()))
+        self.p.worker_row(key)
     }
 
     fn dispatch_rows(&self, key: &str) -> Vec<Value> {
-        self.team()["workerDispatches"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|d| d["workerKey"] == key)
-            .cloned()
-            .collect()
+        self.p.dispatch_rows(key)
     }
 }
 

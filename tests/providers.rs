@@ -165,28 +165,12 @@ impl Fx {
         std::fs::read_to_string(self.scratch.path().join(format!("{key}.{n}.stdin"))).unwrap()
     }
 
-    fn team(&self) -> Value {
-        self.p.read_json("run/team-state.json")
-    }
-
     fn rows(&self, key: &str) -> Vec<Value> {
-        self.team()["workerDispatches"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|d| d["workerKey"] == key)
-            .cloned()
-            .collect()
+        self.p.dispatch_rows(key)
     }
 
     fn worker_status(&self, key: &str) -> Value {
-        self.team()["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|w| w["workerId"] == key)
-            .cloned()
-            .unwrap()
+        self.p.worker_row(key)
     }
 
     fn events(&self, key: &str) -> Vec<Value> {

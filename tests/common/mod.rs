@@ -88,6 +88,73 @@ impl Project {
             + 1
     }
 
+    /// The run's team-state (the fixtures keep it in `run/`).
+    pub fn team(&self) -> Value {
+        self.read_json("run/team-state.json")
+    }
+
+    /// The run's lead events.
+    pub fn run_events(&self) -> Vec<Value> {
+        self.events("run/lead-events.jsonl")
+    }
+
+    /// Events of one type for one worker.
+    pub fn events_of(&self, ty: &str, key: &str) -> Vec<Value> {
+        self.run_events()
+            .into_iter()
+            .filter(|e| e["type"] == ty && e["workerKey"] == key)
+            .collect()
+    }
+
+    /// The run's error-log records (none before the first).
+    pub fn run_errors(&self) -> Vec<Value> {
+        if !self.exists("run/errors.jsonl") {
+            return Vec::new();
+        }
+        self.events("run/errors.jsonl")
+    }
+
+    /// Worker `key`'s `workers[]` row.
+    pub fn worker_row(&self, key: &str) -> Value {
+        let team = self.team();
+        team["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["workerId"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no workers[] row for {key}: {team}"))
+    }
+
+    /// Worker `key`'s `workerDispatches[]` rows, in order.
+    pub fn dispatch_rows(&self, key: &str) -> Vec<Value> {
+        self.team()["workerDispatches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["workerKey"] == key)
+            .cloned()
+            .collect()
+    }
+
+    /// Start `okstra exec plan.json EXTRA...` in the background, its output
+    /// in `exec.stdout` / `exec.stderr` under `out_dir`.
+    pub fn spawn_exec(&self, extra: &[&str], out_dir: &Path) -> std::process::Child {
+        let out = std::fs::File::create(out_dir.join("exec.stdout")).unwrap();
+        let err = std::fs::File::create(out_dir.join("exec.stderr")).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_okstra"))
+            .current_dir(self.root())
+            .env("SOURCE_DATE_EPOCH", "1764460800")
+            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
+            .args(["exec", "plan.json"])
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap()
+    }
+
     pub fn exists(&self, rel: &str) -> bool {
         self.path(rel).exists()
     }
@@ -116,6 +183,15 @@ impl Project {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
+}
+
+/// The lines of a file that may not exist yet (a worker's run counter).
+pub fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// `sha256:<hex>` of canonical JSON, as okstra computes it.
