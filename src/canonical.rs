@@ -7,6 +7,14 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Write `value` canonically.
+///
+/// ```
+/// let v = serde_json::json!({"b": [1, 2], "a": {"y": true, "x": null}});
+/// assert_eq!(
+///     okstra::canonical::to_canonical_string(&v),
+///     r#"{"a":{"x":null,"y":true},"b":[1,2]}"#
+/// );
+/// ```
 pub fn to_canonical_string(value: &Value) -> String {
     let mut out = String::with_capacity(256);
     write_canonical(value, &mut out);
@@ -56,7 +64,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// `sha256:<hex>` of the canonical JSON of `value`.
+/// `sha256:<hex>` of the canonical JSON of `value`: the same for any key
+/// order or whitespace.
+///
+/// ```
+/// use okstra::canonical::digest;
+/// let a: serde_json::Value = serde_json::from_str(r#"{"b": 1, "a": 2}"#).unwrap();
+/// let b: serde_json::Value = serde_json::from_str(r#"{ "a":2,"b":1 }"#).unwrap();
+/// assert_eq!(digest(&a), digest(&b));
+/// assert!(digest(&a).starts_with("sha256:"));
+/// ```
 pub fn digest(value: &Value) -> String {
     format!(
         "sha256:{}",
