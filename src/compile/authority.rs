@@ -84,7 +84,7 @@ pub fn invocation_of(_ctx: &mut Ctx, meta: &Meta) -> Option<Invocation> {
 }
 
 /// Checks of the metadata on its own (any manifest version).
-pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, job: &Job, entry: &Entry) {
+pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, job: &Job) {
     let doc = &meta.loaded.doc;
     let src = &meta.loaded.src;
     let mut out = Vec::new();
@@ -174,7 +174,6 @@ pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, job: &Job
     for d in out {
         ctx.push(d.worker(job.label().to_string()));
     }
-    let _ = entry;
 }
 
 fn show(v: Option<&Value>) -> String {

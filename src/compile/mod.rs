@@ -890,7 +890,7 @@ pub fn build_job(
     job.dispatch_id = job.dispatch_id_for(job.first_attempt());
 
     if let Some(meta) = &meta {
-        authority::check_metadata(ctx, manifest, meta, &job, entry);
+        authority::check_metadata(ctx, manifest, meta, &job);
         if manifest.is_v2() {
             authority::check_v2_job(ctx, manifest, meta, &job, entry, src);
         }

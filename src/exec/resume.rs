@@ -56,12 +56,12 @@ pub fn job_states(
         let Some(list) = by_key.get(job.key.as_str()) else {
             continue;
         };
-        out.insert(i, state_of(job, list));
+        out.insert(i, state_of(list));
     }
     out
 }
 
-fn state_of(job: &Job, events: &[&Value]) -> JobState {
+fn state_of(events: &[&Value]) -> JobState {
     let attempt_of = |e: &Value| e.get("attempt").and_then(Value::as_u64).unwrap_or(0);
     let Some(last) = events.iter().map(|e| attempt_of(e)).max() else {
         return JobState::Fresh;
@@ -100,7 +100,6 @@ fn state_of(job: &Job, events: &[&Value]) -> JobState {
         .filter(|e| e.get("type").and_then(Value::as_str) == Some("worker-dispatched"))
         .find_map(|e| e.get("pid").and_then(Value::as_u64))
         .and_then(|p| u32::try_from(p).ok());
-    let _ = job;
     JobState::Orphan {
         attempt: last,
         session_id,
@@ -162,35 +161,23 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn job() -> Job {
-        serde_json::from_value(json!({
-            "key": "w", "identity": {"version": "1", "workerId": "w"}, "provider": "command", "backend": "cli-wrapper",
-            "role": "r", "dispatchKind": "initial", "round": 1, "promptPath": "p.md", "resultPath": "r.md",
-            "workerResultPath": "r.md", "completionPaths": ["r.md"], "command": [], "providerCommand": [],
-            "takesSessionId": false, "idleTimeoutSeconds": 600, "livenessMode": "wrapper-status",
-            "writePolicy": {"role": "r", "allow": [], "digest": ""}, "writeEnforcement": {"mutationAudit": "none"}
-        }))
-        .unwrap()
-    }
-
     #[test]
     fn states_from_events() {
-        let j = job();
         let d = json!({"type": "worker-dispatched", "attempt": 1, "sessionId": "s1", "pid": 42});
         let c = json!({"type": "worker-result-collected", "attempt": 1});
         let f = json!({"type": "worker-failed", "attempt": 1, "reason": "boom"});
         let r = json!({"type": "worker-retry-scheduled", "attempt": 1});
-        assert_eq!(state_of(&j, &[&d, &c]), JobState::Completed { attempt: 1 });
+        assert_eq!(state_of(&[&d, &c]), JobState::Completed { attempt: 1 });
         assert_eq!(
-            state_of(&j, &[&d, &f]),
+            state_of(&[&d, &f]),
             JobState::Failed {
                 attempt: 1,
                 reason: "boom".into()
             }
         );
-        assert_eq!(state_of(&j, &[&d, &f, &r]), JobState::Retry { attempt: 2 });
+        assert_eq!(state_of(&[&d, &f, &r]), JobState::Retry { attempt: 2 });
         assert_eq!(
-            state_of(&j, &[&d]),
+            state_of(&[&d]),
             JobState::Orphan {
                 attempt: 1,
                 session_id: Some("s1".into()),
@@ -199,7 +186,7 @@ mod tests {
         );
         let d2 = json!({"type": "worker-dispatched", "attempt": 2});
         assert_eq!(
-            state_of(&j, &[&d, &f, &r, &d2]),
+            state_of(&[&d, &f, &r, &d2]),
             JobState::Orphan {
                 attempt: 2,
                 session_id: None,
