@@ -19,20 +19,7 @@ fn edit_json(p: &Project, rel: &str, f: impl FnOnce(&mut Value)) {
 
 #[track_caller]
 fn refused(p: &Project, code: &str) -> Run {
-    let run = plan_json(p, "spec.toml");
-    assert_eq!(
-        run.code, 2,
-        "expected exit 2 for {code}; stdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
-    assert!(
-        run.codes().iter().any(|c| c == code),
-        "expected {code}, got {:?}\n{}",
-        run.codes(),
-        run.stdout
-    );
-    assert!(!p.exists("plan.json"), "a refused plan writes no plan file");
-    run
+    assert_refused(p, plan_json(p, "spec.toml"), code)
 }
 
 #[track_caller]

@@ -31,20 +31,7 @@ fn plan_args(workers: Option<&str>) -> Vec<&str> {
 
 #[track_caller]
 fn refused(p: &Project, workers: Option<&str>, code: &str) -> Run {
-    let run = p.okstra(&plan_args(workers));
-    assert_eq!(
-        run.code, 2,
-        "expected exit 2 for {code}; stdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
-    assert!(
-        run.codes().iter().any(|c| c == code),
-        "expected {code}, got {:?}\n{}",
-        run.codes(),
-        run.stdout
-    );
-    assert!(!p.exists("plan.json"), "a refused plan writes no plan file");
-    run
+    assert_refused(p, p.okstra(&plan_args(workers)), code)
 }
 
 #[track_caller]

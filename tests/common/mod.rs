@@ -194,6 +194,25 @@ pub fn lines_of(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A `plan --format json` run that must be refused with `code` (exit 2)
+/// and must not have written `plan.json`.
+#[track_caller]
+pub fn assert_refused(p: &Project, run: Run, code: &str) -> Run {
+    assert_eq!(
+        run.code, 2,
+        "expected exit 2 for {code}; stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(
+        run.codes().iter().any(|c| c == code),
+        "expected {code}, got {:?}\n{}",
+        run.codes(),
+        run.stdout
+    );
+    assert!(!p.exists("plan.json"), "a refused plan writes no plan file");
+    run
+}
+
 /// `sha256:<hex>` of canonical JSON, as okstra computes it.
 pub fn digest(v: &Value) -> String {
     okstra::canonical::digest(v)
