@@ -327,7 +327,7 @@ fn run_checks(root: &Path, manifest_path: &Path) -> (Vec<Check>, Option<Vec<Stri
                 }
             }
         }
-        let lock = PathBuf::from(format!("{}.exec.lock", team_abs.display()));
+        let lock = crate::state::TeamStateStore::open(team_abs.clone()).exec_lock_path();
         let lock_name = "exec lock";
         if !lock.exists() {
             out.push(check(lock_name, Level::Ok, "free", ""));

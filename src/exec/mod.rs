@@ -64,7 +64,7 @@ pub fn exec(plan_path: &Path, opts: &Options) -> Result<Outcomes, Diagnostics> {
     if let Some(dir) = team_state.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let lock_path = PathBuf::from(format!("{}.exec.lock", team_state.display()));
+    let lock_path = crate::state::TeamStateStore::open(team_state.clone()).exec_lock_path();
     let lock = match FileLock::try_acquire(&lock_path) {
         Ok(Some(lock)) => lock,
         Ok(None) => {
@@ -121,6 +121,9 @@ type BindingVerdicts = (
 
 struct Runner<'a> {
     root: PathBuf,
+    /// What every audit snapshot and compare of the run walks, and skips.
+    audit_roots: Vec<PathBuf>,
+    audit_exclude: Vec<PathBuf>,
     plan: &'a Plan,
     opts: &'a Options,
     rec: Recorder,
@@ -146,11 +149,15 @@ impl<'a> Runner<'a> {
             .enumerate()
             .flat_map(|(si, s)| s.jobs.iter().map(move |j| (si, j)))
             .collect();
+        let rec = Recorder::new(root, plan);
+        let (audit_roots, audit_exclude) = Self::audit_walk(root, plan, &rec);
         Runner {
             root: root.to_path_buf(),
+            audit_roots,
+            audit_exclude,
             plan,
             opts,
-            rec: Recorder::new(root, plan),
+            rec,
             interrupt,
             jobs,
             reports: HashMap::new(),
@@ -426,56 +433,67 @@ impl<'a> Runner<'a> {
         (ok && !interrupted, interrupted)
     }
 
-    fn snapshot_path(&self, si: usize) -> PathBuf {
-        let team = self.abs(&self.plan.run.team_state_path);
-        let dir = team
+    /// Where stage snapshots are kept: `snapshots/` beside team-state.
+    fn snapshot_dir(&self) -> PathBuf {
+        self.abs(&self.plan.run.team_state_path)
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default()
-            .join("snapshots");
+            .join("snapshots")
+    }
+
+    fn snapshot_path(&self, si: usize) -> PathBuf {
         let short = self.plan.digest.trim_start_matches("sha256:");
-        dir.join(format!(
+        self.snapshot_dir().join(format!(
             "{}-stage-{}.json",
             &short[..short.len().min(16)],
             si + 1
         ))
     }
 
-    fn orchestrator_files(&self) -> Vec<PathBuf> {
-        let team = self.abs(&self.plan.run.team_state_path);
-        let mut v = vec![
-            self.abs(&self.plan.run.manifest_path),
-            team.clone(),
-            PathBuf::from(format!("{}.lock", team.display())),
-            PathBuf::from(format!("{}.exec.lock", team.display())),
-            self.abs(&self.plan.run.lead_events_path),
-            self.abs(&self.plan.run.error_log_path),
+    /// What the audit walks and leaves out, the same for every snapshot
+    /// and compare of the run: the project root and every worktree outside
+    /// it (of the whole plan, not only this stage: a later stage must not
+    /// write an earlier implementer's worktree unseen), minus the
+    /// orchestrator's own files.
+    fn audit_walk(root: &Path, plan: &Plan, rec: &Recorder) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let abs = |p: &str| paths::abs_of(root, p);
+        let mut roots = vec![root.to_path_buf()];
+        for job in plan.jobs() {
+            if let Some(w) = &job.worktree_path {
+                let w = abs(w);
+                if !w.starts_with(root) && !roots.contains(&w) {
+                    roots.push(w);
+                }
+            }
+        }
+        let store = rec.ledger.store();
+        let team = store.path().to_path_buf();
+        let events = abs(&plan.run.lead_events_path);
+        let mut exclude = vec![
+            abs(&plan.run.manifest_path),
+            store.lock_path(),
+            store.exec_lock_path(),
+            events.clone(),
+            abs(&plan.run.error_log_path),
             team.parent()
                 .map(Path::to_path_buf)
                 .unwrap_or_default()
                 .join("snapshots"),
+            team,
         ];
-        let events = self.abs(&self.plan.run.lead_events_path);
         if let (Some(dir), Some(name)) = (events.parent(), events.file_name()) {
-            v.push(dir.join(format!(".{}.lock", name.to_string_lossy())));
+            exclude.push(dir.join(format!(".{}.lock", name.to_string_lossy())));
         }
-        v
+        (roots, exclude)
     }
 
-    /// The project root and every worktree outside it — of the whole plan,
-    /// not only this stage: a later stage must not write an earlier
-    /// implementer's worktree unseen.
-    fn audit_roots(&self, _indices: &[usize]) -> Vec<PathBuf> {
-        let mut roots = vec![self.root.clone()];
-        for (_, job) in &self.jobs {
-            if let Some(w) = &job.worktree_path {
-                let abs = self.abs(w);
-                if !abs.starts_with(&self.root) && !roots.contains(&abs) {
-                    roots.push(abs);
-                }
-            }
+    fn audit_options(&self) -> audit::SnapshotOptions<'_> {
+        audit::SnapshotOptions {
+            roots: &self.audit_roots,
+            project_root: &self.root,
+            exclude: &self.audit_exclude,
         }
-        roots
     }
 
     /// The stage's baseline, taken before its first round, or read back when
@@ -493,14 +511,8 @@ impl<'a> Runner<'a> {
                 return Some(s);
             }
         }
-        let roots = self.audit_roots(indices);
-        let exclude = self.orchestrator_files();
-        let opts = audit::SnapshotOptions {
-            roots: &roots,
-            project_root: &self.root,
-            exclude: &exclude,
-        };
-        match audit::snapshot(&opts) {
+        let taken = audit::snapshot(&self.audit_options());
+        match taken {
             Ok(s) => {
                 if let Ok(text) = serde_json::to_vec(&s) {
                     if let Some(dir) = path.parent() {
@@ -835,14 +847,8 @@ impl<'a> Runner<'a> {
         indices: &[usize],
     ) -> Vec<(usize, u64)> {
         let changes = snapshot.and_then(|s| {
-            let roots = self.audit_roots(indices);
-            let exclude = self.orchestrator_files();
-            let opts = audit::SnapshotOptions {
-                roots: &roots,
-                project_root: &self.root,
-                exclude: &exclude,
-            };
-            match audit::compare(s, &opts) {
+            let compared = audit::compare(s, &self.audit_options());
+            match compared {
                 Ok(c) => Some(c),
                 Err(e) => {
                     self.rec

@@ -60,6 +60,14 @@ impl TeamStateStore {
     }
 
     /// `<team-state>.lock`: the lock every writer of this file takes.
+    /// The lock an `okstra exec` holds for the whole run (SPEC §5.1
+    /// `exec/locked`), beside the per-write `<team-state>.lock`.
+    pub fn exec_lock_path(&self) -> PathBuf {
+        let mut name = OsString::from(self.path.as_os_str());
+        name.push(".exec.lock");
+        PathBuf::from(name)
+    }
+
     pub fn lock_path(&self) -> PathBuf {
         let mut name = OsString::from(self.path.as_os_str());
         name.push(".lock");
