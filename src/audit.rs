@@ -20,7 +20,7 @@
 //! and any content a worker stages came from a work-tree file the walk sees.
 
 use crate::canonical;
-use crate::plan::WritePolicy;
+use crate::plan::{sidecar, WritePolicy};
 use crate::policy::{self, Matcher};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -991,7 +991,7 @@ pub fn judge_in(
     let bookkeeping: HashSet<&str> = policy
         .allow
         .iter()
-        .filter(|p| p.ends_with(".log") || p.ends_with(".status.json"))
+        .filter(|p| p.ends_with(sidecar::LOG) || p.ends_with(sidecar::STATUS))
         .map(String::as_str)
         .collect();
     let changed = &view.changes.changed;

@@ -233,19 +233,42 @@ impl Job {
     }
 
     pub fn log_path(&self) -> String {
-        format!("{}.log", self.prompt_path)
+        sidecar::beside(&self.prompt_path, sidecar::LOG)
     }
 
     pub fn status_path(&self) -> String {
-        format!("{}.status.json", self.prompt_path)
+        sidecar::beside(&self.prompt_path, sidecar::STATUS)
     }
 
     pub fn audit_sidecar_path(&self) -> String {
-        format!("{}.audit.json", self.worker_result_path)
+        sidecar::beside(&self.worker_result_path, sidecar::AUDIT)
     }
 
-    pub fn snapshot_path(&self) -> String {
-        format!("{}.mutation-audit.json", self.prompt_path)
+    pub fn error_sidecar_path(&self) -> String {
+        sidecar::beside(&self.worker_result_path, sidecar::ERRORS)
+    }
+}
+
+/// The files kept beside a job's prompt (`<prompt>.log`,
+/// `<prompt>.status.json`) and worker result (`<workerResult>.audit.json`,
+/// `<workerResult>.errors.json`). The wrapper, exec, settlement and the
+/// write policy all name them through here, so they cannot disagree.
+pub mod sidecar {
+    use std::path::{Path, PathBuf};
+
+    pub const LOG: &str = ".log";
+    pub const STATUS: &str = ".status.json";
+    pub const AUDIT: &str = ".audit.json";
+    pub const ERRORS: &str = ".errors.json";
+
+    pub fn beside(path: &str, suffix: &str) -> String {
+        format!("{path}{suffix}")
+    }
+
+    pub fn beside_path(path: &Path, suffix: &str) -> PathBuf {
+        let mut name = path.as_os_str().to_os_string();
+        name.push(suffix);
+        PathBuf::from(name)
     }
 }
 

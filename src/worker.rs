@@ -11,6 +11,7 @@
 //! the right place. The child stays in the wrapper's process group, so exec
 //! stopping the wrapper's group stops the agent with it.
 
+use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
 use crate::provider::{
     self, ArgvRequest, ProviderOptions, SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE,
@@ -191,8 +192,8 @@ impl Paths {
         let under = |p: &Path| root.join(p);
         let prompt = under(&args.prompt);
         Ok(Paths {
-            status: with_suffix(&prompt, ".status.json"),
-            log: with_suffix(&prompt, ".log"),
+            status: sidecar::beside_path(&prompt, sidecar::STATUS),
+            log: sidecar::beside_path(&prompt, sidecar::LOG),
             result: under(&args.result),
             worker_result: under(&args.worker_result),
             write_dirs: args.write_dirs.iter().map(|d| under(d)).collect(),
@@ -203,12 +204,6 @@ impl Paths {
 }
 
 /// `<path><suffix>`: the sidecar naming of SPEC §1.
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
 /// The status sidecar, `<prompt>.status.json`.
 #[derive(Serialize, Debug, Clone)]
 #[serde(rename_all = "camelCase")]

@@ -1015,7 +1015,7 @@ pub fn artifact_paths(job: &Job) -> Vec<String> {
         job.audit_sidecar_path(),
         job.status_path(),
         job.log_path(),
-        format!("{}.errors.json", job.worker_result_path),
+        job.error_sidecar_path(),
     ];
     out.extend(job.completion_paths.iter().cloned());
     out.sort();

@@ -170,9 +170,7 @@ fn failure_reason(outcome: &Outcome, missing: &[String]) -> String {
 }
 
 pub fn audit_sidecar_path(worker_result: &Path) -> PathBuf {
-    let mut s = worker_result.as_os_str().to_owned();
-    s.push(".audit.json");
-    PathBuf::from(s)
+    crate::plan::sidecar::beside_path(worker_result, crate::plan::sidecar::AUDIT)
 }
 
 /// The first way the worker result's audit sidecar fails its contract:
