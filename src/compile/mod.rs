@@ -396,7 +396,6 @@ fn compile_uncached(req: &Request) -> Result<Compiled, Diagnostics> {
 pub struct Built {
     pub job: Job,
     pub entry_pointer: String,
-    pub src_index: usize,
 }
 
 fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> Vec<Stage> {
@@ -406,10 +405,11 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
     };
     let (entries, parsed) = check_entries(ctx, &loaded);
     let manifest = Manifest::new(&run.manifest.doc);
-    let sources = vec![&loaded];
     let mut stage_jobs: Vec<Vec<Built>> = (0..stage_names(&loaded.doc).len())
         .map(|_| Vec::new())
         .collect();
+    // State keys of the entries that parsed, for `--workers`.
+    let mut known: Vec<String> = Vec::new();
     for (entry, parsed) in entries.iter().zip(parsed) {
         let Some(parsed) = parsed else {
             // Still check the paths of a refused entry, so one run shows
@@ -417,6 +417,7 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
             check_entry_paths(ctx, &loaded.src, entry);
             continue;
         };
+        known.push(parsed.state_key.clone());
         if !only.is_empty() && !only.contains(&parsed.state_key) {
             continue;
         }
@@ -424,15 +425,10 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
             stage_jobs[entry.stage].push(Built {
                 job,
                 entry_pointer: entry.pointer.clone(),
-                src_index: 0,
             });
         }
     }
     if !only.is_empty() {
-        let known: Vec<String> = entries
-            .iter()
-            .filter_map(|e| identity::parse(&e.values).ok().map(|p| p.state_key))
-            .collect();
         let unknown: Vec<&String> = only.iter().filter(|w| !known.contains(w)).collect();
         if !unknown.is_empty() {
             ctx.push(
@@ -458,7 +454,7 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
         }
     }
     let names = stage_names(&loaded.doc);
-    rules::check(ctx, &manifest, &sources, &names, &stage_jobs);
+    rules::check(ctx, &loaded.src, &names, &stage_jobs);
     names
         .into_iter()
         .zip(stage_jobs)

@@ -256,7 +256,6 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
                     built.push(Built {
                         job,
                         entry_pointer: pointer,
-                        src_index: 0,
                     });
                 }
             }
@@ -267,7 +266,7 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
     }
     let names = vec![STAGE.to_string()];
     let stages = vec![built];
-    rules::check(ctx, &manifest, &[&team], &names, &stages);
+    rules::check(ctx, &team.src, &names, &stages);
     let jobs: Vec<_> = stages.into_iter().flatten().map(|b| b.job).collect();
     let out = if jobs.is_empty() {
         Vec::new()

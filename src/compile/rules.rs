@@ -1,11 +1,12 @@
 //! Batch rules (SPEC §3.2): what may share a stage, and in which order
 //! stages may come. Each stage of a pipeline is one batch.
 
-use super::{Built, Ctx, Loaded};
+use super::{Built, Ctx};
 use crate::diag::{Code, Diagnostic};
-use crate::model::{Manifest, EXECUTOR_AUDIENCE, REPORT_WRITER, VERIFIER_AUDIENCE};
+use crate::model::{EXECUTOR_AUDIENCE, REPORT_WRITER, VERIFIER_AUDIENCE};
 use crate::plan::Job;
 use crate::policy;
+use crate::source::SourceFile;
 use std::collections::HashMap;
 
 /// The round a dispatch kind stands for: `reverify-r<N>` is round N (N >= 1,
@@ -41,13 +42,12 @@ fn is_report_writer(job: &Job) -> bool {
 
 fn diag_for(
     ctx: &Ctx,
-    sources: &[&Loaded],
+    src: &SourceFile,
     built: &Built,
     code: Code,
     message: String,
     key: Option<&str>,
 ) -> Diagnostic {
-    let src = &sources[built.src_index].src;
     let pointer = match key {
         Some(k) => format!("{}/{k}", built.entry_pointer),
         None => built.entry_pointer.clone(),
@@ -56,13 +56,9 @@ fn diag_for(
         .worker(built.job.label().to_string())
 }
 
-pub fn check(
-    ctx: &mut Ctx,
-    _manifest: &Manifest,
-    sources: &[&Loaded],
-    names: &[String],
-    stages: &[Vec<Built>],
-) {
+/// Every batch rule over the stages of one plan; `src` is the file the jobs'
+/// entries point into (the spec, or team-state in roster mode).
+pub fn check(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Built>]) {
     let mut out: Vec<Diagnostic> = Vec::new();
     let mut dispatch_ids: HashMap<&str, &Built> = HashMap::new();
     let last_non_empty = stages.iter().rposition(|s| !s.is_empty());
@@ -76,7 +72,7 @@ pub fn check(
                 out.push(
                     diag_for(
                         ctx,
-                        sources,
+                        src,
                         built,
                         Code::IdentityDuplicate,
                         format!(
@@ -93,7 +89,7 @@ pub fn check(
                     out.push(
                         diag_for(
                             ctx,
-                            sources,
+                            src,
                             built,
                             Code::IdentityDuplicate,
                             format!(
@@ -122,7 +118,7 @@ pub fn check(
             out.push(
                 diag_for(
                     ctx,
-                    sources,
+                    src,
                     verifiers[0],
                     Code::RulesPhaseOrder,
                     format!(
@@ -160,7 +156,7 @@ pub fn check(
                 out.push(
                     diag_for(
                         ctx,
-                        sources,
+                        src,
                         rw,
                         Code::RulesReportWriterIsolation,
                         format!(
@@ -176,7 +172,7 @@ pub fn check(
                 out.push(
                     diag_for(
                         ctx,
-                        sources,
+                        src,
                         rw,
                         Code::RulesReportWriterIsolation,
                         format!(
@@ -194,7 +190,7 @@ pub fn check(
             out.push(
                 diag_for(
                     ctx,
-                    sources,
+                    src,
                     b,
                     Code::RulesWriteConflict,
                     format!(
@@ -215,7 +211,7 @@ pub fn check(
                 out.push(
                     diag_for(
                         ctx,
-                        sources,
+                        src,
                         v,
                         Code::RulesPhaseOrder,
                         format!(

@@ -443,9 +443,8 @@ fn translator_job(
     let stages = vec![vec![Built {
         job,
         entry_pointer: String::new(),
-        src_index: 0,
     }]];
-    rules::check(ctx, manifest, &[res], &[TRANSLATOR.to_string()], &stages);
+    rules::check(ctx, &res.src, &[TRANSLATOR.to_string()], &stages);
     stages.into_iter().flatten().next().map(|b| b.job)
 }
 
