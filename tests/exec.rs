@@ -444,6 +444,38 @@ fn tampered_plan_is_refused() {
 }
 
 #[test]
+fn a_plan_of_another_format_version_is_refused() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    // Re-sealed, so only the version is wrong: the version is judged first.
+    let mut plan: Value = fx.p.read_json("plan.json");
+    plan["formatVersion"] = serde_json::json!(2);
+    plan.as_object_mut().unwrap().remove("digest");
+    let digest = okstra::canonical::digest(&plan);
+    plan["digest"] = serde_json::json!(digest);
+    fx.p.write_json("plan.json", &plan);
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 3);
+    assert_eq!(run.codes(), ["plan/version"]);
+    assert_nothing_written(&fx);
+}
+
+#[test]
+fn an_unreadable_plan_is_refused() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    let text = fx.p.read("plan.json");
+    fx.p.write("plan.json", &text[..text.len() / 2]);
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 3);
+    assert_eq!(run.codes(), ["plan/unreadable"]);
+    assert_nothing_written(&fx);
+    // Near miss: the whole plan runs.
+    fx.p.write("plan.json", &text);
+    assert_code(&fx.exec(&[]), 0);
+}
+
+#[test]
 fn stale_input_is_refused_naming_the_file() {
     let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT), job("b", WRITE_RESULT)])]);
     fx.plan();
@@ -953,4 +985,37 @@ fn a_new_plan_of_the_same_workers_runs_afresh_and_keeps_the_old_records() {
     assert_eq!(attempts.len(), 2, "{attempts:?}");
     assert_ne!(attempts[0]["planDigest"], attempts[1]["planDigest"]);
     assert!(attempts.iter().all(|a| a["status"] == "completed"));
+}
+
+#[test]
+fn status_reads_team_state_and_names_an_unreadable_one() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    assert_code(&fx.exec(&[]), 0);
+    let run = fx.p.okstra(&[
+        "status",
+        "--manifest",
+        "run/run-manifest.json",
+        "--format",
+        "json",
+    ]);
+    assert_code(&run, 0);
+    assert_eq!(run.json()["workers"][0]["status"], "completed");
+    let text =
+        fx.p.okstra(&["status", "--manifest", "run/run-manifest.json"]);
+    assert!(
+        text.stdout.contains("1 of 1 worker completed"),
+        "{}",
+        text.stdout
+    );
+    fx.p.write("run/team-state.json", "{ not json");
+    let run = fx.p.okstra(&[
+        "status",
+        "--manifest",
+        "run/run-manifest.json",
+        "--format",
+        "json",
+    ]);
+    assert_ne!(run.code, 0);
+    assert_eq!(run.codes(), ["exec/state"]);
 }
