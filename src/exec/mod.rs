@@ -657,7 +657,7 @@ impl<'a> Runner<'a> {
                     }
                 }
             }
-            {
+            if self.progress.is_live() {
                 let mut labels: Vec<&str> = running
                     .values()
                     .map(|r| self.jobs[r.job_index].1.label())

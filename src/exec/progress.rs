@@ -54,6 +54,11 @@ impl Progress {
         }
     }
 
+    /// Whether there is a live line to keep up to date.
+    pub fn is_live(&self) -> bool {
+        self.live.is_some()
+    }
+
     /// The live line: which jobs run now and how far the stage is.
     pub fn running(&self, labels: &[&str], settled: usize, total: usize) {
         if let Some(bar) = &self.live {

@@ -73,7 +73,8 @@ impl Recorder {
 
     /// A translator has no workers[] row; its status lives on its dispatch row.
     fn has_worker_row(job: &Job) -> bool {
-        !(job.role == "translator" && job.key == "translator")
+        use crate::compile::translator::TRANSLATOR;
+        !(job.role == TRANSLATOR && job.key == TRANSLATOR)
     }
 
     pub fn worker(&mut self, job: &Job, status: WorkerStatus, reason: &str) {
