@@ -242,6 +242,27 @@ impl Spawned {
     }
 }
 
+/// The process group to signal for a worker exec knows only by pid: the
+/// group it leads or belongs to, never the caller's own group. Look it up
+/// while the pid is alive: once it is reaped the lookup fails.
+pub fn group_of(pid: u32) -> u32 {
+    let raw = pid as libc::pid_t;
+    // SAFETY: getpgid has no memory-safety preconditions.
+    let pgid = unsafe { libc::getpgid(raw) };
+    let own = unsafe { libc::getpgid(0) };
+    if pgid <= 0 || pgid == own {
+        pid
+    } else {
+        pgid as u32
+    }
+}
+
+/// Send `signal` to process group `pgid`; a group already gone is fine.
+pub fn signal_group(pgid: u32, signal: i32) {
+    // SAFETY: killpg has no memory-safety preconditions.
+    unsafe { libc::killpg(pgid as libc::pid_t, signal) };
+}
+
 /// Watches a log for growth, for idle timeouts: a worker is idle while its log
 /// has not grown. A missing log counts as empty.
 #[derive(Debug)]

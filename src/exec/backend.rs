@@ -300,8 +300,7 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
             } else {
                 libc::SIGTERM
             };
-            // SAFETY: a plain signal send to the pane's process group.
-            unsafe { libc::killpg(group_of(pid), sig) };
+            process::signal_group(process::group_of(pid), sig);
         }
         let lingering = since > Duration::from_secs(5);
         if !process::pid_alive(pid) || lingering {
@@ -315,21 +314,6 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
                 .unwrap_or(1);
         }
         std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The process group to signal for a watched pid: its own group (never
-/// exec's).
-pub fn group_of(pid: u32) -> libc::pid_t {
-    let raw = pid as libc::pid_t;
-    // SAFETY: getpgid has no memory effects.
-    let pgid = unsafe { libc::getpgid(raw) };
-    // SAFETY: as above.
-    let own = unsafe { libc::getpgid(0) };
-    if pgid <= 0 || pgid == own {
-        raw
-    } else {
-        pgid
     }
 }
 

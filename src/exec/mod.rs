@@ -1121,29 +1121,29 @@ fn wait_pid(pid: u32) -> i32 {
 
 /// SIGTERM the worker's group, give it `grace`, then SIGKILL. The waiter
 /// thread reaps it; exit notices of other workers that arrive meanwhile are
-/// dropped here (their owners were stopped too, or the caller re-polls).
+/// kept in `others` for the caller to handle.
 fn stop_group(
     pid: u32,
     grace: Duration,
     rx: &mpsc::Receiver<(u32, i32)>,
     others: &mut Vec<(u32, i32)>,
 ) -> i32 {
-    // Our own child leads its group; a pane's worker leads the pane's.
-    let pgid = backend::group_of(pid);
-    // SAFETY: plain signal sends to a worker's process group.
-    unsafe { libc::killpg(pgid, libc::SIGTERM) };
+    // The group is looked up before the leader can exit and be reaped.
+    let pgid = process::group_of(pid);
+    let signal = |sig| process::signal_group(pgid, sig);
+    signal(libc::SIGTERM);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         if let Ok((p, code)) = rx.recv_timeout(Duration::from_millis(50)) {
             if p == pid {
                 // The leader is gone; make sure nothing of its group lingers.
-                unsafe { libc::killpg(pgid, libc::SIGKILL) };
+                signal(libc::SIGKILL);
                 return code;
             }
             others.push((p, code));
         }
     }
-    unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    signal(libc::SIGKILL);
     while let Ok((p, code)) = rx.recv_timeout(Duration::from_secs(5)) {
         if p == pid {
             return code;
