@@ -109,7 +109,10 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
                 let _ = std::io::stderr().write_all(refused.render_text().as_bytes());
             }
         }
-        Format::Json => println!(
+        // exec keeps SIGPIPE ignored (a closed pipe must not kill a run), so
+        // a failed write is ignored rather than panicking.
+        Format::Json => drop(writeln!(
+            std::io::stdout(),
             "{}",
             serde_json::to_string_pretty(&json!({
                 "ok": status == ExitStatus::Success,
@@ -121,7 +124,7 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
                 })).collect::<Vec<_>>(),
             }))
             .unwrap_or_default()
-        ),
+        )),
     }
     status
 }
