@@ -1,8 +1,7 @@
-// Planning builds and drops many small values (a 10,000-job plan is millions
-// of strings and maps); mimalloc's allocator does that markedly faster than
-// the system's.
+mod alloc;
+
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::ByCommand = alloc::ByCommand;
 
 fn main() -> std::process::ExitCode {
     okstra::cli::main().into()
