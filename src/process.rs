@@ -22,7 +22,7 @@ const STOP_POLL: Duration = Duration::from_millis(20);
 const FALLBACK_WAIT_STEP: Duration = Duration::from_millis(2);
 
 /// A pidfd for `pid` (readable once the process ended), if the kernel has them.
-fn open_pidfd(pid: u32) -> Option<OwnedFd> {
+pub(crate) fn open_pidfd(pid: u32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
     // or -1; nothing is borrowed.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };

@@ -22,7 +22,6 @@ use serde_json::Value;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The multiplexer a `pane` job runs in.
@@ -109,12 +108,12 @@ pub struct PaneLaunch<'a> {
     pub title: &'a str,
 }
 
-/// Start the worker in a pane; the pid exec watches. A thread sends
-/// `(pid, exit code)` on `tx` once it ended, as for a child.
+/// Start the worker in a pane; the pid exec watches. A thread sends its
+/// exit notice through `notices` once it ended, as for a child.
 pub fn launch_pane(
     pane: &Pane,
     spec: &PaneLaunch,
-    tx: &mpsc::Sender<(u32, i32)>,
+    notices: &super::notices::NoticeSender,
 ) -> io::Result<u32> {
     let script = write_launcher(spec)?;
     let script_arg = script.display().to_string();
@@ -130,10 +129,10 @@ pub fn launch_pane(
         }
     };
     let status = spec.status.to_path_buf();
-    let tx = tx.clone();
+    let notices = notices.clone();
     std::thread::spawn(move || {
         let code = watch_pid(pid, &status);
-        let _ = tx.send((pid, code));
+        notices.send(pid, code);
     });
     Ok(pid)
 }

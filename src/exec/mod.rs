@@ -1,6 +1,7 @@
 //! `okstra exec`: verify a frozen plan, then run its stages crash-safely.
 
 pub mod backend;
+pub mod notices;
 pub mod preflight;
 pub mod progress;
 pub mod record;
@@ -22,7 +23,6 @@ use settle::{Outcome, Settlement, Status};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -611,13 +611,28 @@ impl<'a> Runner<'a> {
     /// interrupted.
     fn run_round(&mut self, pending: &[(usize, u64)]) -> (Vec<Ended>, bool) {
         let limit = self.opts.concurrency.unwrap_or(usize::MAX).max(1);
-        let (tx, rx) = mpsc::channel::<(u32, i32)>();
+        let mut notices = match notices::Notices::new() {
+            Ok(n) => n,
+            Err(e) => {
+                let reason = format!("cannot watch workers: {e}");
+                self.progress.line(format!("{reason}; stopping the batch"));
+                let ended = pending
+                    .iter()
+                    .map(|&(j, a)| Ended {
+                        job_index: j,
+                        attempt: a,
+                        outcome: Outcome::cut(reason.clone()),
+                        session_id: None,
+                        started: Instant::now(),
+                    })
+                    .collect();
+                return (ended, false);
+            }
+        };
         let mut queue: std::collections::VecDeque<(usize, u64)> = pending.iter().copied().collect();
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut ended: Vec<Ended> = Vec::new();
         let mut interrupted = false;
-        // Exit notices that arrived while a group was being stopped.
-        let mut stash: Vec<(u32, i32)> = Vec::new();
         loop {
             while running.len() < limit && !interrupted && !self.interrupt.load(Ordering::Relaxed) {
                 let Some((i, attempt)) = queue.pop_front() else {
@@ -627,7 +642,7 @@ impl<'a> Runner<'a> {
                     self.refuse(i, attempt, why);
                     continue;
                 }
-                match self.launch(i, attempt, &tx) {
+                match self.launch(i, attempt, &mut notices) {
                     Ok(r) => {
                         running.insert(r.pid, r);
                     }
@@ -637,7 +652,7 @@ impl<'a> Runner<'a> {
                         self.progress.line(format!("{reason}; stopping the batch"));
                         let mut cut: Vec<(usize, u64, Option<String>, Instant)> = Vec::new();
                         for (_, r) in running.drain() {
-                            let _ = stop_group(r.pid, self.opts.grace, &rx, &mut stash);
+                            let _ = stop_group(r.pid, self.opts.grace, &mut notices);
                             cut.push((r.job_index, r.attempt, r.session_id, r.started));
                         }
                         cut.push((i, attempt, None, Instant::now()));
@@ -670,7 +685,7 @@ impl<'a> Runner<'a> {
                 self.progress
                     .line("interrupted: stopping every worker".into());
                 for (_, r) in running.drain() {
-                    let _ = stop_group(r.pid, self.opts.grace, &rx, &mut stash);
+                    let _ = stop_group(r.pid, self.opts.grace, &mut notices);
                     ended.push(Ended {
                         job_index: r.job_index,
                         attempt: r.attempt,
@@ -693,31 +708,23 @@ impl<'a> Runner<'a> {
             if running.is_empty() {
                 break;
             }
-            let notice = match stash.pop() {
-                Some(n) => Ok(n),
-                None => rx.recv_timeout(Duration::from_millis(100)),
-            };
-            match notice {
-                Ok((pid, code)) => {
-                    if let Some(r) = running.remove(&pid) {
-                        let (_, job) = self.jobs[r.job_index];
-                        self.progress.line(format!(
-                            "{} exited {code} (attempt {}, {:.1}s)",
-                            job.label(),
-                            r.attempt,
-                            r.started.elapsed().as_secs_f64()
-                        ));
-                        ended.push(Ended {
-                            job_index: r.job_index,
-                            attempt: r.attempt,
-                            outcome: Outcome::exited(code),
-                            session_id: r.session_id,
-                            started: r.started,
-                        });
-                    }
+            if let Some((pid, code)) = notices.next(Duration::from_millis(100)) {
+                if let Some(r) = running.remove(&pid) {
+                    let (_, job) = self.jobs[r.job_index];
+                    self.progress.line(format!(
+                        "{} exited {code} (attempt {}, {:.1}s)",
+                        job.label(),
+                        r.attempt,
+                        r.started.elapsed().as_secs_f64()
+                    ));
+                    ended.push(Ended {
+                        job_index: r.job_index,
+                        attempt: r.attempt,
+                        outcome: Outcome::exited(code),
+                        session_id: r.session_id,
+                        started: r.started,
+                    });
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
             // Idle workers: the log has not grown for idleTimeoutSeconds.
             let idle: Vec<u32> = running
@@ -733,7 +740,7 @@ impl<'a> Runner<'a> {
                 .collect();
             for pid in idle {
                 if let Some(r) = running.remove(&pid) {
-                    let _ = stop_group(pid, self.opts.grace, &rx, &mut stash);
+                    let _ = stop_group(pid, self.opts.grace, &mut notices);
                     self.progress.line(format!(
                         "{} went idle and was stopped (attempt {})",
                         self.jobs[r.job_index].1.label(),
@@ -757,7 +764,7 @@ impl<'a> Runner<'a> {
         &mut self,
         i: usize,
         attempt: u64,
-        tx: &mpsc::Sender<(u32, i32)>,
+        notices: &mut notices::Notices,
     ) -> std::io::Result<Running> {
         let job = self.jobs[i].1;
         let session_id = job
@@ -787,7 +794,7 @@ impl<'a> Runner<'a> {
                         status: &self.abs(&job.status_path()),
                         title: &title,
                     },
-                    tx,
+                    &notices.sender(),
                 )?
             }
             _ => {
@@ -799,12 +806,7 @@ impl<'a> Runner<'a> {
                     stdin: None,
                 })?;
                 let pid = spawned.pid();
-                let tx = tx.clone();
-                std::thread::spawn(move || {
-                    let code = wait_pid(pid);
-                    drop(spawned);
-                    let _ = tx.send((pid, code));
-                });
+                notices.watch(spawned);
                 pid
             }
         };
@@ -1097,60 +1099,19 @@ pub fn read_status(path: &Path) -> Option<Value> {
         .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
-/// Block until `pid` ends; its exit code (128+signal for a signal death).
-fn wait_pid(pid: u32) -> i32 {
-    let mut status: libc::c_int = 0;
-    loop {
-        // SAFETY: waitpid on our own child with a valid pointer.
-        let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
-        if r == pid as libc::pid_t {
-            break;
-        }
-        if r == -1 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return 1;
-        }
-    }
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
-    } else {
-        1
-    }
-}
-
-/// SIGTERM the worker's group, give it `grace`, then SIGKILL. The waiter
-/// thread reaps it; exit notices of other workers that arrive meanwhile are
-/// kept in `others` for the caller to handle.
-fn stop_group(
-    pid: u32,
-    grace: Duration,
-    rx: &mpsc::Receiver<(u32, i32)>,
-    others: &mut Vec<(u32, i32)>,
-) -> i32 {
+/// SIGTERM the worker's group, give it `grace`, then SIGKILL; its exit
+/// code. Exit notices of other workers that arrive meanwhile stay in
+/// `notices` for the caller.
+fn stop_group(pid: u32, grace: Duration, notices: &mut notices::Notices) -> i32 {
     // The group is looked up before the leader can exit and be reaped.
     let pgid = process::group_of(pid);
     let signal = |sig| process::signal_group(pgid, sig);
     signal(libc::SIGTERM);
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if let Ok((p, code)) = rx.recv_timeout(Duration::from_millis(50)) {
-            if p == pid {
-                // The leader is gone; make sure nothing of its group lingers.
-                signal(libc::SIGKILL);
-                return code;
-            }
-            others.push((p, code));
-        }
-    }
+    let code = notices.wait_for(pid, grace);
+    // The leader is gone or out of time; make sure nothing of its group lingers.
     signal(libc::SIGKILL);
-    while let Ok((p, code)) = rx.recv_timeout(Duration::from_secs(5)) {
-        if p == pid {
-            return code;
-        }
-        others.push((p, code));
-    }
-    137
+    code.or_else(|| notices.wait_for(pid, Duration::from_secs(5)))
+        .unwrap_or(137)
 }
 
 /// The exit status of a finished exec.
