@@ -114,12 +114,18 @@ fn start(spec: &SpawnSpec, own_group: bool) -> io::Result<Spawned> {
 }
 
 fn open_log(path: &Path) -> io::Result<File> {
-    if let Some(parent) = path.parent() {
-        if !parent.as_os_str().is_empty() {
-            fs::create_dir_all(parent)?;
+    let open = || OpenOptions::new().create(true).append(true).open(path);
+    match open() {
+        // The log's directory exists nearly always (the prompt lives there):
+        // make it only when missing, not on every start.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fs::create_dir_all(parent)?;
+            }
+            open()
         }
+        other => other,
     }
-    OpenOptions::new().create(true).append(true).open(path)
 }
 
 /// The shell's convention: the exit code, or 128 + the signal that killed it.
@@ -404,6 +410,20 @@ mod tests {
         let stat = proc_stat(child.pid()).unwrap();
         assert_eq!(stat.pgrp, child.pid());
         child.stop_group(Duration::from_secs(5)).unwrap();
+    }
+
+    #[test]
+    fn the_logs_directory_is_made_when_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("not/yet/there.log");
+        let a = argv(&["sh", "-c", "echo made"]);
+        let mut child = spawn(&SpawnSpec {
+            log: Some(&log),
+            ..spec(&a, dir.path())
+        })
+        .unwrap();
+        assert_eq!(child.wait().unwrap(), 0);
+        assert_eq!(fs::read_to_string(&log).unwrap(), "made\n");
     }
 
     #[test]

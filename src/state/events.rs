@@ -8,28 +8,28 @@ use serde_json::{Map, Value};
 
 use crate::fsutil;
 
-/// An append-only JSON-lines event file.
-#[derive(Debug, Clone)]
+/// An append-only JSON-lines event file, kept open between appends.
+#[derive(Debug)]
 pub struct EventLog {
-    path: PathBuf,
+    file: fsutil::Appender,
 }
 
 impl EventLog {
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        EventLog { path: path.into() }
+        EventLog {
+            file: fsutil::Appender::new(path),
+        }
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 
     /// Append one event stamped now. `type` and `ts` are written first; a
     /// `type` or `ts` among `fields` is dropped in their favour.
-    pub fn append(&self, event_type: &str, fields: Map<String, Value>) -> io::Result<()> {
-        fsutil::append_line(
-            &self.path,
-            &event_line(event_type, &fsutil::utc_now(), fields),
-        )
+    pub fn append(&mut self, event_type: &str, fields: Map<String, Value>) -> io::Result<()> {
+        self.file
+            .append(&event_line(event_type, &fsutil::utc_now(), fields))
     }
 }
 
@@ -83,7 +83,7 @@ mod tests {
     #[test]
     fn type_and_ts_lead_each_line() {
         let dir = tempfile::tempdir().unwrap();
-        let log = EventLog::new(dir.path().join("run/lead-events.jsonl"));
+        let mut log = EventLog::new(dir.path().join("run/lead-events.jsonl"));
         log.append(
             "worker-dispatched",
             fields(
@@ -117,7 +117,7 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         assert!(read_all(&path).unwrap().is_empty());
 
-        let log = EventLog::new(&path);
+        let mut log = EventLog::new(&path);
         log.append("one", Map::new()).unwrap();
         // A writer died mid-line.
         let mut bytes = std::fs::read(&path).unwrap();
