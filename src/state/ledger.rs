@@ -81,7 +81,7 @@ impl Pending {
 
 /// [`Ledger::maybe_flush`] waits at least this many times the last flush's
 /// duration between flushes (after the end of one, before the next).
-const FLUSH_SPACING: u32 = 9;
+const FLUSH_SPACING: u32 = 30;
 
 /// Buffered, merge-on-flush writer of one team-state file.
 #[derive(Debug)]
@@ -251,7 +251,7 @@ impl Ledger {
 
     /// Flush if something is pending and the interval since the last flush
     /// has passed: `flush_interval`, or [`FLUSH_SPACING`] times what the last
-    /// flush took when that is longer, so that at most about a tenth of the
+    /// flush took when that is longer, so that at most about a thirtieth of the
     /// time goes to rewriting the file however large it grew. Returns whether
     /// it flushed.
     pub fn maybe_flush(&mut self) -> Result<bool, StateError> {
