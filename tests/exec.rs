@@ -1019,3 +1019,58 @@ fn status_reads_team_state_and_names_an_unreadable_one() {
     assert_ne!(run.code, 0);
     assert_eq!(run.codes(), ["exec/state"]);
 }
+
+/// The position in the event log of the first `ty` event of worker `key`.
+fn event_index(events: &[Value], ty: &str, key: &str) -> usize {
+    events
+        .iter()
+        .position(|e| e["type"] == ty && e["workerId"] == key)
+        .unwrap_or_else(|| panic!("no {ty} event for {key}: {events:?}"))
+}
+
+#[test]
+fn without_an_audit_an_attempt_settles_while_the_others_run() {
+    let none = "mutationAudit = \"none\"";
+    let fx = Fx::new(&[(
+        "only",
+        ["a", "b", "c"]
+            .into_iter()
+            .map(|id| Job {
+                extra: none,
+                ..job(id, WRITE_RESULT)
+            })
+            .collect(),
+    )]);
+    fx.plan();
+    let run = fx.exec(&["--concurrency", "1"]);
+    assert_code(&run, 0);
+    let events = fx.events();
+    // a is settled as soon as b took its slot, long before c starts.
+    assert!(
+        event_index(&events, "worker-result-collected", "a")
+            < event_index(&events, "worker-dispatched", "c"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn with_the_batch_audit_the_round_settles_after_it_ended() {
+    let fx = Fx::new(&[(
+        "only",
+        vec![
+            job("a", WRITE_RESULT),
+            job("b", WRITE_RESULT),
+            job("c", WRITE_RESULT),
+        ],
+    )]);
+    fx.plan();
+    let run = fx.exec(&["--concurrency", "1"]);
+    assert_code(&run, 0);
+    let events = fx.events();
+    // The compare needs the whole batch done: nothing settles before c ran.
+    assert!(
+        event_index(&events, "worker-dispatched", "c")
+            < event_index(&events, "worker-result-collected", "a"),
+        "{events:?}"
+    );
+}

@@ -410,9 +410,9 @@ impl<'a> Runner<'a> {
             }
         }
         while !pending.is_empty() {
-            let (ended, stopped) = self.run_round(&pending);
+            let (ended, mut retries, stopped) = self.run_round(&pending, snapshot.is_none());
             interrupted |= stopped;
-            let retries = self.settle_round(ended, snapshot.as_ref(), indices);
+            retries.extend(self.settle_round(ended, snapshot.as_ref(), indices));
             pending = retries;
             if stopped || self.interrupt.load(Ordering::Relaxed) {
                 interrupted = true;
@@ -607,9 +607,19 @@ impl<'a> Runner<'a> {
     }
 
     /// Launch every pending attempt (bounded by --concurrency) and wait for
-    /// all of them. Returns the ended attempts and whether we were
-    /// interrupted.
-    fn run_round(&mut self, pending: &[(usize, u64)]) -> (Vec<Ended>, bool) {
+    /// all of them. Returns the ended attempts not settled yet, the retries
+    /// of those settled already, and whether we were interrupted.
+    ///
+    /// With `settle_now` (a batch without a mutation audit, where nothing
+    /// waits for the whole round to end) each ended attempt is settled as
+    /// soon as its slot was given to the next one, while the others run.
+    #[allow(clippy::type_complexity)]
+    fn run_round(
+        &mut self,
+        pending: &[(usize, u64)],
+        settle_now: bool,
+    ) -> (Vec<Ended>, Vec<(usize, u64)>, bool) {
+        let mut retries = Vec::new();
         let limit = self.opts.concurrency.unwrap_or(usize::MAX).max(1);
         let mut notices = match notices::Notices::new() {
             Ok(n) => n,
@@ -626,7 +636,7 @@ impl<'a> Runner<'a> {
                         started: Instant::now(),
                     })
                     .collect();
-                return (ended, false);
+                return (ended, retries, false);
             }
         };
         let mut queue: std::collections::VecDeque<(usize, u64)> = pending.iter().copied().collect();
@@ -668,8 +678,13 @@ impl<'a> Runner<'a> {
                                 started: t,
                             });
                         }
-                        return (ended, false);
+                        return (ended, retries, false);
                     }
+                }
+            }
+            if settle_now {
+                for e in ended.drain(..) {
+                    retries.extend(self.settle_one(e, None));
                 }
             }
             if self.progress.is_live() {
@@ -757,7 +772,7 @@ impl<'a> Runner<'a> {
             }
             self.rec.maybe_flush();
         }
-        (ended, interrupted)
+        (ended, retries, interrupted)
     }
 
     fn launch(
