@@ -247,6 +247,8 @@ struct StatusFile {
     status: Status,
     started: Instant,
     warned: bool,
+    /// Whether the sidecar was written by this wrapper yet.
+    written: bool,
 }
 
 impl StatusFile {
@@ -255,9 +257,18 @@ impl StatusFile {
         let mut bytes = serde_json::to_vec_pretty(&self.status).unwrap_or_default();
         bytes.push(b'\n');
         // Liveness, rewritten every heartbeat: atomic, not fsynced (see
-        // `Durability::NoFsync`).
+        // `Durability::NoFsync`). exec removes the sidecar before it starts
+        // the wrapper, so the first write, often the only one, makes the
+        // file with one write rather than a temporary and a rename.
         let durability = crate::fsutil::Durability::NoFsync;
-        if let Err(err) = crate::fsutil::write_atomic(&self.path, &bytes, durability) {
+        let first = !self.written && crate::fsutil::create_whole(&self.path, &bytes).is_ok();
+        let written = if first {
+            Ok(())
+        } else {
+            crate::fsutil::write_atomic(&self.path, &bytes, durability)
+        };
+        self.written |= written.is_ok();
+        if let Err(err) = written {
             // The run goes on without liveness; say so once.
             if !self.warned {
                 eprintln!("okstra worker: cannot write {}: {err}", self.path.display());
@@ -313,6 +324,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         },
         started,
         warned: false,
+        written: false,
     };
 
     let served_check = match check_inputs(args, &paths).and_then(|()| served_check(args, &paths)) {
