@@ -238,7 +238,8 @@ impl<'a> Runner<'a> {
             failed |= !ok;
             interrupted |= stopped;
         }
-        self.rec.flush();
+        // The last stage's end flushed already; write only what came since.
+        self.rec.flush_if_dirty();
         for p in &self.rec.problems {
             use std::io::Write as _;
             let _ = writeln!(std::io::stderr(), "okstra: warning: {p}");

@@ -141,6 +141,13 @@ impl Recorder {
         }
     }
 
+    /// Flush what is pending (and at least once per run).
+    pub fn flush_if_dirty(&mut self) {
+        if let Err(e) = self.ledger.flush_if_dirty() {
+            self.problems.push(format!("team-state: {e}"));
+        }
+    }
+
     /// Append a wrapper failure to the error log; never fails the dispatch.
     pub fn error_log(
         &mut self,

@@ -249,6 +249,16 @@ impl Ledger {
         drift
     }
 
+    /// [`Self::flush`], unless this ledger flushed before and nothing is
+    /// pending since: a large team-state is not rewritten for nothing.
+    pub fn flush_if_dirty(&mut self) -> Result<(), StateError> {
+        if self.is_dirty() || self.written.is_none() {
+            self.flush()
+        } else {
+            Ok(())
+        }
+    }
+
     /// Flush if something is pending and the interval since the last flush
     /// has passed: `flush_interval`, or [`FLUSH_SPACING`] times what the last
     /// flush took when that is longer, so that at most about a thirtieth of the
@@ -390,6 +400,23 @@ mod tests {
         std::fs::remove_file(store.path()).unwrap();
         eager.flush().unwrap();
         assert!(store.path().exists());
+    }
+
+    #[test]
+    fn flush_if_dirty_writes_once_then_only_news() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = ledger(&dir, Duration::ZERO);
+        let path = ledger.store().path().to_path_buf();
+        // Never flushed: written even with nothing pending.
+        ledger.flush_if_dirty().unwrap();
+        assert!(path.exists());
+        let stamp = stamp_of(&path);
+        ledger.flush_if_dirty().unwrap();
+        assert_eq!(stamp_of(&path), stamp, "clean: not rewritten");
+        ledger.upsert_dispatch(json!({"dispatchId": "d"}));
+        ledger.flush_if_dirty().unwrap();
+        assert_ne!(stamp_of(&path), stamp);
+        assert!(find_dispatch(&ledger.store().read().unwrap(), "d").is_some());
     }
 
     #[test]
