@@ -31,27 +31,31 @@ pub fn check_version(doc: &Value) -> Result<(), Diagnostic> {
 
 /// Every input whose digest changed or that vanished, one diagnostic each.
 pub fn stale_inputs(plan: &Plan, root: &Path) -> Vec<Diagnostic> {
-    let mut out = Vec::new();
-    for input in &plan.inputs {
-        let path = paths::abs_of(root, &input.path);
-        let message = match std::fs::read(&path) {
-            Ok(bytes) if sha256_hex(&bytes) == input.sha256 => continue,
-            Ok(_) => format!(
-                "{} `{}` changed since the plan was made",
-                input.kind, input.path
-            ),
-            Err(_) => format!(
-                "{} `{}` vanished since the plan was made",
-                input.kind, input.path
-            ),
-        };
-        out.push(
-            Diagnostic::new(Code::PlanStale, message)
-                .in_file(input.path.clone())
-                .help("review the change, then make a new plan: okstra plan SPEC --manifest M"),
-        );
-    }
-    out
+    use rayon::prelude::*;
+    // Two inputs per job (prompt and metadata): read and hashed in parallel,
+    // reported in plan order.
+    plan.inputs
+        .par_iter()
+        .filter_map(|input| {
+            let path = paths::abs_of(root, &input.path);
+            let message = match std::fs::read(&path) {
+                Ok(bytes) if sha256_hex(&bytes) == input.sha256 => return None,
+                Ok(_) => format!(
+                    "{} `{}` changed since the plan was made",
+                    input.kind, input.path
+                ),
+                Err(_) => format!(
+                    "{} `{}` vanished since the plan was made",
+                    input.kind, input.path
+                ),
+            };
+            Some(
+                Diagnostic::new(Code::PlanStale, message)
+                    .in_file(input.path.clone())
+                    .help("review the change, then make a new plan: okstra plan SPEC --manifest M"),
+            )
+        })
+        .collect()
 }
 
 /// A v2 job's role execution, participant, label and model binding as the
