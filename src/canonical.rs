@@ -23,20 +23,7 @@ pub fn to_canonical_string(value: &Value) -> String {
 
 fn write_canonical(value: &Value, out: &mut String) {
     match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(k, out);
-                out.push(':');
-                write_canonical(v, out);
-            }
-            out.push('}');
-        }
+        Value::Object(map) => write_object(map.iter(), out),
         Value::Array(items) => {
             out.push('[');
             for (i, v) in items.iter().enumerate() {
@@ -52,6 +39,21 @@ fn write_canonical(value: &Value, out: &mut String) {
         // (integers as plain digits).
         other => out.push_str(&other.to_string()),
     }
+}
+
+fn write_object<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut String) {
+    let mut entries: Vec<(&String, &Value)> = entries.collect();
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out.push('{');
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(k, out);
+        out.push(':');
+        write_canonical(v, out);
+    }
+    out.push('}');
 }
 
 fn write_string(s: &str, out: &mut String) {
@@ -79,6 +81,23 @@ pub fn digest(value: &Value) -> String {
         "sha256:{}",
         sha256_hex(to_canonical_string(value).as_bytes())
     )
+}
+
+/// [`digest`] of an object as if it lacked the top-level `key` (a document
+/// that records its own digest), without copying the document.
+///
+/// ```
+/// use okstra::canonical::{digest, digest_without};
+/// let with: serde_json::Value = serde_json::json!({"a": 1, "digest": "x"});
+/// assert_eq!(digest_without(&with, "digest"), digest(&serde_json::json!({"a": 1})));
+/// ```
+pub fn digest_without(value: &Value, key: &str) -> String {
+    let mut out = String::with_capacity(256);
+    match value {
+        Value::Object(map) => write_object(map.iter().filter(|(k, _)| k.as_str() != key), &mut out),
+        other => write_canonical(other, &mut out),
+    }
+    format!("sha256:{}", sha256_hex(out.as_bytes()))
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -348,11 +348,7 @@ impl Plan {
 /// including one that adds a key okstra does not know.
 pub fn digest_problem(doc: &Value) -> Option<String> {
     let recorded = doc.get("digest").and_then(Value::as_str).unwrap_or("");
-    let mut body = doc.clone();
-    if let Value::Object(m) = &mut body {
-        m.remove("digest");
-    }
-    let actual = canonical::digest(&body);
+    let actual = canonical::digest_without(doc, "digest");
     if recorded == actual {
         None
     } else if recorded.is_empty() {

@@ -5,6 +5,7 @@ use crate::compile::{self, Request};
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::plan::Plan;
 use crate::render;
+use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -134,7 +135,7 @@ pub fn read_plan(path: &Path) -> Result<(serde_json::Value, Plan), Diagnostic> {
         .in_file(path.display().to_string())
         .help("a plan is written by `okstra plan`; make it again rather than editing it")
     })?;
-    let plan: Plan = serde_json::from_value(value.clone()).map_err(|e| {
+    let plan = Plan::deserialize(&value).map_err(|e| {
         Diagnostic::new(
             Code::PlanUnreadable,
             format!("plan {} does not have the plan shape: {e}", path.display()),
