@@ -48,15 +48,26 @@ fn run(files: usize, dirs: usize) {
     let t = Instant::now();
     generate(&root, files, dirs);
     git(&root, &["init", "-q", "-b", "main"]);
+    // A commit of 100k new objects would start `git gc --auto` in the
+    // background, repacking .git while the rounds run: a change the audit
+    // rightly reports, and a competitor for the two cores.
+    git(&root, &["config", "gc.auto", "0"]);
+    git(&root, &["config", "maintenance.auto", "false"]);
     git(&root, &["add", "-A"]);
     git(&root, &["commit", "-qm", "tree"]);
     // The new files' writeback must not overlap the timed rounds: at 100k
     // files the kernel's flusher otherwise competes for the two cores during
     // the first rounds (and the no-change case, timed first, paid for it).
-    let synced = Command::new("sync").status().map(|s| s.success()).unwrap_or(false);
+    let synced = Command::new("sync")
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     assert!(synced, "sync failed");
     let ready = Instant::now();
-    eprintln!("generated, committed and synced {files} files in {:?}", t.elapsed());
+    eprintln!(
+        "generated, committed and synced {files} files in {:?}",
+        t.elapsed()
+    );
     // Past the racy window: the steady state, where stat alone decides.
     if let Some(rest) = Duration::from_millis(2500).checked_sub(ready.elapsed()) {
         std::thread::sleep(rest);
