@@ -22,7 +22,9 @@
 # plan's absolute project root holds. Rounds alternate the tools so drift on a
 # shared machine hits all three alike.
 #
-# Needs GNU parallel; when it is missing the script installs it with
+# Working trees go under $TMPDIR (see benches/README.md, "Where to run it":
+# on a journal-less ext4 the figures depend on what was deleted in the last
+# minutes). Needs GNU parallel; when it is missing the script installs it with
 # `apt-get update && apt-get install -y parallel` (root, Debian/Ubuntu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,9 +55,30 @@ fixture() {
   cp -a "$work/$name" "$work/$name.pristine"
 }
 
-fresh() { # NAME: the project as planned, nothing run yet
-  rm -rf "${work:?}/$1"
+# set_aside NAME...: move trees out of the way, into $work/trash.
+set_aside() {
+  mkdir -p "$work/trash"
+  local name
+  local name dest
+  for name in "$@"; do
+    [ -e "$work/$name" ] || continue
+    dest=$(mktemp -d "$work/trash/$name.XXXXXX") || { echo "cannot set $name aside (disk full?)" >&2; exit 1; }
+    mv "$work/$name" "$dest/"
+  done
+}
+
+# fresh NAME: the project as planned, nothing run yet, settled on disk. The
+# last run's tree is moved aside, not deleted: on ext4 without a journal the
+# inode allocator skips inodes freed in the last 30 s, one by one, so deleting
+# a run's thousands of files just before the next timed run makes every file
+# that run creates slower, a cost of the benchmark rather than of the tool
+# timed (and it hits okstra, which writes a log and a status sidecar per job,
+# three times as hard as xargs). The copy is synced so that its writeback does
+# not land in the timed run. The moved trees go with $work at the end.
+fresh() {
+  set_aside "$1"
   cp -a "$work/$1.pristine" "$work/$1"
+  sync
 }
 
 check_results() { # NAME N TOOL
@@ -101,6 +124,15 @@ time_parallel() { # NAME N -> us
 
 min() { if [ -z "$1" ] || [ "$2" -lt "$1" ]; then echo "$2"; else echo "$1"; fi; }
 
+# keep_best KEY TOOL NAME N: run one timing and keep the best. The timing runs
+# in a command substitution of its own, so that a failed run stops the script
+# (set -e) instead of passing an empty time on.
+keep_best() {
+  local us
+  us=$("time_$2" "$3" "$4")
+  best[$1]=$(min "${best[$1]:-}" "$us")
+}
+
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
 echo "okstra $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(xargs --version | head -1), $(parallel --will-cite --version | head -1)"
 echo "best of $runs runs each; per job = wall time / N"
@@ -110,19 +142,19 @@ declare -A best
 for n in $sizes; do
   fixture "$n" "plain-$n"
   for _ in $(seq "$runs"); do
-    best[okstra-$n]=$(min "${best[okstra-$n]:-}" "$(time_okstra "plain-$n" "$n")")
-    best[xargs-$n]=$(min "${best[xargs-$n]:-}" "$(time_xargs "plain-$n" "$n")")
-    best[parallel-$n]=$(min "${best[parallel-$n]:-}" "$(time_parallel "plain-$n" "$n")")
+    keep_best "okstra-$n" okstra "plain-$n" "$n"
+    keep_best "xargs-$n" xargs "plain-$n" "$n"
+    keep_best "parallel-$n" parallel "plain-$n" "$n"
   done
-  rm -rf "${work:?}/plain-$n"*
+  set_aside "plain-$n" "plain-$n.pristine"
 done
 if [ "$audit_files" -gt 0 ]; then
   for n in $audit_sizes; do
     fixture "$n" "audit-$n" --audit "$audit_files"
     for _ in $(seq "$runs"); do
-      best[audit-$n]=$(min "${best[audit-$n]:-}" "$(time_okstra "audit-$n" "$n")")
+      keep_best "audit-$n" okstra "audit-$n" "$n"
     done
-    rm -rf "${work:?}/audit-$n"*
+    set_aside "audit-$n" "audit-$n.pristine"
   done
 fi
 
