@@ -1074,3 +1074,35 @@ fn with_the_batch_audit_the_round_settles_after_it_ended() {
         "{events:?}"
     );
 }
+
+#[test]
+fn a_launch_failure_stops_and_settles_the_whole_batch() {
+    // b cannot be started: its log path is a directory. a, started just
+    // before it, is stopped; both settle `error` naming the failure.
+    let fx = Fx::new(&[(
+        "only",
+        vec![
+            job(
+                "a",
+                format!("touch \"$S/a.started\"\n{}", wait_in_sh("$S/never")),
+            ),
+            job("b", WRITE_RESULT),
+            job("c", WRITE_RESULT),
+        ],
+    )]);
+    fx.plan();
+    std::fs::create_dir_all(fx.p.path("prompts/b.md.log")).unwrap();
+    let run = fx.exec(&[]);
+    assert_code(&run, 1);
+    for key in ["a", "b", "c"] {
+        let w = fx.worker_row(key);
+        assert_eq!(w["status"], "error", "{key}: {w}");
+        let reason = w["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("launch failed for b"), "{key}: {reason}");
+    }
+    let dispatched = fx.events_of("worker-dispatched", "a");
+    assert_eq!(dispatched.len(), 1, "a was started");
+    let pid = dispatched[0]["pid"].as_u64().unwrap() as u32;
+    assert!(!pid_alive(pid), "a's wrapper was stopped and waited for");
+    assert!(fx.runs("c").is_empty(), "nothing starts after the failure");
+}
