@@ -6,7 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -22,7 +22,7 @@ const STOP_POLL: Duration = Duration::from_millis(20);
 const FALLBACK_WAIT_STEP: Duration = Duration::from_millis(2);
 
 /// A pidfd for `pid` (readable once the process ended), if the kernel has them.
-pub(crate) fn open_pidfd(pid: u32) -> Option<OwnedFd> {
+fn open_pidfd(pid: u32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
     // or -1; nothing is borrowed.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
@@ -55,7 +55,7 @@ pub struct Spawned {
     own_group: bool,
     /// The exit code once reaped, so later calls answer the same.
     code: Option<i32>,
-    /// A pidfd for the child, opened on the first [`Spawned::wait_timeout`];
+    /// A pidfd for the child, opened on the first [`Spawned::pidfd`];
     /// `None` inside when the kernel has none (before Linux 5.3).
     pidfd: std::cell::OnceCell<Option<OwnedFd>>,
 }
@@ -143,6 +143,16 @@ impl Spawned {
         self.pid
     }
 
+    /// A pidfd for the child, readable once it ended (opened on first use,
+    /// kept while `self` lives); `None` when the kernel has none.
+    pub fn pidfd(&self) -> Option<BorrowedFd<'_>> {
+        let pid = self.pid;
+        self.pidfd
+            .get_or_init(|| open_pidfd(pid))
+            .as_ref()
+            .map(|fd| fd.as_fd())
+    }
+
     /// Non-blocking: `Some(exit code)` once the child ended (reaping it);
     /// a death by signal maps to 128 + the signal number.
     pub fn try_wait(&mut self) -> io::Result<Option<i32>> {
@@ -162,8 +172,7 @@ impl Spawned {
         if let Some(code) = self.try_wait()? {
             return Ok(Some(code));
         }
-        let pid = self.pid;
-        match self.pidfd.get_or_init(|| open_pidfd(pid)) {
+        match self.pidfd() {
             Some(fd) => {
                 let mut pfd = libc::pollfd {
                     fd: fd.as_raw_fd(),

@@ -57,7 +57,7 @@ pub struct Notices {
     tx: mpsc::Sender<Notice>,
     rx: mpsc::Receiver<Notice>,
     /// Children watched through their pidfds, by pid.
-    children: HashMap<u32, (Spawned, OwnedFd)>,
+    children: HashMap<u32, Spawned>,
     /// Notices already taken from their source but not yet handed out.
     stash: VecDeque<Notice>,
 }
@@ -118,19 +118,18 @@ impl Notices {
     /// Watch a child until it ends; its notice carries its own pid.
     pub fn watch(&mut self, child: Spawned) {
         let pid = child.pid();
-        let pidfd = crate::process::open_pidfd(pid);
-        match pidfd.filter(|fd| self.register(fd.as_raw_fd(), u64::from(pid)).is_ok()) {
-            Some(fd) => {
-                self.children.insert(pid, (child, fd));
-            }
-            None => {
-                let sender = self.sender();
-                std::thread::spawn(move || {
-                    let mut child = child;
-                    let code = child.wait().unwrap_or(1);
-                    sender.send(pid, code);
-                });
-            }
+        let watched = child
+            .pidfd()
+            .is_some_and(|fd| self.register(fd.as_raw_fd(), u64::from(pid)).is_ok());
+        if watched {
+            self.children.insert(pid, child);
+        } else {
+            let sender = self.sender();
+            std::thread::spawn(move || {
+                let mut child = child;
+                let code = child.wait().unwrap_or(1);
+                sender.send(pid, code);
+            });
         }
     }
 
@@ -195,11 +194,12 @@ impl Notices {
             }
             let pid = token as u32;
             let ended = match self.children.get_mut(&pid) {
-                Some((child, _)) => child.try_wait().unwrap_or(Some(1)),
+                Some(child) => child.try_wait().unwrap_or(Some(1)),
                 None => None,
             };
             if let Some(code) = ended {
-                // Dropping the pidfd takes it out of the epoll set.
+                // Dropping the child closes its pidfd, which takes it out
+                // of the epoll set.
                 self.children.remove(&pid);
                 self.stash.push_back((pid, code));
             }
