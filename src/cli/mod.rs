@@ -84,10 +84,9 @@ pub fn main() -> ExitStatus {
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
         Command::Doctor(args) => doctor::doctor(&args),
-        Command::Worker(args) => {
-            let code = crate::worker::run(&args);
-            std::process::exit(code);
-        }
+        // `okstra worker` is normally taken by the fast path above, before
+        // this parse; the variant is here for `okstra --help`.
+        Command::Worker(args) => run_worker(&args),
     }
 }
 
@@ -104,7 +103,12 @@ fn worker() -> ! {
         .long_about(None);
     let matches = command.get_matches_from(std::env::args_os().skip(1));
     let args = crate::worker::WorkerArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    std::process::exit(crate::worker::run(&args));
+    run_worker(&args)
+}
+
+/// The wrapper's exit code is the process's, whichever parse got here.
+fn run_worker(args: &crate::worker::WorkerArgs) -> ! {
+    std::process::exit(crate::worker::run(args))
 }
 
 /// Print diagnostics in the chosen format and return their exit status.
