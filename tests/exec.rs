@@ -1020,23 +1020,15 @@ fn status_reads_team_state_and_names_an_unreadable_one() {
     assert_eq!(run.codes(), ["exec/state"]);
 }
 
-/// The position in the event log of the first `ty` event of worker `key`.
-fn event_index(events: &[Value], ty: &str, key: &str) -> usize {
-    events
-        .iter()
-        .position(|e| e["type"] == ty && e["workerId"] == key)
-        .unwrap_or_else(|| panic!("no {ty} event for {key}: {events:?}"))
-}
-
-#[test]
-fn without_an_audit_an_attempt_settles_while_the_others_run() {
-    let none = "mutationAudit = \"none\"";
+/// Three one-line jobs a, b, c (each with `extra` in its entry) run one at a
+/// time; where in the event log a's result was collected and c dispatched.
+fn settle_order(extra: &str) -> (usize, usize) {
     let fx = Fx::new(&[(
         "only",
         ["a", "b", "c"]
             .into_iter()
             .map(|id| Job {
-                extra: none,
+                extra,
                 ..job(id, WRITE_RESULT)
             })
             .collect(),
@@ -1045,33 +1037,35 @@ fn without_an_audit_an_attempt_settles_while_the_others_run() {
     let run = fx.exec(&["--concurrency", "1"]);
     assert_code(&run, 0);
     let events = fx.events();
+    let index = |ty: &str, key: &str| {
+        events
+            .iter()
+            .position(|e| e["type"] == ty && e["workerId"] == key)
+            .unwrap_or_else(|| panic!("no {ty} event for {key}: {events:?}"))
+    };
+    (
+        index("worker-result-collected", "a"),
+        index("worker-dispatched", "c"),
+    )
+}
+
+#[test]
+fn without_an_audit_an_attempt_settles_while_the_others_run() {
     // a is settled as soon as b took its slot, long before c starts.
+    let (a_collected, c_dispatched) = settle_order("mutationAudit = \"none\"");
     assert!(
-        event_index(&events, "worker-result-collected", "a")
-            < event_index(&events, "worker-dispatched", "c"),
-        "{events:?}"
+        a_collected < c_dispatched,
+        "{a_collected} vs {c_dispatched}"
     );
 }
 
 #[test]
 fn with_the_batch_audit_the_round_settles_after_it_ended() {
-    let fx = Fx::new(&[(
-        "only",
-        vec![
-            job("a", WRITE_RESULT),
-            job("b", WRITE_RESULT),
-            job("c", WRITE_RESULT),
-        ],
-    )]);
-    fx.plan();
-    let run = fx.exec(&["--concurrency", "1"]);
-    assert_code(&run, 0);
-    let events = fx.events();
     // The compare needs the whole batch done: nothing settles before c ran.
+    let (a_collected, c_dispatched) = settle_order("");
     assert!(
-        event_index(&events, "worker-dispatched", "c")
-            < event_index(&events, "worker-result-collected", "a"),
-        "{events:?}"
+        c_dispatched < a_collected,
+        "{a_collected} vs {c_dispatched}"
     );
 }
 
