@@ -91,10 +91,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Re
 /// `write(2)`: a reader sees no file, an empty one or all of it, never a
 /// part (the size is set once the bytes are in), and a writer killed
 /// meanwhile leaves it empty or whole. For the first version of a liveness
-/// file of at most a page; later versions go through [`write_atomic`]. On
-/// any failure the file is removed again, and `AlreadyExists` means it was
-/// there before.
+/// file; later versions go through [`write_atomic`]. More than a page
+/// (4 KiB) is refused (`InvalidInput`, nothing created): only a write within
+/// one page is copied whole before the size moves. On any failure the file
+/// is removed again, and `AlreadyExists` means it was there before.
 pub fn create_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    const PAGE: usize = 4096;
+    if bytes.len() > PAGE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} bytes do not fit in one page", bytes.len()),
+        ));
+    }
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -352,6 +360,10 @@ mod tests {
         let path = dir.path().join("status.json");
         create_whole(&path, b"{\"state\":\"running\"}\n").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"{\"state\":\"running\"}\n");
+        let big = dir.path().join("big.json");
+        let refused = create_whole(&big, &[b' '; 4097]).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidInput);
+        assert!(!big.exists(), "nothing created");
         let again = create_whole(&path, b"other").unwrap_err();
         assert_eq!(again.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(
