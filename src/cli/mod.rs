@@ -62,7 +62,7 @@ pub struct RunTarget {
 /// Parse the command line, run the command, and return the exit status.
 pub fn main() -> ExitStatus {
     if std::env::args_os().nth(1).is_some_and(|a| a == "worker") {
-        worker();
+        worker(&std::env::args_os().collect::<Vec<_>>());
     }
     let cli = Cli::parse();
     if !matches!(
@@ -92,17 +92,25 @@ pub fn main() -> ExitStatus {
 
 const WORKER_ABOUT: &str = "The built-in worker wrapper (started by `okstra exec`)";
 
-/// `okstra worker`, parsed on its own: the wrapper starts once per job, and
-/// building every other subcommand's arguments first is a measurable part of
-/// its start. Same arguments, help and errors as through [`Cli`].
-fn worker() -> ! {
-    use clap::{Args, FromArgMatches};
-    let command = crate::worker::WorkerArgs::augment_args(clap::Command::new("worker"))
-        .bin_name("okstra worker")
-        .about(WORKER_ABOUT)
-        .long_about(None);
-    let matches = command.get_matches_from(std::env::args_os().skip(1));
-    let args = crate::worker::WorkerArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+/// `okstra worker` on the whole command line `argv` (program name first);
+/// exits with the wrapper's code. The wrapper starts once per job, so its
+/// arguments are read on their own: exec's command lines by
+/// [`crate::worker::parse_canonical`], anything else by clap with only the
+/// wrapper's arguments built (same arguments, help and errors as through
+/// [`Cli`]). On glibc Linux the binary calls this before `main` (src/start.rs).
+pub fn worker(argv: &[std::ffi::OsString]) -> ! {
+    let args = match crate::worker::parse_canonical(argv.get(2..).unwrap_or_default()) {
+        Some(args) => args,
+        None => {
+            use clap::{Args, FromArgMatches};
+            let command = crate::worker::WorkerArgs::augment_args(clap::Command::new("worker"))
+                .bin_name("okstra worker")
+                .about(WORKER_ABOUT)
+                .long_about(None);
+            let matches = command.get_matches_from(argv.iter().skip(1));
+            crate::worker::WorkerArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+        }
+    };
     run_worker(&args)
 }
 

@@ -11,6 +11,10 @@
 //! the right place. The child stays in the wrapper's process group, so exec
 //! stopping the wrapper's group stops the agent with it.
 
+mod args;
+
+pub use args::{parse_canonical, Presentation, WorkerArgs};
+
 use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
 use crate::provider::{
@@ -40,89 +44,6 @@ const NOT_FOUND_EXIT_CODE: i32 = 127;
 /// How much of the log's new output is searched for the served model and the
 /// CLI's session id; both come in the first events.
 const OUTPUT_SCAN_LIMIT: u64 = 1 << 20;
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Presentation {
-    /// Print start and end notices on stderr.
-    Live,
-    /// Print only problems.
-    #[default]
-    Quiet,
-}
-
-/// Arguments of `okstra worker`. Paths are relative to the project root
-/// unless absolute.
-#[derive(clap::Args, Debug, Clone)]
-pub struct WorkerArgs {
-    /// The project root: the child's working directory.
-    #[arg(long, value_name = "PATH")]
-    pub project_root: PathBuf,
-    /// claude, codex, gemini or command.
-    #[arg(long, value_name = "P")]
-    pub provider: String,
-    /// The model execution value handed to the provider CLI.
-    #[arg(long, value_name = "M", default_value = "")]
-    pub model: String,
-    /// The prompt file, given to the child on stdin.
-    #[arg(long, value_name = "PATH")]
-    pub prompt: PathBuf,
-    /// The file the worker must write.
-    #[arg(long, value_name = "PATH")]
-    pub result: PathBuf,
-    /// The worker's own result file.
-    #[arg(long, value_name = "PATH")]
-    pub worker_result: PathBuf,
-    #[arg(long, value_enum, default_value_t = Presentation::Quiet)]
-    pub presentation: Presentation,
-    /// The prompt's invocation metadata (accepted; the served-model check
-    /// reads the catalog through `--manifest` / `--model-ref`).
-    #[arg(long, value_name = "PATH")]
-    pub invocation_metadata: Option<PathBuf>,
-    /// A UUID minted by okstra for this attempt; passed to providers that take one.
-    #[arg(long, value_name = "UUID", value_parser = parse_session_id)]
-    pub session_id: Option<String>,
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub attempt: u32,
-    #[arg(long, value_name = "ID")]
-    pub dispatch_id: Option<String>,
-    /// The worker's state key.
-    #[arg(long, value_name = "KEY")]
-    pub worker_key: String,
-    /// Stop the child after this many seconds and exit 124.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub timeout_seconds: Option<u64>,
-    /// A directory the worker may write besides the project root (repeatable).
-    #[arg(long = "write-dir", value_name = "PATH")]
-    pub write_dirs: Vec<PathBuf>,
-    #[arg(long, value_name = "MODE")]
-    pub permission_mode: Option<String>,
-    #[arg(long, value_name = "MODE")]
-    pub sandbox_mode: Option<String>,
-    #[arg(long, value_name = "MODE")]
-    pub approval_mode: Option<String>,
-    /// An extra argument for the provider CLI (repeatable).
-    #[arg(long = "extra-arg", value_name = "A", allow_hyphen_values = true)]
-    pub extra_args: Vec<String>,
-    /// The run manifest (relative to the project root unless absolute): its
-    /// `models{}` catalog is what the served model is checked against.
-    #[arg(long, value_name = "PATH", requires = "model_ref")]
-    pub manifest: Option<PathBuf>,
-    /// The catalog entry (`models.<REF>`) the job was bound to. With
-    /// `--manifest`, the wrapper checks the model the CLI reports having
-    /// served (SPEC §6) and exits 86 on a mismatch, stopping the CLI as soon
-    /// as it says so.
-    #[arg(long, value_name = "REF", requires = "manifest")]
-    pub model_ref: Option<String>,
-    /// The argv of a `command` job.
-    #[arg(last = true, value_name = "ARGV")]
-    pub command: Vec<String>,
-}
-
-fn parse_session_id(value: &str) -> Result<String, String> {
-    uuid::Uuid::parse_str(value)
-        .map(|_| value.to_string())
-        .map_err(|e| format!("not a UUID: {e}"))
-}
 
 /// Run the wrapper; its exit code. SIGTERM or SIGINT to the wrapper stops the
 /// child (SIGTERM, grace, SIGKILL) and the wrapper exits with the child's code.
