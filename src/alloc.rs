@@ -9,12 +9,11 @@
 //! cost more than the whole wrapper does otherwise. So `okstra worker` uses
 //! the system allocator and every other command mimalloc.
 //!
-//! The choice is made before `main`, from `argv[1]`, by a function in
-//! `.init_array` (glibc passes it `argc` and `argv`, as the Rust runtime's
-//! own argument capture relies on), and is sticky: whichever of that
-//! function and the first allocation comes first fixes the allocator for
-//! the life of the process, so a block is always freed by the allocator that
-//! made it. Elsewhere than glibc Linux every command uses mimalloc.
+//! The choice is made before `main`, from `argv[1]` ([`choose_for`], called
+//! from src/start.rs), and is sticky: whichever of that call and the first
+//! allocation comes first fixes the allocator for the life of the process,
+//! so a block is always freed by the allocator that made it. Elsewhere than
+//! glibc Linux every command uses mimalloc.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -54,28 +53,11 @@ fn for_command(first_arg: Option<&[u8]>) -> u8 {
     }
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-mod before_main {
-    use std::ffi::{c_char, c_int, CStr};
-
-    #[used]
-    #[link_section = ".init_array"]
-    static CHOOSE: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = choose;
-
-    extern "C" fn choose(argc: c_int, argv: *const *const c_char, _env: *const *const c_char) {
-        let first = if argc >= 2 && !argv.is_null() {
-            // SAFETY: glibc calls `.init_array` functions with the process's
-            // own argc and argv, which stay valid for its whole life;
-            // argv[1] exists when argc >= 2 and is NUL-terminated.
-            unsafe {
-                let arg = *argv.add(1);
-                (!arg.is_null()).then(|| CStr::from_ptr(arg).to_bytes())
-            }
-        } else {
-            None
-        };
-        super::decide(super::for_command(first));
-    }
+/// Fix the allocator for a process started with `first_arg` as `argv[1]`,
+/// unless an allocation fixed it already. Called before `main` (src/start.rs).
+#[cfg_attr(not(all(target_os = "linux", target_env = "gnu")), allow(dead_code))]
+pub fn choose_for(first_arg: Option<&[u8]>) {
+    decide(for_command(first_arg));
 }
 
 /// mimalloc or the system allocator, as chosen for this process.

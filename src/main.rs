@@ -1,4 +1,5 @@
 mod alloc;
+mod start;
 
 #[global_allocator]
 static GLOBAL: alloc::ByCommand = alloc::ByCommand;
