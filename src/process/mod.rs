@@ -4,12 +4,15 @@
 //!
 //! Linux only: liveness checks read `/proc` so that zombies count as dead.
 
+mod spawn;
+
+use std::ffi::c_int;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread;
@@ -50,7 +53,6 @@ pub struct SpawnSpec<'a> {
 #[derive(Debug)]
 pub struct Spawned {
     pid: u32,
-    child: Child,
     /// True when the child leads its own process group (its pgid is its pid).
     own_group: bool,
     /// The exit code once reaped, so later calls answer the same.
@@ -75,38 +77,20 @@ pub fn spawn_in_caller_group(spec: &SpawnSpec) -> io::Result<Spawned> {
 }
 
 fn start(spec: &SpawnSpec, own_group: bool) -> io::Result<Spawned> {
-    let (program, args) = spec
-        .argv
-        .split_first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "cannot start an empty argv"))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args).current_dir(spec.cwd);
-    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
-    if own_group {
-        // setpgid(0, 0) in the child between fork and exec. `spawn` returns
-        // only after exec succeeded, so the group exists before anyone can
-        // try to signal it.
-        cmd.process_group(0);
+    if spec.argv.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot start an empty argv",
+        ));
     }
-    cmd.stdin(match spec.stdin {
-        Some(path) => Stdio::from(File::open(path)?),
-        None => Stdio::null(),
-    });
-    match spec.log {
-        Some(path) => {
-            let out = open_log(path)?;
-            cmd.stderr(Stdio::from(out.try_clone()?));
-            cmd.stdout(Stdio::from(out));
-        }
-        None => {
-            cmd.stdout(Stdio::inherit());
-            cmd.stderr(Stdio::inherit());
-        }
-    }
-    let child = cmd.spawn()?;
+    let stdin = match spec.stdin {
+        Some(path) => File::open(path)?,
+        None => File::open("/dev/null")?,
+    };
+    let out = spec.log.map(open_log).transpose()?;
+    let pid = spawn::posix_spawn(spec, own_group, &stdin, out.as_ref())?;
     Ok(Spawned {
-        pid: child.id(),
-        child,
+        pid,
         own_group,
         code: None,
         pidfd: std::cell::OnceCell::new(),
@@ -125,6 +109,26 @@ fn open_log(path: &Path) -> io::Result<File> {
             open()
         }
         other => other,
+    }
+}
+
+/// waitpid(2) on our child `pid`: its status once it ended (and is reaped),
+/// `None` while it runs (with `WNOHANG`). Retried when a signal interrupts.
+fn wait_pid(pid: u32, flags: c_int) -> io::Result<Option<ExitStatus>> {
+    loop {
+        let mut status: c_int = 0;
+        // SAFETY: a valid out-pointer for the status; no other preconditions.
+        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, flags) };
+        match rc {
+            0 => return Ok(None),
+            -1 => {
+                let err = io::Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+            _ => return Ok(Some(ExitStatus::from_raw(status))),
+        }
     }
 }
 
@@ -157,7 +161,7 @@ impl Spawned {
     /// a death by signal maps to 128 + the signal number.
     pub fn try_wait(&mut self) -> io::Result<Option<i32>> {
         if self.code.is_none() {
-            if let Some(status) = self.child.try_wait()? {
+            if let Some(status) = wait_pid(self.pid, libc::WNOHANG)? {
                 self.code = Some(exit_code_of(status));
             }
         }
@@ -194,7 +198,9 @@ impl Spawned {
         if let Some(code) = self.code {
             return Ok(code);
         }
-        let code = exit_code_of(self.child.wait()?);
+        let status =
+            wait_pid(self.pid, 0)?.ok_or_else(|| io::Error::other("waitpid returned no status"))?;
+        let code = exit_code_of(status);
         self.code = Some(code);
         Ok(code)
     }
@@ -465,6 +471,85 @@ mod tests {
             text,
             format!("earlier\nfrom stdin\nhello\n{}\noops\n", cwd.display())
         );
+    }
+
+    /// Run `script` under `sh -c` with `env` on top of ours, stdout and
+    /// stderr to a log; its exit code and output.
+    fn run_sh(dir: &Path, script: &str, env: &[(String, String)]) -> (i32, String) {
+        let log = dir.join("sh.log");
+        let _ = fs::remove_file(&log);
+        let a = argv(&["sh", "-c", script]);
+        let mut child = spawn(&SpawnSpec {
+            env,
+            log: Some(&log),
+            ..spec(&a, dir)
+        })
+        .unwrap();
+        let code = child.wait().unwrap();
+        (code, fs::read_to_string(&log).unwrap())
+    }
+
+    #[test]
+    fn the_child_starts_with_no_signal_blocked_and_sigpipe_not_ignored() {
+        // The test harness, like okstra, runs with SIGPIPE ignored.
+        let dir = tempfile::tempdir().unwrap();
+        let (code, out) = run_sh(dir.path(), "grep -E '^Sig(Blk|Ign):' /proc/$$/status", &[]);
+        assert_eq!(code, 0, "{out}");
+        let mask = |name: &str| {
+            let line = out.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+        };
+        assert_eq!(mask("SigBlk:"), 0);
+        assert_eq!(mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
+    }
+
+    #[test]
+    fn a_key_given_twice_keeps_its_last_value_and_others_are_inherited() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = [
+            ("OKSTRA_T".to_string(), "first".to_string()),
+            ("OKSTRA_T".to_string(), "last".to_string()),
+        ];
+        let (code, out) = run_sh(
+            dir.path(),
+            "echo \"$OKSTRA_T\"; echo \"${HOME:+home}\"",
+            &env,
+        );
+        assert_eq!((code, out.as_str()), (0, "last\nhome\n"));
+    }
+
+    #[test]
+    fn a_path_of_the_childs_own_is_the_one_searched() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        let tool = bin.join("okstra-test-tool");
+        fs::write(&tool, "#!/bin/sh\necho found \"$PATH\"\n").unwrap();
+        fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let path = format!("{}:/usr/bin:/bin", bin.display());
+        let env = [("PATH".to_string(), path.clone())];
+        let log = dir.path().join("tool.log");
+        let a = argv(&["okstra-test-tool"]);
+        let mut child = spawn(&SpawnSpec {
+            env: &env,
+            log: Some(&log),
+            ..spec(&a, dir.path())
+        })
+        .unwrap();
+        assert_eq!(child.wait().unwrap(), 0);
+        assert_eq!(fs::read_to_string(&log).unwrap(), format!("found {path}\n"));
+        // Not on our own PATH, so without the override it is not found.
+        let err = spawn(&spec(&a, dir.path())).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+
+        // Only a non-executable file of that name: refused as such.
+        fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        let err = spawn(&SpawnSpec {
+            env: &env,
+            ..spec(&a, dir.path())
+        })
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
     }
 
     #[test]
