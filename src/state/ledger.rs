@@ -103,6 +103,9 @@ pub struct Ledger {
     /// the next flush merges into this copy instead of parsing the file
     /// again (most of a flush's cost once team-state is large).
     written: Option<(FileStamp, Value)>,
+    /// The serialised document, kept between flushes (see
+    /// [`TeamStateStore::write_locked_via`]).
+    scratch: Vec<u8>,
 }
 
 /// What tells one version of a file from another: a write through
@@ -136,6 +139,7 @@ impl Ledger {
             pending: Pending::default(),
             settled: HashMap::new(),
             written: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -241,7 +245,7 @@ impl Ledger {
         upsert_dispatches(&mut doc, pending.dispatches.iter().cloned());
         let drift =
             apply_attempt_patches(&mut doc, pending.attempts.rows.iter().map(|(k, p)| (k, p)));
-        self.store.write_locked(&doc)?;
+        self.store.write_locked_via(&doc, &mut self.scratch)?;
         self.written = stamp_of(self.store.path()).map(|stamp| (stamp, doc));
         self.pending = Pending::default();
         self.last_flush = Instant::now();

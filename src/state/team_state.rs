@@ -117,12 +117,24 @@ impl TeamStateStore {
 
     /// Replace the file with `doc`. Callers must hold [`Self::lock`].
     pub(crate) fn write_locked(&self, doc: &Value) -> Result<(), StateError> {
-        let mut bytes = serde_json::to_vec_pretty(doc).map_err(|source| StateError::Parse {
+        self.write_locked_via(doc, &mut Vec::new())
+    }
+
+    /// [`Self::write_locked`], serialising into `buf` (cleared first): a
+    /// caller that rewrites a large file often keeps one buffer, instead of
+    /// growing a new one, page by fresh page, every time.
+    pub(crate) fn write_locked_via(
+        &self,
+        doc: &Value,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), StateError> {
+        buf.clear();
+        serde_json::to_writer_pretty(&mut *buf, doc).map_err(|source| StateError::Parse {
             path: self.path.clone(),
             source,
         })?;
-        bytes.push(b'\n');
-        fsutil::write_atomic(&self.path, &bytes, fsutil::Durability::Fsync)
+        buf.push(b'\n');
+        fsutil::write_atomic(&self.path, buf, fsutil::Durability::Fsync)
             .map_err(|e| StateError::io(&self.path, e))
     }
 
