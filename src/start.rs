@@ -21,11 +21,13 @@
 //! wrapper opens lands on them), SIGPIPE is ignored (a failed write is an
 //! error, not death), and a panic exits 101 after the usual message. A stack
 //! overflow in the wrapper ends it with SIGSEGV instead of the runtime's
-//! message. `std::process::exit` flushes stdout as `main` returning would.
+//! message. It ends with `_exit` once stdout is flushed: exit handlers are
+//! for a process whose constructors all ran.
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod before_main {
     use std::ffi::{c_char, c_int, CStr, OsString};
+    use std::io::Write;
     use std::os::unix::ffi::OsStringExt;
 
     #[used]
@@ -60,8 +62,13 @@ mod before_main {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
         // Unwinding out of this `extern "C"` function would abort; end as a
         // panicking `main` does (the panic hook has printed the message).
-        let _ = std::panic::catch_unwind(|| okstra::cli::worker(&argv));
-        std::process::exit(101);
+        let code = std::panic::catch_unwind(|| okstra::cli::worker(&argv)).unwrap_or(101);
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: ends the process. No exit handler may run: the rest of
+        // `.init_array` never ran, and in a static build the C runtime's
+        // destructor aborts on unwind tables its constructor never registered.
+        unsafe { libc::_exit(code) }
     }
 
     /// Open `/dev/null` on each of fds 0-2 that is closed, in order, so each
