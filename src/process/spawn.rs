@@ -25,18 +25,16 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// Start `spec.argv` with `stdin` as its standard input and `out` (when
-/// given) as its stdout and stderr; the child's pid.
+/// Start `spec.argv` (not empty: the caller checks) with `stdin` as its
+/// standard input and `out` (when given) as its stdout and stderr; the
+/// child's pid.
 pub(super) fn posix_spawn(
     spec: &SpawnSpec,
     own_group: bool,
     stdin: &File,
     out: Option<&File>,
 ) -> io::Result<u32> {
-    let program = spec
-        .argv
-        .first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "cannot start an empty argv"))?;
+    let program = &spec.argv[0];
     let argv = spec
         .argv
         .iter()
