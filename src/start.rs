@@ -11,7 +11,8 @@
 //! the wrapper runs on the system allocator) and the Rust runtime's start-up
 //! (it reads `/proc/self/maps` to place a stack guard and installs a
 //! stack-overflow handler). Together they were about a seventh of the
-//! wrapper's own time on the benchmark machine (benches/README.md). The
+//! wrapper's own time on the benchmark machine (perf; the effect on whole
+//! runs is in benches/README.md). The
 //! function sits in `.init_array.00100`: after the runtime's argument
 //! capture (`.init_array.00099`), before mimalloc's constructor (plain
 //! `.init_array`, or priority 101 when built with clang).

@@ -3,7 +3,7 @@
 //!
 //! The wrapper starts once per job, and building clap's parser is a
 //! measurable part of its start (about a fourteenth of the wrapper's own
-//! time on the benchmark machine, see benches/README.md). [`parse_canonical`]
+//! time on the benchmark machine, by perf). [`parse_canonical`]
 //! reads exec's command lines without it and declines everything else
 //! (help, an unknown or repeated option, a value that looks like an option
 //! or does not parse, a missing required option), which clap then reads
