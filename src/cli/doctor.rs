@@ -60,15 +60,7 @@ fn check(name: impl Into<String>, status: Level, detail: impl Into<String>, fix:
 
 /// The first executable named `name` on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    crate::process::find_program(name, &std::env::var_os("PATH")?).ok()
 }
 
 /// `<program> --version`, first line of its output, within `timeout`.

@@ -97,6 +97,39 @@ fn start(spec: &SpawnSpec, own_group: bool) -> io::Result<Spawned> {
     })
 }
 
+/// `program` in the first directory of `path` (a `PATH` value) that holds
+/// it as a file we may execute (an empty entry is the working directory):
+/// NotFound, or PermissionDenied when only files we may not execute were
+/// seen, as a shell would report.
+pub fn find_program(program: &str, path: &std::ffi::OsStr) -> io::Result<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut denied = false;
+    for dir in std::env::split_paths(path) {
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join(program);
+        if !fs::metadata(&candidate).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let Ok(c) = std::ffi::CString::new(candidate.as_os_str().as_bytes()) else {
+            continue;
+        };
+        // SAFETY: a NUL-terminated path; access(2) only reads it.
+        if unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0 {
+            return Ok(candidate);
+        }
+        denied = true;
+    }
+    Err(io::Error::from_raw_os_error(if denied {
+        libc::EACCES
+    } else {
+        libc::ENOENT
+    }))
+}
+
 fn open_log(path: &Path) -> io::Result<File> {
     let open = || OpenOptions::new().create(true).append(true).open(path);
     match open() {
@@ -473,16 +506,15 @@ mod tests {
         );
     }
 
-    /// Run `script` under `sh -c` with `env` on top of ours, stdout and
-    /// stderr to a log; its exit code and output.
-    fn run_sh(dir: &Path, script: &str, env: &[(String, String)]) -> (i32, String) {
-        let log = dir.join("sh.log");
+    /// Run `argv` with `env` on top of ours, stdout and stderr to a log; its
+    /// exit code and output.
+    fn run_logged(dir: &Path, argv: &[String], env: &[(String, String)]) -> (i32, String) {
+        let log = dir.join("child.log");
         let _ = fs::remove_file(&log);
-        let a = argv(&["sh", "-c", script]);
         let mut child = spawn(&SpawnSpec {
             env,
             log: Some(&log),
-            ..spec(&a, dir)
+            ..spec(argv, dir)
         })
         .unwrap();
         let code = child.wait().unwrap();
@@ -493,7 +525,10 @@ mod tests {
     fn the_child_starts_with_no_signal_blocked_and_sigpipe_not_ignored() {
         // The test harness, like okstra, runs with SIGPIPE ignored.
         let dir = tempfile::tempdir().unwrap();
-        let (code, out) = run_sh(dir.path(), "grep -E '^Sig(Blk|Ign):' /proc/$$/status", &[]);
+        // grep reads its own masks: the child itself, no shell between (a
+        // shell blocks every signal while it waits for a command).
+        let a = argv(&["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"]);
+        let (code, out) = run_logged(dir.path(), &a, &[]);
         assert_eq!(code, 0, "{out}");
         let mask = |name: &str| {
             let line = out.lines().find(|l| l.starts_with(name)).unwrap();
@@ -510,11 +545,8 @@ mod tests {
             ("OKSTRA_T".to_string(), "first".to_string()),
             ("OKSTRA_T".to_string(), "last".to_string()),
         ];
-        let (code, out) = run_sh(
-            dir.path(),
-            "echo \"$OKSTRA_T\"; echo \"${HOME:+home}\"",
-            &env,
-        );
+        let a = argv(&["sh", "-c", "echo \"$OKSTRA_T\"; echo \"${HOME:+home}\""]);
+        let (code, out) = run_logged(dir.path(), &a, &env);
         assert_eq!((code, out.as_str()), (0, "last\nhome\n"));
     }
 

@@ -23,7 +23,6 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
 
 /// Start `spec.argv` (not empty: the caller checks) with `stdin` as its
 /// standard input and `out` (when given) as its stdout and stderr; the
@@ -64,7 +63,8 @@ pub(super) fn posix_spawn(
     let path_override = spec.env.iter().rev().find(|(k, _)| k == "PATH");
     let rc = match path_override {
         Some((_, path)) if !program.contains('/') => {
-            let found = c_string(search_path(program, path)?.as_os_str().as_bytes())?;
+            let found = super::find_program(program, OsStr::new(path))?;
+            let found = c_string(found.as_os_str().as_bytes())?;
             // SAFETY: every pointer is valid and NUL-terminated (argv and
             // envp are NULL-terminated arrays) for the duration of the call.
             unsafe {
@@ -127,38 +127,6 @@ fn environment(overrides: &[(String, String)]) -> io::Result<Vec<CString>> {
         }
     }
     Ok(entries)
-}
-
-/// `program` in the first directory of `path` that holds it as an
-/// executable file (an empty entry is the working directory); NotFound, or
-/// PermissionDenied when only non-executable files of that name were seen.
-fn search_path(program: &str, path: &str) -> io::Result<PathBuf> {
-    let mut denied = false;
-    for dir in path.split(':') {
-        let dir = if dir.is_empty() {
-            Path::new(".")
-        } else {
-            Path::new(dir)
-        };
-        let candidate = dir.join(program);
-        let Ok(meta) = std::fs::metadata(&candidate) else {
-            continue;
-        };
-        if !meta.is_file() {
-            continue;
-        }
-        let c = c_string(candidate.as_os_str().as_bytes())?;
-        // SAFETY: a NUL-terminated path.
-        if unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0 {
-            return Ok(candidate);
-        }
-        denied = true;
-    }
-    Err(if denied {
-        io::Error::from_raw_os_error(libc::EACCES)
-    } else {
-        io::Error::from_raw_os_error(libc::ENOENT)
-    })
 }
 
 fn null_terminated(items: &[CString]) -> Vec<*mut c_char> {
