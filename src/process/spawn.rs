@@ -59,40 +59,41 @@ pub(super) fn posix_spawn(
     let envp_ptrs = null_terminated(&envp);
     let mut pid: libc::pid_t = 0;
     // A PATH of the child's own is the one to search, as a shell would;
-    // posix_spawnp searches ours, so look it up here in that case.
+    // posix_spawnp searches ours, so look it up here in that case. Both
+    // functions take the same arguments.
     let path_override = spec.env.iter().rev().find(|(k, _)| k == "PATH");
-    let rc = match path_override {
+    let (start, program): (SpawnFn, CString) = match path_override {
         Some((_, path)) if !program.contains('/') => {
             let found = super::find_program(program, OsStr::new(path))?;
-            let found = c_string(found.as_os_str().as_bytes())?;
-            // SAFETY: every pointer is valid and NUL-terminated (argv and
-            // envp are NULL-terminated arrays) for the duration of the call.
-            unsafe {
-                libc::posix_spawn(
-                    &mut pid,
-                    found.as_ptr(),
-                    &actions.0,
-                    &attr.0,
-                    argv_ptrs.as_ptr(),
-                    envp_ptrs.as_ptr(),
-                )
-            }
+            (libc::posix_spawn, c_string(found.as_os_str().as_bytes())?)
         }
-        // SAFETY: as above.
-        _ => unsafe {
-            libc::posix_spawnp(
-                &mut pid,
-                argv[0].as_ptr(),
-                &actions.0,
-                &attr.0,
-                argv_ptrs.as_ptr(),
-                envp_ptrs.as_ptr(),
-            )
-        },
+        _ => (libc::posix_spawnp, argv[0].clone()),
+    };
+    // SAFETY: every pointer is valid and NUL-terminated (argv and envp are
+    // NULL-terminated arrays) for the duration of the call.
+    let rc = unsafe {
+        start(
+            &mut pid,
+            program.as_ptr(),
+            &actions.0,
+            &attr.0,
+            argv_ptrs.as_ptr(),
+            envp_ptrs.as_ptr(),
+        )
     };
     check(rc)?;
     Ok(pid as u32)
 }
+
+/// posix_spawn(3) and posix_spawnp(3).
+type SpawnFn = unsafe extern "C" fn(
+    *mut libc::pid_t,
+    *const c_char,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    *const *mut c_char,
+    *const *mut c_char,
+) -> c_int;
 
 fn c_string(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| {
