@@ -465,13 +465,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("not/yet/there.log");
         let a = argv(&["sh", "-c", "echo made"]);
-        let mut child = spawn(&SpawnSpec {
-            log: Some(&log),
-            ..spec(&a, dir.path())
-        })
-        .unwrap();
-        assert_eq!(child.wait().unwrap(), 0);
-        assert_eq!(fs::read_to_string(&log).unwrap(), "made\n");
+        let (code, out) = run_logged(dir.path(), &log, &a, &[]);
+        assert_eq!(code, 0);
+        assert_eq!(out, "made\n");
     }
 
     #[test]
@@ -506,19 +502,22 @@ mod tests {
         );
     }
 
-    /// Run `argv` with `env` on top of ours, stdout and stderr to a log; its
-    /// exit code and output.
-    fn run_logged(dir: &Path, argv: &[String], env: &[(String, String)]) -> (i32, String) {
-        let log = dir.join("child.log");
-        let _ = fs::remove_file(&log);
+    /// Run `argv` with `env` on top of ours, stdout and stderr to `log`;
+    /// its exit code and the log's content.
+    fn run_logged(
+        dir: &Path,
+        log: &Path,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> (i32, String) {
         let mut child = spawn(&SpawnSpec {
             env,
-            log: Some(&log),
+            log: Some(log),
             ..spec(argv, dir)
         })
         .unwrap();
         let code = child.wait().unwrap();
-        (code, fs::read_to_string(&log).unwrap())
+        (code, fs::read_to_string(log).unwrap())
     }
 
     #[test]
@@ -528,7 +527,7 @@ mod tests {
         // grep reads its own masks: the child itself, no shell between (a
         // shell blocks every signal while it waits for a command).
         let a = argv(&["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"]);
-        let (code, out) = run_logged(dir.path(), &a, &[]);
+        let (code, out) = run_logged(dir.path(), &dir.path().join("masks.log"), &a, &[]);
         assert_eq!(code, 0, "{out}");
         let mask = |name: &str| {
             let line = out.lines().find(|l| l.starts_with(name)).unwrap();
@@ -546,7 +545,7 @@ mod tests {
             ("OKSTRA_T".to_string(), "last".to_string()),
         ];
         let a = argv(&["sh", "-c", "echo \"$OKSTRA_T\"; echo \"${HOME:+home}\""]);
-        let (code, out) = run_logged(dir.path(), &a, &env);
+        let (code, out) = run_logged(dir.path(), &dir.path().join("env.log"), &a, &env);
         assert_eq!((code, out.as_str()), (0, "last\nhome\n"));
     }
 
@@ -589,13 +588,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("a/b/c.log");
         let a = argv(&["sh", "-c", "wc -c"]);
-        let mut child = spawn(&SpawnSpec {
-            log: Some(&log),
-            ..spec(&a, dir.path())
-        })
-        .unwrap();
-        assert_eq!(child.wait().unwrap(), 0);
-        assert_eq!(fs::read_to_string(&log).unwrap().trim(), "0");
+        let (code, out) = run_logged(dir.path(), &log, &a, &[]);
+        assert_eq!(code, 0);
+        assert_eq!(out.trim(), "0");
     }
 
     #[test]
