@@ -101,3 +101,36 @@ fn help_and_bad_arguments_get_clap_from_before_main() {
     assert!(err.contains("--attempt <N>"), "{err}");
     assert!(!p.exists("prompts/w.md.status.json"));
 }
+
+#[test]
+fn a_command_that_cannot_be_executed_exits_126_and_one_not_found_127() {
+    // The wrapper starts its child with posix_spawn (src/process/spawn.rs):
+    // its errors must still map to the shell's two codes.
+    let p = project();
+    p.write("not-executable.sh", "#!/bin/sh\nexit 0\n");
+    for (program, code, says) in [
+        ("./not-executable.sh", 126, "permission denied"),
+        ("okstra-no-such-program", 127, "command not found"),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_okstra"));
+        cmd.arg("worker")
+            .arg("--project-root")
+            .arg(p.root())
+            .args(["--provider", "command", "--prompt", "prompts/w.md"])
+            .args([
+                "--result",
+                "results/w.md",
+                "--worker-result",
+                "results/w.md",
+            ])
+            .args(["--worker-key", "w", "--", program])
+            .current_dir(p.root());
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{program}: {err}");
+        assert!(err.contains(says), "{program}: {err}");
+        let s = status(&p);
+        assert_eq!(s["exitCode"], code);
+        assert!(s["error"].as_str().unwrap().contains(program), "{s}");
+    }
+}
