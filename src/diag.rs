@@ -41,6 +41,8 @@ pub enum Code {
     TranslatorPromptHeaders,
     PlanStagesMalformedConformance,
     PathEscapesRoot,
+    PathInvalid,
+    PathTooBroad,
     SchemaViolation,
     InputSyntax,
     InputMissing,
@@ -53,6 +55,8 @@ pub enum Code {
     ExecBindingChanged,
     ExecLocked,
     ExecState,
+    ExecConfinementUnavailable,
+    AuditIncomplete,
 }
 
 /// How a command ends. Mapped to a process exit code in exactly one place.
@@ -116,6 +120,8 @@ impl Code {
         Code::TranslatorPromptHeaders,
         Code::PlanStagesMalformedConformance,
         Code::PathEscapesRoot,
+        Code::PathInvalid,
+        Code::PathTooBroad,
         Code::SchemaViolation,
         Code::InputSyntax,
         Code::InputMissing,
@@ -128,6 +134,8 @@ impl Code {
         Code::ExecBindingChanged,
         Code::ExecLocked,
         Code::ExecState,
+        Code::ExecConfinementUnavailable,
+        Code::AuditIncomplete,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -161,6 +169,8 @@ impl Code {
             Code::TranslatorPromptHeaders => "translator/prompt-headers",
             Code::PlanStagesMalformedConformance => "plan-stages/malformed-conformance",
             Code::PathEscapesRoot => "path/escapes-root",
+            Code::PathInvalid => "path/invalid",
+            Code::PathTooBroad => "path/too-broad",
             Code::SchemaViolation => "schema/violation",
             Code::InputSyntax => "input/syntax",
             Code::InputMissing => "input/missing",
@@ -173,6 +183,8 @@ impl Code {
             Code::ExecBindingChanged => "exec/binding-changed",
             Code::ExecLocked => "exec/locked",
             Code::ExecState => "exec/state",
+            Code::ExecConfinementUnavailable => "exec/confinement-unavailable",
+            Code::AuditIncomplete => "audit/incomplete",
         }
     }
 
@@ -208,6 +220,8 @@ impl Code {
             Code::TranslatorPromptHeaders => "a translator prompt without exactly one distinct Result / Worker Result header each",
             Code::PlanStagesMalformedConformance => "a stage's `conformanceTests` declaration does not parse",
             Code::PathEscapesRoot => "a path that resolves outside the project root",
+            Code::PathInvalid => "a path holding `\\`, a NUL byte or an empty segment",
+            Code::PathTooBroad => "a worktree or auxiliary root that is `/`, an ancestor of the project root, or under /proc, /sys or /dev",
             Code::SchemaViolation => "a value the JSON Schema refuses (unknown key, wrong type, ...)",
             Code::InputSyntax => "a TOML or JSON syntax error",
             Code::InputMissing => "a file the input names does not exist",
@@ -220,6 +234,8 @@ impl Code {
             Code::ExecBindingChanged => "a v2 job's role execution or model binding changed since planning",
             Code::ExecLocked => "another `okstra exec` holds this run",
             Code::ExecState => "a run state file that cannot be read, parsed or written",
+            Code::ExecConfinementUnavailable => "a job requires kernel confinement (`confinement = \"required\"`) that this machine cannot apply",
+            Code::AuditIncomplete => "the mutation audit could not walk or compare the tree; the jobs it covers settle `error`",
         }
     }
 
@@ -229,9 +245,11 @@ impl Code {
             | Code::PlanDigestMismatch
             | Code::PlanStale
             | Code::PlanUnreadable
-            | Code::ExecBindingChanged => ExitStatus::PlanRefused,
+            | Code::ExecBindingChanged
+            | Code::ExecConfinementUnavailable => ExitStatus::PlanRefused,
             Code::ExecLocked => ExitStatus::Locked,
-            Code::ExecState => ExitStatus::JobsFailed,
+            Code::AuditIncomplete => ExitStatus::JobsFailed,
+            Code::ExecState => ExitStatus::InvalidInput,
             _ => ExitStatus::InvalidInput,
         }
     }
