@@ -460,6 +460,87 @@ fn a_plan_of_another_format_version_is_refused() {
     assert_nothing_written(&fx);
 }
 
+/// `plan.json` edited by `edit`, re-sealed when `reseal`.
+fn edited_plan(fx: &Fx, reseal: bool, edit: impl FnOnce(&mut Value)) {
+    let mut plan: Value = fx.p.read_json("plan.json");
+    edit(&mut plan);
+    if reseal {
+        plan.as_object_mut().unwrap().remove("digest");
+        let digest = okstra::canonical::digest(&plan);
+        plan["digest"] = serde_json::json!(digest);
+    }
+    fx.p.write_json("plan.json", &plan);
+}
+
+#[test]
+fn exec_show_and_validate_refuse_a_plan_alike_on_the_raw_document() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    let text = fx.p.read("plan.json");
+    let newer = okstra::plan::FORMAT_VERSION + 1;
+    let cases: Vec<(&str, bool, Box<dyn FnOnce(&mut Value)>)> = vec![
+        // A newer okstra's plan, with a key this one does not know: its
+        // version is what is wrong, whatever else it holds.
+        (
+            "plan/version",
+            false,
+            Box::new(move |p: &mut Value| {
+                p["formatVersion"] = serde_json::json!(newer);
+                p["somethingNew"] = serde_json::json!({"x": 1});
+            }),
+        ),
+        // A key added by hand: an edit, not an unreadable plan.
+        (
+            "plan/digest-mismatch",
+            false,
+            Box::new(|p: &mut Value| {
+                p["stages"][0]["jobs"][0]["extra"] = serde_json::json!(true);
+            }),
+        ),
+        // The same, re-sealed by someone else's tool: the digest holds, the
+        // shape does not.
+        (
+            "plan/unreadable",
+            true,
+            Box::new(|p: &mut Value| {
+                p["stages"][0]["jobs"][0]["extra"] = serde_json::json!(true);
+            }),
+        ),
+    ];
+    for (code, reseal, edit) in cases {
+        fx.p.write("plan.json", &text);
+        edited_plan(&fx, reseal, edit);
+        let run = fx.exec(&["--format", "json"]);
+        assert_code(&run, 3);
+        assert_eq!(run.codes(), [code], "exec");
+        assert_nothing_written(&fx);
+        let show = fx.p.okstra(&["show", "plan.json", "--format", "json"]);
+        assert_eq!(show.codes(), [code], "show");
+        let validate = fx.p.okstra(&[
+            "validate",
+            "--kind",
+            "plan",
+            "plan.json",
+            "--format",
+            "json",
+        ]);
+        assert_eq!(validate.codes(), [code], "validate");
+    }
+    // Near miss: the plan as written passes all three.
+    fx.p.write("plan.json", &text);
+    let validate = fx.p.okstra(&[
+        "validate",
+        "--kind",
+        "plan",
+        "plan.json",
+        "--format",
+        "json",
+    ]);
+    assert_code(&validate, 0);
+    assert_code(&fx.p.okstra(&["show", "plan.json"]), 0);
+    assert_code(&fx.exec(&[]), 0);
+}
+
 #[test]
 fn an_unreadable_plan_is_refused() {
     let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);

@@ -5,8 +5,6 @@ mod exec;
 mod plan;
 mod validate;
 
-pub use plan::read_plan;
-
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -1,6 +1,8 @@
 //! `okstra exec`: verify a frozen plan, then run its stages crash-safely.
 
 pub mod backend;
+pub mod event;
+pub mod load;
 pub mod notices;
 pub mod preflight;
 pub mod progress;
@@ -57,9 +59,9 @@ pub struct Outcomes {
 
 /// Verify, lock, run. Refusals return diagnostics and start nothing.
 pub fn exec(plan_path: &Path, opts: &Options) -> Result<Outcomes, Diagnostics> {
-    let (doc, plan) = crate::cli::read_plan(plan_path).map_err(Diagnostics::from)?;
+    let plan = load::load(plan_path)?.plan;
     let root = PathBuf::from(&plan.project_root);
-    preflight::verify(&doc, &plan, &root)?;
+    preflight::verify(&plan, &root)?;
     let team_state = paths::abs_of(&root, &plan.run.team_state_path);
     if let Some(dir) = team_state.parent() {
         let _ = std::fs::create_dir_all(dir);
