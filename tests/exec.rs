@@ -460,6 +460,9 @@ fn a_plan_of_another_format_version_is_refused() {
     assert_nothing_written(&fx);
 }
 
+/// An edit of a plan document, for the refusal tests.
+type PlanEdit = Box<dyn FnOnce(&mut Value)>;
+
 /// `plan.json` edited by `edit`, re-sealed when `reseal`.
 fn edited_plan(fx: &Fx, reseal: bool, edit: impl FnOnce(&mut Value)) {
     let mut plan: Value = fx.p.read_json("plan.json");
@@ -478,7 +481,7 @@ fn exec_show_and_validate_refuse_a_plan_alike_on_the_raw_document() {
     fx.plan();
     let text = fx.p.read("plan.json");
     let newer = okstra::plan::FORMAT_VERSION + 1;
-    let cases: Vec<(&str, bool, Box<dyn FnOnce(&mut Value)>)> = vec![
+    let cases: Vec<(&str, bool, PlanEdit)> = vec![
         // A newer okstra's plan, with a key this one does not know: its
         // version is what is wrong, whatever else it holds.
         (
