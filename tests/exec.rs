@@ -603,7 +603,12 @@ fn locked_run_is_refused() {
 
 #[test]
 fn sigterm_stops_every_worker_and_settles_them_interrupted() {
-    let block = "echo $$ > \"$S/$K.pid\"\ntouch \"$S/$K.started\"\nexec sleep 30\n".to_string();
+    // The first attempt blocks; once `go` exists (for the resumed run) a
+    // worker writes its result at once.
+    let block = format!(
+        "if [ -e \"$S/go\" ]; then {}; exit 0; fi\necho $$ > \"$S/$K.pid\"\ntouch \"$S/$K.started\"\nexec sleep 30\n",
+        WRITE_RESULT.trim_end()
+    );
     let fx = Fx::new(&[
         ("first", vec![job("a", block.clone()), job("b", block)]),
         ("second", vec![job("c", WRITE_RESULT)]),
@@ -634,6 +639,22 @@ fn sigterm_stops_every_worker_and_settles_them_interrupted() {
         assert_eq!(fx.runs(key), ["1"], "an interrupted attempt is not retried");
     }
     assert!(fx.runs("c").is_empty(), "the next stage never starts");
+    // Every job of the plan is in the summary.
+    let stdout = std::fs::read_to_string(fx.scratch("exec.stdout")).unwrap();
+    assert!(
+        stdout.contains("0 of 3 jobs completed (interrupted)"),
+        "{stdout}"
+    );
+    // The next exec resumes both interrupted attempts (outside the retry
+    // limit) and finishes the run.
+    std::fs::write(fx.scratch("go"), "").unwrap();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    for key in ["a", "b"] {
+        assert_eq!(fx.runs(key), ["1", "2"], "{key}");
+        assert_eq!(fx.worker_row(key)["status"], "completed", "{key}");
+    }
+    assert_eq!(fx.runs("c"), ["1"]);
 }
 
 #[test]
@@ -1010,7 +1031,8 @@ fn a_worker_whose_log_grows_is_not_idle() {
 #[test]
 fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
     // Both okstra and the worker's whole group die: resume finds a status
-    // sidecar that never recorded an exit and settles the attempt from it.
+    // sidecar that never recorded an exit, settles the attempt as lost
+    // (resumable: no fault of the worker) and starts a new one at once.
     let block = format!(
         "touch \"$S/a.started\"\n{}{WRITE_RESULT}",
         wait_in_sh("$S/release")
@@ -1019,9 +1041,6 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
     fx.plan();
     let mut child = fx.spawn_exec(&[]);
     wait_for("a to start", 5, || fx.scratch("a.started").exists());
-    wait_for("the dispatch event", 5, || {
-        fx.p.exists("run/lead-events.jsonl") && !fx.events_of("worker-dispatched", "a").is_empty()
-    });
     let pgid = fx.events_of("worker-dispatched", "a")[0]["pid"]
         .as_u64()
         .unwrap() as u32;
@@ -1030,12 +1049,14 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
     // SAFETY: kill(2) has no memory-safety preconditions.
     unsafe { libc::killpg(pgid as libc::pid_t, libc::SIGKILL) };
     wait_for("the worker group to die", 5, || !group_alive(pgid));
+    std::fs::write(fx.scratch("release"), "").unwrap();
     let run = fx.exec(&["--format", "json"]);
-    assert_code(&run, 1);
-    assert_eq!(fx.runs("a"), ["1"]);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
     let rows = fx.dispatch_rows("a");
-    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[0]["status"], "error", "{}", rows[0]);
+    assert_eq!(rows[0]["resumable"], true, "{}", rows[0]);
     assert!(
         rows[0]["reason"]
             .as_str()
@@ -1044,12 +1065,13 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
         "{}",
         rows[0]
     );
-    assert_eq!(fx.worker_row("a")["status"], "error");
-    // A third exec sees the settled failure and starts nothing.
+    assert_eq!(rows[1]["status"], "completed", "{}", rows[1]);
+    assert_eq!(fx.worker_row("a")["status"], "completed");
+    // A third exec sees the completion and starts nothing.
     let again = fx.exec(&[]);
-    assert_code(&again, 1);
-    assert_eq!(fx.runs("a"), ["1"]);
-    assert_eq!(fx.events_of("worker-dispatched", "a").len(), 1);
+    assert_code(&again, 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
+    assert_eq!(fx.events_of("worker-dispatched", "a").len(), 2);
 }
 
 #[test]
@@ -1155,15 +1177,63 @@ fn with_the_batch_audit_the_round_settles_after_it_ended() {
 
 #[test]
 fn a_launch_failure_stops_and_settles_the_whole_batch() {
-    // b cannot be started: its log path is a directory. a, started just
-    // before it, is stopped; both settle `error` naming the failure.
+    // With two slots, a and x start together; x ends at once and its slot
+    // goes to b, which cannot be started (its log path is a directory).
+    // a, still running, is stopped and waited for; b and c never start;
+    // a, b and c settle `error` naming the failure.
     let fx = Fx::new(&[(
         "only",
         vec![
             job(
                 "a",
-                format!("touch \"$S/a.started\"\n{}", wait_in_sh("$S/never")),
+                format!(
+                    "touch \"$S/a.started\"\n{}{WRITE_RESULT}",
+                    wait_in_sh("$S/never")
+                ),
             ),
+            job("x", WRITE_RESULT),
+            job("b", WRITE_RESULT),
+            job("c", WRITE_RESULT),
+        ],
+    )]);
+    fx.plan();
+    std::fs::create_dir_all(fx.p.path("prompts/b.md.log")).unwrap();
+    let run = fx.exec(&["--concurrency", "2"]);
+    assert_code(&run, 1);
+    for key in ["a", "b", "c"] {
+        let w = fx.worker_row(key);
+        assert_eq!(w["status"], "error", "{key}: {w}");
+        let reason = w["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("launch failed for b"), "{key}: {reason}");
+    }
+    assert_eq!(fx.worker_row("x")["status"], "completed");
+    let dispatched = fx.events_of("worker-dispatched", "a");
+    assert_eq!(dispatched.len(), 1, "a was started");
+    let pid = dispatched[0]["pid"].as_u64().unwrap() as u32;
+    assert!(!pid_alive(pid), "a's wrapper was stopped and waited for");
+    for key in ["b", "c"] {
+        assert!(fx.runs(key).is_empty(), "{key} never ran");
+        assert!(fx.events_of("worker-dispatched", key).is_empty(), "{key}");
+    }
+    // Nothing of a failed launch is lost for good: with b's log path
+    // repaired, the next exec runs what did not complete.
+    std::fs::remove_dir(fx.p.path("prompts/b.md.log")).unwrap();
+    std::fs::write(fx.scratch("never"), "").unwrap();
+    let again = fx.exec(&[]);
+    assert_code(&again, 0);
+    assert_eq!(fx.runs("a"), ["1", "2"], "a's stopped attempt is resumed");
+    assert_eq!(fx.runs("x"), ["1"]);
+    assert_eq!(fx.runs("b"), ["1"]);
+    assert_eq!(fx.runs("c"), ["1"]);
+}
+
+#[test]
+fn a_launch_failure_in_a_batch_starts_none_of_it() {
+    // a, b and c start as one batch: b cannot, so none of them is let go.
+    let fx = Fx::new(&[(
+        "only",
+        vec![
+            job("a", WRITE_RESULT),
             job("b", WRITE_RESULT),
             job("c", WRITE_RESULT),
         ],
@@ -1173,14 +1243,8 @@ fn a_launch_failure_stops_and_settles_the_whole_batch() {
     let run = fx.exec(&[]);
     assert_code(&run, 1);
     for key in ["a", "b", "c"] {
-        let w = fx.worker_row(key);
-        assert_eq!(w["status"], "error", "{key}: {w}");
-        let reason = w["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("launch failed for b"), "{key}: {reason}");
+        assert!(fx.runs(key).is_empty(), "{key} ran");
+        assert!(fx.events_of("worker-dispatched", key).is_empty(), "{key}");
+        assert_eq!(fx.worker_row(key)["status"], "error", "{key}");
     }
-    let dispatched = fx.events_of("worker-dispatched", "a");
-    assert_eq!(dispatched.len(), 1, "a was started");
-    let pid = dispatched[0]["pid"].as_u64().unwrap() as u32;
-    assert!(!pid_alive(pid), "a's wrapper was stopped and waited for");
-    assert!(fx.runs("c").is_empty(), "nothing starts after the failure");
 }

@@ -49,13 +49,26 @@ fn options(concurrency: Option<usize>, format: Format) -> Options {
     Options {
         concurrency,
         format,
-        okstra: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("okstra")),
+        okstra_worker: worker_argv(),
         grace: Duration::from_secs(
             std::env::var("OKSTRA_STOP_GRACE_SECONDS")
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(5),
         ),
+    }
+}
+
+/// What plays `okstra worker`: `okstra-worker` beside this executable when
+/// it is there (a lean start per job), else this executable's own
+/// `worker` subcommand.
+fn worker_argv() -> Vec<String> {
+    let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("okstra"));
+    let lean = me.with_file_name("okstra-worker");
+    if lean.is_file() {
+        vec![lean.display().to_string()]
+    } else {
+        vec![me.display().to_string(), "worker".into()]
     }
 }
 

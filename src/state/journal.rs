@@ -161,12 +161,8 @@ impl Journal {
         let bytes = std::mem::take(&mut self.pending);
         let before = self.len;
         crate::fault::point("journal-write");
-        let written = (|| {
-            // Another process replacing or truncating the file would make us
-            // write where nobody reads, or leave a gap: refuse instead.
-            if let Some(why) = self.tampered()? {
-                return Err(io::Error::other(why));
-            }
+        let written: io::Result<()> = (|| {
+            self.follow_path()?;
             (&self.file).write_all(&bytes)?;
             if sync == Sync::Data {
                 crate::fault::point("journal-sync");
@@ -196,6 +192,33 @@ impl Journal {
                 ))
             }
         }
+    }
+
+    /// Make sure the descriptor is the file at the path: one removed or
+    /// replaced meanwhile would swallow records nobody reads, so the path
+    /// is opened again (what happened to the file is for [`Self::tampered`]
+    /// to tell).
+    fn follow_path(&mut self) -> io::Result<()> {
+        let ours = Stamp::of(&self.file.metadata()?);
+        let there = Stamp::at(&self.path)?;
+        if there.is_some_and(|s| (s.dev, s.ino) == (ours.dev, ours.ino)) {
+            return Ok(());
+        }
+        let reopened = Journal::open(&self.path)?;
+        self.file = reopened.file;
+        self.len = reopened.len;
+        Ok(())
+    }
+
+    /// Take the file as it is now as the journal's own: after a change by
+    /// someone else was noticed and reported, so that later appends are
+    /// judged against what this journal writes from here on.
+    pub fn adopt_current(&mut self) -> io::Result<()> {
+        self.follow_path()?;
+        let meta = self.file.metadata()?;
+        self.len = meta.len();
+        self.stamp = Stamp::of(&meta);
+        Ok(())
     }
 
     /// Why the file at the journal's path is not the file as the journal
@@ -317,7 +340,7 @@ mod tests {
     }
 
     #[test]
-    fn another_writer_is_noticed_and_refused() {
+    fn another_writer_is_noticed_and_records_still_land_in_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
         let mut j = Journal::open(&path).unwrap();
@@ -332,17 +355,28 @@ mod tests {
             .write_all(b"{\"forged\":true}\n")
             .unwrap();
         let why = j.tampered().unwrap().unwrap();
-        assert!(why.contains("changed length"), "{why}");
+        assert!(
+            why.contains("changed length") && why.contains("outside okstra"),
+            "{why}"
+        );
+        j.adopt_current().unwrap();
+        assert_eq!(j.tampered().unwrap(), None);
         j.push("{\"b\":2}");
-        let err = j.commit(Sync::None).unwrap_err();
-        assert!(err.to_string().contains("outside okstra"), "{err}");
-        // Replaced by rename.
+        j.commit(Sync::None).unwrap();
+        // Replaced by rename: noticed, and the next record goes to the file
+        // at the path, not to the unlinked one.
         let other = dir.path().join("other");
-        std::fs::write(&other, "").unwrap();
+        std::fs::write(&other, "{\"new\":1}\n").unwrap();
         std::fs::rename(&other, &path).unwrap();
         assert!(j.tampered().unwrap().unwrap().contains("replaced"));
+        j.push("{\"c\":3}");
+        j.commit(Sync::None).unwrap();
+        assert_eq!(lines(&path), ["{\"new\":1}", "{\"c\":3}"]);
         std::fs::remove_file(&path).unwrap();
         assert!(j.tampered().unwrap().unwrap().contains("removed"));
+        j.push("{\"d\":4}");
+        j.commit(Sync::None).unwrap();
+        assert_eq!(lines(&path), ["{\"d\":4}"]);
     }
 
     #[test]
