@@ -6,10 +6,21 @@
 //! - `OKSTRA_FAULT_TRACE=<file>`: each point reached appends its name to the
 //!   file, so a test learns how many points a run passes and in what order;
 //! - `OKSTRA_FAULT_AT=<n>`: the n-th point reached (1-based, counted over
-//!   the whole process) aborts the process on the spot, as a power cut or
-//!   `kill -9` would stop it: no destructor, no flush, no exit handler.
+//!   the whole process) kills the process on the spot with SIGKILL, as a
+//!   power cut or `kill -9` would stop it: no destructor, no flush, no exit
+//!   handler.
 //!
 //! A release build compiles every point to nothing.
+
+#[cfg(debug_assertions)]
+static ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Make this process's points live: exec calls it, so that the points it
+/// shares with the wrapper (the durable-write helpers) fire in exec alone.
+pub fn arm() {
+    #[cfg(debug_assertions)]
+    ARMED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
 
 /// A place where the executor may be stopped for a test.
 #[cfg(debug_assertions)]
@@ -17,6 +28,10 @@ pub fn point(name: &'static str) {
     use std::io::Write as _;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
+
+    if !ARMED.load(Ordering::SeqCst) {
+        return;
+    }
 
     struct Setting {
         at: Option<u64>,
@@ -45,6 +60,9 @@ pub fn point(name: &'static str) {
         }
     }
     if setting.at == Some(n) {
+        // SIGKILL, as `kill -9` would: no handler, no flush, no core file.
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         std::process::abort();
     }
 }

@@ -82,6 +82,7 @@ pub fn run(
     reporters: Vec<Box<dyn report::Reporter>>,
 ) -> Result<Outcomes, Diagnostics> {
     let Verified { plan, root } = verified;
+    crate::fault::arm();
     let team_state = paths::abs_of(root, &plan.run.team_state_path);
     let store = crate::state::TeamStateStore::open(team_state.clone());
     // Unreadable state refuses the run before anything is created.
