@@ -581,6 +581,82 @@ fn stale_input_is_refused_naming_the_file() {
 }
 
 #[test]
+fn an_unreadable_team_state_refuses_the_run_and_is_kept() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    fx.p.write("run/team-state.json", "{ not json");
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 2);
+    assert_eq!(run.codes(), ["exec/state"]);
+    assert_eq!(
+        fx.p.read("run/team-state.json"),
+        "{ not json",
+        "never overwritten"
+    );
+    for f in [
+        "run/team-state.json.lock",
+        "run/team-state.json.exec.lock",
+        "run/lead-events.jsonl",
+        "prompts/a.md.log",
+    ] {
+        assert!(!fx.p.exists(f), "a refused exec wrote {f}");
+    }
+    assert!(fx.runs("a").is_empty());
+    // Near miss: an empty file reads as a fresh team-state.
+    fx.p.write("run/team-state.json", "");
+    assert_code(&fx.exec(&[]), 0);
+}
+
+#[test]
+fn workers_that_ignore_sigterm_stop_within_one_grace_period() {
+    // Four workers trap SIGTERM; with a 2 s grace, stopping them one after
+    // another would take 8 s. Together it takes about one grace period.
+    let stubborn = "trap '' TERM\ntouch \"$S/$K.started\"\nwhile :; do sleep 0.05; done\n";
+    let fx = Fx::new(&[(
+        "only",
+        ["a", "b", "c", "d"]
+            .iter()
+            .map(|k| job(k, stubborn))
+            .collect(),
+    )]);
+    fx.plan();
+    let err = std::fs::File::create(fx.scratch("exec.stderr")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_okstra"))
+        .current_dir(fx.p.root())
+        .env("OKSTRA_STOP_GRACE_SECONDS", "2")
+        .args(["exec", "plan.json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(err)
+        .spawn()
+        .unwrap();
+    wait_for("every worker to start", 10, || {
+        ["a", "b", "c", "d"]
+            .iter()
+            .all(|k| fx.scratch(&format!("{k}.started")).exists())
+    });
+    let started = Instant::now();
+    signal(child.id(), libc::SIGINT);
+    let code = wait_child(&mut child, 20);
+    let took = started.elapsed();
+    assert_eq!(code, 130);
+    assert!(
+        took >= Duration::from_secs(2),
+        "SIGKILL came before the grace: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "stopping was serial: {took:?}"
+    );
+    for key in ["a", "b", "c", "d"] {
+        let pgid = fx.events_of("worker-dispatched", key)[0]["pid"]
+            .as_u64()
+            .unwrap() as u32;
+        assert!(!group_alive(pgid), "{key} lingers");
+        assert_eq!(fx.dispatch_rows(key)[0]["reason"], "interrupted");
+    }
+}
+
+#[test]
 fn locked_run_is_refused() {
     let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
