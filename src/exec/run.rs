@@ -1033,7 +1033,12 @@ impl Runner<'_> {
             Judge::Off => Audit::None,
             Judge::Incomplete(why) => Audit::Incomplete(why),
             Judge::In(view, k) => {
-                let succeeded = decide::decide(&facts).status == Status::Completed;
+                // An attempt cut short through no fault of its own (exec
+                // interrupted or died) answers for writes outside its
+                // policy only: its partial work is its own, and the next
+                // attempt takes it over.
+                let before = decide::decide(&facts);
+                let succeeded = before.status == Status::Completed || before.resumable;
                 let verdict = audit::judge_in(view, k, succeeded, facts.missing.is_empty());
                 summary = Some(verdict.change_summary());
                 Audit::Judged {
