@@ -19,11 +19,9 @@ pub const BUILTIN_DUTIES: &[(&str, &str)] = &[
     ("plan-verification", "verifier"),
 ];
 
+/// The worker id of the report writer, which runs alone (SPEC §3.2). The
+/// role of the same name is `vocab::Role::ReportWriter`.
 pub const REPORT_WRITER: &str = "report-writer";
-pub const EXECUTOR_AUDIENCE: &str = "implementation-executor";
-pub const VERIFIER_AUDIENCE: &str = "implementation-verifier";
-pub const CLI_WRAPPER: &str = "cli-wrapper";
-pub const PANE: &str = "pane";
 
 pub fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")

@@ -5,11 +5,25 @@
 use super::{paths, with_worker, Ctx, Entry, Loaded};
 use crate::diag::Code;
 use crate::model::{self, binding_problem, metadata_version, str_of, Manifest, MetaVersion};
-use crate::plan::{Invocation, Job};
+use crate::plan::{Identity, Invocation};
 use crate::schema::SchemaKind;
 use crate::source::{Format, SourceFile};
+use crate::vocab::{DispatchKind, Role};
 use serde_json::Value;
 use std::collections::BTreeMap;
+
+/// What a job claims to be, checked against its metadata and the manifest
+/// before the job is assembled.
+pub struct Claim<'a> {
+    pub identity: &'a Identity,
+    /// As the entry names it: a name okstra has no adapter for is compared
+    /// like any other (the schema reported it already).
+    pub provider: &'a str,
+    pub role: &'a Role,
+    pub prompt_path: &'a str,
+    pub model_execution_value: &'a str,
+    pub dispatch_kind: &'a DispatchKind,
+}
 
 /// A prompt's `<prompt>.meta.json`, loaded.
 pub struct Meta {
@@ -59,7 +73,7 @@ pub fn metadata_model_value(doc: &Value) -> &str {
 
 /// The invocation fields a job carries from its metadata; None when the
 /// metadata is incomplete (reported by `check_metadata`).
-pub fn invocation_of(_ctx: &mut Ctx, meta: &Meta) -> Option<Invocation> {
+pub fn invocation_of(meta: &Meta) -> Option<Invocation> {
     let doc = &meta.loaded.doc;
     let digests = doc.get("digests")?.as_object()?;
     let assignment = doc.get("modelAssignment")?.as_object()?;
@@ -84,7 +98,7 @@ pub fn invocation_of(_ctx: &mut Ctx, meta: &Meta) -> Option<Invocation> {
 }
 
 /// Checks of the metadata on its own (any manifest version).
-pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, job: &Job) {
+pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, claim: &Claim) {
     let doc = &meta.loaded.doc;
     let src = &meta.loaded.src;
     let mut out = Vec::new();
@@ -172,7 +186,7 @@ pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, job: &Job
         MetaVersion::V1 => {}
     }
     for d in out {
-        ctx.push(d.worker(job.label().to_string()));
+        ctx.push(d.worker(claim.identity.label().to_string()));
     }
 }
 
@@ -186,11 +200,13 @@ pub fn check_v2_job(
     ctx: &mut Ctx,
     manifest: &Manifest,
     meta: &Meta,
-    job: &Job,
+    claim: &Claim,
     entry: &Entry,
     src: &SourceFile,
 ) {
-    let Some(id) = job.identity.v2() else { return };
+    let Some(id) = claim.identity.v2() else {
+        return;
+    };
     let doc = &meta.loaded.doc;
     let push = |ctx: &mut Ctx, code: Code, key: &str, message: String, help: &str| {
         let d = ctx.at(src, code, message, &entry.ptr(key)).help(help);
@@ -265,7 +281,7 @@ pub fn check_v2_job(
         && paths::resolve(&ctx.root, meta_prompt, true)
             .map(|r| {
                 paths::real_path(&r.abs)
-                    == paths::real_path(&paths::abs_of(&ctx.root, &job.prompt_path))
+                    == paths::real_path(&paths::abs_of(&ctx.root, claim.prompt_path))
             })
             .unwrap_or(false);
     if !same_prompt {
@@ -275,7 +291,7 @@ pub fn check_v2_job(
             "promptPath",
             format!(
                 "promptPath `{}` and the metadata's prompt.path `{}` are different files",
-                job.prompt_path, meta_prompt
+                claim.prompt_path, meta_prompt
             ),
             "point promptPath at the prompt the metadata describes",
         );
@@ -293,8 +309,8 @@ pub fn check_v2_job(
             for (key, mine) in [
                 ("participantRef", id.participant_ref.as_str()),
                 ("executionLabel", id.execution_label.as_str()),
-                ("role", job.role.as_str()),
-                ("provider", job.provider.as_str()),
+                ("role", claim.role.as_str()),
+                ("provider", claim.provider),
             ] {
                 if str_of(re, key) != mine {
                     problems.push(format!(
@@ -330,27 +346,27 @@ pub fn check_v2_job(
         );
     }
     let meta_model = metadata_model_value(doc);
-    if doc.get("modelAssignment").is_some() && meta_model != job.model_execution_value {
+    if doc.get("modelAssignment").is_some() && meta_model != claim.model_execution_value {
         push(
             ctx,
             Code::AuthorityAssignment,
             "modelExecutionValue",
             format!(
                 "modelExecutionValue `{}` differs from the metadata's `{meta_model}`",
-                job.model_execution_value
+                claim.model_execution_value
             ),
             "use the model the metadata assigns, or drop modelExecutionValue to take it from the metadata",
         );
     }
     let meta_kind = str_of(doc, "dispatchKind");
-    if meta_kind != job.dispatch_kind {
+    if meta_kind != claim.dispatch_kind.as_str() {
         push(
             ctx,
             Code::AuthorityAssignment,
             "dispatchKind",
             format!(
                 "dispatchKind `{}` differs from the metadata's `{meta_kind}`",
-                job.dispatch_kind
+                claim.dispatch_kind
             ),
             "the spec's dispatchKind (default initial) must equal the metadata's",
         );
@@ -372,14 +388,16 @@ pub fn check_v2_job(
 pub fn check_translator(
     ctx: &mut Ctx,
     manifest: &Manifest,
-    job: &Job,
+    claim: &Claim,
     entry: &Entry,
     src: &SourceFile,
 ) {
-    let Some(id) = job.identity.v2() else { return };
+    let Some(id) = claim.identity.v2() else {
+        return;
+    };
     let is_translator = manifest
         .role_execution(&id.role_execution_ref)
-        .is_some_and(|re| str_of(re, "role") == "translator");
+        .is_some_and(|re| str_of(re, "role") == Role::Translator.as_str());
     if is_translator {
         let d = ctx
             .at(

@@ -11,11 +11,12 @@ use super::{
 use crate::diag::{Code, Diagnostic};
 use crate::model::{Manifest, REPORT_WRITER};
 use crate::plan::{Plan, Stage};
-use crate::provider;
+use crate::provider::Provider;
 use crate::schema::SchemaKind;
 use crate::source::{Format, SourceFile};
 use crate::state::team_state::{find_worker, mark_pristine_not_run, TeamStateStore};
-use crate::state::StateError;
+use crate::state::{StateError, WorkerStatus};
+use crate::vocab::Role;
 use serde_json::{Map, Value};
 
 /// The keys of a team-state row that make a roster job. `command` is
@@ -37,8 +38,9 @@ pub const STAGE: &str = "roster";
 
 /// What a roster worker is, as far as selection cares.
 pub struct RosterFacts {
+    /// As the row names it (or its worker id implies it); "" for none.
     pub provider: String,
-    pub role: String,
+    pub role: Role,
 }
 
 /// The workers a roster plan runs, and the ones it leaves out with why.
@@ -63,12 +65,12 @@ pub fn select(
             continue;
         }
         let f = facts(w);
-        if w == REPORT_WRITER || f.role == REPORT_WRITER {
+        if w == REPORT_WRITER || f.role == Role::ReportWriter {
             skips.push(Skip {
                 worker: w.clone(),
                 reason: "report-writer runs alone: plan it with --workers report-writer once the others are done".into(),
             });
-        } else if !f.provider.is_empty() && !provider::is_known(&f.provider) {
+        } else if !f.provider.is_empty() && f.provider.parse::<Provider>().is_err() {
             skips.push(Skip {
                 worker: w.clone(),
                 reason: format!("okstra has no adapter for provider `{}`", f.provider),
@@ -182,13 +184,11 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
         let provider = row
             .map(|(_, r)| str_of_obj(r, "provider").to_string())
             .filter(|p| !p.is_empty())
-            .or_else(|| provider::default_for_worker_id(w).map(str::to_string))
+            .or_else(|| Provider::for_worker_id(w).map(|p| p.as_str().to_string()))
             .unwrap_or_default();
         RosterFacts {
             provider,
-            role: row
-                .map(|(_, r)| str_of_obj(r, "role").to_string())
-                .unwrap_or_default(),
+            role: Role::from(row.map(|(_, r)| str_of_obj(r, "role")).unwrap_or("")),
         }
     });
     if selected.is_empty() {
@@ -235,8 +235,12 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
             })
             .collect();
         let entry = Entry::synthetic(&pointer, values, ROW_KEYS, false);
-        let provider = entry.str("provider");
-        if !provider.is_empty() && !provider::is_known(provider) {
+        let unknown = entry
+            .fields
+            .provider
+            .as_deref()
+            .filter(|p| p.parse::<Provider>().is_err());
+        if let Some(provider) = unknown {
             let d = ctx
                 .at_key(
                     &team.src,
@@ -250,7 +254,7 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
             ctx.push(with_worker(d, &entry));
             continue;
         }
-        match identity::parse(&entry.values) {
+        match identity::parse(&entry.fields) {
             Ok(parsed) => {
                 if let Some(job) = build_job(ctx, run, &manifest, &team.src, &entry, parsed) {
                     built.push(Built {
@@ -295,7 +299,10 @@ pub fn record_skips(plan: &Plan, skips: &[Skip]) -> Result<Vec<String>, StateErr
     let store = TeamStateStore::open(paths::abs_of(&root, &plan.run.team_state_path));
     let pristine = |doc: &Value, w: &str| {
         find_worker(doc, w).is_some_and(|row| {
-            row.get("status").and_then(Value::as_str) == Some("not-run")
+            row.get("status")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok())
+                == Some(WorkerStatus::NotRun)
                 && row
                     .get("reason")
                     .and_then(Value::as_str)

@@ -1,31 +1,16 @@
 //! Batch rules (SPEC §3.2): what may share a stage, and in which order
-//! stages may come. Each stage of a pipeline is one batch.
+//! stages may come. Each stage of a pipeline is one batch. The
+//! dispatch-kind rule (`reverify-r<N>`) lives with its type,
+//! `vocab::DispatchKind`.
 
 use super::{Built, Ctx};
 use crate::diag::{Code, Diagnostic};
-use crate::model::{EXECUTOR_AUDIENCE, REPORT_WRITER, VERIFIER_AUDIENCE};
+use crate::model::REPORT_WRITER;
 use crate::plan::Job;
 use crate::policy;
 use crate::source::SourceFile;
+use crate::vocab::{Audience, Role};
 use std::collections::HashMap;
-
-/// The round a dispatch kind stands for: `reverify-r<N>` is round N (N >= 1,
-/// digits only); any other `reverify-r...` is refused; other kinds are 1.
-pub fn dispatch_round(kind: &str) -> Result<u64, String> {
-    let Some(rest) = kind.strip_prefix("reverify-r") else {
-        return Ok(1);
-    };
-    if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()) {
-        if let Ok(n) = rest.parse::<u64>() {
-            if n >= 1 {
-                return Ok(n);
-            }
-        }
-    }
-    Err(format!(
-        "dispatchKind `{kind}` is not reverify-r<N> with a round N >= 1"
-    ))
-}
 
 /// `verifier codex` for one, `verifiers codex, gemini` for several.
 pub fn named_role(role: &str, names: &[&str]) -> String {
@@ -37,7 +22,7 @@ pub fn named_role(role: &str, names: &[&str]) -> String {
 }
 
 fn is_report_writer(job: &Job) -> bool {
-    job.key == REPORT_WRITER || job.role == REPORT_WRITER
+    job.key == REPORT_WRITER || job.role == Role::ReportWriter
 }
 
 fn diag_for(
@@ -106,11 +91,11 @@ pub fn check(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Bu
 
         let executors: Vec<&Built> = stage
             .iter()
-            .filter(|b| b.job.audience == EXECUTOR_AUDIENCE)
+            .filter(|b| b.job.audience == Some(Audience::ImplementationExecutor))
             .collect();
         let verifiers: Vec<&Built> = stage
             .iter()
-            .filter(|b| b.job.audience == VERIFIER_AUDIENCE)
+            .filter(|b| b.job.audience == Some(Audience::ImplementationVerifier))
             .collect();
         if !executors.is_empty() && !verifiers.is_empty() {
             let e: Vec<&str> = executors.iter().map(|b| b.job.label()).collect();
@@ -288,23 +273,6 @@ fn batch_conflicts(stage: &[Built]) -> Vec<(&Built, &Built, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rounds() {
-        assert_eq!(dispatch_round("initial"), Ok(1));
-        assert_eq!(dispatch_round("reverify-r1"), Ok(1));
-        assert_eq!(dispatch_round("reverify-r12"), Ok(12));
-        for bad in [
-            "reverify-r",
-            "reverify-r0",
-            "reverify-rx",
-            "reverify-r-1",
-            "reverify-r1a",
-            "reverify-r+1",
-        ] {
-            assert!(dispatch_round(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn plural_names() {

@@ -5,11 +5,12 @@
 
 use super::{build_job, identity, paths, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
 use crate::diag::{Code, Diagnostic, Location};
-use crate::model::{int_of, str_of, Manifest, CLI_WRAPPER};
+use crate::model::{int_of, str_of, Manifest};
 use crate::plan::{self, Stage};
-use crate::provider;
+use crate::provider::Provider;
 use crate::source::{Format, SourceFile};
 use crate::state::team_state::{dispatch_ids, TeamStateStore};
+use crate::vocab::Backend;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 
@@ -55,9 +56,11 @@ pub fn canonical_execution<'a>(manifest: &Manifest<'a>) -> Result<&'a Value, Str
     let provider = str_of(assignment, "provider");
     let model = str_of(assignment, "modelExecutionValue");
     let runner = str_of(assignment, "runner");
-    if provider.is_empty() || model.is_empty() || runner != CLI_WRAPPER {
+    // The binding's runner speaks the backend vocabulary.
+    let wrapper = Backend::CliWrapper.as_str();
+    if provider.is_empty() || model.is_empty() || runner != wrapper {
         return Err(format!(
-            "invocationAssignments.translator needs provider, modelExecutionValue and runner = \"{CLI_WRAPPER}\" (found provider `{provider}`, modelExecutionValue `{model}`, runner `{runner}`)"
+            "invocationAssignments.translator needs provider, modelExecutionValue and runner = \"{wrapper}\" (found provider `{provider}`, modelExecutionValue `{model}`, runner `{runner}`)"
         ));
     }
     let matches: Vec<&Value> = manifest
@@ -160,7 +163,7 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts) -> Vec<Stage> {
         }
     };
     let provider_name = str_of(execution, "provider");
-    if !provider::is_known(provider_name) {
+    if provider_name.parse::<Provider>().is_err() {
         let d = ctx
             .at(
                 msrc,
@@ -428,7 +431,7 @@ fn translator_job(
         values.insert("command".into(), cmd.clone());
     }
     let entry = Entry::synthetic("", values, &RESERVATION_KEYS, true);
-    let parsed = match identity::parse(&entry.values) {
+    let parsed = match identity::parse(&entry.fields) {
         Ok(p) => p,
         Err(problems) => {
             for p in problems {
