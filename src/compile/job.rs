@@ -43,83 +43,22 @@ pub fn build_job(
     let provider = resolve_provider(ctx, src, entry, &parsed);
     let paths = resolve_paths(ctx, src, entry, &parsed.state_key);
     let (provider, paths) = (provider?, paths?);
-
     let meta = authority::load_metadata(ctx, &paths.prompt);
     let dispatch_kind = resolve_dispatch_kind(ctx, src, entry)?;
-    let invocation = meta.as_ref().and_then(authority::invocation_of);
-    let role = Role::from(entry.fields.role.clone().unwrap_or_default());
-    let model_execution_value =
-        choose_model(entry.fields.model_execution_value.as_deref(), meta.as_ref());
-    let claim = Claim {
-        identity: &parsed.identity,
-        provider: provider.text(),
-        role: &role,
-        prompt_path: &paths.prompt.display,
-        model_execution_value: &model_execution_value,
-        dispatch_kind: &dispatch_kind,
-    };
+    let described = Described::of(entry, meta.as_ref(), dispatch_kind);
+    let claim = described.claim(&parsed.identity, provider.text(), &paths.prompt.display);
     check_claim(ctx, manifest, src, entry, meta.as_ref(), &claim);
     // A provider okstra has no adapter for was reported where it was read.
     let NamedProvider::Known(provider) = provider else {
         return None;
     };
-
-    let mut job = Job {
-        key: parsed.state_key,
-        identity: parsed.identity,
-        provider,
-        backend: entry.fields.backend.unwrap_or(run.info.terminal_backend),
-        role,
-        audience: choose_audience(entry.fields.audience.as_deref(), invocation.as_ref()),
-        round: dispatch_kind.round(),
-        dispatch_kind,
-        prompt_path: paths.prompt.display,
-        metadata_path: meta.map(|m| m.display),
-        result_path: paths.result.display,
-        worker_result_path: paths.worker_result.display,
-        completion_paths: paths.completion,
-        worktree_path: paths.worktree.map(|w| w.display),
-        model_execution_value,
-        dispatch_id: None,
-        invocation,
-        command: Vec::new(),
-        provider_command: Vec::new(),
-        takes_session_id: provider.takes_session_id(),
-        env: entry.fields.env.clone(),
-        idle_timeout_seconds: entry
-            .fields
-            .idle_timeout_seconds
-            .unwrap_or(DEFAULT_IDLE_TIMEOUT_SECONDS),
-        timeout_seconds: entry.fields.timeout_seconds,
-        liveness_mode: LIVENESS_MODE.into(),
-        write_policy: plan::WritePolicy {
-            role: String::new(),
-            allow: Vec::new(),
-            digest: String::new(),
-        },
-        write_enforcement: plan::WriteEnforcement {
-            mutation_audit: entry.fields.mutation_audit.unwrap_or(MutationAudit::Batch),
-        },
-    };
-    job.dispatch_id = job.dispatch_id_for(job.first_attempt());
-    let planned = planned_paths(&job.role, paths.planned, manifest);
+    let meta_path = meta.map(|m| m.display);
+    let mut job = assemble(run, entry, parsed, provider, &paths, meta_path, described);
+    let planned = planned_paths(&job.role, paths.planned.clone(), manifest);
     job.write_policy = write_policy(&job, &planned, &paths.aux);
     let command = command_argv(ctx, src, entry, &job)?;
-    let options = provider_options(entry);
     let root = ctx.root.clone();
-    let dirs = write_dirs(&root, job.worktree_path.as_deref(), &paths.aux);
-    job.provider_command = provider_argv(&root, &job, &options, &command, &dirs);
-    let model_ref = selected_model_ref(manifest, &job);
-    job.command = wrapper_command(&WrapperCommand {
-        root: &root,
-        job: &job,
-        options: &options,
-        command: &command,
-        dirs: &dirs,
-        catalog: model_ref
-            .as_deref()
-            .map(|r| (run.info.manifest_path.as_str(), r)),
-    });
+    set_commands(&mut job, &root, run, manifest, entry, &command, &paths.aux);
     Some(job)
 }
 
@@ -382,6 +321,45 @@ fn choose_audience(named: Option<&str>, invocation: Option<&Invocation>) -> Opti
         .map(Audience::from)
 }
 
+/// What the entry and its metadata say the job is (step 4).
+struct Described {
+    role: Role,
+    audience: Option<Audience>,
+    model_execution_value: String,
+    dispatch_kind: DispatchKind,
+    invocation: Option<Invocation>,
+}
+
+impl Described {
+    fn of(entry: &Entry, meta: Option<&Meta>, dispatch_kind: DispatchKind) -> Described {
+        let f = &entry.fields;
+        let invocation = meta.and_then(authority::invocation_of);
+        Described {
+            role: Role::from(f.role.clone().unwrap_or_default()),
+            audience: choose_audience(f.audience.as_deref(), invocation.as_ref()),
+            model_execution_value: choose_model(f.model_execution_value.as_deref(), meta),
+            dispatch_kind,
+            invocation,
+        }
+    }
+
+    fn claim<'a>(
+        &'a self,
+        identity: &'a Identity,
+        provider: &'a str,
+        prompt: &'a str,
+    ) -> Claim<'a> {
+        Claim {
+            identity,
+            provider,
+            role: &self.role,
+            prompt_path: prompt,
+            model_execution_value: &self.model_execution_value,
+            dispatch_kind: &self.dispatch_kind,
+        }
+    }
+}
+
 /// Step 4: the claim against the metadata beside the prompt and, under a
 /// v2 manifest, against the manifest (SPEC §3.1).
 fn check_claim(
@@ -415,6 +393,58 @@ fn check_claim(
     if manifest.is_v2() && !entry.reserved {
         authority::check_translator(ctx, manifest, claim, entry, src);
     }
+}
+
+/// Step 5: the job, from what the steps before decided; its write policy
+/// and commands are filled in after.
+fn assemble(
+    run: &RunFacts,
+    entry: &Entry,
+    parsed: identity::Parsed,
+    provider: Provider,
+    paths: &JobPaths,
+    metadata_path: Option<String>,
+    d: Described,
+) -> Job {
+    let f = &entry.fields;
+    let mut job = Job {
+        key: parsed.state_key,
+        identity: parsed.identity,
+        provider,
+        backend: f.backend.unwrap_or(run.info.terminal_backend),
+        role: d.role,
+        audience: d.audience,
+        round: d.dispatch_kind.round(),
+        dispatch_kind: d.dispatch_kind,
+        prompt_path: paths.prompt.display.clone(),
+        metadata_path,
+        result_path: paths.result.display.clone(),
+        worker_result_path: paths.worker_result.display.clone(),
+        completion_paths: paths.completion.clone(),
+        worktree_path: paths.worktree.as_ref().map(|w| w.display.clone()),
+        model_execution_value: d.model_execution_value,
+        dispatch_id: None,
+        invocation: d.invocation,
+        command: Vec::new(),
+        provider_command: Vec::new(),
+        takes_session_id: provider.takes_session_id(),
+        env: f.env.clone(),
+        idle_timeout_seconds: f
+            .idle_timeout_seconds
+            .unwrap_or(DEFAULT_IDLE_TIMEOUT_SECONDS),
+        timeout_seconds: f.timeout_seconds,
+        liveness_mode: LIVENESS_MODE.into(),
+        write_policy: plan::WritePolicy {
+            role: String::new(),
+            allow: Vec::new(),
+            digest: String::new(),
+        },
+        write_enforcement: plan::WriteEnforcement {
+            mutation_audit: f.mutation_audit.unwrap_or(MutationAudit::Batch),
+        },
+    };
+    job.dispatch_id = job.dispatch_id_for(job.first_attempt());
+    job
 }
 
 /// The planned paths of a job's policy: its own, and for an implementer
@@ -486,6 +516,32 @@ fn provider_options(entry: &Entry) -> ProviderOptions {
         approval_mode: f.approval_mode.clone(),
         extra_args: f.extra_args.clone(),
     }
+}
+
+/// The provider argv the plan shows and the wrapper command exec runs.
+fn set_commands(
+    job: &mut Job,
+    root: &Path,
+    run: &RunFacts,
+    manifest: &Manifest,
+    entry: &Entry,
+    command: &[String],
+    aux: &[String],
+) {
+    let options = provider_options(entry);
+    let dirs = write_dirs(root, job.worktree_path.as_deref(), aux);
+    job.provider_command = provider_argv(root, job, &options, command, &dirs);
+    let model_ref = selected_model_ref(manifest, job);
+    job.command = wrapper_command(&WrapperCommand {
+        root,
+        job,
+        options: &options,
+        command,
+        dirs: &dirs,
+        catalog: model_ref
+            .as_deref()
+            .map(|r| (run.info.manifest_path.as_str(), r)),
+    });
 }
 
 /// Directories the provider CLI must be allowed to write besides the root.

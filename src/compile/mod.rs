@@ -361,31 +361,7 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
             });
         }
     }
-    if !only.is_empty() {
-        let unknown: Vec<&String> = only.iter().filter(|w| !known.contains(w)).collect();
-        if !unknown.is_empty() {
-            ctx.push(
-                Diagnostic::new(
-                    Code::RosterUnknownWorker,
-                    format!(
-                        "--workers names {} not in this spec: {}",
-                        if unknown.len() == 1 {
-                            "a worker"
-                        } else {
-                            "workers"
-                        },
-                        unknown
-                            .iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-                .in_file(display.clone())
-                .help(format!("the spec's workers are: {}", known.join(", "))),
-            );
-        }
-    }
+    check_requested(ctx, &display, only, &known);
     let names = stage_names(&loaded.doc);
     rules::check(ctx, &loaded.src, &names, &stage_jobs);
     names
@@ -397,6 +373,34 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
             jobs: jobs.into_iter().map(|b| b.job).collect(),
         })
         .collect()
+}
+
+/// `roster/unknown-worker` for `--workers` names the spec does not hold.
+fn check_requested(ctx: &mut Ctx, display: &str, only: &[String], known: &[String]) {
+    let unknown: Vec<&str> = only
+        .iter()
+        .filter(|w| !known.contains(w))
+        .map(String::as_str)
+        .collect();
+    if unknown.is_empty() {
+        return;
+    }
+    ctx.push(
+        Diagnostic::new(
+            Code::RosterUnknownWorker,
+            format!(
+                "--workers names {} not in this spec: {}",
+                if unknown.len() == 1 {
+                    "a worker"
+                } else {
+                    "workers"
+                },
+                unknown.join(", ")
+            ),
+        )
+        .in_file(display.to_string())
+        .help(format!("the spec's workers are: {}", known.join(", "))),
+    );
 }
 
 /// Identity and schema checks of a spec's entries. Identity goes first: its
