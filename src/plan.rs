@@ -344,6 +344,14 @@ impl Plan {
         format!("sha256:{}", canonical::sha256_hex(text.as_bytes()))
     }
 
+    /// The plan file's text: pretty JSON, keys in declaration order (the
+    /// order a reviewer reads), and a final newline.
+    pub fn to_text(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
     pub fn seal(&mut self) {
         self.digest = self.compute_digest();
     }
