@@ -190,6 +190,25 @@ pub fn model_spec_digest(binding: &Value, model: &Value) -> String {
     canonical::digest(&Value::Object(m))
 }
 
+/// How a catalog model names its version (SPEC §6): `pinned`, one exact
+/// version; `channel`, a moving alias within a channel family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionKind {
+    Pinned,
+    Channel,
+}
+
+impl VersionKind {
+    /// A catalog entry's `versionKind`; `None` when it has neither word.
+    pub fn of(model: &Value) -> Option<VersionKind> {
+        match str_of(model, "versionKind") {
+            "pinned" => Some(VersionKind::Pinned),
+            "channel" => Some(VersionKind::Channel),
+            _ => None,
+        }
+    }
+}
+
 /// Identity version of a metadata document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetaVersion {

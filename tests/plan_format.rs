@@ -11,7 +11,11 @@ const V2_PIPELINE: &str = include_str!("fixtures/plans/v2-pipeline.json");
 
 fn round_trip(text: &str) -> Plan {
     let plan: Plan = serde_json::from_str(text).expect("the fixture reads as a plan");
-    assert_eq!(plan.to_text(), text, "the plan must write back byte for byte");
+    assert_eq!(
+        plan.to_text(),
+        text,
+        "the plan must write back byte for byte"
+    );
     let doc: Value = serde_json::from_str(text).unwrap();
     assert_eq!(digest_problem(&doc), None);
     assert_eq!(plan.compute_digest(), plan.digest);
@@ -50,7 +54,13 @@ fn a_plan_using_every_word_round_trips_byte_for_byte() {
     );
     assert_eq!(
         words(|j| j["role"].clone()),
-        ["analyst", "implementer", "leader", "report-writer", "verifier"]
+        [
+            "analyst",
+            "implementer",
+            "leader",
+            "report-writer",
+            "verifier"
+        ]
     );
     assert_eq!(
         words(|j| j["audience"].clone()),
