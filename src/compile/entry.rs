@@ -137,7 +137,7 @@ impl WorkerFields {
 }
 
 /// A raw value's string, or "".
-pub fn raw_str(v: &Option<Value>) -> &str {
+fn raw_str(v: &Option<Value>) -> &str {
     v.as_ref().and_then(Value::as_str).unwrap_or("")
 }
 
@@ -331,6 +331,13 @@ mod tests {
         assert_eq!(f.participant_ref, Some(Value::Null));
         assert_eq!(f.attempt, Some(json!(true)));
         assert_eq!(f.v2_only_present(), ["participantRef", "dutyId"]);
+    }
+
+    #[test]
+    fn the_v2_only_keys_are_identitys() {
+        let all = super::super::identity::V2_ONLY_KEYS;
+        let entry: Map<String, Value> = all.iter().map(|k| (k.to_string(), json!("x"))).collect();
+        assert_eq!(WorkerFields::read(entry).v2_only_present(), all);
     }
 
     #[test]
