@@ -14,12 +14,14 @@ use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::fsutil::FileLock;
 use crate::plan::{Job, Plan};
 use crate::process;
+use crate::state::attempts::AttemptStatus;
 use crate::state::team_state::WorkerStatus;
+use crate::vocab::{Backend, MutationAudit, Role};
 use progress::Progress;
 use record::Recorder;
 use resume::JobState;
 use serde_json::{json, Map, Value};
-use settle::{Outcome, Settlement, Status};
+use settle::{Outcome, Settlement};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -172,9 +174,9 @@ impl<'a> Runner<'a> {
     /// `degradedFrom` when it asked for a pane and no multiplexer answered.
     fn dispatch_mode(&self, job: &Job) -> Map<String, Value> {
         let mut m = Map::new();
-        if job.backend == crate::model::PANE && self.pane.is_none() {
-            m.insert("dispatchMode".into(), json!(crate::model::CLI_WRAPPER));
-            m.insert("degradedFrom".into(), json!(crate::model::PANE));
+        if job.backend == Backend::Pane && self.pane.is_none() {
+            m.insert("dispatchMode".into(), json!(Backend::CliWrapper));
+            m.insert("degradedFrom".into(), json!(Backend::Pane));
         } else {
             m.insert("dispatchMode".into(), json!(job.backend));
         }
@@ -192,11 +194,7 @@ impl<'a> Runner<'a> {
 
     fn run(&mut self) -> Outcomes {
         // Once per exec, never mid-run.
-        if self
-            .jobs
-            .iter()
-            .any(|(_, j)| j.backend == crate::model::PANE)
-        {
+        if self.jobs.iter().any(|(_, j)| j.backend == Backend::Pane) {
             self.pane = backend::detect();
             match &self.pane {
                 Some(p) => self
@@ -502,7 +500,7 @@ impl<'a> Runner<'a> {
     fn stage_snapshot(&mut self, si: usize, indices: &[usize]) -> Option<audit::Snapshot> {
         if !indices
             .iter()
-            .any(|&i| self.jobs[i].1.write_enforcement.mutation_audit == "batch")
+            .any(|&i| self.jobs[i].1.write_enforcement.mutation_audit == MutationAudit::Batch)
         {
             return None;
         }
@@ -795,7 +793,7 @@ impl<'a> Runner<'a> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let pid = match &self.pane {
-            Some(pane) if job.backend == crate::model::PANE => {
+            Some(pane) if job.backend == Backend::Pane => {
                 let title = match &job.identity {
                     crate::plan::Identity::V2(v) => v.execution_label.clone(),
                     crate::plan::Identity::V1 { worker_id } => format!("{worker_id}-worker"),
@@ -885,7 +883,7 @@ impl<'a> Runner<'a> {
         let declared: Vec<(usize, Vec<String>)> = indices
             .iter()
             .enumerate()
-            .filter(|(_, &i)| self.jobs[i].1.role == "implementer")
+            .filter(|(_, &i)| self.jobs[i].1.role == Role::Implementer)
             .map(|(k, &i)| {
                 let result = self.abs(&self.jobs[i].1.worker_result_path);
                 (k, audit::out_of_plan_edits(&result))
@@ -947,7 +945,7 @@ impl<'a> Runner<'a> {
         // in, API error, served-model mismatch), in the reason and so in the
         // error-log message.
         let failure_kind = said("failureKind");
-        if s.status != Status::Completed && !wall_clock {
+        if s.status != AttemptStatus::Completed && !wall_clock {
             if let Some(kind) = &failure_kind {
                 let detail = said("error").unwrap_or_default();
                 s.reason = if detail.is_empty() {
@@ -979,16 +977,17 @@ impl<'a> Runner<'a> {
         facts.extend(reported.clone());
         // The policy recorded on the plan must still be the policy it claims.
         if crate::policy::digest_of(&job.write_policy) != job.write_policy.digest {
-            s.status = Status::Error;
+            s.status = AttemptStatus::Error;
             s.retryable = false;
             s.reason = "the job's write policy no longer matches its recorded digest".into();
         }
         let mut retry_allowed = s.retryable;
-        if let Some((view, own)) = audit.filter(|_| job.write_enforcement.mutation_audit == "batch")
+        if let Some((view, own)) =
+            audit.filter(|_| job.write_enforcement.mutation_audit == MutationAudit::Batch)
         {
             // Judged after §5.3: a non-zero exit rescued by the audit-sidecar
             // contract is a success whose writes are its own, not leftovers.
-            let succeeded = s.status == Status::Completed;
+            let succeeded = s.status == AttemptStatus::Completed;
             let result_present = s.missing.is_empty();
             let verdict = audit::judge_in(view, own, succeeded, result_present);
             let summary = verdict.change_summary();
@@ -1004,12 +1003,12 @@ impl<'a> Runner<'a> {
                 );
                 // An attempt that had already failed keeps its own reason
                 // first (say, the audit-sidecar failure); the audit adds to it.
-                s.reason = if s.status != Status::Completed && !s.reason.is_empty() {
+                s.reason = if s.status != AttemptStatus::Completed && !s.reason.is_empty() {
                     format!("{}; {audit}", s.reason)
                 } else {
                     audit
                 };
-                s.status = Status::Error;
+                s.status = AttemptStatus::Error;
                 s.note.clear();
                 retry_allowed = false;
             } else {
@@ -1057,11 +1056,12 @@ impl<'a> Runner<'a> {
         );
         self.rec.dispatch_row(row);
         let change_summary = facts.get("mutationAudit").cloned();
-        let result_path = (s.status == Status::Completed).then(|| job.worker_result_path.clone());
+        let result_path =
+            (s.status == AttemptStatus::Completed).then(|| job.worker_result_path.clone());
         self.rec
-            .finish_attempt(job, attempt, status, result_path, change_summary);
+            .finish_attempt(job, attempt, s.status, result_path, change_summary);
         let elapsed = e.started.elapsed();
-        if s.status == Status::Completed {
+        if s.status == AttemptStatus::Completed {
             self.rec.worker(job, WorkerStatus::Completed, &reason);
             self.event("worker-result-collected", job, attempt, facts);
             self.progress.line(format!(
@@ -1093,7 +1093,7 @@ impl<'a> Runner<'a> {
         }
         self.rec.worker(
             job,
-            if s.status == Status::Timeout {
+            if s.status == AttemptStatus::Timeout {
                 WorkerStatus::Timeout
             } else {
                 WorkerStatus::Error

@@ -11,6 +11,7 @@ use crate::state::error_log::{self, ErrorRecord};
 use crate::state::events::EventLog;
 use crate::state::team_state::{TeamStateStore, WorkerStatus};
 use crate::state::Ledger;
+use crate::vocab::Role;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -74,7 +75,7 @@ impl Recorder {
     /// A translator has no workers[] row; its status lives on its dispatch row.
     fn has_worker_row(job: &Job) -> bool {
         use crate::compile::translator::TRANSLATOR;
-        !(job.role == TRANSLATOR && job.key == TRANSLATOR)
+        !(job.role == Role::Translator && job.key == TRANSLATOR)
     }
 
     pub fn worker(&mut self, job: &Job, status: WorkerStatus, reason: &str) {
@@ -107,15 +108,10 @@ impl Recorder {
         &mut self,
         job: &Job,
         attempt: u64,
-        status: &str,
+        status: AttemptStatus,
         result_path: Option<String>,
         change_summary: Option<Value>,
     ) {
-        let status = match status {
-            "completed" => AttemptStatus::Completed,
-            "timeout" => AttemptStatus::Timeout,
-            _ => AttemptStatus::Error,
-        };
         let outcome = AttemptOutcome {
             status,
             result_path,

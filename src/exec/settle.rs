@@ -3,6 +3,7 @@
 
 use crate::canonical::{is_sha256_hex, sha256_hex};
 use crate::provider::{SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE};
+use crate::state::attempts::AttemptStatus;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -45,25 +46,8 @@ impl Outcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status {
-    Completed,
-    Error,
-    Timeout,
-}
-
-impl Status {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Status::Completed => "completed",
-            Status::Error => "error",
-            Status::Timeout => "timeout",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
-    pub status: Status,
+    pub status: AttemptStatus,
     /// Why it did not complete cleanly; "" for a clean completion.
     pub reason: String,
     /// Set when a non-zero exit was rescued by the audit-sidecar contract.
@@ -87,7 +71,7 @@ pub fn missing_paths(root: &Path, completion: &[String]) -> Vec<String> {
 pub fn settle(outcome: &Outcome, missing: Vec<String>, worker_result: &Path) -> Settlement {
     if outcome.clean() && missing.is_empty() {
         return Settlement {
-            status: Status::Completed,
+            status: AttemptStatus::Completed,
             reason: String::new(),
             note: String::new(),
             missing,
@@ -99,7 +83,7 @@ pub fn settle(outcome: &Outcome, missing: Vec<String>, worker_result: &Path) -> 
     let retryable = outcome.clean() && !missing.is_empty();
     if outcome.timed_out {
         return Settlement {
-            status: Status::Timeout,
+            status: AttemptStatus::Timeout,
             reason: base,
             note: String::new(),
             missing,
@@ -114,7 +98,7 @@ pub fn settle(outcome: &Outcome, missing: Vec<String>, worker_result: &Path) -> 
     if rescuable {
         return match audit_sidecar_failure(worker_result) {
             None => Settlement {
-                status: Status::Completed,
+                status: AttemptStatus::Completed,
                 reason: String::new(),
                 note: format!("{base}, but every completion artifact was written and passed the audit-sidecar contract"),
                 missing,
@@ -122,7 +106,7 @@ pub fn settle(outcome: &Outcome, missing: Vec<String>, worker_result: &Path) -> 
                 retryable: false,
             },
             Some(why) => Settlement {
-                status: Status::Error,
+                status: AttemptStatus::Error,
                 reason: format!("{base}; the artifacts failed the audit-sidecar contract: {why}"),
                 note: String::new(),
                 missing,
@@ -132,7 +116,7 @@ pub fn settle(outcome: &Outcome, missing: Vec<String>, worker_result: &Path) -> 
         };
     }
     Settlement {
-        status: Status::Error,
+        status: AttemptStatus::Error,
         reason: base,
         note: String::new(),
         missing,
@@ -246,7 +230,7 @@ mod tests {
     fn clean_exit_with_artifacts_completes() {
         let (_d, r) = tree();
         let s = settle(&Outcome::exited(0), vec![], &r);
-        assert_eq!(s.status, Status::Completed);
+        assert_eq!(s.status, AttemptStatus::Completed);
         assert!(!s.log_error);
     }
 
@@ -254,7 +238,7 @@ mod tests {
     fn clean_exit_missing_artifact_is_retryable_error() {
         let (_d, r) = tree();
         let s = settle(&Outcome::exited(0), vec!["x.md".into()], &r);
-        assert_eq!(s.status, Status::Error);
+        assert_eq!(s.status, AttemptStatus::Error);
         assert!(s.retryable);
         assert!(s.reason.contains("x.md"));
     }
@@ -264,7 +248,7 @@ mod tests {
         let (_d, r) = tree();
         write_sidecar(&r, &sha256_hex(b"result"));
         let s = settle(&Outcome::exited(3), vec![], &r);
-        assert_eq!(s.status, Status::Completed);
+        assert_eq!(s.status, AttemptStatus::Completed);
         assert!(s.note.contains("passed the audit-sidecar contract"));
         assert!(s.log_error);
     }
@@ -274,7 +258,7 @@ mod tests {
         let (_d, r) = tree();
         write_sidecar(&r, &"0".repeat(64));
         let s = settle(&Outcome::exited(3), vec![], &r);
-        assert_eq!(s.status, Status::Error);
+        assert_eq!(s.status, AttemptStatus::Error);
         assert!(s.reason.contains("is not the worker result's sha256"));
         write_sidecar(&r, "ABC");
         assert!(settle(&Outcome::exited(3), vec![], &r)
@@ -295,7 +279,7 @@ mod tests {
             vec![],
             &r,
         );
-        assert_eq!(s.status, Status::Error);
+        assert_eq!(s.status, AttemptStatus::Error);
         assert!(!s.retryable);
     }
 
@@ -303,7 +287,7 @@ mod tests {
     fn timeout_settles_timeout_without_retry() {
         let (_d, r) = tree();
         let s = settle(&Outcome::timeout(), vec![], &r);
-        assert_eq!(s.status, Status::Timeout);
+        assert_eq!(s.status, AttemptStatus::Timeout);
         assert!(!s.retryable);
     }
 
@@ -311,7 +295,7 @@ mod tests {
     fn nonzero_exit_with_missing_artifacts_is_not_retried() {
         let (_d, r) = tree();
         let s = settle(&Outcome::exited(1), vec!["x".into()], &r);
-        assert_eq!(s.status, Status::Error);
+        assert_eq!(s.status, AttemptStatus::Error);
         assert!(!s.retryable);
     }
 }
