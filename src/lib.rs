@@ -19,6 +19,7 @@ pub mod schema;
 pub mod served_model;
 pub mod source;
 pub mod state;
+pub mod vocab;
 pub mod worker;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

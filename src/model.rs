@@ -19,11 +19,9 @@ pub const BUILTIN_DUTIES: &[(&str, &str)] = &[
     ("plan-verification", "verifier"),
 ];
 
+/// The worker id of the report writer, which runs alone (SPEC §3.2). The
+/// role of the same name is `vocab::Role::ReportWriter`.
 pub const REPORT_WRITER: &str = "report-writer";
-pub const EXECUTOR_AUDIENCE: &str = "implementation-executor";
-pub const VERIFIER_AUDIENCE: &str = "implementation-verifier";
-pub const CLI_WRAPPER: &str = "cli-wrapper";
-pub const PANE: &str = "pane";
 
 pub fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
@@ -190,6 +188,25 @@ pub fn model_spec_digest(binding: &Value, model: &Value) -> String {
     m.insert("binding".into(), binding.clone());
     m.insert("model".into(), model.clone());
     canonical::digest(&Value::Object(m))
+}
+
+/// How a catalog model names its version (SPEC §6): `pinned`, one exact
+/// version; `channel`, a moving alias within a channel family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionKind {
+    Pinned,
+    Channel,
+}
+
+impl VersionKind {
+    /// A catalog entry's `versionKind`; `None` when it has neither word.
+    pub fn of(model: &Value) -> Option<VersionKind> {
+        match str_of(model, "versionKind") {
+            "pinned" => Some(VersionKind::Pinned),
+            "channel" => Some(VersionKind::Channel),
+            _ => None,
+        }
+    }
 }
 
 /// Identity version of a metadata document.

@@ -3,6 +3,8 @@
 //! field a reader must understand is added.
 
 use crate::canonical;
+use crate::provider::Provider;
+use crate::vocab::{Audience, Backend, DispatchKind, MutationAudit, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -33,7 +35,8 @@ pub struct RunInfo {
     pub team_state_path: String,
     pub lead_events_path: String,
     pub error_log_path: String,
-    pub terminal_backend: String,
+    /// The backend a job gets when it names none.
+    pub terminal_backend: Backend,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub workflow_phase: String,
     /// `spec` or `roster` (or `translator`): how the jobs were chosen.
@@ -125,6 +128,14 @@ impl Identity {
         m
     }
 
+    /// A name for people: the execution label for v2, the worker id for v1.
+    pub fn label(&self) -> &str {
+        match self {
+            Identity::V1 { worker_id } => worker_id,
+            Identity::V2(v) => &v.execution_label,
+        }
+    }
+
     pub fn v2(&self) -> Option<&V2Identity> {
         match self {
             Identity::V2(v) => Some(v),
@@ -149,6 +160,8 @@ pub struct Invocation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WritePolicy {
+    /// The job's role as written (`Role::as_str`): the policy's label, and
+    /// part of its digest.
     pub role: String,
     pub allow: Vec<String>,
     pub digest: String,
@@ -157,8 +170,7 @@ pub struct WritePolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WriteEnforcement {
-    /// `batch` or `none`.
-    pub mutation_audit: String,
+    pub mutation_audit: MutationAudit,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,12 +179,13 @@ pub struct Job {
     /// The worker's state key: v1 workerId, v2 last segment of assignmentRef.
     pub key: String,
     pub identity: Identity,
-    pub provider: String,
-    pub backend: String,
-    pub role: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub audience: String,
-    pub dispatch_kind: String,
+    pub provider: Provider,
+    pub backend: Backend,
+    pub role: Role,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<Audience>,
+    pub dispatch_kind: DispatchKind,
+    /// `dispatch_kind.round()`, written out for readers of the plan.
     pub round: u64,
     pub prompt_path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -214,10 +227,7 @@ pub fn dispatch_id(invocation_id: &str, attempt: u64) -> String {
 impl Job {
     /// A name for people: the execution label for v2, the worker id for v1.
     pub fn label(&self) -> &str {
-        match &self.identity {
-            Identity::V1 { worker_id } => worker_id,
-            Identity::V2(v) => &v.execution_label,
-        }
+        self.identity.label()
     }
 
     /// The attempt number the plan's first dispatch carries (v2 identity
@@ -334,6 +344,14 @@ impl Plan {
         format!("sha256:{}", canonical::sha256_hex(text.as_bytes()))
     }
 
+    /// The plan file's text: pretty JSON, keys in declaration order (the
+    /// order a reviewer reads), and a final newline.
+    pub fn to_text(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
     pub fn seal(&mut self) {
         self.digest = self.compute_digest();
     }
@@ -388,7 +406,7 @@ mod tests {
                 team_state_path: "t".into(),
                 lead_events_path: "e".into(),
                 error_log_path: "x".into(),
-                terminal_backend: "cli-wrapper".into(),
+                terminal_backend: Backend::CliWrapper,
                 workflow_phase: String::new(),
                 mode: "spec".into(),
             },

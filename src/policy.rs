@@ -7,14 +7,14 @@
 
 use crate::canonical;
 use crate::plan::WritePolicy;
+use crate::vocab::Role;
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use serde_json::json;
 
 /// Everything a policy is built from. Paths are project-relative, or absolute
 /// where they lie outside the project root.
 pub struct PolicyInputs<'a> {
-    /// implementer, verifier, leader, analyst, translator, report-writer, ...
-    pub role: &'a str,
+    pub role: &'a Role,
     /// The job's own files: result, worker result, completion paths, audit
     /// sidecar, status sidecar, log, error sidecar. Exact paths.
     pub artifacts: &'a [String],
@@ -35,17 +35,17 @@ pub const LEADER_ROOT: &str = ".okstra";
 /// the digest covers role and allow-list.
 pub fn build(inputs: &PolicyInputs) -> WritePolicy {
     let mut allow: Vec<String> = Vec::new();
-    if inputs.role == "leader" {
+    if *inputs.role == Role::Leader {
         allow.push(format!("{LEADER_ROOT}/**"));
     } else {
         allow.extend(inputs.artifacts.iter().map(|p| tidy(p)));
-        if inputs.role == "implementer" {
+        if *inputs.role == Role::Implementer {
             if let Some(wt) = inputs.worktree {
                 allow.push(below(wt));
             }
             allow.extend(inputs.planned_paths.iter().map(|p| tidy(p)));
         }
-        if inputs.role == "verifier" {
+        if *inputs.role == Role::Verifier {
             allow.extend(inputs.auxiliary_roots.iter().map(|r| below(r)));
         }
     }
@@ -53,7 +53,7 @@ pub fn build(inputs: &PolicyInputs) -> WritePolicy {
     allow.sort();
     allow.dedup();
     let mut policy = WritePolicy {
-        role: inputs.role.to_string(),
+        role: inputs.role.as_str().to_string(),
         allow,
         digest: String::new(),
     };
@@ -257,7 +257,7 @@ mod tests {
     }
 
     fn inputs<'a>(
-        role: &'a str,
+        role: &'a Role,
         artifacts: &'a [String],
         worktree: Option<&'a str>,
         planned: &'a [String],
@@ -278,7 +278,7 @@ mod tests {
         let planned = s(&["src/**/*.rs", "docs/a.md"]);
         let aux = s(&["ignored"]);
         let p = build(&inputs(
-            "implementer",
+            &Role::Implementer,
             &arts,
             Some("/wt/x/"),
             &planned,
@@ -303,14 +303,14 @@ mod tests {
         let arts = s(&["v/result.md"]);
         let planned = s(&["src/**"]);
         let aux = s(&["scratch/v1", "tmp/"]);
-        let p = build(&inputs("verifier", &arts, Some("/wt"), &planned, &aux));
+        let p = build(&inputs(&Role::Verifier, &arts, Some("/wt"), &planned, &aux));
         assert_eq!(p.allow, s(&["scratch/v1/**", "tmp/**", "v/result.md"]));
     }
 
     #[test]
     fn leader_gets_only_okstra() {
         let arts = s(&["elsewhere/result.md"]);
-        let p = build(&inputs("leader", &arts, None, &[], &[]));
+        let p = build(&inputs(&Role::Leader, &arts, None, &[], &[]));
         assert_eq!(p.allow, s(&[".okstra/**"]));
     }
 
@@ -399,7 +399,7 @@ mod tests {
 
     #[test]
     fn two_leaders_overlap() {
-        let l = build(&inputs("leader", &[], None, &[], &[]));
+        let l = build(&inputs(&Role::Leader, &[], None, &[], &[]));
         assert_eq!(overlap(&l, &l), Some(".okstra/**".into()));
     }
 }

@@ -161,11 +161,7 @@ fn job_block(out: &mut String, job: &Job) {
             .map(|t| format!(" · wall clock {t}s"))
             .unwrap_or_default()
     );
-    let audience = if job.audience.is_empty() {
-        "-"
-    } else {
-        &job.audience
-    };
+    let audience = job.audience.as_ref().map_or("-", |a| a.as_str());
     let _ = writeln!(
         out,
         "      role      {} · audience {} · dispatch {} (round {}){}",

@@ -799,15 +799,11 @@ mod tests {
         let job = |identity: Identity| Job {
             key: "k".into(),
             identity,
-            provider: "codex".into(),
-            backend: "cli-wrapper".into(),
-            role: "verifier".into(),
-            audience: if full {
-                "implementation-verifier".into()
-            } else {
-                String::new()
-            },
-            dispatch_kind: "initial".into(),
+            provider: crate::provider::Provider::Codex,
+            backend: crate::vocab::Backend::CliWrapper,
+            role: crate::vocab::Role::Verifier,
+            audience: full.then_some(crate::vocab::Audience::ImplementationVerifier),
+            dispatch_kind: crate::vocab::DispatchKind::initial(),
             round: 1,
             prompt_path: "p.md".into(),
             metadata_path: full.then(|| "p.md.meta.json".into()),
@@ -841,7 +837,7 @@ mod tests {
                 digest: "sha256:x".into(),
             },
             write_enforcement: WriteEnforcement {
-                mutation_audit: "batch".into(),
+                mutation_audit: crate::vocab::MutationAudit::Batch,
             },
         };
         let mut plan = Plan {
@@ -855,7 +851,7 @@ mod tests {
                 team_state_path: "ts.json".into(),
                 lead_events_path: "e.jsonl".into(),
                 error_log_path: "err.jsonl".into(),
-                terminal_backend: "cli-wrapper".into(),
+                terminal_backend: crate::vocab::Backend::CliWrapper,
                 workflow_phase: if full { "verify".into() } else { String::new() },
                 mode: "spec".into(),
             },

@@ -4,7 +4,7 @@
 //! Pure, over the manifest's model catalog, so the wrapper can call it with
 //! what it observed and exit `SERVED_MODEL_MISMATCH_EXIT_CODE` on `Err`.
 
-use crate::model::{str_of, Manifest};
+use crate::model::{str_of, Manifest, VersionKind};
 use std::fmt;
 
 /// How precisely the provider told us what served.
@@ -96,19 +96,14 @@ pub fn verify(manifest: &Manifest, selected_ref: &str, att: &Attestation) -> Res
             att.observed_model_ref
         ))
     })?;
-    let observed_kind = str_of(observed, "versionKind");
-    let expected = if observed_kind == "channel" {
-        AttestationLevel::Channel
-    } else {
-        AttestationLevel::Exact
-    };
+    let expected = level_of(observed);
     if att.level != expected {
         return Err(Mismatch::InconsistentLevel {
             claimed: att.level,
-            observed_kind: observed_kind.to_string(),
+            observed_kind: str_of(observed, "versionKind").to_string(),
         });
     }
-    if str_of(selected, "versionKind") == "pinned" {
+    if VersionKind::of(selected) == Some(VersionKind::Pinned) {
         return if selected_ref == att.observed_model_ref {
             Ok(())
         } else {
@@ -135,6 +130,15 @@ pub fn verify(manifest: &Manifest, selected_ref: &str, att: &Attestation) -> Res
     Ok(())
 }
 
+/// The level a catalog entry attests when it is what served: a channel
+/// entry a channel, anything else an exact version.
+fn level_of(entry: &serde_json::Value) -> AttestationLevel {
+    match VersionKind::of(entry) {
+        Some(VersionKind::Channel) => AttestationLevel::Channel,
+        Some(VersionKind::Pinned) | None => AttestationLevel::Exact,
+    }
+}
+
 /// What a provider CLI's report of the model that served (`observed`, the
 /// name it printed) attests, normalised against the catalog: the catalog
 /// entry it names (by key or `modelId`, preferring the selection's provider)
@@ -159,17 +163,12 @@ pub fn attest(manifest: &Manifest, selected_ref: &str, observed: &str) -> Attest
         .collect();
     named.sort_by_key(|(key, m)| (str_of(m, "provider") != provider, key.as_str() != observed));
     if let Some((key, entry)) = named.first() {
-        let level = if str_of(entry, "versionKind") == "channel" {
-            AttestationLevel::Channel
-        } else {
-            AttestationLevel::Exact
-        };
         return Attestation {
-            level,
+            level: level_of(entry),
             observed_model_ref: key.to_string(),
         };
     }
-    if let Some(sel) = selected.filter(|m| str_of(m, "versionKind") == "channel") {
+    if let Some(sel) = selected.filter(|m| VersionKind::of(m) == Some(VersionKind::Channel)) {
         let family = str_of(sel, "channelFamily");
         let in_family = !family.is_empty()
             && observed

@@ -5,6 +5,7 @@ use crate::compile::paths;
 use crate::diag::{ExitStatus, Format};
 use crate::fsutil::FileLock;
 use crate::model::{str_of, Manifest};
+use crate::provider::Provider;
 use crate::schema::{self, SchemaKind};
 use crate::state::team_state::TeamStateStore;
 use serde::Serialize;
@@ -24,9 +25,6 @@ pub struct DoctorArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
-
-/// The agent CLIs okstra has adapters for (`command` needs no CLI).
-pub const AGENT_CLIS: [&str; 3] = ["claude", "codex", "gemini"];
 
 /// How long `<cli> --version` may take: some CLIs start a runtime first.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -112,12 +110,12 @@ pub fn version_of(program: &Path, timeout: Duration) -> Result<String, String> {
 
 /// The agent providers a run's jobs may use: its roster rows (or the
 /// providers their worker ids imply), role executions and translator.
-fn providers_of_run(manifest: &Value, team_state: Option<&Value>) -> Vec<String> {
+fn providers_of_run(manifest: &Value, team_state: Option<&Value>) -> Vec<Provider> {
     let m = Manifest::new(manifest);
-    let mut out: Vec<String> = Vec::new();
-    let mut add = |p: &str| {
-        if AGENT_CLIS.contains(&p) && !out.iter().any(|o| o == p) {
-            out.push(p.to_string());
+    let mut out: Vec<Provider> = Vec::new();
+    let mut add = |p: Option<Provider>| {
+        if let Some(p) = p.filter(|p| p.is_agent() && !out.contains(p)) {
+            out.push(p);
         }
     };
     for w in m.recommended_workers() {
@@ -126,38 +124,36 @@ fn providers_of_run(manifest: &Value, team_state: Option<&Value>) -> Vec<String>
             .and_then(Value::as_array)
             .and_then(|rows| rows.iter().find(|r| str_of(r, "workerId") == w));
         match row.map(|r| str_of(r, "provider")).filter(|p| !p.is_empty()) {
-            Some(p) => add(p),
-            None => add(crate::provider::default_for_worker_id(&w).unwrap_or("")),
+            Some(p) => add(p.parse().ok()),
+            None => add(Provider::for_worker_id(&w)),
         }
     }
     for re in m.rows("roleExecutions") {
-        add(str_of(re, "provider"));
+        add(str_of(re, "provider").parse().ok());
     }
     if let Some(t) = manifest
         .get("invocationAssignments")
         .and_then(|a| a.get("translator"))
     {
-        add(str_of(t, "provider"));
+        add(str_of(t, "provider").parse().ok());
     }
     out
 }
 
-fn provider_checks(needed: Option<&[String]>) -> Vec<Check> {
-    AGENT_CLIS
-        .iter()
-        .map(|cli| {
+fn provider_checks(needed: Option<&[Provider]>) -> Vec<Check> {
+    Provider::ALL
+        .into_iter()
+        .filter_map(|p| Some((p, p.program()?)))
+        .map(|(provider, program)| {
+            let cli = program.name;
             let name = format!("provider {cli}");
-            let required = needed.is_none_or(|n| n.iter().any(|p| p == cli));
+            let required = needed.is_none_or(|n| n.contains(&provider));
             let miss = if needed.is_some() && required {
                 Level::Fail
             } else {
                 Level::Warn
             };
-            let install = match *cli {
-                "claude" => "install it (npm install -g @anthropic-ai/claude-code) and put it on PATH",
-                "codex" => "install it (npm install -g @openai/codex) and put it on PATH",
-                _ => "install it (npm install -g @google/gemini-cli) and put it on PATH",
-            };
+            let install = program.install;
             let Some(path) = which(cli) else {
                 let detail = if needed.is_some() && !required {
                     format!("`{cli}` is not on PATH (no job of this run uses it)")
@@ -246,7 +242,7 @@ fn writable_dir(dir: &Path) -> Result<PathBuf, PathBuf> {
     }
 }
 
-fn run_checks(root: &Path, manifest_path: &Path) -> (Vec<Check>, Option<Vec<String>>) {
+fn run_checks(root: &Path, manifest_path: &Path) -> (Vec<Check>, Option<Vec<Provider>>) {
     let mut out = Vec::new();
     let display = paths::display_for(root, manifest_path);
     let name = format!("manifest {display}");
@@ -414,7 +410,7 @@ mod tests {
         let team = json!({"workers": [{"workerId": "w1", "provider": "command"}, {"workerId": "w2", "provider": "aider"}]});
         assert_eq!(
             providers_of_run(&manifest, Some(&team)),
-            ["claude", "gemini", "codex"]
+            [Provider::Claude, Provider::Gemini, Provider::Codex]
         );
     }
 

@@ -5,6 +5,7 @@ use crate::compile::{self, paths};
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::exec::{self, Options, Outcomes};
 use crate::render;
+use crate::state::WorkerStatus;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -249,7 +250,8 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
                     vec![who, s(d, "attempt"), s(d, "status"), s(d, "dispatchId"), s(d, "reason")]
                 })
                 .collect();
-            let done = workers.iter().filter(|w| w[1] == "completed").count();
+            let completed = |status: &str| status.parse() == Ok(WorkerStatus::Completed);
+            let done = workers.iter().filter(|w| completed(&w[1])).count();
             let text = format!(
                 "team-state {team}: {done} of {} worker{} completed\n\n{}\n{}",
                 workers.len(),

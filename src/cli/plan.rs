@@ -38,11 +38,9 @@ pub fn request(spec: Option<PathBuf>, target: &RunTarget) -> Request {
     }
 }
 
-/// Serialise a plan for its file: pretty, keys in declaration order.
+/// Serialise a plan for its file.
 pub fn plan_text(plan: &Plan) -> String {
-    let mut s = serde_json::to_string_pretty(plan).unwrap_or_default();
-    s.push('\n');
-    s
+    plan.to_text()
 }
 
 pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {

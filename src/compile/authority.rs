@@ -5,11 +5,26 @@
 use super::{paths, with_worker, Ctx, Entry, Loaded};
 use crate::diag::Code;
 use crate::model::{self, binding_problem, metadata_version, str_of, Manifest, MetaVersion};
-use crate::plan::{Invocation, Job};
+use crate::plan::{Identity, Invocation, V2Identity};
 use crate::schema::SchemaKind;
 use crate::source::{Format, SourceFile};
+use crate::vocab::{DispatchKind, Role};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::path::Path;
+
+/// What a job claims to be, checked against its metadata and the manifest
+/// before the job is assembled.
+pub struct Claim<'a> {
+    pub identity: &'a Identity,
+    /// As the entry names it: a name okstra has no adapter for is compared
+    /// like any other (the schema reported it already).
+    pub provider: &'a str,
+    pub role: &'a Role,
+    pub prompt_path: &'a str,
+    pub model_execution_value: &'a str,
+    pub dispatch_kind: &'a DispatchKind,
+}
 
 /// A prompt's `<prompt>.meta.json`, loaded.
 pub struct Meta {
@@ -59,7 +74,7 @@ pub fn metadata_model_value(doc: &Value) -> &str {
 
 /// The invocation fields a job carries from its metadata; None when the
 /// metadata is incomplete (reported by `check_metadata`).
-pub fn invocation_of(_ctx: &mut Ctx, meta: &Meta) -> Option<Invocation> {
+pub fn invocation_of(meta: &Meta) -> Option<Invocation> {
     let doc = &meta.loaded.doc;
     let digests = doc.get("digests")?.as_object()?;
     let assignment = doc.get("modelAssignment")?.as_object()?;
@@ -84,7 +99,7 @@ pub fn invocation_of(_ctx: &mut Ctx, meta: &Meta) -> Option<Invocation> {
 }
 
 /// Checks of the metadata on its own (any manifest version).
-pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, job: &Job) {
+pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, claim: &Claim) {
     let doc = &meta.loaded.doc;
     let src = &meta.loaded.src;
     let mut out = Vec::new();
@@ -172,7 +187,7 @@ pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, job: &Job
         MetaVersion::V1 => {}
     }
     for d in out {
-        ctx.push(d.worker(job.label().to_string()));
+        ctx.push(d.worker(claim.identity.label().to_string()));
     }
 }
 
@@ -181,24 +196,41 @@ fn show(v: Option<&Value>) -> String {
         .unwrap_or_else(|| "(absent)".into())
 }
 
+/// One disagreement of a v2 job with its metadata or the manifest, at the
+/// entry key it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Finding {
+    code: Code,
+    key: String,
+    message: String,
+    help: &'static str,
+}
+
+fn finding(code: Code, key: &str, message: String, help: &'static str) -> Finding {
+    Finding {
+        code,
+        key: key.to_string(),
+        message,
+        help,
+    }
+}
+
 /// A v2 job under a v2 manifest agrees with its metadata and the manifest.
+/// Every disagreement is reported, in the order of SPEC §3.1's table.
 pub fn check_v2_job(
     ctx: &mut Ctx,
     manifest: &Manifest,
     meta: &Meta,
-    job: &Job,
+    claim: &Claim,
     entry: &Entry,
     src: &SourceFile,
 ) {
-    let Some(id) = job.identity.v2() else { return };
-    let doc = &meta.loaded.doc;
-    let push = |ctx: &mut Ctx, code: Code, key: &str, message: String, help: &str| {
-        let d = ctx.at(src, code, message, &entry.ptr(key)).help(help);
-        ctx.push(with_worker(d, entry));
+    let Some(id) = claim.identity.v2() else {
+        return;
     };
-    if metadata_version(doc) != MetaVersion::V2 {
-        push(
-            ctx,
+    let doc = &meta.loaded.doc;
+    let findings: Vec<Finding> = if metadata_version(doc) != MetaVersion::V2 {
+        vec![finding(
             Code::AuthorityMetadataVersion,
             "promptPath",
             format!(
@@ -206,23 +238,48 @@ pub fn check_v2_job(
                 id.execution_label, meta.display
             ),
             "regenerate the prompt's metadata with the v2 identity, or plan this worker as v1",
-        );
-        return;
+        )]
+    } else {
+        let execution = manifest.role_execution(&id.role_execution_ref);
+        [
+            invocation_mismatch(doc, id),
+            identity_mismatch(doc, id),
+            prompt_mismatch(&ctx.root, doc, claim),
+            role_execution_problem(manifest, execution, id, claim),
+            model_mismatch(doc, claim),
+            kind_mismatch(doc, claim),
+            execution.and_then(|re| binding_finding(manifest, re, id)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    };
+    for f in findings {
+        let d = ctx
+            .at(src, f.code, f.message, &entry.ptr(&f.key))
+            .help(f.help);
+        ctx.push(with_worker(d, entry));
     }
-    if str_of(doc, "invocationRef") != id.invocation_ref {
-        push(
-            ctx,
+}
+
+fn invocation_mismatch(doc: &Value, id: &V2Identity) -> Option<Finding> {
+    let theirs = str_of(doc, "invocationRef");
+    (theirs != id.invocation_ref).then(|| {
+        finding(
             Code::AuthorityInvocationMismatch,
             "invocationRef",
             format!(
-                "invocationRef `{}` differs from the metadata's `{}`",
-                id.invocation_ref,
-                str_of(doc, "invocationRef")
+                "invocationRef `{}` differs from the metadata's `{theirs}`",
+                id.invocation_ref
             ),
             "the job and its prompt's metadata must name the same invocation",
-        );
-    }
-    let meta_attempt = doc.get("attempt").and_then(model::int_of);
+        )
+    })
+}
+
+/// The identity refs and attempt, all compared; the finding points at the
+/// first that differs.
+fn identity_mismatch(doc: &Value, id: &V2Identity) -> Option<Finding> {
     let mut differing = Vec::new();
     for (key, mine) in [
         ("participantRef", &id.participant_ref),
@@ -234,7 +291,7 @@ pub fn check_v2_job(
             differing.push(format!("{key} `{mine}` vs `{}`", str_of(doc, key)));
         }
     }
-    if meta_attempt != Some(id.attempt as i64) {
+    if doc.get("attempt").and_then(model::int_of) != Some(id.attempt as i64) {
         differing.push(format!(
             "attempt {} vs {}",
             id.attempt,
@@ -243,46 +300,54 @@ pub fn check_v2_job(
                 .unwrap_or_else(|| "(absent)".into())
         ));
     }
-    if !differing.is_empty() {
-        let key = differing[0]
-            .split(' ')
-            .next()
-            .unwrap_or("participantRef")
-            .to_string();
-        push(
-            ctx,
-            Code::AuthorityIdentityMismatch,
-            &key,
-            format!(
-                "identity differs from the invocation metadata: {}",
-                differing.join("; ")
-            ),
-            "the spec entry and <prompt>.meta.json must carry the same v2 identity",
-        );
-    }
+    let key = differing
+        .first()?
+        .split(' ')
+        .next()
+        .unwrap_or("participantRef");
+    Some(finding(
+        Code::AuthorityIdentityMismatch,
+        key,
+        format!(
+            "identity differs from the invocation metadata: {}",
+            differing.join("; ")
+        ),
+        "the spec entry and <prompt>.meta.json must carry the same v2 identity",
+    ))
+}
+
+/// `promptPath` and the metadata's `prompt.path` must be the same file,
+/// however each is spelled.
+fn prompt_mismatch(root: &Path, doc: &Value, claim: &Claim) -> Option<Finding> {
     let meta_prompt = doc.get("prompt").map(|p| str_of(p, "path")).unwrap_or("");
     let same_prompt = !meta_prompt.is_empty()
-        && paths::resolve(&ctx.root, meta_prompt, true)
+        && paths::resolve(root, meta_prompt, true)
             .map(|r| {
                 paths::real_path(&r.abs)
-                    == paths::real_path(&paths::abs_of(&ctx.root, &job.prompt_path))
+                    == paths::real_path(&paths::abs_of(root, claim.prompt_path))
             })
             .unwrap_or(false);
-    if !same_prompt {
-        push(
-            ctx,
+    (!same_prompt).then(|| {
+        finding(
             Code::AuthorityPromptMismatch,
             "promptPath",
             format!(
                 "promptPath `{}` and the metadata's prompt.path `{}` are different files",
-                job.prompt_path, meta_prompt
+                claim.prompt_path, meta_prompt
             ),
             "point promptPath at the prompt the metadata describes",
-        );
-    }
-    let execution = manifest.role_execution(&id.role_execution_ref);
-    let participant = manifest.participant(&id.participant_ref);
-    let duty_role = manifest.role_for_duty(&id.duty_id);
+        )
+    })
+}
+
+/// The role execution and participant exist and match the job, and the
+/// execution's role is the one its duty asks for.
+fn role_execution_problem(
+    manifest: &Manifest,
+    execution: Option<&Value>,
+    id: &V2Identity,
+    claim: &Claim,
+) -> Option<Finding> {
     let mut problems = Vec::new();
     match execution {
         None => problems.push(format!(
@@ -293,8 +358,8 @@ pub fn check_v2_job(
             for (key, mine) in [
                 ("participantRef", id.participant_ref.as_str()),
                 ("executionLabel", id.execution_label.as_str()),
-                ("role", job.role.as_str()),
-                ("provider", job.provider.as_str()),
+                ("role", claim.role.as_str()),
+                ("provider", claim.provider),
             ] {
                 if str_of(re, key) != mine {
                     problems.push(format!(
@@ -303,7 +368,7 @@ pub fn check_v2_job(
                     ));
                 }
             }
-            match &duty_role {
+            match manifest.role_for_duty(&id.duty_id) {
                 None => problems.push(format!("duty `{}` is not in the duty catalog", id.duty_id)),
                 Some(r) if r != str_of(re, "role") => problems.push(format!(
                     "duty `{}` asks for role `{r}`, the execution has `{}`",
@@ -314,72 +379,75 @@ pub fn check_v2_job(
             }
         }
     }
-    if participant.is_none() {
+    if manifest.participant(&id.participant_ref).is_none() {
         problems.push(format!(
             "the manifest has no participant `{}`",
             id.participant_ref
         ));
     }
-    if !problems.is_empty() {
-        push(
-            ctx,
-            Code::AuthorityRoleExecution,
-            "roleExecutionRef",
-            format!("role execution `{}` does not authorise this job: {}", id.role_execution_ref, problems.join("; ")),
-            "make the job's role, provider, label and duty match its roleExecutions[] row (duties: see README, or the manifest's duties{})",
-        );
-    }
+    (!problems.is_empty()).then(|| finding(
+        Code::AuthorityRoleExecution,
+        "roleExecutionRef",
+        format!("role execution `{}` does not authorise this job: {}", id.role_execution_ref, problems.join("; ")),
+        "make the job's role, provider, label and duty match its roleExecutions[] row (duties: see README, or the manifest's duties{})",
+    ))
+}
+
+fn model_mismatch(doc: &Value, claim: &Claim) -> Option<Finding> {
     let meta_model = metadata_model_value(doc);
-    if doc.get("modelAssignment").is_some() && meta_model != job.model_execution_value {
-        push(
-            ctx,
+    (doc.get("modelAssignment").is_some() && meta_model != claim.model_execution_value).then(|| {
+        finding(
             Code::AuthorityAssignment,
             "modelExecutionValue",
             format!(
                 "modelExecutionValue `{}` differs from the metadata's `{meta_model}`",
-                job.model_execution_value
+                claim.model_execution_value
             ),
             "use the model the metadata assigns, or drop modelExecutionValue to take it from the metadata",
-        );
-    }
+        )
+    })
+}
+
+fn kind_mismatch(doc: &Value, claim: &Claim) -> Option<Finding> {
     let meta_kind = str_of(doc, "dispatchKind");
-    if meta_kind != job.dispatch_kind {
-        push(
-            ctx,
+    (meta_kind != claim.dispatch_kind.as_str()).then(|| {
+        finding(
             Code::AuthorityAssignment,
             "dispatchKind",
             format!(
                 "dispatchKind `{}` differs from the metadata's `{meta_kind}`",
-                job.dispatch_kind
+                claim.dispatch_kind
             ),
             "the spec's dispatchKind (default initial) must equal the metadata's",
-        );
-    }
-    if let Some(re) = execution {
-        if let Some(problem) = binding_problem(manifest, re) {
-            push(
-                ctx,
-                Code::AuthorityBinding,
-                "roleExecutionRef",
-                format!("role execution `{}` {problem}", id.role_execution_ref),
-                "the lead binds each role execution to a catalog model: binding{...}, modelRef, modelSpecDigest = sha256 of canonical {\"binding\",\"model\"}",
-            );
-        }
-    }
+        )
+    })
+}
+
+fn binding_finding(manifest: &Manifest, execution: &Value, id: &V2Identity) -> Option<Finding> {
+    binding_problem(manifest, execution).map(|problem| {
+        finding(
+            Code::AuthorityBinding,
+            "roleExecutionRef",
+            format!("role execution `{}` {problem}", id.role_execution_ref),
+            "the lead binds each role execution to a catalog model: binding{...}, modelRef, modelSpecDigest = sha256 of canonical {\"binding\",\"model\"}",
+        )
+    })
 }
 
 /// Translators come only from reservations (SPEC §3.5).
 pub fn check_translator(
     ctx: &mut Ctx,
     manifest: &Manifest,
-    job: &Job,
+    claim: &Claim,
     entry: &Entry,
     src: &SourceFile,
 ) {
-    let Some(id) = job.identity.v2() else { return };
+    let Some(id) = claim.identity.v2() else {
+        return;
+    };
     let is_translator = manifest
         .role_execution(&id.role_execution_ref)
-        .is_some_and(|re| str_of(re, "role") == "translator");
+        .is_some_and(|re| str_of(re, "role") == Role::Translator.as_str());
     if is_translator {
         let d = ctx
             .at(
@@ -390,5 +458,114 @@ pub fn check_translator(
             )
             .help("remove it from the spec and run: okstra plan --manifest M --workers translator");
         ctx.push(with_worker(d, entry));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn id() -> V2Identity {
+        V2Identity {
+            participant_ref: "p".into(),
+            role_execution_ref: "re".into(),
+            execution_label: "l".into(),
+            duty_id: "implementation-verifier".into(),
+            invocation_ref: "inv".into(),
+            assignment_ref: "a/w".into(),
+            attempt: 1,
+        }
+    }
+
+    fn metadata() -> Value {
+        json!({"participantRef": "p", "roleExecutionRef": "re", "executionLabel": "l",
+               "dutyId": "implementation-verifier", "invocationRef": "inv", "attempt": 1,
+               "dispatchKind": "initial", "modelAssignment": {"modelExecutionValue": "m"}})
+    }
+
+    fn with_claim<R>(f: impl FnOnce(&Claim) -> R) -> R {
+        let identity = Identity::V2(id());
+        let kind = DispatchKind::initial();
+        f(&Claim {
+            identity: &identity,
+            provider: "codex",
+            role: &Role::Verifier,
+            prompt_path: "p.md",
+            model_execution_value: "m",
+            dispatch_kind: &kind,
+        })
+    }
+
+    #[test]
+    fn agreeing_metadata_finds_nothing() {
+        let doc = metadata();
+        assert_eq!(invocation_mismatch(&doc, &id()), None);
+        assert_eq!(identity_mismatch(&doc, &id()), None);
+        with_claim(|c| {
+            assert_eq!(model_mismatch(&doc, c), None);
+            assert_eq!(kind_mismatch(&doc, c), None);
+        });
+    }
+
+    #[test]
+    fn an_identity_mismatch_lists_every_difference_at_the_first() {
+        let mut doc = metadata();
+        doc["executionLabel"] = json!("other");
+        doc["attempt"] = json!(true);
+        let f = identity_mismatch(&doc, &id()).unwrap();
+        assert_eq!(f.key, "executionLabel");
+        assert_eq!(
+            f.message,
+            "identity differs from the invocation metadata: executionLabel `l` vs `other`; attempt 1 vs true"
+        );
+        doc["executionLabel"] = json!("l");
+        assert_eq!(identity_mismatch(&doc, &id()).unwrap().key, "attempt");
+    }
+
+    #[test]
+    fn assignment_mismatches_point_at_their_keys() {
+        let mut doc = metadata();
+        doc["dispatchKind"] = json!("reverify-r2");
+        doc["modelAssignment"]["modelExecutionValue"] = json!("n");
+        with_claim(|c| {
+            assert_eq!(kind_mismatch(&doc, c).unwrap().key, "dispatchKind");
+            assert_eq!(model_mismatch(&doc, c).unwrap().key, "modelExecutionValue");
+        });
+        // No model assignment: nothing to disagree with (metadata/incomplete says why).
+        doc.as_object_mut().unwrap().remove("modelAssignment");
+        with_claim(|c| assert_eq!(model_mismatch(&doc, c), None));
+    }
+
+    #[test]
+    fn the_role_execution_must_match_the_job_and_its_duty() {
+        let manifest_doc = json!({
+            "roleExecutions": [{"roleExecutionRef": "re", "participantRef": "p", "executionLabel": "l",
+                                "role": "verifier", "provider": "codex"}],
+            "participantAssignments": [{"participantRef": "p"}]
+        });
+        let manifest = Manifest::new(&manifest_doc);
+        let re = manifest.role_execution("re");
+        with_claim(|c| assert_eq!(role_execution_problem(&manifest, re, &id(), c), None));
+        let identity = Identity::V2(id());
+        let kind = DispatchKind::initial();
+        let claim = Claim {
+            identity: &identity,
+            provider: "aider",
+            role: &Role::Implementer,
+            prompt_path: "p.md",
+            model_execution_value: "m",
+            dispatch_kind: &kind,
+        };
+        let f = role_execution_problem(&manifest, re, &id(), &claim).unwrap();
+        assert_eq!(f.code, Code::AuthorityRoleExecution);
+        assert!(f
+            .message
+            .contains("its role is `verifier`, the job's `implementer`"));
+        assert!(f
+            .message
+            .contains("its provider is `codex`, the job's `aider`"));
+        let missing = role_execution_problem(&manifest, None, &id(), &claim).unwrap();
+        assert!(missing.message.contains("no role execution `re`"));
     }
 }

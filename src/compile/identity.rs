@@ -2,10 +2,11 @@
 //! refusals that keep a partial or mixed identity from going further. Code
 //! past this parser only ever sees a whole `plan::Identity`.
 
+use super::entry::WorkerFields;
 use crate::diag::Code;
 use crate::model::int_of;
 use crate::plan::{Identity, V2Identity};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Keys only a v2 entry may carry.
 pub const V2_ONLY_KEYS: &[&str] = &[
@@ -60,11 +61,14 @@ pub struct Parsed {
     pub state_key: String,
 }
 
-fn non_empty<'a>(entry: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    entry
-        .get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty())
+/// A string that is not blank.
+fn non_empty(value: Option<&str>) -> Option<&str> {
+    value.filter(|s| !s.trim().is_empty())
+}
+
+/// A raw value's string, if it is one.
+fn text(value: &Option<Value>) -> Option<&str> {
+    value.as_ref().and_then(Value::as_str)
 }
 
 fn is_v1_marker(v: Option<&Value>) -> bool {
@@ -76,15 +80,15 @@ fn is_v1_marker(v: Option<&Value>) -> bool {
 }
 
 /// Parse the identity of one (defaults-merged) worker entry.
-pub fn parse(entry: &Map<String, Value>) -> Result<Parsed, Vec<Problem>> {
+pub fn parse(entry: &WorkerFields) -> Result<Parsed, Vec<Problem>> {
     let mut problems = Vec::new();
-    for key in ["promptPath", "role"] {
-        if non_empty(entry, key).is_none() {
+    for (key, value) in [("promptPath", &entry.prompt_path), ("role", &entry.role)] {
+        if non_empty(value.as_deref()).is_none() {
             problems.push(missing(key));
         }
     }
-    let schema = entry.get("schemaVersion");
-    let eiv = entry.get("executionIdentityVersion");
+    let schema = entry.schema_version.as_ref();
+    let eiv = entry.execution_identity_version.as_ref();
     let identity = if is_v1_marker(schema) {
         parse_v1(entry, &mut problems)
     } else if schema.and_then(Value::as_str) == Some("2.0") && eiv.and_then(int_of) == Some(2) {
@@ -126,20 +130,18 @@ fn missing(key: &'static str) -> Problem {
     )
 }
 
-fn parse_v1(entry: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<Parsed> {
+fn parse_v1(entry: &WorkerFields, problems: &mut Vec<Problem>) -> Option<Parsed> {
     let mut mixed = false;
-    for key in V2_ONLY_KEYS {
-        if entry.contains_key(*key) {
-            mixed = true;
-            problems.push(problem(
-                Code::IdentityMixedVersions,
-                Some(key),
-                format!("a v1 worker entry carries the v2 key `{key}`"),
-                "for v2 set schemaVersion = \"2.0\" and executionIdentityVersion = 2 (and drop workerId); for v1 remove the v2 keys",
-            ));
-        }
+    for key in entry.v2_only_present() {
+        mixed = true;
+        problems.push(problem(
+            Code::IdentityMixedVersions,
+            Some(key),
+            format!("a v1 worker entry carries the v2 key `{key}`"),
+            "for v2 set schemaVersion = \"2.0\" and executionIdentityVersion = 2 (and drop workerId); for v1 remove the v2 keys",
+        ));
     }
-    let worker_id = non_empty(entry, "workerId");
+    let worker_id = non_empty(text(&entry.worker_id));
     if worker_id.is_none() {
         problems.push(missing("workerId"));
     }
@@ -154,9 +156,9 @@ fn parse_v1(entry: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<P
     })
 }
 
-fn parse_v2(entry: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<Parsed> {
+fn parse_v2(entry: &WorkerFields, problems: &mut Vec<Problem>) -> Option<Parsed> {
     let before = problems.len();
-    if entry.contains_key("workerId") {
+    if entry.worker_id.is_some() {
         problems.push(problem(
             Code::IdentityMixedVersions,
             Some("workerId"),
@@ -164,7 +166,7 @@ fn parse_v2(entry: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<P
             "a v2 worker's state key is the last segment of assignmentRef; remove workerId",
         ));
     }
-    let attempt = match entry.get("attempt") {
+    let attempt = match &entry.attempt {
         Some(v) => match int_of(v) {
             Some(n) if n >= 1 => Some(n as u64),
             _ => {
@@ -187,8 +189,8 @@ fn parse_v2(entry: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<P
             None
         }
     };
-    let mut field = |key: &'static str| -> String {
-        match non_empty(entry, key) {
+    let mut field = |key: &'static str, value: Option<&str>| -> String {
+        match non_empty(value) {
             Some(s) => s.to_string(),
             None => {
                 problems.push(missing(key));
@@ -196,13 +198,13 @@ fn parse_v2(entry: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<P
             }
         }
     };
-    let participant_ref = field("participantRef");
-    let role_execution_ref = field("roleExecutionRef");
-    let execution_label = field("executionLabel");
-    let duty_id = field("dutyId");
-    let invocation_ref = field("invocationRef");
-    let _provider = field("provider");
-    let assignment_ref = field("assignmentRef");
+    let participant_ref = field("participantRef", text(&entry.participant_ref));
+    let role_execution_ref = field("roleExecutionRef", text(&entry.role_execution_ref));
+    let execution_label = field("executionLabel", text(&entry.execution_label));
+    let duty_id = field("dutyId", text(&entry.duty_id));
+    let invocation_ref = field("invocationRef", text(&entry.invocation_ref));
+    let _provider = field("provider", entry.provider.as_deref());
+    let assignment_ref = field("assignmentRef", text(&entry.assignment_ref));
     let state_key = assignment_ref.rsplit('/').next().unwrap_or("").to_string();
     if !assignment_ref.is_empty() && state_key.is_empty() {
         problems.push(problem(
@@ -233,7 +235,12 @@ fn parse_v2(entry: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<P
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use serde_json::json;
+    use serde_json::{json, Map};
+
+    /// The parser, given an entry as JSON.
+    fn parse(entry: &Map<String, Value>) -> Result<Parsed, Vec<Problem>> {
+        super::parse(&WorkerFields::read(entry.clone()))
+    }
 
     fn v2() -> Map<String, Value> {
         json!({

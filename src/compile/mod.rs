@@ -4,23 +4,27 @@
 
 pub mod authority;
 pub mod conformance;
+pub mod entry;
 pub mod identity;
+mod job;
 pub mod paths;
 pub mod roster;
 pub mod rules;
 pub mod translator;
 
+pub use entry::{collect_entries, Entry};
+pub use job::{artifact_paths, build_job};
+
 use crate::canonical::sha256_hex;
 use crate::diag::{Code, Diagnostic, Diagnostics};
-use crate::model::{self, Manifest};
+use crate::model::Manifest;
 use crate::plan::{self, InputRecord, Job, Plan, RetryPolicy, RunInfo, Stage};
-use crate::policy;
-use crate::provider::{self, ProviderOptions};
 use crate::schema::{self, SchemaKind};
 use crate::source::{Format, SourceFile};
+use crate::vocab::{Backend, DispatchKind};
 use paths::{PathProblem, Resolved};
-use serde_json::{Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What `okstra plan` was asked to do.
@@ -32,68 +36,6 @@ pub struct Request {
     pub workers: Vec<String>,
     /// The timestamp to stamp on the plan (injected so tests are stable).
     pub created_at: String,
-}
-
-/// One worker entry of the spec after `defaults` were applied, with where
-/// each of its values came from.
-pub struct Entry {
-    pub stage: usize,
-    pub pointer: String,
-    pub values: Map<String, Value>,
-    origin: HashMap<String, String>,
-    /// Built from a translator reservation (SPEC §3.5), the one way a
-    /// translator job may be planned.
-    pub reserved: bool,
-}
-
-impl Entry {
-    /// An entry read from somewhere other than a spec (a team-state row, a
-    /// reservation): `located` keys point at `pointer/<key>`, the others
-    /// (derived values) at `pointer` itself.
-    pub fn synthetic(
-        pointer: &str,
-        values: Map<String, Value>,
-        located: &[&str],
-        reserved: bool,
-    ) -> Entry {
-        let origin = values
-            .keys()
-            .filter(|k| located.contains(&k.as_str()))
-            .map(|k| (k.clone(), format!("{pointer}/{}", escape(k))))
-            .collect();
-        Entry {
-            stage: 0,
-            pointer: pointer.to_string(),
-            values,
-            origin,
-            reserved,
-        }
-    }
-
-    /// The pointer of a key's value (its own or the default's), or of the
-    /// entry itself when the key is absent.
-    pub fn ptr(&self, key: &str) -> String {
-        self.origin
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| self.pointer.clone())
-    }
-
-    pub fn str(&self, key: &str) -> &str {
-        model::str_of_map(&self.values, key)
-    }
-
-    pub fn strings(&self, key: &str) -> Vec<String> {
-        self.values
-            .get(key)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
 }
 
 /// A loaded input file with its parsed document.
@@ -304,7 +246,7 @@ fn load_run(ctx: &mut Ctx, req: &Request) -> Option<RunFacts> {
         team_state_path: team.map(|t| t.display).unwrap_or_default(),
         lead_events_path: lead_events,
         error_log_path: error_log,
-        terminal_backend: default_backend(m.terminal_backend()).to_string(),
+        terminal_backend: Backend::for_terminal(m.terminal_backend()),
         workflow_phase: m.workflow_phase().to_string(),
         mode: String::new(),
     };
@@ -313,15 +255,6 @@ fn load_run(ctx: &mut Ctx, req: &Request) -> Option<RunFacts> {
         manifest_display: display,
         info,
     })
-}
-
-/// The backend a job gets when it names none: panes where the manifest's
-/// `terminalBackend` asks for them, the CLI wrapper otherwise.
-pub fn default_backend(terminal_backend: &str) -> &'static str {
-    match terminal_backend {
-        "pane" | "tmux-pane" | "cmux-pane" => model::PANE,
-        _ => model::CLI_WRAPPER,
-    }
 }
 
 /// A roster worker left out of the plan before the run, with why (SPEC
@@ -428,31 +361,7 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
             });
         }
     }
-    if !only.is_empty() {
-        let unknown: Vec<&String> = only.iter().filter(|w| !known.contains(w)).collect();
-        if !unknown.is_empty() {
-            ctx.push(
-                Diagnostic::new(
-                    Code::RosterUnknownWorker,
-                    format!(
-                        "--workers names {} not in this spec: {}",
-                        if unknown.len() == 1 {
-                            "a worker"
-                        } else {
-                            "workers"
-                        },
-                        unknown
-                            .iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-                .in_file(display.clone())
-                .help(format!("the spec's workers are: {}", known.join(", "))),
-            );
-        }
-    }
+    check_requested(ctx, &display, only, &known);
     let names = stage_names(&loaded.doc);
     rules::check(ctx, &loaded.src, &names, &stage_jobs);
     names
@@ -466,6 +375,34 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
         .collect()
 }
 
+/// `roster/unknown-worker` for `--workers` names the spec does not hold.
+fn check_requested(ctx: &mut Ctx, display: &str, only: &[String], known: &[String]) {
+    let unknown: Vec<&str> = only
+        .iter()
+        .filter(|w| !known.contains(w))
+        .map(String::as_str)
+        .collect();
+    if unknown.is_empty() {
+        return;
+    }
+    ctx.push(
+        Diagnostic::new(
+            Code::RosterUnknownWorker,
+            format!(
+                "--workers names {} not in this spec: {}",
+                if unknown.len() == 1 {
+                    "a worker"
+                } else {
+                    "workers"
+                },
+                unknown.join(", ")
+            ),
+        )
+        .in_file(display.to_string())
+        .help(format!("the spec's workers are: {}", known.join(", "))),
+    );
+}
+
 /// Identity and schema checks of a spec's entries. Identity goes first: its
 /// refusals carry their own codes, and the schema's complaints about the
 /// same keys would only repeat them.
@@ -474,7 +411,7 @@ fn check_entries(ctx: &mut Ctx, loaded: &Loaded) -> (Vec<Entry>, Vec<Option<iden
     let mut parsed = Vec::with_capacity(entries.len());
     let mut covered: Vec<String> = Vec::new();
     for entry in &entries {
-        match identity::parse(&entry.values) {
+        match identity::parse(&entry.fields) {
             Ok(p) => parsed.push(Some(p)),
             Err(problems) => {
                 report_identity(ctx, &loaded.src, entry, problems);
@@ -511,30 +448,16 @@ pub fn report_identity(
 pub fn check_spec_alone(ctx: &mut Ctx, loaded: &Loaded) {
     let (entries, _) = check_entries(ctx, loaded);
     for entry in &entries {
-        let kind = entry.str("dispatchKind");
-        if let Err(msg) = rules::dispatch_round(kind) {
-            let d = ctx
-                .at(
-                    &loaded.src,
-                    Code::RulesReverifyKind,
-                    msg,
-                    &entry.ptr("dispatchKind"),
-                )
-                .help("write reverify-r<N> with N >= 1, e.g. reverify-r2");
-            ctx.push(with_worker(d, entry));
+        let kind = entry.fields.dispatch_kind.as_deref().unwrap_or_default();
+        if let Err(msg) = DispatchKind::parse(kind) {
+            job::report_reverify_kind(ctx, &loaded.src, entry, msg);
         }
     }
 }
 
+/// The diagnostic, naming the entry's worker where it names one.
 pub fn with_worker(d: Diagnostic, entry: &Entry) -> Diagnostic {
-    // Name the worker the way its own identity version does.
-    let order = if entry.str("schemaVersion") == "2.0" {
-        ["executionLabel", "workerId", "assignmentRef"]
-    } else {
-        ["workerId", "executionLabel", "assignmentRef"]
-    };
-    let name = order.iter().map(|k| entry.str(k)).find(|s| !s.is_empty());
-    match name {
+    match entry.fields.worker_name() {
         Some(n) => d.worker(n),
         None => d,
     }
@@ -572,62 +495,19 @@ fn stage_names(doc: &Value) -> Vec<String> {
     }
 }
 
-/// Every worker entry of a spec, `defaults` applied.
-pub fn collect_entries(doc: &Value) -> Vec<Entry> {
-    let defaults = doc.get("defaults").and_then(Value::as_object);
-    let mut out = Vec::new();
-    let mut push = |stage: usize, pointer: String, item: &Value| {
-        let Some(own) = item.as_object() else { return };
-        let mut values = Map::new();
-        let mut origin = HashMap::new();
-        if let Some(defaults) = defaults {
-            for (k, v) in defaults {
-                values.insert(k.clone(), v.clone());
-                origin.insert(k.clone(), format!("/defaults/{}", escape(k)));
-            }
-        }
-        for (k, v) in own {
-            values.insert(k.clone(), v.clone());
-            origin.insert(k.clone(), format!("{pointer}/{}", escape(k)));
-        }
-        out.push(Entry {
-            stage,
-            pointer,
-            values,
-            origin,
-            reserved: false,
-        });
-    };
-    if let Some(stages) = doc.get("stages").and_then(Value::as_array) {
-        for (si, stage) in stages.iter().enumerate() {
-            if let Some(workers) = stage.get("workers").and_then(Value::as_array) {
-                for (wi, item) in workers.iter().enumerate() {
-                    push(si, format!("/stages/{si}/workers/{wi}"), item);
-                }
-            }
-        }
-    } else if let Some(workers) = doc.get("workers").and_then(Value::as_array) {
-        for (wi, item) in workers.iter().enumerate() {
-            push(0, format!("/workers/{wi}"), item);
-        }
-    }
-    out
-}
-
-fn escape(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
+/// The path checks of an entry whose identity was refused, so one run
+/// shows every problem.
 fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) {
-    let prompt = entry.str("promptPath");
-    if !prompt.is_empty() {
+    if let Some(prompt) = &entry.fields.prompt_path {
         if let Some(r) = ctx.resolve(src, prompt, &entry.ptr("promptPath"), false) {
             require_file(ctx, src, entry, &r, "promptPath");
         }
     }
-    for key in ["resultPath", "workerResultPath"] {
-        let v = entry.str(key);
-        if !v.is_empty() {
+    for (key, value) in [
+        ("resultPath", &entry.fields.result_path),
+        ("workerResultPath", &entry.fields.worker_result_path),
+    ] {
+        if let Some(v) = value {
             ctx.resolve(src, v, &entry.ptr(key), false);
         }
     }
@@ -653,463 +533,4 @@ pub fn require_file(
         .help("create the file, or fix the path (relative to the project root)");
     ctx.push(with_worker(d, entry));
     false
-}
-
-/// Build one job from an entry (a spec entry with defaults applied, a
-/// team-state roster row, or a translator reservation): every mode goes
-/// through here, so a job means the same thing whatever it was planned from.
-pub fn build_job(
-    ctx: &mut Ctx,
-    run: &RunFacts,
-    manifest: &Manifest,
-    src: &SourceFile,
-    entry: &Entry,
-    parsed: identity::Parsed,
-) -> Option<Job> {
-    let mut ok = true;
-    let key = parsed.state_key.clone();
-    let provider = match entry.str("provider") {
-        "" => match &parsed.identity {
-            plan::Identity::V1 { worker_id } => provider::default_for_worker_id(worker_id)
-                .unwrap_or("")
-                .to_string(),
-            plan::Identity::V2(_) => String::new(),
-        },
-        p => p.to_string(),
-    };
-    if provider.is_empty() {
-        let d = ctx
-            .at(
-                src,
-                Code::IdentityMissingField,
-                format!("worker `{key}` needs `provider`: only the worker ids claude, codex and gemini imply one"),
-                &entry.pointer,
-            )
-            .help("add provider = \"claude\" | \"codex\" | \"gemini\" | \"command\"");
-        ctx.push(with_worker(d, entry));
-        ok = false;
-    }
-    let prompt = ctx.resolve(
-        src,
-        entry.str("promptPath"),
-        &entry.ptr("promptPath"),
-        false,
-    );
-    let prompt = match prompt {
-        Some(p) if require_file(ctx, src, entry, &p, "promptPath") => Some(p),
-        _ => {
-            ok = false;
-            None
-        }
-    };
-    let result_value = entry.str("resultPath");
-    if result_value.is_empty() {
-        let d = ctx
-            .at(
-                src,
-                Code::SchemaViolation,
-                format!("worker `{key}` needs `resultPath`, the file it must write"),
-                &entry.pointer,
-            )
-            .help("add resultPath = \"<file the worker writes>\"");
-        ctx.push(with_worker(d, entry));
-        ok = false;
-    }
-    let result = ctx.resolve(src, result_value, &entry.ptr("resultPath"), false);
-    let worker_result = match entry.str("workerResultPath") {
-        "" => result.clone(),
-        v => ctx.resolve(src, v, &entry.ptr("workerResultPath"), false),
-    };
-    let mut completion = Vec::new();
-    if entry.values.contains_key("completionPaths") {
-        for (i, v) in entry.strings("completionPaths").iter().enumerate() {
-            let ptr = format!("{}/{i}", entry.ptr("completionPaths"));
-            match ctx.resolve(src, v, &ptr, false) {
-                Some(r) => completion.push(r.display),
-                None => ok = false,
-            }
-        }
-    } else {
-        for r in [&result, &worker_result].into_iter().flatten() {
-            if !completion.contains(&r.display) {
-                completion.push(r.display.clone());
-            }
-        }
-    }
-    let worktree = match entry.str("worktreePath") {
-        "" => None,
-        v => ctx.resolve(src, v, &entry.ptr("worktreePath"), true),
-    };
-    let mut aux = Vec::new();
-    for (i, v) in entry.strings("auxiliaryRoots").iter().enumerate() {
-        let ptr = format!("{}/{i}", entry.ptr("auxiliaryRoots"));
-        if let Some(r) = ctx.resolve(src, v, &ptr, true) {
-            aux.push(r.display);
-        }
-    }
-    let mut planned = Vec::new();
-    for (i, v) in entry.strings("plannedPaths").iter().enumerate() {
-        let ptr = format!("{}/{i}", entry.ptr("plannedPaths"));
-        // `dir/*/..` cannot be folded without knowing what `*` matched:
-        // folding it lexically would widen the pattern (`src/*/../../x` is
-        // not `x` unless `src` has a subdirectory). Refuse it.
-        if policy::is_glob(v) && policy::normalise(v).is_none() {
-            let d = ctx
-                .at(
-                    src,
-                    Code::PathEscapesRoot,
-                    format!("planned path `{v}` climbs out with `..` above the project root or past a glob"),
-                    &ptr,
-                )
-                .help("write the pattern without `..`, e.g. `src/**/*.rs`");
-            ctx.push(with_worker(d, entry));
-            ok = false;
-            continue;
-        }
-        if let Some(r) = ctx.resolve(src, v, &ptr, false) {
-            planned.push(r.display);
-        }
-    }
-    let (Some(prompt), Some(result), Some(worker_result)) = (prompt, result, worker_result) else {
-        return None;
-    };
-    match std::fs::read(&prompt.abs) {
-        Ok(bytes) => ctx.record_input("prompt", &prompt.display, &bytes),
-        Err(e) => {
-            let d = ctx
-                .at(
-                    src,
-                    Code::InputUnreadable,
-                    format!("cannot read prompt {}: {e}", prompt.display),
-                    &entry.ptr("promptPath"),
-                )
-                .help("make the prompt readable by the user running okstra");
-            ctx.push(with_worker(d, entry));
-            return None;
-        }
-    }
-    if !ok {
-        return None;
-    }
-
-    let meta = authority::load_metadata(ctx, &prompt);
-    let mut dispatch_kind = entry.str("dispatchKind").to_string();
-    if dispatch_kind.is_empty() {
-        dispatch_kind = "initial".into();
-    }
-    let round = match rules::dispatch_round(&dispatch_kind) {
-        Ok(r) => r,
-        Err(msg) => {
-            let d = ctx
-                .at(
-                    src,
-                    Code::RulesReverifyKind,
-                    msg,
-                    &entry.ptr("dispatchKind"),
-                )
-                .help("write reverify-r<N> with N >= 1, e.g. reverify-r2");
-            ctx.push(with_worker(d, entry));
-            return None;
-        }
-    };
-    let invocation = meta.as_ref().and_then(|m| authority::invocation_of(ctx, m));
-    let audience = match entry.str("audience") {
-        "" => invocation
-            .as_ref()
-            .map(|i| i.audience.clone())
-            .unwrap_or_default(),
-        a => a.to_string(),
-    };
-    let model_value = match entry.str("modelExecutionValue") {
-        "" => meta
-            .as_ref()
-            .map(|m| authority::metadata_model_value(&m.loaded.doc).to_string())
-            .unwrap_or_default(),
-        v => v.to_string(),
-    };
-    let role = entry.str("role").to_string();
-    let backend = match entry.str("backend") {
-        "" => run.info.terminal_backend.clone(),
-        b => b.to_string(),
-    };
-
-    let mut job = Job {
-        key: key.clone(),
-        identity: parsed.identity,
-        provider: provider.clone(),
-        backend,
-        role: role.clone(),
-        audience,
-        dispatch_kind,
-        round,
-        prompt_path: prompt.display.clone(),
-        metadata_path: meta.as_ref().map(|m| m.display.clone()),
-        result_path: result.display.clone(),
-        worker_result_path: worker_result.display.clone(),
-        completion_paths: completion,
-        worktree_path: worktree.as_ref().map(|w| w.display.clone()),
-        model_execution_value: model_value,
-        dispatch_id: None,
-        invocation,
-        command: Vec::new(),
-        provider_command: Vec::new(),
-        takes_session_id: provider::takes_session_id(&provider),
-        env: entry
-            .values
-            .get("env")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        idle_timeout_seconds: entry
-            .values
-            .get("idleTimeoutSeconds")
-            .and_then(Value::as_u64)
-            .unwrap_or(600),
-        timeout_seconds: entry.values.get("timeoutSeconds").and_then(Value::as_u64),
-        liveness_mode: "wrapper-status".into(),
-        write_policy: plan::WritePolicy {
-            role: String::new(),
-            allow: Vec::new(),
-            digest: String::new(),
-        },
-        write_enforcement: plan::WriteEnforcement {
-            mutation_audit: match entry.str("mutationAudit") {
-                "" => "batch".into(),
-                m => m.to_string(),
-            },
-        },
-    };
-    job.dispatch_id = job.dispatch_id_for(job.first_attempt());
-
-    if let Some(meta) = &meta {
-        authority::check_metadata(ctx, manifest, meta, &job);
-        if manifest.is_v2() {
-            authority::check_v2_job(ctx, manifest, meta, &job, entry, src);
-        }
-    } else if manifest.is_v2() && job.identity.v2().is_some() {
-        let d = ctx
-            .at(
-                src,
-                Code::AuthorityMetadataVersion,
-                format!(
-                    "v2 worker `{}` has no invocation metadata beside its prompt ({}.meta.json)",
-                    job.label(),
-                    job.prompt_path
-                ),
-                &entry.ptr("promptPath"),
-            )
-            .help("the lead writes <prompt>.meta.json with the v2 identity before planning");
-        ctx.push(with_worker(d, entry));
-    }
-    if manifest.is_v2() && !entry.reserved {
-        authority::check_translator(ctx, manifest, &job, entry, src);
-    }
-
-    let mut planned_all = planned;
-    if role == "implementer" {
-        for p in manifest.planned_paths() {
-            if !planned_all.contains(&p) {
-                planned_all.push(p);
-            }
-        }
-    }
-    let artifacts = artifact_paths(&job);
-    job.write_policy = policy::build(&policy::PolicyInputs {
-        role: &role,
-        artifacts: &artifacts,
-        worktree: job.worktree_path.as_deref(),
-        planned_paths: &planned_all,
-        auxiliary_roots: &aux,
-    });
-
-    let options = ProviderOptions {
-        permission_mode: non_empty(entry.str("permissionMode")),
-        sandbox_mode: non_empty(entry.str("sandboxMode")),
-        approval_mode: non_empty(entry.str("approvalMode")),
-        extra_args: entry.strings("extraArgs"),
-    };
-    let command = entry.strings("command");
-    if provider == "command" && command.is_empty() {
-        let d = ctx
-            .at(
-                src,
-                Code::SchemaViolation,
-                format!("worker `{key}` has provider = \"command\" but no `command` argv"),
-                &entry.ptr("provider"),
-            )
-            .help("add command = [\"program\", \"arg\", ...]");
-        ctx.push(with_worker(d, entry));
-        return None;
-    }
-    let root = ctx.root.clone();
-    let dirs = write_dirs(&root, &job, &aux);
-    job.provider_command = provider_argv(&root, &job, &options, &command, &dirs);
-    job.command = wrapper_command(&root, &job, &options, &command, &dirs);
-    if let Some(model_ref) = selected_model_ref(manifest, &job) {
-        // The served-model check (SPEC §6): the wrapper reads the catalog
-        // entry from the manifest exec verified unchanged before starting.
-        let split = job
-            .command
-            .iter()
-            .position(|a| a == "--")
-            .unwrap_or(job.command.len());
-        job.command.splice(
-            split..split,
-            [
-                "--manifest".to_string(),
-                run.info.manifest_path.clone(),
-                "--model-ref".to_string(),
-                model_ref,
-            ],
-        );
-    }
-    Some(job)
-}
-
-/// The catalog entry an agent job was bound to, for the wrapper's
-/// served-model check: a v2 job's role execution `modelRef`; a v1 job's
-/// model execution value where the catalog holds it (as a key or a
-/// `modelId`) for the same provider. `command` jobs report no model.
-fn selected_model_ref(manifest: &Manifest, job: &Job) -> Option<String> {
-    if job.provider == "command" || !provider::is_known(&job.provider) {
-        return None;
-    }
-    if let Some(v2) = job.identity.v2() {
-        let re = manifest.role_execution(&v2.role_execution_ref)?;
-        let model_ref = model::str_of(re, "modelRef");
-        return (!model_ref.is_empty() && manifest.model(model_ref).is_some())
-            .then(|| model_ref.to_string());
-    }
-    let value = job.model_execution_value.as_str();
-    if value.is_empty() {
-        return None;
-    }
-    let models = manifest.doc.get("models")?.as_object()?;
-    let same_provider = |m: &Value| model::str_of(m, "provider") == job.provider;
-    if models.get(value).is_some_and(same_provider) {
-        return Some(value.to_string());
-    }
-    models
-        .iter()
-        .find(|(_, m)| model::str_of(m, "modelId") == value && same_provider(m))
-        .map(|(k, _)| k.clone())
-}
-
-fn non_empty(s: &str) -> Option<String> {
-    (!s.is_empty()).then(|| s.to_string())
-}
-
-/// The files every worker may write: its results and okstra's sidecars.
-pub fn artifact_paths(job: &Job) -> Vec<String> {
-    let mut out = vec![
-        job.result_path.clone(),
-        job.worker_result_path.clone(),
-        job.audit_sidecar_path(),
-        job.status_path(),
-        job.log_path(),
-        job.error_sidecar_path(),
-    ];
-    out.extend(job.completion_paths.iter().cloned());
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// Directories the provider CLI must be allowed to write besides the root.
-fn write_dirs(root: &Path, job: &Job, aux: &[String]) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(w) = &job.worktree_path {
-        dirs.push(paths::abs_of(root, w));
-    }
-    for a in aux {
-        dirs.push(paths::abs_of(root, a));
-    }
-    dirs.retain(|d| d != root);
-    dirs.dedup();
-    dirs
-}
-
-fn provider_argv(
-    root: &Path,
-    job: &Job,
-    options: &ProviderOptions,
-    command: &[String],
-    dirs: &[PathBuf],
-) -> Vec<String> {
-    provider::build_argv(&provider::ArgvRequest {
-        provider: &job.provider,
-        model: &job.model_execution_value,
-        project_root: root,
-        write_dirs: dirs,
-        options,
-        command,
-        session_id: None,
-        project_is_git_repo: root.join(".git").exists(),
-    })
-}
-
-/// `okstra worker ...` for this job, without the per-attempt flags exec adds
-/// (`--attempt`, `--dispatch-id`, `--session-id`), which go before `--`.
-fn wrapper_command(
-    root: &Path,
-    job: &Job,
-    options: &ProviderOptions,
-    command: &[String],
-    dirs: &[PathBuf],
-) -> Vec<String> {
-    let mut argv: Vec<String> = vec![
-        "okstra".into(),
-        "worker".into(),
-        "--project-root".into(),
-        paths::to_slash(root),
-        "--provider".into(),
-        job.provider.clone(),
-        "--model".into(),
-        job.model_execution_value.clone(),
-        "--prompt".into(),
-        job.prompt_path.clone(),
-        "--result".into(),
-        job.result_path.clone(),
-        "--worker-result".into(),
-        job.worker_result_path.clone(),
-        "--worker-key".into(),
-        job.key.clone(),
-        "--presentation".into(),
-        if job.backend == model::PANE {
-            "live"
-        } else {
-            "quiet"
-        }
-        .into(),
-    ];
-    if let Some(meta) = &job.metadata_path {
-        argv.extend(["--invocation-metadata".into(), meta.clone()]);
-    }
-    if let Some(t) = job.timeout_seconds {
-        argv.extend(["--timeout-seconds".into(), t.to_string()]);
-    }
-    for d in dirs {
-        argv.extend(["--write-dir".into(), paths::to_slash(d)]);
-    }
-    for (flag, value) in [
-        ("--permission-mode", &options.permission_mode),
-        ("--sandbox-mode", &options.sandbox_mode),
-        ("--approval-mode", &options.approval_mode),
-    ] {
-        if let Some(v) = value {
-            argv.extend([flag.to_string(), v.clone()]);
-        }
-    }
-    for a in &options.extra_args {
-        argv.push(format!("--extra-arg={a}"));
-    }
-    if job.provider == "command" {
-        argv.push("--".into());
-        argv.extend(command.iter().cloned());
-    }
-    argv
 }

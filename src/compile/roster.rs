@@ -11,11 +11,12 @@ use super::{
 use crate::diag::{Code, Diagnostic};
 use crate::model::{Manifest, REPORT_WRITER};
 use crate::plan::{Plan, Stage};
-use crate::provider;
+use crate::provider::Provider;
 use crate::schema::SchemaKind;
 use crate::source::{Format, SourceFile};
 use crate::state::team_state::{find_worker, mark_pristine_not_run, TeamStateStore};
-use crate::state::StateError;
+use crate::state::{StateError, WorkerStatus};
+use crate::vocab::Role;
 use serde_json::{Map, Value};
 
 /// The keys of a team-state row that make a roster job. `command` is
@@ -37,8 +38,9 @@ pub const STAGE: &str = "roster";
 
 /// What a roster worker is, as far as selection cares.
 pub struct RosterFacts {
+    /// As the row names it (or its worker id implies it); "" for none.
     pub provider: String,
-    pub role: String,
+    pub role: Role,
 }
 
 /// The workers a roster plan runs, and the ones it leaves out with why.
@@ -63,12 +65,12 @@ pub fn select(
             continue;
         }
         let f = facts(w);
-        if w == REPORT_WRITER || f.role == REPORT_WRITER {
+        if w == REPORT_WRITER || f.role == Role::ReportWriter {
             skips.push(Skip {
                 worker: w.clone(),
                 reason: "report-writer runs alone: plan it with --workers report-writer once the others are done".into(),
             });
-        } else if !f.provider.is_empty() && !provider::is_known(&f.provider) {
+        } else if !f.provider.is_empty() && f.provider.parse::<Provider>().is_err() {
             skips.push(Skip {
                 worker: w.clone(),
                 reason: format!("okstra has no adapter for provider `{}`", f.provider),
@@ -115,106 +117,27 @@ fn load_team_state(ctx: &mut Ctx, run: &RunFacts) -> Option<Loaded> {
 /// Roster mode: one stage from the roster, plus the pre-run skips.
 pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage>, Vec<Skip>) {
     let manifest = Manifest::new(&run.manifest.doc);
-    let msrc = &run.manifest.src;
     let roster = manifest.recommended_workers();
-    if roster.is_empty() {
-        let pointer = if run.manifest.doc.get("recommendedWorkers").is_some() {
-            "/recommendedWorkers"
-        } else {
-            ""
-        };
-        let d = ctx
-            .at(
-                msrc,
-                Code::RosterEmpty,
-                "the manifest's recommendedWorkers is empty: roster mode has nothing to plan",
-                pointer,
-            )
-            .help("list the run's workers in recommendedWorkers, or plan a job spec: okstra plan SPEC --manifest M");
-        ctx.push(d);
-        return (Vec::new(), Vec::new());
-    }
-    let unknown: Vec<&str> = requested
-        .iter()
-        .filter(|w| !roster.contains(w))
-        .map(String::as_str)
-        .collect();
-    if !unknown.is_empty() {
-        let d = ctx
-            .at(
-                msrc,
-                Code::RosterUnknownWorker,
-                format!(
-                    "--workers names {} not in the roster: {}",
-                    if unknown.len() == 1 {
-                        "a worker"
-                    } else {
-                        "workers"
-                    },
-                    unknown.join(", ")
-                ),
-                "/recommendedWorkers",
-            )
-            .help(format!(
-                "the roster (recommendedWorkers) is: {}",
-                roster.join(", ")
-            ));
-        ctx.push(d);
+    if !check_request(ctx, run, &roster, requested) {
         return (Vec::new(), Vec::new());
     }
     let Some(team) = load_team_state(ctx, run) else {
         return (Vec::new(), Vec::new());
     };
-    let rows: Vec<(usize, &Map<String, Value>)> = team
-        .doc
-        .get("workers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .enumerate()
-                .filter_map(|(i, r)| r.as_object().map(|o| (i, o)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let rows = rows_of(&team.doc);
     let row_of = |w: &str| rows.iter().find(|(_, r)| str_of_obj(r, "workerId") == w);
-    let (selected, skips) = select(&roster, requested, |w| {
-        let row = row_of(w);
-        let provider = row
-            .map(|(_, r)| str_of_obj(r, "provider").to_string())
-            .filter(|p| !p.is_empty())
-            .or_else(|| provider::default_for_worker_id(w).map(str::to_string))
-            .unwrap_or_default();
-        RosterFacts {
-            provider,
-            role: row
-                .map(|(_, r)| str_of_obj(r, "role").to_string())
-                .unwrap_or_default(),
-        }
-    });
+    let (selected, skips) = select(&roster, requested, |w| facts_of(w, row_of(w)));
     if selected.is_empty() {
-        let d = ctx
-            .at(
-                msrc,
-                Code::RosterEmpty,
-                format!(
-                    "no worker of the roster can be planned by default: {}",
-                    skips
-                        .iter()
-                        .map(|s| format!("{} ({})", s.worker, s.reason))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-                "/recommendedWorkers",
-            )
-            .help("name the workers to plan with --workers a,b");
-        ctx.push(d);
+        report_nothing_selected(ctx, run, &skips);
         return (Vec::new(), Vec::new());
     }
-
     let mut built = Vec::new();
     for w in &selected {
-        let Some((index, row)) = row_of(w) else {
-            ctx.push(
+        match row_of(w) {
+            Some(&(index, row)) => {
+                built.extend(row_job(ctx, run, &manifest, &team.src, w, index, row));
+            }
+            None => ctx.push(
                 Diagnostic::new(
                     Code::InputMissing,
                     format!("roster worker `{w}` has no row in team-state workers[]"),
@@ -222,46 +145,7 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
                 .in_file(team.src.display.clone())
                 .worker(w.clone())
                 .help("the lead writes a workers[] row (workerId, provider, role, promptPath, resultPath, modelExecutionValue) for every recommended worker"),
-            );
-            continue;
-        };
-        let pointer = format!("/workers/{index}");
-        let values: Map<String, Value> = ROW_KEYS
-            .iter()
-            .filter_map(|k| {
-                row.get(*k)
-                    .filter(|v| !v.is_null())
-                    .map(|v| (k.to_string(), v.clone()))
-            })
-            .collect();
-        let entry = Entry::synthetic(&pointer, values, ROW_KEYS, false);
-        let provider = entry.str("provider");
-        if !provider.is_empty() && !provider::is_known(provider) {
-            let d = ctx
-                .at_key(
-                    &team.src,
-                    Code::InputInvalid,
-                    format!(
-                        "worker `{w}` has provider `{provider}`, which okstra has no adapter for"
-                    ),
-                    &entry.ptr("provider"),
-                )
-                .help("use claude, codex, gemini or command (with a `command` argv on the row)");
-            ctx.push(with_worker(d, &entry));
-            continue;
-        }
-        match identity::parse(&entry.values) {
-            Ok(parsed) => {
-                if let Some(job) = build_job(ctx, run, &manifest, &team.src, &entry, parsed) {
-                    built.push(Built {
-                        job,
-                        entry_pointer: pointer,
-                    });
-                }
-            }
-            Err(problems) => {
-                report_identity(ctx, &team.src, &entry, problems);
-            }
+            ),
         }
     }
     let names = vec![STAGE.to_string()];
@@ -277,6 +161,153 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
         }]
     };
     (out, skips)
+}
+
+/// `roster/empty` for an empty roster, `roster/unknown-worker` for names
+/// outside it; `false` when refused.
+fn check_request(ctx: &mut Ctx, run: &RunFacts, roster: &[String], requested: &[String]) -> bool {
+    let msrc = &run.manifest.src;
+    if roster.is_empty() {
+        let pointer = if run.manifest.doc.get("recommendedWorkers").is_some() {
+            "/recommendedWorkers"
+        } else {
+            ""
+        };
+        let d = ctx
+            .at(
+                msrc,
+                Code::RosterEmpty,
+                "the manifest's recommendedWorkers is empty: roster mode has nothing to plan",
+                pointer,
+            )
+            .help("list the run's workers in recommendedWorkers, or plan a job spec: okstra plan SPEC --manifest M");
+        ctx.push(d);
+        return false;
+    }
+    let unknown: Vec<&str> = requested
+        .iter()
+        .filter(|w| !roster.contains(w))
+        .map(String::as_str)
+        .collect();
+    if unknown.is_empty() {
+        return true;
+    }
+    let d = ctx
+        .at(
+            msrc,
+            Code::RosterUnknownWorker,
+            format!(
+                "--workers names {} not in the roster: {}",
+                if unknown.len() == 1 {
+                    "a worker"
+                } else {
+                    "workers"
+                },
+                unknown.join(", ")
+            ),
+            "/recommendedWorkers",
+        )
+        .help(format!(
+            "the roster (recommendedWorkers) is: {}",
+            roster.join(", ")
+        ));
+    ctx.push(d);
+    false
+}
+
+/// Team-state's `workers[]` rows that are objects, with their indexes.
+fn rows_of(doc: &Value) -> Vec<(usize, &Map<String, Value>)> {
+    doc.get("workers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.as_object().map(|o| (i, o)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What selection needs of worker `w`: its row's provider (or the one its
+/// id implies) and role.
+fn facts_of(w: &str, row: Option<&(usize, &Map<String, Value>)>) -> RosterFacts {
+    let provider = row
+        .map(|(_, r)| str_of_obj(r, "provider").to_string())
+        .filter(|p| !p.is_empty())
+        .or_else(|| Provider::for_worker_id(w).map(|p| p.as_str().to_string()))
+        .unwrap_or_default();
+    RosterFacts {
+        provider,
+        role: Role::from(row.map(|(_, r)| str_of_obj(r, "role")).unwrap_or("")),
+    }
+}
+
+fn report_nothing_selected(ctx: &mut Ctx, run: &RunFacts, skips: &[Skip]) {
+    let d = ctx
+        .at(
+            &run.manifest.src,
+            Code::RosterEmpty,
+            format!(
+                "no worker of the roster can be planned by default: {}",
+                skips
+                    .iter()
+                    .map(|s| format!("{} ({})", s.worker, s.reason))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            "/recommendedWorkers",
+        )
+        .help("name the workers to plan with --workers a,b");
+    ctx.push(d);
+}
+
+/// The job of one team-state row, through the same builder as a spec entry.
+fn row_job(
+    ctx: &mut Ctx,
+    run: &RunFacts,
+    manifest: &Manifest,
+    src: &SourceFile,
+    w: &str,
+    index: usize,
+    row: &Map<String, Value>,
+) -> Option<Built> {
+    let pointer = format!("/workers/{index}");
+    let values: Map<String, Value> = ROW_KEYS
+        .iter()
+        .filter_map(|k| {
+            row.get(*k)
+                .filter(|v| !v.is_null())
+                .map(|v| (k.to_string(), v.clone()))
+        })
+        .collect();
+    let entry = Entry::synthetic(&pointer, values, ROW_KEYS, false);
+    let unknown = entry
+        .fields
+        .provider
+        .as_deref()
+        .filter(|p| p.parse::<Provider>().is_err());
+    if let Some(provider) = unknown {
+        let d = ctx
+            .at_key(
+                src,
+                Code::InputInvalid,
+                format!("worker `{w}` has provider `{provider}`, which okstra has no adapter for"),
+                &entry.ptr("provider"),
+            )
+            .help("use claude, codex, gemini or command (with a `command` argv on the row)");
+        ctx.push(with_worker(d, &entry));
+        return None;
+    }
+    match identity::parse(&entry.fields) {
+        Ok(parsed) => build_job(ctx, run, manifest, src, &entry, parsed).map(|job| Built {
+            job,
+            entry_pointer: pointer,
+        }),
+        Err(problems) => {
+            report_identity(ctx, src, &entry, problems);
+            None
+        }
+    }
 }
 
 fn str_of_obj<'a>(m: &'a Map<String, Value>, key: &str) -> &'a str {
@@ -295,7 +326,10 @@ pub fn record_skips(plan: &Plan, skips: &[Skip]) -> Result<Vec<String>, StateErr
     let store = TeamStateStore::open(paths::abs_of(&root, &plan.run.team_state_path));
     let pristine = |doc: &Value, w: &str| {
         find_worker(doc, w).is_some_and(|row| {
-            row.get("status").and_then(Value::as_str) == Some("not-run")
+            row.get("status")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok())
+                == Some(WorkerStatus::NotRun)
                 && row
                     .get("reason")
                     .and_then(Value::as_str)

@@ -3,13 +3,15 @@
 //! becomes an `Entry` and goes through the same job builder (and the same v2
 //! authority checks) as any spec entry.
 
-use super::{build_job, identity, paths, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
+use super::paths::{self, Resolved};
+use super::{build_job, identity, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
 use crate::diag::{Code, Diagnostic, Location};
-use crate::model::{int_of, str_of, Manifest, CLI_WRAPPER};
+use crate::model::{int_of, str_of, Manifest};
 use crate::plan::{self, Stage};
-use crate::provider;
+use crate::provider::Provider;
 use crate::source::{Format, SourceFile};
 use crate::state::team_state::{dispatch_ids, TeamStateStore};
+use crate::vocab::Backend;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 
@@ -55,9 +57,11 @@ pub fn canonical_execution<'a>(manifest: &Manifest<'a>) -> Result<&'a Value, Str
     let provider = str_of(assignment, "provider");
     let model = str_of(assignment, "modelExecutionValue");
     let runner = str_of(assignment, "runner");
-    if provider.is_empty() || model.is_empty() || runner != CLI_WRAPPER {
+    // The binding's runner speaks the backend vocabulary.
+    let wrapper = Backend::CliWrapper.as_str();
+    if provider.is_empty() || model.is_empty() || runner != wrapper {
         return Err(format!(
-            "invocationAssignments.translator needs provider, modelExecutionValue and runner = \"{CLI_WRAPPER}\" (found provider `{provider}`, modelExecutionValue `{model}`, runner `{runner}`)"
+            "invocationAssignments.translator needs provider, modelExecutionValue and runner = \"{wrapper}\" (found provider `{provider}`, modelExecutionValue `{model}`, runner `{runner}`)"
         ));
     }
     let matches: Vec<&Value> = manifest
@@ -138,8 +142,33 @@ pub fn prompt_outputs(text: &str) -> Result<(String, String), String> {
 /// Translator mode: one stage holding the translator job.
 pub fn stages(ctx: &mut Ctx, run: &RunFacts) -> Vec<Stage> {
     let manifest = Manifest::new(&run.manifest.doc);
+    let Some(execution) = the_execution(ctx, run, &manifest) else {
+        return Vec::new();
+    };
+    let Some(root) = reservation_root(ctx, run) else {
+        return Vec::new();
+    };
+    let Some(dispatched) = dispatched_ids(ctx, run) else {
+        return Vec::new();
+    };
+    let Some(reservation) = the_reservation(ctx, &root, execution, &dispatched) else {
+        return Vec::new();
+    };
+    translator_job(ctx, run, &manifest, execution, &reservation)
+        .map(|job| {
+            vec![Stage {
+                name: TRANSLATOR.to_string(),
+                jobs: vec![job],
+            }]
+        })
+        .unwrap_or_default()
+}
+
+/// The canonical execution, with a provider okstra has an adapter for;
+/// reported when there is none.
+fn the_execution<'a>(ctx: &mut Ctx, run: &RunFacts, manifest: &Manifest<'a>) -> Option<&'a Value> {
     let msrc = &run.manifest.src;
-    let execution = match canonical_execution(&manifest) {
+    let execution = match canonical_execution(manifest) {
         Ok(e) => e,
         Err(why) => {
             let pointer = if manifest
@@ -156,11 +185,11 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts) -> Vec<Stage> {
                 .at(msrc, Code::TranslatorNoCanonicalExecution, why, pointer)
                 .help("invocationAssignments.translator {provider, modelExecutionValue, runner = \"cli-wrapper\"} must match exactly one roleExecutions[] row with role translator, that provider, and binding {runner, resolvedExecutionValue}");
             ctx.push(d);
-            return Vec::new();
+            return None;
         }
     };
     let provider_name = str_of(execution, "provider");
-    if !provider::is_known(provider_name) {
+    if provider_name.parse::<Provider>().is_err() {
         let d = ctx
             .at(
                 msrc,
@@ -170,14 +199,20 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts) -> Vec<Stage> {
             )
             .help("use claude, codex, gemini or command");
         ctx.push(d);
-        return Vec::new();
+        return None;
     }
+    Some(execution)
+}
 
-    let count_diag = |message: String| {
-        Diagnostic::new(Code::TranslatorReservationCount, message).help(
-            "exactly one reservation may be a candidate: the exact v2 reservation key set, assignmentRef/audience/dispatchKind/dutyId `translator`, the canonical execution's participantRef and roleExecutionRef, and a dispatch id not yet in team-state",
-        )
-    };
+fn count_problem(message: String) -> Diagnostic {
+    Diagnostic::new(Code::TranslatorReservationCount, message).help(
+        "exactly one reservation may be a candidate: the exact v2 reservation key set, assignmentRef/audience/dispatchKind/dutyId `translator`, the canonical execution's participantRef and roleExecutionRef, and a dispatch id not yet in team-state",
+    )
+}
+
+/// `agentContract.invocationReservationRootPath`, resolved.
+fn reservation_root(ctx: &mut Ctx, run: &RunFacts) -> Option<Resolved> {
+    let msrc = &run.manifest.src;
     let root_value = run
         .manifest
         .doc
@@ -185,38 +220,48 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts) -> Vec<Stage> {
         .map(|c| str_of(c, "invocationReservationRootPath"))
         .unwrap_or("");
     if root_value.is_empty() {
-        let d = count_diag(
+        let d = count_problem(
             "the manifest names no agentContract.invocationReservationRootPath, so there is no reservation to plan".into(),
         )
         .at(msrc.locate(""));
         ctx.push(d);
-        return Vec::new();
+        return None;
     }
-    let Some(res_root) = ctx.resolve(
+    ctx.resolve(
         msrc,
         root_value,
         "/agentContract/invocationReservationRootPath",
         false,
-    ) else {
-        return Vec::new();
-    };
-    let dispatched = if run.info.team_state_path.is_empty() {
-        HashSet::new()
-    } else {
-        let store = TeamStateStore::open(paths::abs_of(&ctx.root, &run.info.team_state_path));
-        match store.read() {
-            Ok(doc) => dispatch_ids(&doc),
-            Err(e) => {
-                ctx.push(
-                    Diagnostic::new(Code::InputInvalid, format!("cannot read team-state: {e}"))
-                        .in_file(run.info.team_state_path.clone())
-                        .help("a translator's reservation is a candidate only while its dispatch id is not in team-state; fix the file so it can be checked"),
-                );
-                return Vec::new();
-            }
+    )
+}
+
+/// The dispatch ids team-state already holds; none without team-state.
+fn dispatched_ids(ctx: &mut Ctx, run: &RunFacts) -> Option<HashSet<String>> {
+    if run.info.team_state_path.is_empty() {
+        return Some(HashSet::new());
+    }
+    let store = TeamStateStore::open(paths::abs_of(&ctx.root, &run.info.team_state_path));
+    match store.read() {
+        Ok(doc) => Some(dispatch_ids(&doc)),
+        Err(e) => {
+            ctx.push(
+                Diagnostic::new(Code::InputInvalid, format!("cannot read team-state: {e}"))
+                    .in_file(run.info.team_state_path.clone())
+                    .help("a translator's reservation is a candidate only while its dispatch id is not in team-state; fix the file so it can be checked"),
+            );
+            None
         }
-    };
-    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&res_root.abs)
+    }
+}
+
+/// The one candidate reservation under `root` (`translator/reservation-count`).
+fn the_reservation(
+    ctx: &mut Ctx,
+    root: &Resolved,
+    execution: &Value,
+    dispatched: &HashSet<String>,
+) -> Option<Loaded> {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&root.abs)
         .map(|rd| {
             rd.filter_map(Result::ok)
                 .map(|e| e.path())
@@ -231,43 +276,32 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts) -> Vec<Stage> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let display = format!("{}/{name}", res_root.display.trim_end_matches('/'));
+        let display = format!("{}/{name}", root.display.trim_end_matches('/'));
         let Some(loaded) = ctx.load("reservation", &display, &path, Format::Json) else {
             continue;
         };
-        if is_candidate(&loaded.doc, execution, &dispatched) {
+        if is_candidate(&loaded.doc, execution, dispatched) {
             candidates.push(loaded);
         }
     }
-    if candidates.len() != 1 {
-        let listed = candidates
-            .iter()
-            .map(|c| c.src.display.clone())
-            .collect::<Vec<_>>();
-        let d = count_diag(format!(
-            "{} candidate translator reservations under {} for role execution `{}`{}",
-            candidates.len(),
-            res_root.display,
-            str_of(execution, "roleExecutionRef"),
-            if listed.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", listed.join(", "))
-            }
-        ))
-        .in_file(res_root.display.clone());
-        ctx.push(d);
-        return Vec::new();
+    if candidates.len() == 1 {
+        return candidates.pop();
     }
-    let reservation = candidates.remove(0);
-    translator_job(ctx, run, &manifest, execution, &reservation)
-        .map(|job| {
-            vec![Stage {
-                name: TRANSLATOR.to_string(),
-                jobs: vec![job],
-            }]
-        })
-        .unwrap_or_default()
+    let listed: Vec<String> = candidates.iter().map(|c| c.src.display.clone()).collect();
+    let d = count_problem(format!(
+        "{} candidate translator reservations under {} for role execution `{}`{}",
+        candidates.len(),
+        root.display,
+        str_of(execution, "roleExecutionRef"),
+        if listed.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", listed.join(", "))
+        }
+    ))
+    .in_file(root.display.clone());
+    ctx.push(d);
+    None
 }
 
 fn translator_job(
@@ -281,6 +315,35 @@ fn translator_job(
     let src = &res.src;
     let prompt = ctx.resolve(src, str_of(doc, "promptPath"), "/promptPath", false)?;
     let meta = ctx.resolve(src, str_of(doc, "metadataPath"), "/metadataPath", false)?;
+    if !check_files(ctx, src, &prompt, &meta) || !check_restates_metadata(ctx, res, &meta) {
+        return None;
+    }
+    let (result, worker_result) = prompt_results(ctx, &prompt)?;
+    let values = entry_values(doc, execution, manifest, result, worker_result);
+    let entry = Entry::synthetic("", values, &RESERVATION_KEYS, true);
+    let parsed = match identity::parse(&entry.fields) {
+        Ok(p) => p,
+        Err(problems) => {
+            for p in problems {
+                let ptr = p.key.map(|k| entry.ptr(k)).unwrap_or_default();
+                let d = ctx.at(src, p.code, p.message, &ptr).help(p.help);
+                ctx.push(with_worker(d, &entry));
+            }
+            return None;
+        }
+    };
+    let job = build_job(ctx, run, manifest, src, &entry, parsed)?;
+    let stages = vec![vec![Built {
+        job,
+        entry_pointer: String::new(),
+    }]];
+    rules::check(ctx, &res.src, &[TRANSLATOR.to_string()], &stages);
+    stages.into_iter().flatten().next().map(|b| b.job)
+}
+
+/// The metadata beside the prompt (`translator/metadata-path`), and the
+/// prompt there.
+fn check_files(ctx: &mut Ctx, src: &SourceFile, prompt: &Resolved, meta: &Resolved) -> bool {
     let expected = format!("{}.meta.json", prompt.display);
     if meta.display != expected {
         let d = ctx
@@ -295,7 +358,7 @@ fn translator_job(
             )
             .help("the lead writes the invocation metadata as <promptPath>.meta.json");
         ctx.push(d);
-        return None;
+        return false;
     }
     if !prompt.abs.is_file() {
         let d = ctx
@@ -307,14 +370,21 @@ fn translator_job(
             )
             .help("the lead writes the translator prompt before planning");
         ctx.push(d);
-        return None;
+        return false;
     }
-    // The metadata is recorded as an input by the job builder below.
+    true
+}
+
+/// The reservation's fields equal its metadata's
+/// (`translator/reservation-mismatch`).
+fn check_restates_metadata(ctx: &mut Ctx, res: &Loaded, meta: &Resolved) -> bool {
+    let (doc, src) = (&res.doc, &res.src);
+    // The metadata is recorded as an input by the job builder.
     let metadata = match SourceFile::load(&meta.display, &meta.abs, Format::Json) {
         Ok((m, _)) => m,
         Err(d) => {
             ctx.push(d);
-            return None;
+            return false;
         }
     };
     let differing: Vec<&str> = RESERVATION_KEYS
@@ -323,35 +393,41 @@ fn translator_job(
         .filter(|k| !matches!(*k, "promptPath" | "metadataPath"))
         .filter(|k| doc.get(*k) != metadata.get(*k))
         .collect();
-    if !differing.is_empty() {
-        let shown: Vec<String> = differing
-            .iter()
-            .map(|k| {
-                format!(
-                    "{k} {} vs {}",
-                    doc.get(*k).unwrap_or(&Value::Null),
-                    metadata
-                        .get(*k)
-                        .map(Value::to_string)
-                        .unwrap_or_else(|| "(absent)".into())
-                )
-            })
-            .collect();
-        let d = ctx
-            .at(
-                src,
-                Code::TranslatorReservationMismatch,
-                format!(
-                    "the reservation and its invocation metadata {} differ: {}",
-                    meta.display,
-                    shown.join("; ")
-                ),
-                &format!("/{}", differing[0]),
+    let Some(first) = differing.first() else {
+        return true;
+    };
+    let shown: Vec<String> = differing
+        .iter()
+        .map(|k| {
+            format!(
+                "{k} {} vs {}",
+                doc.get(*k).unwrap_or(&Value::Null),
+                metadata
+                    .get(*k)
+                    .map(Value::to_string)
+                    .unwrap_or_else(|| "(absent)".into())
             )
-            .help("a reservation restates its metadata's identity; regenerate one of them");
-        ctx.push(d);
-        return None;
-    }
+        })
+        .collect();
+    let d = ctx
+        .at(
+            src,
+            Code::TranslatorReservationMismatch,
+            format!(
+                "the reservation and its invocation metadata {} differ: {}",
+                meta.display,
+                shown.join("; ")
+            ),
+            &format!("/{first}"),
+        )
+        .help("a reservation restates its metadata's identity; regenerate one of them");
+    ctx.push(d);
+    false
+}
+
+/// The result and worker-result paths the translator prompt names
+/// (`translator/prompt-headers`): one of each, different files.
+fn prompt_results(ctx: &mut Ctx, prompt: &Resolved) -> Option<(String, String)> {
     let text = match std::fs::read_to_string(&prompt.abs) {
         Ok(t) => t,
         Err(e) => {
@@ -400,7 +476,19 @@ fn translator_job(
         )));
         return None;
     }
+    Some((result, worker_result))
+}
 
+/// The worker entry a reservation stands for: its identity, with the
+/// canonical execution's label, provider and model, the translator role,
+/// the prompt's result paths, and a `command` translator's argv.
+fn entry_values(
+    doc: &Value,
+    execution: &Value,
+    manifest: &Manifest,
+    result: String,
+    worker_result: String,
+) -> Map<String, Value> {
     let mut values: Map<String, Value> = doc.as_object().cloned().unwrap_or_default();
     values.remove("metadataPath");
     values.remove("invocationId");
@@ -427,25 +515,7 @@ fn translator_job(
     {
         values.insert("command".into(), cmd.clone());
     }
-    let entry = Entry::synthetic("", values, &RESERVATION_KEYS, true);
-    let parsed = match identity::parse(&entry.values) {
-        Ok(p) => p,
-        Err(problems) => {
-            for p in problems {
-                let ptr = p.key.map(|k| entry.ptr(k)).unwrap_or_default();
-                let d = ctx.at(src, p.code, p.message, &ptr).help(p.help);
-                ctx.push(with_worker(d, &entry));
-            }
-            return None;
-        }
-    };
-    let job = build_job(ctx, run, manifest, src, &entry, parsed)?;
-    let stages = vec![vec![Built {
-        job,
-        entry_pointer: String::new(),
-    }]];
-    rules::check(ctx, &res.src, &[TRANSLATOR.to_string()], &stages);
-    stages.into_iter().flatten().next().map(|b| b.job)
+    values
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use crate::provider::{SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE};
 
-pub use super::settle::Status;
+pub use crate::state::attempts::AttemptStatus as Status;
 
 /// How an attempt's process ended, as exec saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -354,7 +354,7 @@ mod tests {
     fn timeouts_of_both_kinds_record_124_and_do_not_retry() {
         let d = decide(&facts(End::Idle));
         assert_eq!(
-            (d.status.clone(), d.exit_code),
+            (d.status, d.exit_code),
             (Status::Timeout, Some(124))
         );
         assert_eq!(d.failure_kind.as_deref(), Some("timeout"));
@@ -367,7 +367,7 @@ mod tests {
         };
         let d = decide(&f);
         assert_eq!(
-            (d.status.clone(), d.exit_code),
+            (d.status, d.exit_code),
             (Status::Timeout, Some(124))
         );
         assert_eq!(d.reason, "timed out after 5 s");

@@ -3,6 +3,8 @@
 //! handed to every reporter. Nothing names an event by a string literal but
 //! the serde attributes here.
 
+use crate::state::attempts::AttemptStatus;
+use crate::vocab::Backend;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -35,9 +37,9 @@ pub struct Head {
     pub worker_key: String,
     pub plan_digest: String,
     pub max_attempts: u32,
-    pub dispatch_mode: String,
+    pub dispatch_mode: Backend,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub degraded_from: Option<String>,
+    pub degraded_from: Option<Backend>,
 }
 
 /// The identity fields as events and dispatch rows carry them: v1
@@ -91,7 +93,7 @@ pub struct Dispatched {
 pub struct Settled {
     #[serde(flatten)]
     pub head: Head,
-    pub status: String,
+    pub status: AttemptStatus,
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
@@ -160,7 +162,7 @@ mod tests {
             worker_key: "a".into(),
             plan_digest: "sha256:0".into(),
             max_attempts: 2,
-            dispatch_mode: "cli-wrapper".into(),
+            dispatch_mode: Backend::CliWrapper,
             degraded_from: None,
         }
     }
@@ -189,7 +191,7 @@ mod tests {
     fn each_kind_has_its_wire_name() {
         let settled = Settled {
             head: head(),
-            status: "error".into(),
+            status: AttemptStatus::Error,
             reason: "interrupted".into(),
             exit_code: None,
             wrapper_exit_code: None,

@@ -16,7 +16,7 @@
 use super::event::{Dispatched, Event, Settled};
 use super::replay::History;
 use crate::plan::{Job, Plan};
-use crate::state::attempts::{AttemptId, AttemptOutcome, AttemptStatus};
+use crate::state::attempts::{AttemptId, AttemptOutcome};
 use crate::state::error_log::{self, ErrorRecord};
 use crate::state::journal::{self, Journal, Stamp, Sync};
 use crate::state::team_state::{TeamStateStore, WorkerStatus};
@@ -307,7 +307,7 @@ impl Recorder {
 /// A translator has no workers[] row; its status lives on its dispatch row.
 fn has_worker_row(job: &Job) -> bool {
     use crate::compile::translator::TRANSLATOR;
-    !(job.role == TRANSLATOR && job.key == TRANSLATOR)
+    !(job.role == crate::vocab::Role::Translator && job.key == TRANSLATOR)
 }
 
 fn worker_fields(job: &Job) -> Map<String, Value> {
@@ -358,11 +358,7 @@ fn rows(
                 ledger.upsert_dispatch(dispatch_row(job, d, Some(s)));
             }
             let completed = matches!(event, Event::WorkerResultCollected(_));
-            let status = match (completed, s.status.as_str()) {
-                (true, _) => AttemptStatus::Completed,
-                (false, "timeout") => AttemptStatus::Timeout,
-                _ => AttemptStatus::Error,
-            };
+            let status = s.status;
             let outcome = AttemptOutcome {
                 status,
                 result_path: completed.then(|| job.worker_result_path.clone()),

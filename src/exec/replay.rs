@@ -48,7 +48,7 @@ pub enum Next {
     /// Ended for good (no retry left, or not retryable).
     Failed {
         attempt: u64,
-        status: String,
+        status: crate::state::attempts::AttemptStatus,
         reason: String,
     },
     /// Start this attempt (a scheduled retry, or a new attempt after a
@@ -114,7 +114,7 @@ impl History {
             },
             Some(s) => Next::Failed {
                 attempt: last.attempt,
-                status: s.status.clone(),
+                status: s.status,
                 reason: s.reason.clone(),
             },
             None => match &last.dispatched {
@@ -304,7 +304,7 @@ mod tests {
             worker_key: key.into(),
             plan_digest: "sha256:plan".into(),
             max_attempts: 2,
-            dispatch_mode: "cli-wrapper".into(),
+            dispatch_mode: crate::vocab::Backend::CliWrapper,
             degraded_from: None,
         }
     }
@@ -324,7 +324,7 @@ mod tests {
     fn settled(key: &str, attempt: u64, status: &str, resumable: bool) -> Settled {
         Settled {
             head: head(key, attempt),
-            status: status.into(),
+            status: serde_json::from_value(serde_json::json!(status)).unwrap(),
             reason: format!("{status} reason"),
             exit_code: Some(0),
             wrapper_exit_code: Some(0),
@@ -380,7 +380,9 @@ mod tests {
         assert!(r.forged.is_empty(), "{:?}", r.forged);
         let n = nexts(&r);
         assert_eq!(n[0], Next::Completed { attempt: 1 });
-        assert!(matches!(&n[1], Next::Failed { attempt: 1, status, .. } if status == "error"));
+        assert!(
+            matches!(&n[1], Next::Failed { attempt: 1, status, .. } if status.as_str() == "error")
+        );
         assert_eq!(n[2], Next::Start { attempt: 2 });
         assert_eq!(n[3], Next::Start { attempt: 2 });
         assert!(matches!(&n[4], Next::InFlight { dispatched } if dispatched.head.attempt == 1));

@@ -212,7 +212,7 @@ fn describe(event: &Event) -> Option<String> {
         Event::WorkerFailed(s) => format!(
             "{} {} (attempt {}): {}{}",
             label(&s.head),
-            s.status,
+            s.status.as_str(),
             s.head.attempt,
             s.reason,
             if s.resumable {

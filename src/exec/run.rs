@@ -9,7 +9,7 @@
 //! attempt through [`super::decide::decide`]; the decision is recorded
 //! before anything follows from it.
 
-use super::backend::{Backend, Launch, Local};
+use super::backend::{Dispatch, Launch, Local};
 use super::decide::{self, Audit, End, Facts, Sidecar, Status};
 use super::event::{Dispatched, Event, Head, RetryScheduled, Settled, Who};
 use super::record::{Recorder, Then};
@@ -21,6 +21,7 @@ use crate::compile::paths;
 use crate::diag::{Code, Diagnostic};
 use crate::plan::{Identity, Job, Plan, MAX_ATTEMPTS};
 use crate::state::journal::Sync;
+use crate::vocab::{Backend, MutationAudit, Role};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -160,11 +161,7 @@ impl<'a> Runner<'a> {
 
     pub(super) fn run(mut self) -> Outcomes {
         self.resume_records();
-        if self
-            .jobs
-            .iter()
-            .any(|(_, j)| j.backend == crate::model::PANE)
-        {
+        if self.jobs.iter().any(|(_, j)| j.backend == Backend::Pane) {
             let line = self.backend.detect_pane();
             self.say(line);
         }
@@ -320,7 +317,7 @@ impl<'a> Runner<'a> {
                     attempt,
                     status,
                     reason,
-                } => self.report(i, &status, attempt, &reason, Duration::ZERO),
+                } => self.report(i, status.as_str(), attempt, &reason, Duration::ZERO),
                 Next::InFlight { dispatched } => match self.inspect(i, *dispatched) {
                     Found::Ended(e) => ended.push(e),
                     Found::Running(r) => adopted.push(r),
@@ -451,8 +448,8 @@ impl<'a> Runner<'a> {
             worker_key: job.key.clone(),
             plan_digest: self.plan.digest.clone(),
             max_attempts: MAX_ATTEMPTS,
-            dispatch_mode: mode.to_string(),
-            degraded_from: degraded.map(str::to_string),
+            dispatch_mode: mode,
+            degraded_from: degraded,
         }
     }
 
@@ -873,7 +870,7 @@ impl Runner<'_> {
     ) -> Result<Option<audit::Snapshot>, String> {
         if !indices
             .iter()
-            .any(|&i| self.job(i).write_enforcement.mutation_audit == "batch")
+            .any(|&i| self.job(i).write_enforcement.mutation_audit == MutationAudit::Batch)
         {
             return Ok(None);
         }
@@ -946,7 +943,7 @@ impl Runner<'_> {
         let declared: Vec<(usize, Vec<String>)> = indices
             .iter()
             .enumerate()
-            .filter(|(_, &i)| self.job(i).role == "implementer")
+            .filter(|(_, &i)| self.job(i).role == Role::Implementer)
             .map(|(k, &i)| {
                 (
                     k,
@@ -960,7 +957,7 @@ impl Runner<'_> {
         };
         let mut retries = Vec::new();
         for e in ended {
-            let audited = self.job(e.job).write_enforcement.mutation_audit == "batch";
+            let audited = self.job(e.job).write_enforcement.mutation_audit == MutationAudit::Batch;
             let judge = match (&round, &view) {
                 (_, _) if !audited => Judge::Off,
                 (RoundAudit::Incomplete(why), _) => Judge::Incomplete(why.clone()),
@@ -1072,7 +1069,7 @@ impl Runner<'_> {
         });
         let settled = Settled {
             head: self.head_from(&e.dispatched),
-            status: d.status.as_str().to_string(),
+            status: d.status,
             reason: d.reason.clone(),
             exit_code: d.exit_code.or(wrapper_code),
             wrapper_exit_code: wrapper_code,

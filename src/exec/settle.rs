@@ -7,23 +7,6 @@ use crate::canonical::{is_sha256_hex, sha256_hex};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status {
-    Completed,
-    Error,
-    Timeout,
-}
-
-impl Status {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Status::Completed => "completed",
-            Status::Error => "error",
-            Status::Timeout => "timeout",
-        }
-    }
-}
-
 /// Completion paths that are not files.
 pub fn missing_paths(root: &Path, completion: &[String]) -> Vec<String> {
     completion

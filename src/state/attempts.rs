@@ -53,8 +53,11 @@ impl AttemptId {
     }
 }
 
-/// How an attempt settled. Only terminal statuses exist here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// How an attempt settled (SPEC §5.3): what settlement decides and what the
+/// attempt record, the dispatch row and the worker's row say. Only terminal
+/// statuses exist here; each is the worker status of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum AttemptStatus {
     Completed,
     Timeout,

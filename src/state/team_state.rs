@@ -151,8 +151,9 @@ impl TeamStateStore {
     }
 }
 
-/// A worker's status in the `workers[]` table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A worker's status in the `workers[]` table, serialised as its wire name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum WorkerStatus {
     NotRun,
     InProgress,

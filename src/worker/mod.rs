@@ -18,7 +18,8 @@ pub use args::{parse_canonical, Presentation, WorkerArgs};
 use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
 use crate::provider::{
-    self, ArgvRequest, ProviderOptions, SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE,
+    self, ArgvRequest, Provider, ProviderOptions, SERVED_MODEL_MISMATCH_EXIT_CODE,
+    TIMEOUT_EXIT_CODE,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -276,8 +277,10 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         written: false,
     };
 
-    let served_check = match check_inputs(args, &paths).and_then(|()| served_check(args, &paths)) {
-        Ok(check) => check,
+    let checked =
+        check_inputs(args, &paths).and_then(|provider| Ok((provider, served_check(args, &paths)?)));
+    let (provider, served_check) = match checked {
+        Ok(checked) => checked,
         Err(problem) => {
             eprintln!("okstra worker: {problem}");
             if paths.root.is_dir() {
@@ -295,7 +298,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         extra_args: args.extra_args.clone(),
     };
     let argv = provider::build_argv(&ArgvRequest {
-        provider: &args.provider,
+        provider,
         model: &args.model,
         project_root: &paths.root,
         write_dirs: &paths.write_dirs,
@@ -355,7 +358,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     let deadline = args
         .timeout_seconds
         .map(|s| started + Duration::from_secs(s));
-    let mut watch = OutputWatch::new(&args.provider, &paths.log, log_start, served_check);
+    let mut watch = OutputWatch::new(provider, &paths.log, log_start, served_check);
     let mut heartbeat = Heartbeat {
         status: &mut status,
         every: timing.heartbeat,
@@ -385,13 +388,13 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         }
         Outcome::Mismatch => (SERVED_MODEL_MISMATCH_EXIT_CODE, None),
         Outcome::Exited(code) if code != 0 => {
-            let error = match provider::failure_kind(&args.provider, code, &watch.tail()) {
+            let error = match provider.failure_kind(code, &watch.tail()) {
                 Some(kind) => {
                     let problem = format!(
                         "{} exited {code}: {}: {}",
                         args.provider,
                         kind.as_str(),
-                        kind.hint(&args.provider)
+                        kind.hint(provider)
                     );
                     eprintln!("okstra worker: {problem}");
                     status.status.failure_kind = Some(kind.as_str().into());
@@ -435,22 +438,19 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     code
 }
 
-/// What can be refused before starting anything.
-fn check_inputs(args: &WorkerArgs, paths: &Paths) -> Result<(), String> {
+/// What can be refused before starting anything; the provider, parsed.
+fn check_inputs(args: &WorkerArgs, paths: &Paths) -> Result<Provider, String> {
     if !paths.root.is_dir() {
         return Err(format!(
             "the project root {} is not a directory",
             paths.root.display()
         ));
     }
-    if !provider::is_known(&args.provider) {
-        return Err(format!(
-            "unknown provider `{}` (expected one of: {})",
-            args.provider,
-            provider::KNOWN.join(", ")
-        ));
-    }
-    if args.provider == "command" && args.command.is_empty() {
+    let provider = args
+        .provider
+        .parse::<Provider>()
+        .map_err(|e| e.to_string())?;
+    if provider == Provider::Command && args.command.is_empty() {
         return Err("the command provider needs an argv after `--`".into());
     }
     if !paths.prompt.is_file() {
@@ -459,7 +459,7 @@ fn check_inputs(args: &WorkerArgs, paths: &Paths) -> Result<(), String> {
             paths.prompt.display()
         ));
     }
-    Ok(())
+    Ok(provider)
 }
 
 fn launch_failure(program: &str, err: &io::Error) -> (i32, String) {
@@ -612,7 +612,7 @@ fn served_check(args: &WorkerArgs, paths: &Paths) -> Result<Option<ServedCheck>,
 /// the CLI's session id from the structured output, judged against the
 /// catalog as soon as the served model is known.
 struct OutputWatch {
-    provider: String,
+    provider: Provider,
     log: PathBuf,
     start: u64,
     offset: u64,
@@ -622,9 +622,9 @@ struct OutputWatch {
 }
 
 impl OutputWatch {
-    fn new(provider: &str, log: &Path, start: u64, check: Option<ServedCheck>) -> Self {
+    fn new(provider: Provider, log: &Path, start: u64, check: Option<ServedCheck>) -> Self {
         OutputWatch {
-            provider: provider.to_string(),
+            provider,
             log: log.to_path_buf(),
             start,
             offset: start,
@@ -635,7 +635,7 @@ impl OutputWatch {
     }
 
     fn done(&self) -> bool {
-        self.provider == "command"
+        self.provider == Provider::Command
             || (self.facts.served_model.is_some() && self.facts.cli_session_id.is_some())
             || self.offset - self.start >= OUTPUT_SCAN_LIMIT
     }
@@ -670,10 +670,10 @@ impl OutputWatch {
 
     fn line(&mut self, line: &str) {
         if self.facts.served_model.is_none() {
-            self.facts.served_model = provider::served_model_from_line(&self.provider, line);
+            self.facts.served_model = self.provider.served_model_from_line(line);
         }
         if self.facts.cli_session_id.is_none() {
-            self.facts.cli_session_id = provider::cli_session_id_from_line(&self.provider, line);
+            self.facts.cli_session_id = self.provider.cli_session_id_from_line(line);
         }
     }
 
@@ -715,6 +715,7 @@ impl OutputWatch {
 /// What an agent's structured output says about the run.
 #[cfg(test)]
 fn output_facts(provider: &str, log: &Path, from: u64) -> OutputFacts {
+    let provider = provider.parse().expect("a provider name");
     let mut watch = OutputWatch::new(provider, log, from, None);
     watch.scan();
     watch.facts

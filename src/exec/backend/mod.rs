@@ -18,6 +18,7 @@ pub mod pane;
 use super::notices::Notices;
 use crate::plan::Job;
 use crate::process::{self, Gate, SpawnSpec};
+use crate::vocab::Backend;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -48,7 +49,7 @@ pub struct Started {
     pub argv: Vec<String>,
 }
 
-pub trait Backend {
+pub trait Dispatch {
     /// Start the attempt's wrapper held at its gate.
     fn start(&mut self, launch: &Launch) -> io::Result<Started>;
     /// Let a held wrapper run.
@@ -102,15 +103,11 @@ impl Local {
 
     /// How `job` is really dispatched: its backend, or `cli-wrapper`
     /// degraded from `pane` when no multiplexer answered.
-    pub fn mode_of(&self, job: &Job) -> (&'static str, Option<&'static str>) {
-        if job.backend == crate::model::PANE {
-            if self.pane.is_some() {
-                (crate::model::PANE, None)
-            } else {
-                (crate::model::CLI_WRAPPER, Some(crate::model::PANE))
-            }
-        } else {
-            (crate::model::CLI_WRAPPER, None)
+    pub fn mode_of(&self, job: &Job) -> (Backend, Option<Backend>) {
+        match (job.backend, &self.pane) {
+            (Backend::Pane, Some(_)) => (Backend::Pane, None),
+            (Backend::Pane, None) => (Backend::CliWrapper, Some(Backend::Pane)),
+            (other, _) => (other, None),
         }
     }
 
@@ -137,11 +134,11 @@ impl Local {
     }
 }
 
-impl Backend for Local {
+impl Dispatch for Local {
     fn start(&mut self, launch: &Launch) -> io::Result<Started> {
         let argv = self.argv(launch.argv);
         let pane = match (&self.pane, self.mode_of(launch.job).0) {
-            (Some(p), crate::model::PANE) => Some(p.clone()),
+            (Some(p), Backend::Pane) => Some(p.clone()),
             _ => None,
         };
         let (pid, gate) = match pane {

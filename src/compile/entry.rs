@@ -1,0 +1,371 @@
+//! A worker entry (SPEC §2.1), read once into typed fields wherever it came
+//! from: a spec entry with `defaults` applied, a team-state row in roster
+//! mode, or a translator reservation. Every key keeps the pointer of the
+//! value it was read from, so a diagnostic points at what the user wrote.
+//!
+//! Reading never fails. The JSON Schema check reports a value of the wrong
+//! type; here such a value reads as absent, so the rules past this point
+//! report what they would for a missing key, and nothing twice. The
+//! identity keys are kept raw: `identity::parse` judges their presence,
+//! types and versions together and reports every problem at once.
+
+use crate::vocab::{Backend, MutationAudit};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+
+/// One worker entry and where each of its values came from.
+pub struct Entry {
+    pub stage: usize,
+    pub pointer: String,
+    pub fields: WorkerFields,
+    origin: HashMap<String, String>,
+    /// Built from a translator reservation (SPEC §3.5), the one way a
+    /// translator job may be planned.
+    pub reserved: bool,
+}
+
+/// The keys of a worker entry, typed. Wire names are the JSON keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerFields {
+    // Identity (SPEC §2), raw: present (even as null) or absent.
+    #[serde(default, deserialize_with = "raw")]
+    pub schema_version: Option<Value>,
+    #[serde(default, deserialize_with = "raw")]
+    pub execution_identity_version: Option<Value>,
+    #[serde(default, deserialize_with = "raw")]
+    pub worker_id: Option<Value>,
+    #[serde(default, deserialize_with = "raw")]
+    pub participant_ref: Option<Value>,
+    #[serde(default, deserialize_with = "raw")]
+    pub role_execution_ref: Option<Value>,
+    #[serde(default, deserialize_with = "raw")]
+    pub execution_label: Option<Value>,
+    #[serde(default, deserialize_with = "raw")]
+    pub duty_id: Option<Value>,
+    #[serde(default, deserialize_with = "raw")]
+    pub invocation_ref: Option<Value>,
+    #[serde(default, deserialize_with = "raw")]
+    pub assignment_ref: Option<Value>,
+    #[serde(default, deserialize_with = "raw")]
+    pub attempt: Option<Value>,
+
+    /// As written: a name okstra has no adapter for was reported by whoever
+    /// read it (the schema, roster or translator checks), and the job
+    /// builder drops the job without repeating it.
+    #[serde(default, deserialize_with = "text")]
+    pub provider: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub role: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub audience: Option<String>,
+    /// As written; `DispatchKind::parse` judges it where a rule needs it.
+    #[serde(default, deserialize_with = "text")]
+    pub dispatch_kind: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub prompt_path: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub result_path: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub worker_result_path: Option<String>,
+    /// `Some` whenever the key is present: an empty or ill-typed list still
+    /// replaces the default.
+    #[serde(default, deserialize_with = "texts_if_present")]
+    pub completion_paths: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "text")]
+    pub worktree_path: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub model_execution_value: Option<String>,
+    #[serde(default, deserialize_with = "texts")]
+    pub command: Vec<String>,
+    #[serde(default, deserialize_with = "text_map")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, deserialize_with = "texts")]
+    pub planned_paths: Vec<String>,
+    #[serde(default, deserialize_with = "texts")]
+    pub auxiliary_roots: Vec<String>,
+    #[serde(default, deserialize_with = "count")]
+    pub idle_timeout_seconds: Option<u64>,
+    #[serde(default, deserialize_with = "count")]
+    pub timeout_seconds: Option<u64>,
+    #[serde(default, deserialize_with = "word")]
+    pub mutation_audit: Option<MutationAudit>,
+    #[serde(default, deserialize_with = "word")]
+    pub backend: Option<Backend>,
+    #[serde(default, deserialize_with = "text")]
+    pub permission_mode: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub sandbox_mode: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub approval_mode: Option<String>,
+    #[serde(default, deserialize_with = "texts")]
+    pub extra_args: Vec<String>,
+}
+
+impl WorkerFields {
+    /// Read an entry's keys (unknown keys are the schema's business).
+    pub fn read(values: Map<String, Value>) -> WorkerFields {
+        WorkerFields::deserialize(Value::Object(values)).unwrap_or_default()
+    }
+
+    /// The v2-only identity keys (`identity::V2_ONLY_KEYS`) that are present.
+    pub fn v2_only_present(&self) -> Vec<&'static str> {
+        [
+            ("executionIdentityVersion", &self.execution_identity_version),
+            ("participantRef", &self.participant_ref),
+            ("roleExecutionRef", &self.role_execution_ref),
+            ("executionLabel", &self.execution_label),
+            ("dutyId", &self.duty_id),
+            ("invocationRef", &self.invocation_ref),
+        ]
+        .into_iter()
+        .filter_map(|(key, v)| v.is_some().then_some(key))
+        .collect()
+    }
+
+    /// How the entry names its worker, the way its own identity version
+    /// does: v2 by execution label, v1 by worker id, else its assignment.
+    pub fn worker_name(&self) -> Option<&str> {
+        let order = if raw_str(&self.schema_version) == "2.0" {
+            [&self.execution_label, &self.worker_id, &self.assignment_ref]
+        } else {
+            [&self.worker_id, &self.execution_label, &self.assignment_ref]
+        };
+        order.into_iter().map(raw_str).find(|s| !s.is_empty())
+    }
+}
+
+/// A raw value's string, or "".
+fn raw_str(v: &Option<Value>) -> &str {
+    v.as_ref().and_then(Value::as_str).unwrap_or("")
+}
+
+impl Entry {
+    /// An entry read from somewhere other than a spec (a team-state row, a
+    /// reservation): `located` keys point at `pointer/<key>`, the others
+    /// (derived values) at `pointer` itself.
+    pub fn synthetic(
+        pointer: &str,
+        values: Map<String, Value>,
+        located: &[&str],
+        reserved: bool,
+    ) -> Entry {
+        let origin = values
+            .keys()
+            .filter(|k| located.contains(&k.as_str()))
+            .map(|k| (k.clone(), format!("{pointer}/{}", escape(k))))
+            .collect();
+        Entry {
+            stage: 0,
+            pointer: pointer.to_string(),
+            fields: WorkerFields::read(values),
+            origin,
+            reserved,
+        }
+    }
+
+    /// The pointer of a key's value (its own or the default's), or of the
+    /// entry itself when the key is absent.
+    pub fn ptr(&self, key: &str) -> String {
+        self.origin
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| self.pointer.clone())
+    }
+}
+
+/// Every worker entry of a spec, `defaults` applied.
+pub fn collect_entries(doc: &Value) -> Vec<Entry> {
+    let defaults = doc.get("defaults").and_then(Value::as_object);
+    let mut out = Vec::new();
+    let mut push = |stage: usize, pointer: String, item: &Value| {
+        let Some(own) = item.as_object() else { return };
+        let mut values = Map::new();
+        let mut origin = HashMap::new();
+        if let Some(defaults) = defaults {
+            for (k, v) in defaults {
+                values.insert(k.clone(), v.clone());
+                origin.insert(k.clone(), format!("/defaults/{}", escape(k)));
+            }
+        }
+        for (k, v) in own {
+            values.insert(k.clone(), v.clone());
+            origin.insert(k.clone(), format!("{pointer}/{}", escape(k)));
+        }
+        out.push(Entry {
+            stage,
+            pointer,
+            fields: WorkerFields::read(values),
+            origin,
+            reserved: false,
+        });
+    };
+    if let Some(stages) = doc.get("stages").and_then(Value::as_array) {
+        for (si, stage) in stages.iter().enumerate() {
+            if let Some(workers) = stage.get("workers").and_then(Value::as_array) {
+                for (wi, item) in workers.iter().enumerate() {
+                    push(si, format!("/stages/{si}/workers/{wi}"), item);
+                }
+            }
+        }
+    } else if let Some(workers) = doc.get("workers").and_then(Value::as_array) {
+        for (wi, item) in workers.iter().enumerate() {
+            push(0, format!("/workers/{wi}"), item);
+        }
+    }
+    out
+}
+
+/// A key as a JSON pointer segment.
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+// The readers below take any value: one of the wrong type reads as absent.
+
+fn raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) if !s.is_empty() => Some(s),
+        _ => None,
+    })
+}
+
+fn strings_of(v: Value) -> Vec<String> {
+    match v {
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|v| match v {
+                Value::String(s) => Some(s),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn texts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Value::deserialize(d).map(strings_of)
+}
+
+fn texts_if_present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    Value::deserialize(d).map(|v| Some(strings_of(v)))
+}
+
+fn text_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::Object(m) => m
+            .into_iter()
+            .filter_map(|(k, v)| match v {
+                Value::String(s) => Some((k, s)),
+                _ => None,
+            })
+            .collect(),
+        _ => BTreeMap::new(),
+    })
+}
+
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Value::deserialize(d).map(|v| v.as_u64())
+}
+
+/// A closed vocabulary's word; an unknown word reads as absent (the schema
+/// names the words it allows).
+fn word<'de, D: Deserializer<'de>, T: std::str::FromStr>(d: D) -> Result<Option<T>, D::Error> {
+    Ok(text(d)?.and_then(|s| s.parse().ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fields(v: Value) -> WorkerFields {
+        WorkerFields::read(v.as_object().unwrap().clone())
+    }
+
+    #[test]
+    fn typed_keys_read_their_values() {
+        let f = fields(json!({
+            "provider": "codex", "role": "verifier", "dispatchKind": "reverify-r2",
+            "completionPaths": ["a", "b"], "env": {"A": "1"}, "idleTimeoutSeconds": 30,
+            "mutationAudit": "none", "backend": "pane", "extraArgs": ["--x"],
+            "unknownKey": true
+        }));
+        assert_eq!(f.provider.as_deref(), Some("codex"));
+        assert_eq!(f.dispatch_kind.as_deref(), Some("reverify-r2"));
+        assert_eq!(f.completion_paths, Some(vec!["a".into(), "b".into()]));
+        assert_eq!(f.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(f.idle_timeout_seconds, Some(30));
+        assert_eq!(f.mutation_audit, Some(MutationAudit::Off));
+        assert_eq!(f.backend, Some(Backend::Pane));
+        assert_eq!(f.extra_args, vec!["--x".to_string()]);
+    }
+
+    #[test]
+    fn wrong_types_read_as_absent_and_empty_strings_too() {
+        let f = fields(json!({
+            "provider": 5, "role": "", "command": ["true", 3], "completionPaths": "x",
+            "env": {"A": 1, "B": "b"}, "idleTimeoutSeconds": "x", "timeoutSeconds": -1,
+            "mutationAudit": "bogus", "backend": 3, "plannedPaths": "src/**"
+        }));
+        assert_eq!(f.provider, None);
+        assert_eq!(f.role, None);
+        assert_eq!(f.command, vec!["true".to_string()]);
+        // Present, so it replaces the default, though it holds nothing.
+        assert_eq!(f.completion_paths, Some(vec![]));
+        assert_eq!(f.env.len(), 1);
+        assert_eq!((f.idle_timeout_seconds, f.timeout_seconds), (None, None));
+        assert_eq!((f.mutation_audit, f.backend), (None, None));
+        assert!(f.planned_paths.is_empty());
+        assert_eq!(fields(json!({})).completion_paths, None);
+    }
+
+    #[test]
+    fn identity_keys_stay_raw_and_present_even_as_null() {
+        let f = fields(json!({"participantRef": null, "attempt": true, "dutyId": 3}));
+        assert_eq!(f.participant_ref, Some(Value::Null));
+        assert_eq!(f.attempt, Some(json!(true)));
+        assert_eq!(f.v2_only_present(), ["participantRef", "dutyId"]);
+    }
+
+    #[test]
+    fn the_v2_only_keys_are_identitys() {
+        let all = super::super::identity::V2_ONLY_KEYS;
+        let entry: Map<String, Value> = all.iter().map(|k| (k.to_string(), json!("x"))).collect();
+        assert_eq!(WorkerFields::read(entry).v2_only_present(), all);
+    }
+
+    #[test]
+    fn worker_names_follow_the_identity_version() {
+        let v1 = fields(json!({"workerId": "w", "executionLabel": "l"}));
+        assert_eq!(v1.worker_name(), Some("w"));
+        let v2 = fields(json!({"schemaVersion": "2.0", "workerId": "w", "executionLabel": "l"}));
+        assert_eq!(v2.worker_name(), Some("l"));
+        let bare = fields(json!({"assignmentRef": "a/b", "workerId": ""}));
+        assert_eq!(bare.worker_name(), Some("a/b"));
+        assert_eq!(fields(json!({})).worker_name(), None);
+    }
+
+    #[test]
+    fn defaults_apply_and_own_values_win_with_their_pointers() {
+        let doc = json!({
+            "defaults": {"provider": "command", "role": "analyst"},
+            "stages": [{"name": "a", "workers": [{"workerId": "x", "role": "verifier", "a/b": 1}, 7]}]
+        });
+        let entries = collect_entries(&doc);
+        assert_eq!(entries.len(), 1);
+        let e = &entries[0];
+        assert_eq!(e.pointer, "/stages/0/workers/0");
+        assert_eq!(e.fields.provider.as_deref(), Some("command"));
+        assert_eq!(e.fields.role.as_deref(), Some("verifier"));
+        assert_eq!(e.ptr("provider"), "/defaults/provider");
+        assert_eq!(e.ptr("role"), "/stages/0/workers/0/role");
+        assert_eq!(e.ptr("a/b"), "/stages/0/workers/0/a~1b");
+        assert_eq!(e.ptr("resultPath"), "/stages/0/workers/0");
+    }
+}

@@ -1,0 +1,460 @@
+//! The one place that knows each provider CLI (SPEC §6, PROVIDERS.md).
+//!
+//! [`Provider`] is the vocabulary: `claude`, `codex`, `gemini`, `command`,
+//! parsed from those wire names at the edge (a spec, a team-state row, the
+//! wrapper's `--provider`). What okstra knows about one CLI — the argv it
+//! runs, how its failures read, where its output names the served model and
+//! its own session id, whether it takes okstra's session id — lives in that
+//! provider's module, behind the [`Adapter`] trait, so a fact about claude is
+//! written in `claude.rs` and nowhere else.
+//!
+//! Every agent reads its prompt on stdin (eager include): the wrapper points
+//! the child's stdin at the prompt file. `command` jobs get the prompt on
+//! stdin too, so a plain script can `cat` it.
+
+mod claude;
+mod codex;
+mod command;
+mod gemini;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Exit code of a worker whose provider served a model other than the one
+/// selected (SPEC §6). Settlement never promotes it to `completed`. 86 is
+/// outside everything else a worker may exit with: the agent CLIs' own codes
+/// (1, 2, gemini's 41–53), the shell's 124–127 (timeout, not executable, not
+/// found) and 128 + signal numbers.
+pub const SERVED_MODEL_MISMATCH_EXIT_CODE: i32 = 86;
+
+/// Exit code recorded for a worker stopped by a timeout, as GNU `timeout`.
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+/// A provider okstra has an adapter for, serialised as its wire name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    Claude,
+    Codex,
+    Gemini,
+    /// A given argv, for non-agent jobs and demos.
+    Command,
+}
+
+impl Provider {
+    pub const ALL: [Provider; 4] = [
+        Provider::Claude,
+        Provider::Codex,
+        Provider::Gemini,
+        Provider::Command,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Claude => "claude",
+            Provider::Codex => "codex",
+            Provider::Gemini => "gemini",
+            Provider::Command => "command",
+        }
+    }
+
+    /// The module holding this provider's facts.
+    fn adapter(self) -> &'static dyn Adapter {
+        match self {
+            Provider::Claude => &claude::Claude,
+            Provider::Codex => &codex::Codex,
+            Provider::Gemini => &gemini::Gemini,
+            Provider::Command => &command::Command,
+        }
+    }
+
+    /// The provider a v1 worker gets when its entry names none (SPEC §2):
+    /// the worker ids `claude`, `codex` and `gemini` imply themselves.
+    pub fn for_worker_id(worker_id: &str) -> Option<Provider> {
+        match worker_id.parse() {
+            Ok(Provider::Command) | Err(_) => None,
+            Ok(p) => Some(p),
+        }
+    }
+
+    /// An agent CLI, as opposed to a `command` job's given argv.
+    pub fn is_agent(self) -> bool {
+        self.program().is_some()
+    }
+
+    /// The executable looked for on PATH; `None` for `command`.
+    pub fn program(self) -> Option<Program> {
+        self.adapter().program()
+    }
+
+    /// Whether the CLI takes the session id okstra mints per attempt.
+    pub fn takes_session_id(self) -> bool {
+        self.adapter().takes_session_id()
+    }
+
+    /// The model the provider says served the run, from one line of its
+    /// structured output.
+    pub fn served_model_from_line(self, line: &str) -> Option<String> {
+        self.adapter().served_model(&parse_event(line)?)
+    }
+
+    /// The CLI's own session (or thread) id, from one line of its structured
+    /// output.
+    pub fn cli_session_id_from_line(self, line: &str) -> Option<String> {
+        self.adapter()
+            .cli_session_id(&parse_event(line)?)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Classify a failed run from its exit code and this attempt's output
+    /// (stdout and stderr together, as the log holds them). `None` when the
+    /// exit was 0 or the CLI gave no sign.
+    pub fn failure_kind(self, exit_code: i32, output: &str) -> Option<FailureKind> {
+        if exit_code == 0 {
+            return None;
+        }
+        self.adapter().failure_kind(exit_code, &Output::new(output))
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A provider name okstra has no adapter for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown provider `{0}` (expected one of: claude, codex, gemini, command)")]
+pub struct UnknownProvider(pub String);
+
+impl FromStr for Provider {
+    type Err = UnknownProvider;
+
+    /// Exactly the wire names: `Claude` is not `claude`.
+    fn from_str(s: &str) -> Result<Provider, UnknownProvider> {
+        Provider::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownProvider(s.to_string()))
+    }
+}
+
+/// What okstra knows about one provider's CLI. Each provider module
+/// implements it once; [`Provider`]'s methods dispatch to it.
+trait Adapter: Sync {
+    /// The CLI's executable and how to install it; `None` when the job
+    /// brings its own argv.
+    fn program(&self) -> Option<Program>;
+
+    /// The argv the wrapper runs for a job.
+    fn argv(&self, req: &ArgvRequest) -> Vec<String>;
+
+    /// Whether the CLI accepts a session id minted by okstra.
+    fn takes_session_id(&self) -> bool;
+
+    /// The served model, if this output event is the one that names it.
+    fn served_model(&self, event: &Value) -> Option<String>;
+
+    /// The CLI's own session id, if this output event carries it.
+    fn cli_session_id(&self, event: &Value) -> Option<String>;
+
+    /// What a non-zero exit was, where the CLI lets it be told apart.
+    fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind>;
+}
+
+/// An agent CLI's executable, for `okstra doctor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Program {
+    /// The name looked for on PATH (and argv[0]).
+    pub name: &'static str,
+    /// How to get it.
+    pub install: &'static str,
+}
+
+/// Per-job knobs for the agent CLIs. Each agent reads only its own:
+/// claude `permission_mode`, codex `sandbox_mode`, gemini `approval_mode`.
+/// `extra_args` go to any agent after the generated flags.
+#[derive(Default, Clone, Debug, PartialEq, Eq)]
+pub struct ProviderOptions {
+    pub permission_mode: Option<String>,
+    pub sandbox_mode: Option<String>,
+    pub approval_mode: Option<String>,
+    pub extra_args: Vec<String>,
+}
+
+/// Everything that shapes a job's command line.
+#[derive(Debug, Clone, Copy)]
+pub struct ArgvRequest<'a> {
+    pub provider: Provider,
+    /// The model execution value; empty leaves the CLI's default model.
+    pub model: &'a str,
+    pub project_root: &'a Path,
+    /// Absolute directories the job may write; the project root among them is
+    /// implied by the working directory and not repeated.
+    pub write_dirs: &'a [PathBuf],
+    pub options: &'a ProviderOptions,
+    /// The argv of a `command` job.
+    pub command: &'a [String],
+    /// Passed only to providers that take one.
+    pub session_id: Option<&'a str>,
+    /// codex refuses to run outside a git repository unless told to.
+    pub project_is_git_repo: bool,
+}
+
+impl ArgvRequest<'_> {
+    /// Write directories other than the project root, first occurrence only.
+    fn extra_dirs(&self) -> impl Iterator<Item = &PathBuf> + '_ {
+        self.write_dirs
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, dir)| {
+                let repeated = self.write_dirs[..i].contains(dir);
+                (dir.as_path() != self.project_root && !repeated).then_some(dir)
+            })
+    }
+}
+
+/// The argv the wrapper runs. Built without a session id it is what the plan
+/// shows for review.
+pub fn build_argv(req: &ArgvRequest) -> Vec<String> {
+    req.provider.adapter().argv(req)
+}
+
+/// `flag model`, unless the model is empty (the CLI's default).
+fn push_model(argv: &mut Vec<String>, flag: &str, model: &str) {
+    if !model.is_empty() {
+        argv.push(flag.into());
+        argv.push(model.into());
+    }
+}
+
+fn or_default(value: &Option<String>, default: &str) -> String {
+    value.clone().unwrap_or_else(|| default.to_string())
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// One line of a CLI's structured output, if it is a JSON object.
+fn parse_event(line: &str) -> Option<Value> {
+    let line = line.trim();
+    if !line.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<Value>(line)
+        .ok()
+        .filter(Value::is_object)
+}
+
+fn field<'a>(event: &'a Value, key: &str) -> Option<&'a str> {
+    event.get(key)?.as_str()
+}
+
+/// What kind of failure a provider CLI's non-zero exit was, told apart where
+/// the CLI allows it (PROVIDERS.md), from its exit code and this attempt's
+/// output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The CLI refused its command line.
+    ArgumentError,
+    /// No credentials: log the CLI in first.
+    NotLoggedIn,
+    /// The model API answered with an error, or could not be reached.
+    ApiError,
+    /// gemini's fatal codes besides auth: input, sandbox, config, turn limit.
+    CliError,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::ArgumentError => "argument-error",
+            FailureKind::NotLoggedIn => "not-logged-in",
+            FailureKind::ApiError => "api-error",
+            FailureKind::CliError => "cli-error",
+        }
+    }
+
+    /// What to do about it, for the error-log message.
+    pub fn hint(self, provider: Provider) -> String {
+        match self {
+            FailureKind::ArgumentError => format!(
+                "{provider} refused its arguments (check permissionMode/sandboxMode/approvalMode/extraArgs and the CLI version)"
+            ),
+            FailureKind::NotLoggedIn => {
+                format!("{provider} is not logged in (run `{provider}` once interactively to log in)")
+            }
+            FailureKind::ApiError => format!("{provider} got an API error or no network"),
+            FailureKind::CliError => format!("{provider} stopped with a fatal error"),
+        }
+    }
+}
+
+/// A failed attempt's output, searched case-insensitively.
+struct Output<'a> {
+    text: &'a str,
+    lower: String,
+}
+
+impl<'a> Output<'a> {
+    fn new(text: &'a str) -> Self {
+        Output {
+            text,
+            lower: text.to_ascii_lowercase(),
+        }
+    }
+
+    /// Whether any of `needles` (lowercase) occurs.
+    fn mentions(&self, needles: &[&str]) -> bool {
+        needles.iter().any(|n| self.lower.contains(n))
+    }
+
+    /// Whether any line is a structured output event: the CLI got past its
+    /// argument parsing.
+    fn has_event(&self) -> bool {
+        self.text.lines().any(|l| parse_event(l).is_some())
+    }
+}
+
+/// Signs of missing or refused credentials, in any of the CLIs' words.
+const LOGIN_SIGNS: &[&str] = &[
+    "not logged in",
+    "please run /login",
+    "invalid api key",
+    "401 unauthorized",
+    "\"status\":401",
+    "status: 401",
+    "no auth",
+    "authentication required",
+    "please set an auth method",
+];
+
+/// Signs of an API error or an unreachable API.
+const API_SIGNS: &[&str] = &[
+    "\"is_error\":true",
+    "\"is_error\": true",
+    "api_error_status",
+    "\"type\":\"turn.failed\"",
+    "\"type\":\"error\"",
+    "api error",
+    "apierror",
+    "econnrefused",
+    "enotfound",
+    "fetch failed",
+    "stream disconnected",
+    "error sending request",
+];
+
+#[cfg(test)]
+fn request<'a>(
+    provider: Provider,
+    write_dirs: &'a [PathBuf],
+    options: &'a ProviderOptions,
+) -> ArgvRequest<'a> {
+    ArgvRequest {
+        provider,
+        model: "m-1",
+        project_root: Path::new("/proj"),
+        write_dirs,
+        options,
+        command: &[],
+        session_id: None,
+        project_is_git_repo: true,
+    }
+}
+
+/// The project root, two worktrees and a repeat: what `extra_dirs` sorts out.
+#[cfg(test)]
+fn dirs() -> Vec<PathBuf> {
+    vec![
+        PathBuf::from("/proj"),
+        PathBuf::from("/wt/a"),
+        PathBuf::from("/wt/b"),
+        PathBuf::from("/wt/a"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_round_trip() {
+        for p in Provider::ALL {
+            assert_eq!(p.as_str().parse::<Provider>(), Ok(p));
+            assert_eq!(serde_json::to_value(p).unwrap(), Value::from(p.as_str()));
+            assert_eq!(
+                serde_json::from_value::<Provider>(Value::from(p.as_str())).unwrap(),
+                p
+            );
+        }
+        assert!("Claude".parse::<Provider>().is_err());
+        assert!("nope".parse::<Provider>().is_err());
+        assert!(serde_json::from_value::<Provider>(Value::from("aider")).is_err());
+        assert_eq!(
+            "copilot".parse::<Provider>().unwrap_err().to_string(),
+            "unknown provider `copilot` (expected one of: claude, codex, gemini, command)"
+        );
+    }
+
+    #[test]
+    fn provider_facts() {
+        assert!(Provider::Claude.takes_session_id());
+        assert!(!Provider::Codex.takes_session_id());
+        assert!(!Provider::Gemini.takes_session_id());
+        assert!(!Provider::Command.takes_session_id());
+        assert_eq!(Provider::for_worker_id("codex"), Some(Provider::Codex));
+        assert_eq!(Provider::for_worker_id("claude"), Some(Provider::Claude));
+        assert_eq!(Provider::for_worker_id("gemini"), Some(Provider::Gemini));
+        assert_eq!(Provider::for_worker_id("command"), None);
+        assert_eq!(Provider::for_worker_id("report-writer"), None);
+        let agents: Vec<&str> = Provider::ALL
+            .into_iter()
+            .filter_map(Provider::program)
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(agents, ["claude", "codex", "gemini"]);
+        assert!(!Provider::Command.is_agent());
+    }
+
+    #[test]
+    fn empty_model_leaves_the_cli_default() {
+        let options = ProviderOptions::default();
+        for provider in [Provider::Claude, Provider::Codex, Provider::Gemini] {
+            let req = ArgvRequest {
+                model: "",
+                ..request(provider, &[], &options)
+            };
+            let argv = build_argv(&req);
+            assert!(
+                !argv.iter().any(|a| a == "--model" || a == "-m"),
+                "{argv:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn output_lines_that_are_not_events_say_nothing() {
+        for p in Provider::ALL {
+            assert_eq!(p.served_model_from_line("not json"), None);
+            assert_eq!(p.served_model_from_line("{broken"), None);
+            assert_eq!(p.cli_session_id_from_line("[1, 2]"), None);
+        }
+    }
+
+    #[test]
+    fn a_clean_exit_is_no_failure() {
+        for p in Provider::ALL {
+            assert_eq!(p.failure_kind(0, "Not logged in"), None);
+        }
+        assert_eq!(FailureKind::NotLoggedIn.as_str(), "not-logged-in");
+        assert!(FailureKind::NotLoggedIn
+            .hint(Provider::Claude)
+            .contains("log in"));
+    }
+}
