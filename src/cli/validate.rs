@@ -90,7 +90,15 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
             Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, &loaded, &|_| false),
             Kind::Plan => {
                 ctx.schema_check(SchemaKind::Plan, &loaded, &|_| false);
-                if let Some(d) = crate::plan::digest_problem(&loaded.doc) {
+                // As exec judges it: the version first, since another format
+                // digests another way and would only show a mismatch.
+                if let Err(v) = crate::exec::preflight::check_version(&loaded.doc) {
+                    let diag = ctx.at(&loaded.src, v.code, v.message, "/formatVersion");
+                    ctx.push(match v.help {
+                        Some(help) => diag.help(help),
+                        None => diag,
+                    });
+                } else if let Some(d) = crate::plan::digest_problem(&loaded.doc) {
                     let diag = ctx
                         .at(&loaded.src, Code::PlanDigestMismatch, d, "/digest")
                         .help("a plan must not be edited; make a new one with `okstra plan`");
