@@ -6,7 +6,8 @@ usage: gen_plan_fixture.py N DIR
 Writes DIR/run/run-manifest.json (N role executions, participants, one model),
 DIR/prompts/wNNNNN.md with their .meta.json, and DIR/spec.toml (one stage of
 N v2 workers, `command` provider). Digests are computed the way okstra
-computes them (sha256 of canonical JSON).
+computes them: sha256 of RFC 8785 canonical JSON, which for these documents
+(ASCII keys, string values) is json.dumps with sorted keys and no spaces.
 """
 import hashlib
 import json

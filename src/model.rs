@@ -182,7 +182,9 @@ pub fn binding_problem(manifest: &Manifest, execution: &Value) -> Option<String>
     None
 }
 
-/// `sha256:<hex>` of the canonical JSON of `{"binding": ..., "model": ...}`.
+/// `sha256:<hex>` of the canonical JSON (RFC 8785, [`canonical`]) of
+/// `{"binding": ..., "model": ...}`: the one canonical form of the tree, so
+/// the lead can compute it with any JCS library.
 pub fn model_spec_digest(binding: &Value, model: &Value) -> String {
     let mut m = Map::new();
     m.insert("binding".into(), binding.clone());

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-pub const FORMAT_VERSION: u64 = 1;
+/// 2: the digest is over RFC 8785 (JCS) canonical JSON; format 1 sorted
+/// keys by UTF-8 bytes and wrote numbers as serde_json does.
+pub const FORMAT_VERSION: u64 = 2;
 pub const MAX_ATTEMPTS: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -286,62 +288,71 @@ impl Plan {
     /// The digest over the canonical JSON of the plan without `digest`: the
     /// same value `digest_problem` recomputes from the document as read.
     /// Jobs are most of a plan, so their canonical texts are made in
-    /// parallel and spliced into the rest.
+    /// parallel (beside the rest of the document) and hashed in order where
+    /// `stages` goes, never joined into one string.
     pub fn compute_digest(&self) -> String {
         use rayon::prelude::*;
+        use sha2::{Digest, Sha256};
         // A string no plan holds: its JSON text marks where `stages` goes.
         const MARK: &str = "\u{0}okstra:stages\u{0}";
-        let head = Plan {
-            format_version: self.format_version,
-            okstra_version: self.okstra_version.clone(),
-            created_at: self.created_at.clone(),
-            project_root: self.project_root.clone(),
-            run: self.run.clone(),
-            inputs: self.inputs.clone(),
-            policy: self.policy.clone(),
-            stages: Vec::new(),
-            digest: String::new(),
+        let head = || {
+            let head = Plan {
+                format_version: self.format_version,
+                okstra_version: self.okstra_version.clone(),
+                created_at: self.created_at.clone(),
+                project_root: self.project_root.clone(),
+                run: self.run.clone(),
+                inputs: self.inputs.clone(),
+                policy: self.policy.clone(),
+                stages: Vec::new(),
+                digest: String::new(),
+            };
+            let mut head = serde_json::to_value(&head).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut head {
+                m.remove("digest");
+                m.insert("stages".into(), Value::from(MARK));
+            }
+            canonical::to_canonical_string(&head)
         };
-        let mut head = serde_json::to_value(&head).unwrap_or(Value::Null);
-        if let Value::Object(m) = &mut head {
-            m.remove("digest");
-            m.insert("stages".into(), Value::from(MARK));
-        }
-        let head = canonical::to_canonical_string(&head);
-        let jobs: Vec<String> = self
-            .jobs()
-            .collect::<Vec<_>>()
-            .par_iter()
-            .map(|job| {
-                canonical::to_canonical_string(&serde_json::to_value(job).unwrap_or(Value::Null))
-            })
-            .collect();
-        let mut stages =
-            String::with_capacity(jobs.iter().map(|j| j.len() + 1).sum::<usize>() + 64);
-        let mut jobs = jobs.into_iter();
-        stages.push('[');
+        let jobs = || -> Vec<String> {
+            self.jobs()
+                .collect::<Vec<_>>()
+                .par_iter()
+                .map(|job| {
+                    canonical::to_canonical_string(
+                        &serde_json::to_value(job).unwrap_or(Value::Null),
+                    )
+                })
+                .collect()
+        };
+        let (head, jobs) = rayon::join(head, jobs);
+        let marker = canonical::to_canonical_string(&Value::from(MARK));
+        let (before, after) = head.split_once(&marker).unwrap_or((&head, ""));
+        let mut sha = Sha256::new();
+        sha.update(before);
+        sha.update("[");
+        let mut jobs = jobs.iter();
         for (i, stage) in self.stages.iter().enumerate() {
             if i > 0 {
-                stages.push(',');
+                sha.update(",");
             }
-            // Keys in byte order: "jobs" < "name".
-            stages.push_str("{\"jobs\":[");
-            for k in 0..stage.jobs.len() {
+            // Keys in canonical order: "jobs" < "name".
+            sha.update("{\"jobs\":[");
+            for (k, job) in jobs.by_ref().take(stage.jobs.len()).enumerate() {
                 if k > 0 {
-                    stages.push(',');
+                    sha.update(",");
                 }
-                stages.push_str(&jobs.next().unwrap_or_default());
+                sha.update(job);
             }
-            stages.push_str("],\"name\":");
-            stages.push_str(&canonical::to_canonical_string(&Value::from(
+            sha.update("],\"name\":");
+            sha.update(canonical::to_canonical_string(&Value::from(
                 stage.name.as_str(),
             )));
-            stages.push('}');
+            sha.update("}");
         }
-        stages.push(']');
-        let marker = canonical::to_canonical_string(&Value::from(MARK));
-        let text = head.replacen(&marker, &stages, 1);
-        format!("sha256:{}", canonical::sha256_hex(text.as_bytes()))
+        sha.update("]");
+        sha.update(after);
+        format!("sha256:{}", canonical::hex(&sha.finalize()))
     }
 
     /// The plan file's text: pretty JSON, keys in declaration order (the
@@ -363,8 +374,17 @@ impl Plan {
 
 /// Why a plan document's recorded digest does not match its content, if it
 /// does not. Computed over the document as read, so any edit is caught,
-/// including one that adds a key okstra does not know.
+/// including one that adds a key okstra does not know. A plan holds only
+/// integers canonical JSON keeps exact (±(2^53 − 1)): a larger one would be
+/// rounded before hashing, so an edit could hide in the rounding; such a
+/// plan is refused here whatever its digest.
 pub fn digest_problem(doc: &Value) -> Option<String> {
+    if let Some((at, n)) = canonical::first_inexact_integer(doc) {
+        return Some(format!(
+            "the plan holds {n} at `{at}`, an integer beyond {}, which canonical JSON (RFC 8785) cannot keep exact, so no digest vouches for it",
+            canonical::MAX_EXACT_INTEGER
+        ));
+    }
     let recorded = doc.get("digest").and_then(Value::as_str).unwrap_or("");
     let actual = canonical::digest_without(doc, "digest");
     if recorded == actual {
@@ -436,5 +456,147 @@ mod tests {
     #[test]
     fn dispatch_id_shape() {
         assert_eq!(dispatch_id("inv-1", 2), "inv-1:attempt-2");
+    }
+
+    #[test]
+    fn a_plan_holding_an_inexact_integer_has_a_digest_problem() {
+        let doc =
+            serde_json::json!({"formatVersion": FORMAT_VERSION, "round": 9007199254740992_u64});
+        let mut sealed = doc.clone();
+        sealed["digest"] = Value::from(canonical::digest(&doc));
+        let problem = digest_problem(&sealed).expect("refused");
+        assert!(
+            problem.contains("9007199254740992 at `/round`"),
+            "{problem}"
+        );
+        // Near miss: one less stays exact.
+        let doc =
+            serde_json::json!({"formatVersion": FORMAT_VERSION, "round": 9007199254740991_u64});
+        let mut sealed = doc.clone();
+        sealed["digest"] = Value::from(canonical::digest(&doc));
+        assert_eq!(digest_problem(&sealed), None);
+    }
+
+    mod spliced {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// Text that stresses canonical JSON: controls, quotes, non-ASCII,
+        /// and characters where UTF-8 and UTF-16 order part.
+        fn text() -> impl Strategy<Value = String> {
+            let ch = prop_oneof![
+                Just('a'),
+                Just('"'),
+                Just('\\'),
+                Just('\u{1}'),
+                Just('\n'),
+                Just('\u{e9}'),
+                Just('\u{fb33}'),
+                Just('\u{1f600}'),
+                any::<char>(),
+            ];
+            prop::collection::vec(ch, 0..5).prop_map(|cs| cs.into_iter().collect())
+        }
+
+        fn job() -> impl Strategy<Value = Job> {
+            (
+                text(),
+                prop::collection::btree_map(text(), text(), 0..4),
+                0..=canonical::MAX_EXACT_INTEGER,
+                prop::option::of(0..=canonical::MAX_EXACT_INTEGER),
+                prop::collection::vec(text(), 0..3),
+                any::<bool>(),
+            )
+                .prop_map(|(key, env, idle, timeout, argv, v1)| {
+                    let mut job: Job = serde_json::from_value(serde_json::json!({
+                        "key": "k", "identity": {"version": "1", "workerId": "w"},
+                        "provider": "command", "backend": "cli-wrapper", "role": "r",
+                        "dispatchKind": "initial", "round": 1, "promptPath": "p.md",
+                        "resultPath": "r.md", "workerResultPath": "r.md",
+                        "completionPaths": ["r.md"], "command": ["okstra", "worker"],
+                        "providerCommand": ["true"], "takesSessionId": false,
+                        "idleTimeoutSeconds": 600, "livenessMode": "wrapper-status",
+                        "writePolicy": {"role": "r", "allow": ["r.md"], "digest": "sha256:x"},
+                        "writeEnforcement": {"mutationAudit": "batch"}
+                    }))
+                    .expect("a job");
+                    if !v1 {
+                        job.identity = Identity::V2(V2Identity {
+                            participant_ref: key.clone(),
+                            role_execution_ref: "re".into(),
+                            execution_label: key.clone(),
+                            duty_id: "d".into(),
+                            invocation_ref: "i".into(),
+                            assignment_ref: format!("initial/{key}"),
+                            attempt: idle,
+                        });
+                    }
+                    job.key = key;
+                    job.env = env;
+                    job.idle_timeout_seconds = idle;
+                    job.timeout_seconds = timeout;
+                    job.provider_command = argv;
+                    job
+                })
+        }
+
+        fn plan() -> impl Strategy<Value = Plan> {
+            (
+                prop::collection::vec((text(), prop::collection::vec(job(), 0..4)), 0..4),
+                text(),
+                prop::collection::vec((text(), text()), 0..3),
+            )
+                .prop_map(|(stages, root, inputs)| Plan {
+                    format_version: FORMAT_VERSION,
+                    okstra_version: "0".into(),
+                    created_at: "t".into(),
+                    project_root: root,
+                    run: RunInfo {
+                        task_key: "k".into(),
+                        manifest_path: "m".into(),
+                        team_state_path: "t".into(),
+                        lead_events_path: "e".into(),
+                        error_log_path: "x".into(),
+                        terminal_backend: "cli-wrapper".into(),
+                        workflow_phase: String::new(),
+                        mode: "spec".into(),
+                    },
+                    inputs: inputs
+                        .into_iter()
+                        .map(|(kind, path)| InputRecord {
+                            kind,
+                            path,
+                            sha256: "0".repeat(64),
+                        })
+                        .collect(),
+                    policy: RetryPolicy { max_attempts: 2 },
+                    stages: stages
+                        .into_iter()
+                        .map(|(name, jobs)| Stage { name, jobs })
+                        .collect(),
+                    digest: String::new(),
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+
+            /// The parallel, spliced digest is the digest of the whole
+            /// document, by this tree's writer and by an independent one.
+            #[test]
+            fn spliced_digest_is_the_whole_documents_digest(mut plan in plan()) {
+                plan.seal();
+                let doc = serde_json::to_value(&plan).unwrap();
+                prop_assert_eq!(digest_problem(&doc), None);
+                let mut bare = doc.clone();
+                bare.as_object_mut().unwrap().remove("digest");
+                let whole = serde_json_canonicalizer::to_vec(&bare).unwrap();
+                prop_assert_eq!(
+                    &plan.digest,
+                    &format!("sha256:{}", canonical::sha256_hex(&whole))
+                );
+                prop_assert_eq!(&plan.digest, &canonical::digest(&bare));
+            }
+        }
     }
 }

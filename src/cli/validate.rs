@@ -91,12 +91,13 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
             // The same reading as exec's, so both refuse a plan alike.
             Kind::Plan => {
                 if let Err(d) = crate::exec::load::load(file) {
-                    let pointer = match d.code {
-                        Code::PlanVersion => "/formatVersion",
-                        Code::PlanDigestMismatch => "/digest",
-                        _ => "",
+                    let pointer = match (&d.pointer, d.code) {
+                        (Some(p), _) => p.clone(),
+                        (None, Code::PlanVersion) => "/formatVersion".into(),
+                        (None, Code::PlanDigestMismatch) => "/digest".into(),
+                        _ => String::new(),
                     };
-                    let mut located = ctx.at(&loaded.src, d.code, d.message, pointer);
+                    let mut located = ctx.at(&loaded.src, d.code, d.message, &pointer);
                     located.help = d.help;
                     ctx.push(located);
                 }

@@ -65,8 +65,19 @@ pub fn load(path: &Path) -> Result<Loaded, Diagnostic> {
         .get("digest")
         .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
         .unwrap_or_default();
-    let (actual, stages) = digest_and_jobs(&top)
+    let read = digest_and_jobs(&top)
         .map_err(|m| refuse(Code::PlanUnreadable, format!("plan {shown}: {m}")))?;
+    if let Some((at, n)) = read.inexact {
+        return Err(refuse(
+            Code::PlanDigestMismatch,
+            format!(
+                "the plan holds {n} at `{at}`, an integer beyond {}, which canonical JSON (RFC 8785) cannot keep exact, so no digest vouches for it",
+                canonical::MAX_EXACT_INTEGER
+            ),
+        )
+        .pointer(at));
+    }
+    let (actual, stages) = (read.digest, read.stages);
     if recorded.is_empty() {
         return Err(refuse(
             Code::PlanDigestMismatch,
@@ -108,29 +119,56 @@ const MARK: &str = "\u{0}okstra:splice\u{0}";
 /// not have the job shape.
 type ParsedStage = (Value, Vec<String>, Vec<Result<Job, String>>);
 
+/// What [`digest_and_jobs`] read: the digest, the stages, and the first
+/// integer canonical JSON cannot keep exact (its pointer and text).
+struct Read {
+    digest: String,
+    stages: Vec<ParsedStage>,
+    inexact: Option<(String, String)>,
+}
+
 /// The digest of the document without `digest`, and every stage as read, in
 /// order. Only a document that is not JSON at all is an error here; a job
 /// that does not have the job shape is reported by [`typed`], once the
 /// digest matched (only then is it not an edit).
-fn digest_and_jobs(top: &RawObject) -> Result<(String, Vec<ParsedStage>), String> {
+///
+/// The canonical text is never held whole: it is hashed as it is made, the
+/// jobs a chunk at a time (each chunk canonicalised in parallel).
+fn digest_and_jobs(top: &RawObject) -> Result<Read, String> {
+    use sha2::{Digest, Sha256};
+    const CHUNK: usize = 512;
     let stages_raw: Vec<RawObject> = match top.get("stages") {
         Some(r) => serde_json::from_str(r.get()).map_err(|e| format!("`stages`: {e}"))?,
         None => Vec::new(),
     };
+    let mut inexact: Option<(String, String)> = None;
+    fn note(inexact: &mut Option<(String, String)>, prefix: String, value: &Value) {
+        if inexact.is_none() {
+            if let Some((at, n)) = canonical::first_inexact_integer(value) {
+                *inexact = Some((format!("{prefix}{at}"), n.to_string()));
+            }
+        }
+    }
     let mut head = Map::new();
     for (k, v) in top {
         if k == "digest" {
             continue;
         }
-        let value = if k == "stages" && top.contains_key("stages") {
+        let value = if k == "stages" {
             Value::from(MARK)
         } else {
             serde_json::from_str(v.get()).map_err(|e| format!("`{k}`: {e}"))?
         };
+        note(&mut inexact, format!("/{}", pointer_token(k)), &value);
         head.insert(k.to_string(), value);
     }
-    let mut stages_text = String::from("[");
+    let mut hasher = Sha256::new();
+    let (head_before, head_after) = around_mark(&Value::Object(head));
+    hasher.update(head_before.as_bytes());
     let mut stages = Vec::with_capacity(stages_raw.len());
+    if top.contains_key("stages") {
+        hasher.update(b"[");
+    }
     for (si, stage) in stages_raw.iter().enumerate() {
         let jobs_raw: Vec<&RawValue> = match stage.get("jobs") {
             Some(r) => {
@@ -138,19 +176,6 @@ fn digest_and_jobs(top: &RawObject) -> Result<(String, Vec<ParsedStage>), String
             }
             None => Vec::new(),
         };
-        // Each job parsed once: its canonical text and its typed form.
-        let parsed: Vec<(String, Result<Job, String>)> = jobs_raw
-            .par_iter()
-            .enumerate()
-            .map(|(ji, raw)| {
-                let value: Value = serde_json::from_str(raw.get())
-                    .map_err(|e| format!("`stages[{si}].jobs[{ji}]`: {e}"))?;
-                let text = canonical::to_canonical_string(&value);
-                let job = serde_json::from_value::<Job>(value)
-                    .map_err(|e| format!("`stages[{si}].jobs[{ji}]`: {e}"));
-                Ok((text, job))
-            })
-            .collect::<Result<_, String>>()?;
         let mut shell = Map::new();
         let mut name = Value::Null;
         let mut extra = Vec::new();
@@ -166,34 +191,83 @@ fn digest_and_jobs(top: &RawObject) -> Result<(String, Vec<ParsedStage>), String
             if k == "name" {
                 name = value.clone();
             }
+            note(&mut inexact, format!("/stages/{si}/{}", pointer_token(k)), &value);
             shell.insert(k.to_string(), value);
         }
-        let mut jobs_text = String::from("[");
-        let mut jobs = Vec::with_capacity(parsed.len());
-        for (i, (text, job)) in parsed.into_iter().enumerate() {
-            if i > 0 {
-                jobs_text.push(',');
-            }
-            jobs_text.push_str(&text);
-            jobs.push(job);
-        }
-        jobs_text.push(']');
         if si > 0 {
-            stages_text.push(',');
+            hasher.update(b",");
         }
-        stages_text.push_str(&splice(&Value::Object(shell), &jobs_text));
+        let (stage_before, stage_after) = around_mark(&Value::Object(shell));
+        hasher.update(stage_before.as_bytes());
+        if stage.contains_key("jobs") {
+            hasher.update(b"[");
+        }
+        let mut jobs = Vec::with_capacity(jobs_raw.len());
+        for (c, chunk) in jobs_raw.chunks(CHUNK).enumerate() {
+            // Each job parsed once: its canonical text and its typed form.
+            type Parsed = (String, Option<(String, String)>, Result<Job, String>);
+            let parsed: Vec<Parsed> = chunk
+                .par_iter()
+                .enumerate()
+                .map(|(n, raw)| {
+                    let ji = c * CHUNK + n;
+                    let value: Value = serde_json::from_str(raw.get())
+                        .map_err(|e| format!("`stages[{si}].jobs[{ji}]`: {e}"))?;
+                    let text = canonical::to_canonical_string(&value);
+                    let wide = canonical::first_inexact_integer(&value)
+                        .map(|(at, n)| (format!("/stages/{si}/jobs/{ji}{at}"), n.to_string()));
+                    let job = serde_json::from_value::<Job>(value)
+                        .map_err(|e| format!("`stages[{si}].jobs[{ji}]`: {e}"));
+                    Ok((text, wide, job))
+                })
+                .collect::<Result<_, String>>()?;
+            for (n, (text, wide, job)) in parsed.into_iter().enumerate() {
+                if c + n > 0 {
+                    hasher.update(b",");
+                }
+                hasher.update(text.as_bytes());
+                if inexact.is_none() {
+                    inexact = wide;
+                }
+                jobs.push(job);
+            }
+        }
+        if stage.contains_key("jobs") {
+            hasher.update(b"]");
+        }
+        hasher.update(stage_after.as_bytes());
         stages.push((name, extra, jobs));
     }
-    stages_text.push(']');
-    let text = splice(&Value::Object(head), &stages_text);
-    let digest = format!("sha256:{}", canonical::sha256_hex(text.as_bytes()));
-    Ok((digest, stages))
+    if top.contains_key("stages") {
+        hasher.update(b"]");
+    }
+    hasher.update(head_after.as_bytes());
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(Read {
+        digest: format!("sha256:{hex}"),
+        stages,
+        inexact,
+    })
 }
 
-/// The canonical text of `value` with the marker replaced by `inner`.
-fn splice(value: &Value, inner: &str) -> String {
+/// A key as one token of a JSON pointer.
+fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The canonical text of `value` before and after the marker's place (all
+/// of it before, when it holds no marker).
+fn around_mark(value: &Value) -> (String, String) {
     let marker = canonical::to_canonical_string(&Value::from(MARK));
-    canonical::to_canonical_string(value).replacen(&marker, inner, 1)
+    let text = canonical::to_canonical_string(value);
+    match text.find(&marker) {
+        Some(at) => (text[..at].to_string(), text[at + marker.len()..].to_string()),
+        None => (text, String::new()),
+    }
 }
 
 /// The typed plan: the head fields from the document, the stages as parsed.
