@@ -406,7 +406,10 @@ fn check_inputs(args: &WorkerArgs, paths: &Paths) -> Result<Provider, String> {
             paths.root.display()
         ));
     }
-    let provider = args.provider.parse::<Provider>().map_err(|e| e.to_string())?;
+    let provider = args
+        .provider
+        .parse::<Provider>()
+        .map_err(|e| e.to_string())?;
     if provider == Provider::Command && args.command.is_empty() {
         return Err("the command provider needs an argv after `--`".into());
     }
