@@ -557,7 +557,7 @@ mod tests {
                         team_state_path: "t".into(),
                         lead_events_path: "e".into(),
                         error_log_path: "x".into(),
-                        terminal_backend: "cli-wrapper".into(),
+                        terminal_backend: crate::vocab::Backend::CliWrapper,
                         workflow_phase: String::new(),
                         mode: "spec".into(),
                     },
