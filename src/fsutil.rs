@@ -64,6 +64,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Re
     ));
 
     let result = (|| {
+        crate::fault::point("atomic-write");
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -74,6 +75,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Re
             file.sync_all()?;
         }
         drop(file);
+        crate::fault::point("atomic-rename");
         fs::rename(&tmp, path)
     })();
     if let Err(err) = result {
@@ -81,6 +83,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Re
         let _ = fs::remove_file(&tmp);
         return Err(err);
     }
+    crate::fault::point("atomic-renamed");
     match durability {
         Durability::Fsync => sync_dir(dir),
         Durability::NoFsync => Ok(()),

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod compile;
 pub mod diag;
 pub mod exec;
+pub mod fault;
 pub mod fsutil;
 pub mod model;
 pub mod plan;

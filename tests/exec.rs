@@ -460,6 +460,90 @@ fn a_plan_of_another_format_version_is_refused() {
     assert_nothing_written(&fx);
 }
 
+/// An edit of a plan document, for the refusal tests.
+type PlanEdit = Box<dyn FnOnce(&mut Value)>;
+
+/// `plan.json` edited by `edit`, re-sealed when `reseal`.
+fn edited_plan(fx: &Fx, reseal: bool, edit: impl FnOnce(&mut Value)) {
+    let mut plan: Value = fx.p.read_json("plan.json");
+    edit(&mut plan);
+    if reseal {
+        plan.as_object_mut().unwrap().remove("digest");
+        let digest = okstra::canonical::digest(&plan);
+        plan["digest"] = serde_json::json!(digest);
+    }
+    fx.p.write_json("plan.json", &plan);
+}
+
+#[test]
+fn exec_show_and_validate_refuse_a_plan_alike_on_the_raw_document() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    let text = fx.p.read("plan.json");
+    let newer = okstra::plan::FORMAT_VERSION + 1;
+    let cases: Vec<(&str, bool, PlanEdit)> = vec![
+        // A newer okstra's plan, with a key this one does not know: its
+        // version is what is wrong, whatever else it holds.
+        (
+            "plan/version",
+            false,
+            Box::new(move |p: &mut Value| {
+                p["formatVersion"] = serde_json::json!(newer);
+                p["somethingNew"] = serde_json::json!({"x": 1});
+            }),
+        ),
+        // A key added by hand: an edit, not an unreadable plan.
+        (
+            "plan/digest-mismatch",
+            false,
+            Box::new(|p: &mut Value| {
+                p["stages"][0]["jobs"][0]["extra"] = serde_json::json!(true);
+            }),
+        ),
+        // The same, re-sealed by someone else's tool: the digest holds, the
+        // shape does not.
+        (
+            "plan/unreadable",
+            true,
+            Box::new(|p: &mut Value| {
+                p["stages"][0]["jobs"][0]["extra"] = serde_json::json!(true);
+            }),
+        ),
+    ];
+    for (code, reseal, edit) in cases {
+        fx.p.write("plan.json", &text);
+        edited_plan(&fx, reseal, edit);
+        let run = fx.exec(&["--format", "json"]);
+        assert_code(&run, 3);
+        assert_eq!(run.codes(), [code], "exec");
+        assert_nothing_written(&fx);
+        let show = fx.p.okstra(&["show", "plan.json", "--format", "json"]);
+        assert_eq!(show.codes(), [code], "show");
+        let validate = fx.p.okstra(&[
+            "validate",
+            "--kind",
+            "plan",
+            "plan.json",
+            "--format",
+            "json",
+        ]);
+        assert_eq!(validate.codes(), [code], "validate");
+    }
+    // Near miss: the plan as written passes all three.
+    fx.p.write("plan.json", &text);
+    let validate = fx.p.okstra(&[
+        "validate",
+        "--kind",
+        "plan",
+        "plan.json",
+        "--format",
+        "json",
+    ]);
+    assert_code(&validate, 0);
+    assert_code(&fx.p.okstra(&["show", "plan.json"]), 0);
+    assert_code(&fx.exec(&[]), 0);
+}
+
 #[test]
 fn an_unreadable_plan_is_refused() {
     let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
@@ -497,6 +581,82 @@ fn stale_input_is_refused_naming_the_file() {
 }
 
 #[test]
+fn an_unreadable_team_state_refuses_the_run_and_is_kept() {
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    fx.p.write("run/team-state.json", "{ not json");
+    let run = fx.exec(&["--format", "json"]);
+    assert_code(&run, 2);
+    assert_eq!(run.codes(), ["exec/state"]);
+    assert_eq!(
+        fx.p.read("run/team-state.json"),
+        "{ not json",
+        "never overwritten"
+    );
+    for f in [
+        "run/team-state.json.lock",
+        "run/team-state.json.exec.lock",
+        "run/lead-events.jsonl",
+        "prompts/a.md.log",
+    ] {
+        assert!(!fx.p.exists(f), "a refused exec wrote {f}");
+    }
+    assert!(fx.runs("a").is_empty());
+    // Near miss: an empty file reads as a fresh team-state.
+    fx.p.write("run/team-state.json", "");
+    assert_code(&fx.exec(&[]), 0);
+}
+
+#[test]
+fn workers_that_ignore_sigterm_stop_within_one_grace_period() {
+    // Four workers trap SIGTERM; with a 2 s grace, stopping them one after
+    // another would take 8 s. Together it takes about one grace period.
+    let stubborn = "trap '' TERM\ntouch \"$S/$K.started\"\nwhile :; do sleep 0.05; done\n";
+    let fx = Fx::new(&[(
+        "only",
+        ["a", "b", "c", "d"]
+            .iter()
+            .map(|k| job(k, stubborn))
+            .collect(),
+    )]);
+    fx.plan();
+    let err = std::fs::File::create(fx.scratch("exec.stderr")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_okstra"))
+        .current_dir(fx.p.root())
+        .env("OKSTRA_STOP_GRACE_SECONDS", "2")
+        .args(["exec", "plan.json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(err)
+        .spawn()
+        .unwrap();
+    wait_for("every worker to start", 10, || {
+        ["a", "b", "c", "d"]
+            .iter()
+            .all(|k| fx.scratch(&format!("{k}.started")).exists())
+    });
+    let started = Instant::now();
+    signal(child.id(), libc::SIGINT);
+    let code = wait_child(&mut child, 20);
+    let took = started.elapsed();
+    assert_eq!(code, 130);
+    assert!(
+        took >= Duration::from_secs(2),
+        "SIGKILL came before the grace: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "stopping was serial: {took:?}"
+    );
+    for key in ["a", "b", "c", "d"] {
+        let pgid = fx.events_of("worker-dispatched", key)[0]["pid"]
+            .as_u64()
+            .unwrap() as u32;
+        assert!(!group_alive(pgid), "{key} lingers");
+        assert_eq!(fx.dispatch_rows(key)[0]["reason"], "interrupted");
+    }
+}
+
+#[test]
 fn locked_run_is_refused() {
     let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
@@ -519,7 +679,12 @@ fn locked_run_is_refused() {
 
 #[test]
 fn sigterm_stops_every_worker_and_settles_them_interrupted() {
-    let block = "echo $$ > \"$S/$K.pid\"\ntouch \"$S/$K.started\"\nexec sleep 30\n".to_string();
+    // The first attempt blocks; once `go` exists (for the resumed run) a
+    // worker writes its result at once.
+    let block = format!(
+        "if [ -e \"$S/go\" ]; then {}; exit 0; fi\necho $$ > \"$S/$K.pid\"\ntouch \"$S/$K.started\"\nexec sleep 30\n",
+        WRITE_RESULT.trim_end()
+    );
     let fx = Fx::new(&[
         ("first", vec![job("a", block.clone()), job("b", block)]),
         ("second", vec![job("c", WRITE_RESULT)]),
@@ -550,6 +715,22 @@ fn sigterm_stops_every_worker_and_settles_them_interrupted() {
         assert_eq!(fx.runs(key), ["1"], "an interrupted attempt is not retried");
     }
     assert!(fx.runs("c").is_empty(), "the next stage never starts");
+    // Every job of the plan is in the summary.
+    let stdout = std::fs::read_to_string(fx.scratch("exec.stdout")).unwrap();
+    assert!(
+        stdout.contains("0 of 3 jobs completed (interrupted)"),
+        "{stdout}"
+    );
+    // The next exec resumes both interrupted attempts (outside the retry
+    // limit) and finishes the run.
+    std::fs::write(fx.scratch("go"), "").unwrap();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    for key in ["a", "b"] {
+        assert_eq!(fx.runs(key), ["1", "2"], "{key}");
+        assert_eq!(fx.worker_row(key)["status"], "completed", "{key}");
+    }
+    assert_eq!(fx.runs("c"), ["1"]);
 }
 
 #[test]
@@ -926,7 +1107,8 @@ fn a_worker_whose_log_grows_is_not_idle() {
 #[test]
 fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
     // Both okstra and the worker's whole group die: resume finds a status
-    // sidecar that never recorded an exit and settles the attempt from it.
+    // sidecar that never recorded an exit, settles the attempt as lost
+    // (resumable: no fault of the worker) and starts a new one at once.
     let block = format!(
         "touch \"$S/a.started\"\n{}{WRITE_RESULT}",
         wait_in_sh("$S/release")
@@ -935,9 +1117,6 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
     fx.plan();
     let mut child = fx.spawn_exec(&[]);
     wait_for("a to start", 5, || fx.scratch("a.started").exists());
-    wait_for("the dispatch event", 5, || {
-        fx.p.exists("run/lead-events.jsonl") && !fx.events_of("worker-dispatched", "a").is_empty()
-    });
     let pgid = fx.events_of("worker-dispatched", "a")[0]["pid"]
         .as_u64()
         .unwrap() as u32;
@@ -946,12 +1125,14 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
     // SAFETY: kill(2) has no memory-safety preconditions.
     unsafe { libc::killpg(pgid as libc::pid_t, libc::SIGKILL) };
     wait_for("the worker group to die", 5, || !group_alive(pgid));
+    std::fs::write(fx.scratch("release"), "").unwrap();
     let run = fx.exec(&["--format", "json"]);
-    assert_code(&run, 1);
-    assert_eq!(fx.runs("a"), ["1"]);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
     let rows = fx.dispatch_rows("a");
-    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[0]["status"], "error", "{}", rows[0]);
+    assert_eq!(rows[0]["resumable"], true, "{}", rows[0]);
     assert!(
         rows[0]["reason"]
             .as_str()
@@ -960,12 +1141,13 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
         "{}",
         rows[0]
     );
-    assert_eq!(fx.worker_row("a")["status"], "error");
-    // A third exec sees the settled failure and starts nothing.
+    assert_eq!(rows[1]["status"], "completed", "{}", rows[1]);
+    assert_eq!(fx.worker_row("a")["status"], "completed");
+    // A third exec sees the completion and starts nothing.
     let again = fx.exec(&[]);
-    assert_code(&again, 1);
-    assert_eq!(fx.runs("a"), ["1"]);
-    assert_eq!(fx.events_of("worker-dispatched", "a").len(), 1);
+    assert_code(&again, 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
+    assert_eq!(fx.events_of("worker-dispatched", "a").len(), 2);
 }
 
 #[test]
@@ -1071,15 +1253,63 @@ fn with_the_batch_audit_the_round_settles_after_it_ended() {
 
 #[test]
 fn a_launch_failure_stops_and_settles_the_whole_batch() {
-    // b cannot be started: its log path is a directory. a, started just
-    // before it, is stopped; both settle `error` naming the failure.
+    // With two slots, a and x start together; x ends at once and its slot
+    // goes to b, which cannot be started (its log path is a directory).
+    // a, still running, is stopped and waited for; b and c never start;
+    // a, b and c settle `error` naming the failure.
     let fx = Fx::new(&[(
         "only",
         vec![
             job(
                 "a",
-                format!("touch \"$S/a.started\"\n{}", wait_in_sh("$S/never")),
+                format!(
+                    "touch \"$S/a.started\"\n{}{WRITE_RESULT}",
+                    wait_in_sh("$S/never")
+                ),
             ),
+            job("x", WRITE_RESULT),
+            job("b", WRITE_RESULT),
+            job("c", WRITE_RESULT),
+        ],
+    )]);
+    fx.plan();
+    std::fs::create_dir_all(fx.p.path("prompts/b.md.log")).unwrap();
+    let run = fx.exec(&["--concurrency", "2"]);
+    assert_code(&run, 1);
+    for key in ["a", "b", "c"] {
+        let w = fx.worker_row(key);
+        assert_eq!(w["status"], "error", "{key}: {w}");
+        let reason = w["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("launch failed for b"), "{key}: {reason}");
+    }
+    assert_eq!(fx.worker_row("x")["status"], "completed");
+    let dispatched = fx.events_of("worker-dispatched", "a");
+    assert_eq!(dispatched.len(), 1, "a was started");
+    let pid = dispatched[0]["pid"].as_u64().unwrap() as u32;
+    assert!(!pid_alive(pid), "a's wrapper was stopped and waited for");
+    for key in ["b", "c"] {
+        assert!(fx.runs(key).is_empty(), "{key} never ran");
+        assert!(fx.events_of("worker-dispatched", key).is_empty(), "{key}");
+    }
+    // Nothing of a failed launch is lost for good: with b's log path
+    // repaired, the next exec runs what did not complete.
+    std::fs::remove_dir(fx.p.path("prompts/b.md.log")).unwrap();
+    std::fs::write(fx.scratch("never"), "").unwrap();
+    let again = fx.exec(&[]);
+    assert_code(&again, 0);
+    assert_eq!(fx.runs("a"), ["1", "2"], "a's stopped attempt is resumed");
+    assert_eq!(fx.runs("x"), ["1"]);
+    assert_eq!(fx.runs("b"), ["1"]);
+    assert_eq!(fx.runs("c"), ["1"]);
+}
+
+#[test]
+fn a_launch_failure_in_a_batch_starts_none_of_it() {
+    // a, b and c start as one batch: b cannot, so none of them is let go.
+    let fx = Fx::new(&[(
+        "only",
+        vec![
+            job("a", WRITE_RESULT),
             job("b", WRITE_RESULT),
             job("c", WRITE_RESULT),
         ],
@@ -1089,14 +1319,8 @@ fn a_launch_failure_stops_and_settles_the_whole_batch() {
     let run = fx.exec(&[]);
     assert_code(&run, 1);
     for key in ["a", "b", "c"] {
-        let w = fx.worker_row(key);
-        assert_eq!(w["status"], "error", "{key}: {w}");
-        let reason = w["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("launch failed for b"), "{key}: {reason}");
+        assert!(fx.runs(key).is_empty(), "{key} ran");
+        assert!(fx.events_of("worker-dispatched", key).is_empty(), "{key}");
+        assert_eq!(fx.worker_row(key)["status"], "error", "{key}");
     }
-    let dispatched = fx.events_of("worker-dispatched", "a");
-    assert_eq!(dispatched.len(), 1, "a was started");
-    let pid = dispatched[0]["pid"].as_u64().unwrap() as u32;
-    assert!(!pid_alive(pid), "a's wrapper was stopped and waited for");
-    assert!(fx.runs("c").is_empty(), "nothing starts after the failure");
 }

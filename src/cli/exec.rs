@@ -50,13 +50,26 @@ fn options(concurrency: Option<usize>, format: Format) -> Options {
     Options {
         concurrency,
         format,
-        okstra: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("okstra")),
+        okstra_worker: worker_argv(),
         grace: Duration::from_secs(
             std::env::var("OKSTRA_STOP_GRACE_SECONDS")
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(5),
         ),
+    }
+}
+
+/// What plays `okstra worker`: `okstra-worker` beside this executable when
+/// it is there (a lean start per job), else this executable's own
+/// `worker` subcommand.
+fn worker_argv() -> Vec<String> {
+    let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("okstra"));
+    let lean = me.with_file_name("okstra-worker");
+    if lean.is_file() {
+        vec![lean.display().to_string()]
+    } else {
+        vec![me.display().to_string(), "worker".into()]
     }
 }
 
@@ -72,15 +85,20 @@ pub fn run(args: &RunArgs) -> ExitStatus {
         Ok(p) => p,
         Err(d) => return report(&d, args.format),
     };
-    let dir = std::env::temp_dir().join(format!("okstra-run-{}", std::process::id()));
-    let path = dir.join("plan.json");
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        let d = Diagnostic::new(
-            Code::InputUnreadable,
-            format!("cannot create {}: {e}", dir.display()),
-        );
-        return report(&Diagnostics::from(d), args.format);
-    }
+    // A private directory (mode 0700, an unpredictable name): nobody else
+    // can plant or swap the plan between writing and running it.
+    let dir = match tempfile::Builder::new().prefix("okstra-run-").tempdir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            let d = Diagnostic::new(
+                Code::InputUnreadable,
+                format!("cannot create a temporary directory for the plan: {e}"),
+            )
+            .help("set TMPDIR to a writable directory");
+            return report(&Diagnostics::from(d), args.format);
+        }
+    };
+    let path = dir.path().join("plan.json");
     if let Err(d) = plan_cmd::write_plan(&plan, &path) {
         return report(&Diagnostics::from(d), args.format);
     }
@@ -96,7 +114,7 @@ pub fn run(args: &RunArgs) -> ExitStatus {
         concurrency: args.concurrency,
         format: args.format,
     });
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     status
 }
 
@@ -109,6 +127,12 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
             if !refused.is_empty() {
                 let _ = std::io::stderr().write_all(refused.render_text().as_bytes());
             }
+            if let Some(why) = &o.fatal {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "okstra: the run stopped: {why}\nhelp: nothing unrecorded was started; once the cause is fixed (free space, permissions), run `okstra exec` again to finish the run"
+                );
+            }
         }
         // exec keeps SIGPIPE ignored (a closed pipe must not kill a run), so
         // a failed write is ignored rather than panicking.
@@ -118,6 +142,7 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
             serde_json::to_string_pretty(&json!({
                 "ok": status == ExitStatus::Success,
                 "interrupted": o.interrupted,
+                "stopped": o.fatal,
                 "errors": refused.to_json()["errors"],
                 "jobs": o.reports.iter().map(|r| json!({
                     "stage": r.stage, "key": r.key, "label": r.label, "status": r.status,

@@ -5,8 +5,6 @@ mod exec;
 mod plan;
 mod validate;
 
-pub use plan::read_plan;
-
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -101,7 +99,12 @@ const WORKER_ABOUT: &str = "The built-in worker wrapper (started by `okstra exec
 /// [`Cli`]). On glibc Linux the binary calls this before `main`
 /// (src/start.rs), which is why it returns instead of exiting.
 pub fn worker(argv: &[std::ffi::OsString]) -> i32 {
-    let args = match crate::worker::parse_canonical(argv.get(2..).unwrap_or_default()) {
+    let quick = if argv.iter().any(|a| a == "--gated") {
+        None
+    } else {
+        crate::worker::parse_canonical(argv.get(2..).unwrap_or_default())
+    };
+    let args = match quick {
         Some(args) => args,
         None => {
             use clap::{Args, FromArgMatches};

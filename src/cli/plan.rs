@@ -5,7 +5,6 @@ use crate::compile::{self, Request};
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::plan::Plan;
 use crate::render;
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -115,38 +114,9 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
     ExitStatus::Success
 }
 
-/// Read a plan file as written (no verification beyond parsing).
-pub fn read_plan(path: &Path) -> Result<(serde_json::Value, Plan), Diagnostic> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Diagnostic::new(
-            Code::PlanUnreadable,
-            format!("cannot read plan {}: {e}", path.display()),
-        )
-        .in_file(path.display().to_string())
-        .help("make the plan with: okstra plan SPEC --manifest M --out plan.json")
-    })?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        Diagnostic::new(
-            Code::PlanUnreadable,
-            format!("plan {} is not JSON: {e}", path.display()),
-        )
-        .in_file(path.display().to_string())
-        .help("a plan is written by `okstra plan`; make it again rather than editing it")
-    })?;
-    let plan = Plan::deserialize(&value).map_err(|e| {
-        Diagnostic::new(
-            Code::PlanUnreadable,
-            format!("plan {} does not have the plan shape: {e}", path.display()),
-        )
-        .in_file(path.display().to_string())
-        .help("a plan is written by `okstra plan`; make it again rather than editing it")
-    })?;
-    Ok((value, plan))
-}
-
 pub fn show(args: &ShowArgs) -> ExitStatus {
-    let (value, plan) = match read_plan(&args.plan) {
-        Ok(p) => p,
+    let plan = match crate::exec::load::load(&args.plan) {
+        Ok(loaded) => loaded.plan,
         Err(d) => return report(&Diagnostics::from(d), args.format),
     };
     match args.format {
@@ -154,10 +124,7 @@ pub fn show(args: &ShowArgs) -> ExitStatus {
             "{}",
             render::summary(&plan, &args.plan.display().to_string())
         ),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&value).unwrap_or_default()
-        ),
+        Format::Json => print!("{}", plan_text(&plan)),
     }
     ExitStatus::Success
 }

@@ -88,21 +88,18 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
             Kind::Manifest => ctx.schema_check(SchemaKind::Manifest, &loaded, &|_| false),
             Kind::Metadata => ctx.schema_check(SchemaKind::Metadata, &loaded, &|_| false),
             Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, &loaded, &|_| false),
+            // The same reading as exec's, so both refuse a plan alike.
             Kind::Plan => {
-                ctx.schema_check(SchemaKind::Plan, &loaded, &|_| false);
-                // As exec judges it: the version first, since another format
-                // digests another way and would only show a mismatch.
-                if let Err(v) = crate::exec::preflight::check_version(&loaded.doc) {
-                    let diag = ctx.at(&loaded.src, v.code, v.message, "/formatVersion");
-                    ctx.push(match v.help {
-                        Some(help) => diag.help(help),
-                        None => diag,
-                    });
-                } else if let Some(d) = crate::plan::digest_problem(&loaded.doc) {
-                    let diag = ctx
-                        .at(&loaded.src, Code::PlanDigestMismatch, d, "/digest")
-                        .help("a plan must not be edited; make a new one with `okstra plan`");
-                    ctx.push(diag);
+                if let Err(d) = crate::exec::load::load(file) {
+                    let pointer = match (&d.pointer, d.code) {
+                        (Some(p), _) => p.clone(),
+                        (None, Code::PlanVersion) => "/formatVersion".into(),
+                        (None, Code::PlanDigestMismatch) => "/digest".into(),
+                        _ => String::new(),
+                    };
+                    let mut located = ctx.at(&loaded.src, d.code, d.message, &pointer);
+                    located.help = d.help;
+                    ctx.push(located);
                 }
             }
             Kind::ImplementationPlan => {

@@ -10,25 +10,6 @@ use crate::plan::{self, Plan};
 use serde_json::Value;
 use std::path::Path;
 
-pub fn check_version(doc: &Value) -> Result<(), Diagnostic> {
-    let version = doc.get("formatVersion").and_then(Value::as_u64);
-    if version == Some(plan::FORMAT_VERSION) {
-        return Ok(());
-    }
-    Err(Diagnostic::new(
-        Code::PlanVersion,
-        format!(
-            "plan formatVersion {} is not supported by okstra {} (it reads format {})",
-            doc.get("formatVersion")
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "(absent)".into()),
-            crate::VERSION,
-            plan::FORMAT_VERSION
-        ),
-    )
-    .help("make the plan again with this okstra: okstra plan SPEC --manifest M"))
-}
-
 /// Every input whose digest changed or that vanished, one diagnostic each.
 pub fn stale_inputs(plan: &Plan, root: &Path) -> Vec<Diagnostic> {
     use rayon::prelude::*;
@@ -104,14 +85,9 @@ pub fn binding_changes(plan: &Plan, manifest_doc: &Value) -> Vec<Diagnostic> {
         .collect()
 }
 
-/// All of §5.1 but the lock. `doc` is the plan as read from disk.
-pub fn verify(doc: &Value, plan: &Plan, root: &Path) -> Result<Option<Value>, Diagnostics> {
-    check_version(doc)?;
-    if let Some(problem) = plan::digest_problem(doc) {
-        return Err(Diagnostic::new(Code::PlanDigestMismatch, problem)
-            .help("a plan is frozen: make a new one with `okstra plan` instead of editing it")
-            .into());
-    }
+/// All of §5.1 but the lock and what [`super::load`] checks (format and
+/// digest).
+pub fn verify(plan: &Plan, root: &Path) -> Result<Option<Value>, Diagnostics> {
     let mut diags = Diagnostics::default();
     diags.extend(stale_inputs(plan, root));
     let manifest_path = paths::abs_of(root, &plan.run.manifest_path);

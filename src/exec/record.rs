@@ -1,150 +1,264 @@
-//! What exec writes, and when (SPEC §5.6, §5.7). Events are appended as they
-//! happen and are the durable record a resumed exec reads; team-state is the
-//! shared view, kept in a `Ledger` and written whole (under its lock, merged
-//! with other writers' rows) at bounded intervals, after every settle round,
-//! at every stage end and on exit — so a run of thousands of jobs never
-//! rewrites an ever-larger document per event.
+//! What exec writes, and when (SPEC §5.6 – §5.8).
+//!
+//! The events log is the write-ahead record: every [`Event`] goes to its
+//! [`Journal`] first, and a dispatch is committed with `fdatasync` before the
+//! attempt's command may start. Team-state is a projection of the events:
+//! [`rows`] turns an event of a job into the rows it implies, the same way
+//! whether the event happens now or is replayed by a later exec to fill rows
+//! a dead executor never wrote ([`Recorder::reconcile`]). The rows go to a
+//! [`Ledger`], written whole at bounded intervals.
+//!
+//! Writing a record is not bookkeeping that may fail quietly: a dispatch
+//! that cannot be recorded is not launched, and a settlement that cannot be
+//! recorded stops the run (the next exec settles it again from the
+//! wrapper's status sidecar). Only the error log is best effort (SPEC §5.3).
 
+use super::event::{Dispatched, Event, Settled};
+use super::replay::History;
 use crate::plan::{Job, Plan};
-use crate::state::attempts::{AttemptId, AttemptOutcome, AttemptStatus};
+use crate::state::attempts::{AttemptId, AttemptOutcome};
 use crate::state::error_log::{self, ErrorRecord};
-use crate::state::events::EventLog;
+use crate::state::journal::{self, Journal, Stamp, Sync};
 use crate::state::team_state::{TeamStateStore, WorkerStatus};
-use crate::state::Ledger;
-use crate::vocab::Role;
+use crate::state::{Ledger, StateError};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// What follows a failed attempt: its row and the worker's differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Another attempt under §5.4: the worker stays in progress.
+    Retry,
+    /// The job ended (or a later exec resumes it): the worker row says so.
+    End,
+}
+
 pub struct Recorder {
-    pub ledger: Ledger,
-    pub events: EventLog,
-    pub error_log: PathBuf,
-    pub plan_digest: String,
-    pub task_key: String,
-    pub phase: String,
-    /// Problems writing state, reported at the end: a dispatch never fails
-    /// because bookkeeping did.
-    pub problems: Vec<String>,
+    events: Journal,
+    errors: PathBuf,
+    ledger: Ledger,
+    task_key: String,
+    phase: String,
+    /// The stage snapshots exec wrote, as it left them.
+    snapshots: Vec<(PathBuf, Stamp)>,
 }
 
 impl Recorder {
-    pub fn new(root: &Path, plan: &Plan) -> Self {
+    /// Open the run's state. Team-state is read first: one that cannot be
+    /// read refuses the run before anything is written (SPEC §5.8).
+    pub fn open(root: &Path, plan: &Plan) -> Result<Recorder, StateError> {
         let abs = |p: &str| crate::compile::paths::abs_of(root, p);
-        Recorder {
-            ledger: Ledger::new(
-                TeamStateStore::open(abs(&plan.run.team_state_path)),
-                Duration::from_millis(250),
-            ),
-            events: EventLog::new(abs(&plan.run.lead_events_path)),
-            error_log: abs(&plan.run.error_log_path),
-            plan_digest: plan.digest.clone(),
+        let store = TeamStateStore::open(abs(&plan.run.team_state_path));
+        store.read()?;
+        let events_path = abs(&plan.run.lead_events_path);
+        let events = Journal::open(&events_path).map_err(|e| StateError::io(&events_path, e))?;
+        let errors = abs(&plan.run.error_log_path);
+        if errors.exists() {
+            // Cut a torn record of a killed exec before the next append.
+            Journal::open(&errors).map_err(|e| StateError::io(&errors, e))?;
+        }
+        Ok(Recorder {
+            events,
+            errors,
+            ledger: Ledger::new(store, Duration::from_millis(250)),
             task_key: plan.run.task_key.clone(),
             phase: plan.run.workflow_phase.clone(),
-            problems: Vec::new(),
-        }
+            snapshots: Vec::new(),
+        })
     }
 
-    /// Identity and bookkeeping fields every event and row of a job carries.
-    pub fn identity(&self, job: &Job, attempt: u64) -> Map<String, Value> {
-        let mut m = job.identity.wire_fields();
-        m.insert("attempt".into(), json!(attempt));
-        if let Some(id) = job.dispatch_id_for(attempt) {
-            m.insert("dispatchId".into(), json!(id));
-        }
-        m.insert("workerKey".into(), json!(job.key));
-        m.insert("planDigest".into(), json!(self.plan_digest));
-        m
+    pub fn events_path(&self) -> &Path {
+        self.events.path()
     }
 
-    pub fn event(&mut self, kind: &str, job: &Job, attempt: u64, facts: Map<String, Value>) {
-        let mut fields = self.identity(job, attempt);
-        fields.insert("maxAttempts".into(), json!(crate::plan::MAX_ATTEMPTS));
-        fields.insert("dispatchMode".into(), json!(job.backend));
-        fields.extend(facts);
-        if let Err(e) = self.events.append(kind, fields) {
-            self.problems
-                .push(format!("cannot append a {kind} event: {e}"));
-        }
+    pub fn store(&self) -> &TeamStateStore {
+        self.ledger.store()
     }
 
-    pub fn dispatch_row(&mut self, row: Value) {
-        self.ledger.upsert_dispatch(row);
+    /// Every event in the log (any plan), in order.
+    pub fn read_events(&self) -> std::io::Result<Vec<Event>> {
+        journal::read_lines(self.events.path())
     }
 
-    /// A translator has no workers[] row; its status lives on its dispatch row.
-    fn has_worker_row(job: &Job) -> bool {
-        use crate::compile::translator::TRANSLATOR;
-        !(job.role == Role::Translator && job.key == TRANSLATOR)
+    /// Queue `event` of `job` for the next commit and project it onto
+    /// team-state.
+    pub fn record(&mut self, job: &Job, event: &Event, then: Then) {
+        self.events.push(&event.line());
+        rows(&mut self.ledger, job, event, then, None);
     }
 
-    pub fn worker(&mut self, job: &Job, status: WorkerStatus, reason: &str) {
-        if !Self::has_worker_row(job) {
-            return;
-        }
-        let fields = json!({
-            "provider": job.provider, "role": job.role, "promptPath": job.prompt_path,
-            "resultPath": job.result_path, "modelExecutionValue": job.model_execution_value,
-        });
-        let fields = fields.as_object().cloned().unwrap_or_default();
-        self.ledger.ensure_worker(&job.key, &fields);
-        self.ledger.patch_worker(&job.key, status, reason, &fields);
-    }
-
-    fn attempt_id(&self, job: &Job, attempt: u64) -> AttemptId {
-        AttemptId::new(
-            job.dispatch_id_for(attempt).unwrap_or_default(),
-            job.key.clone(),
-            attempt as u32,
-        )
-        .in_plan(self.plan_digest.clone())
-    }
-
-    pub fn start_attempt(&mut self, job: &Job, attempt: u64) {
-        self.ledger.start_attempt(&self.attempt_id(job, attempt));
-    }
-
-    pub fn finish_attempt(
+    /// The dispatch row of an attempt that settled: the dispatch's facts
+    /// and the settlement's.
+    pub fn record_settled(
         &mut self,
         job: &Job,
-        attempt: u64,
-        status: AttemptStatus,
-        result_path: Option<String>,
-        change_summary: Option<Value>,
+        dispatched: &Dispatched,
+        event: &Event,
+        then: Then,
     ) {
-        let outcome = AttemptOutcome {
-            status,
-            result_path,
-            change_summary,
+        self.events.push(&event.line());
+        rows(&mut self.ledger, job, event, then, Some(dispatched));
+    }
+
+    /// Write every queued event; with [`Sync::Data`], on disk before this
+    /// returns.
+    pub fn commit(&mut self, sync: Sync) -> std::io::Result<()> {
+        self.events.commit(sync)
+    }
+
+    /// A `workers[]` row for a job that ends this exec without running,
+    /// where it has none or it is still pristine.
+    pub fn not_run(&mut self, job: &Job, reason: &str) {
+        if has_worker_row(job) {
+            self.ledger.ensure_worker(&job.key, &worker_fields(job));
+            self.ledger
+                .patch_worker_if_pristine(&job.key, WorkerStatus::NotRun, reason);
+        }
+    }
+
+    /// A job refused at its start (`exec/binding-changed`): `not-run` with
+    /// the reason, whatever its row said.
+    pub fn refused(&mut self, job: &Job, reason: &str) {
+        if has_worker_row(job) {
+            let fields = worker_fields(job);
+            self.ledger.ensure_worker(&job.key, &fields);
+            self.ledger
+                .patch_worker(&job.key, WorkerStatus::NotRun, reason, &fields);
+        }
+    }
+
+    /// A job that could not be started: `error` with the reason. Nothing
+    /// of it ran, so the next exec starts it afresh.
+    pub fn unstarted_error(&mut self, job: &Job, reason: &str) {
+        if has_worker_row(job) {
+            let fields = worker_fields(job);
+            self.ledger.ensure_worker(&job.key, &fields);
+            self.ledger
+                .patch_worker(&job.key, WorkerStatus::Error, reason, &fields);
+        }
+    }
+
+    /// Make team-state hold every row the events of this plan imply, for
+    /// the jobs whose rows a dead executor never wrote (SPEC §5.8). A job
+    /// whose rows already agree with its events is left alone, so what the
+    /// lead wrote on it since stands.
+    pub fn reconcile(&mut self, plan: &Plan, histories: &[History]) -> Result<usize, StateError> {
+        use crate::state::team_state::{
+            dispatch_row_key, rows as rows_of, WORKERS, WORKER_DISPATCHES,
         };
-        if let Err(e) = self
-            .ledger
-            .finish_attempt(&self.attempt_id(job, attempt), outcome)
-        {
-            self.problems.push(e.to_string());
+        let doc = self.ledger.store().read()?;
+        let recorded: std::collections::HashMap<String, String> = rows_of(&doc, WORKER_DISPATCHES)
+            .iter()
+            .filter_map(|r| {
+                let status = r.get("status").and_then(Value::as_str)?.to_string();
+                Some((dispatch_row_key(r)?, status))
+            })
+            .collect();
+        let worker_status = |key: &str| {
+            rows_of(&doc, WORKERS)
+                .iter()
+                .find(|r| r.get("workerId").and_then(Value::as_str) == Some(key))
+                .map(|r| {
+                    r.get("status")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                })
+        };
+        let mut filled = 0;
+        for (job, history) in plan.jobs().zip(histories) {
+            let behind = history.attempts.iter().any(|a| {
+                let Some(d) = &a.dispatched else { return false };
+                let want = a.settled.as_ref().map_or("running", |s| s.status.as_str());
+                let row = dispatch_row(job, d, None);
+                dispatch_row_key(&row)
+                    .and_then(|k| recorded.get(&k))
+                    .map(String::as_str)
+                    != Some(want)
+            }) || (has_worker_row(job)
+                && !history.attempts.is_empty()
+                && matches!(worker_status(&job.key).as_deref(), None | Some("not-run")));
+            if !behind {
+                continue;
+            }
+            filled += 1;
+            for a in &history.attempts {
+                let Some(d) = &a.dispatched else { continue };
+                let dispatched = Event::WorkerDispatched(d.clone());
+                rows(&mut self.ledger, job, &dispatched, Then::End, None);
+                if let Some(s) = &a.settled {
+                    let event = if a.completed {
+                        Event::WorkerResultCollected(s.clone())
+                    } else {
+                        Event::WorkerFailed(s.clone())
+                    };
+                    let then = if a.retry_scheduled {
+                        Then::Retry
+                    } else {
+                        Then::End
+                    };
+                    rows(&mut self.ledger, job, &event, then, Some(d));
+                }
+            }
+        }
+        Ok(filled)
+    }
+
+    pub fn maybe_flush(&mut self) -> Result<(), StateError> {
+        self.ledger.maybe_flush().map(drop)
+    }
+
+    pub fn flush(&mut self) -> Result<(), StateError> {
+        self.ledger.flush()
+    }
+
+    pub fn flush_if_dirty(&mut self) -> Result<(), StateError> {
+        self.ledger.flush_if_dirty()
+    }
+
+    /// Note a stage snapshot exec just wrote, for [`Self::own_file_changes`].
+    pub fn wrote_snapshot(&mut self, path: &Path) {
+        if let Ok(Some(stamp)) = Stamp::at(path) {
+            self.snapshots.retain(|(p, _)| p != path);
+            self.snapshots.push((path.to_path_buf(), stamp));
         }
     }
 
-    pub fn maybe_flush(&mut self) {
-        if let Err(e) = self.ledger.maybe_flush() {
-            self.problems.push(format!("team-state: {e}"));
+    /// okstra's own files that someone else changed since exec last wrote
+    /// them (SPEC §5.5), each with what happened. The changes are taken as
+    /// the files' new baseline, so each is reported once.
+    pub fn own_file_changes(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        match self.events.tampered() {
+            Ok(Some(why)) => {
+                out.push(why);
+                let _ = self.events.adopt_current();
+            }
+            Ok(None) => {}
+            Err(e) => out.push(format!("{}: {e}", self.events.path().display())),
         }
+        if let Some(why) = self.ledger.changed_by_others() {
+            out.push(why);
+        }
+        for (path, stamp) in &mut self.snapshots {
+            match Stamp::at(path) {
+                Ok(Some(now)) if now == *stamp => {}
+                Ok(now) => {
+                    out.push(format!("{} was changed outside okstra", path.display()));
+                    if let Some(now) = now {
+                        *stamp = now;
+                    }
+                }
+                Err(e) => out.push(format!("{}: {e}", path.display())),
+            }
+        }
+        out
     }
 
-    pub fn flush(&mut self) {
-        if let Err(e) = self.ledger.flush() {
-            self.problems.push(format!("team-state: {e}"));
-        }
-    }
-
-    /// Flush what is pending (and at least once per run).
-    pub fn flush_if_dirty(&mut self) {
-        if let Err(e) = self.ledger.flush_if_dirty() {
-            self.problems.push(format!("team-state: {e}"));
-        }
-    }
-
-    /// Append a wrapper failure to the error log; never fails the dispatch.
+    /// Append a failed attempt to the error log. Never fails the dispatch:
+    /// how it went is returned for the event.
+    #[allow(clippy::too_many_arguments)]
     pub fn error_log(
         &mut self,
         job: &Job,
@@ -176,11 +290,173 @@ impl Recorder {
             stderr_excerpt: error_log::log_tail(log, error_log::STDERR_TAIL_BYTES),
             identity,
         };
-        match error_log::append_error(&self.error_log, record.to_map()) {
-            Ok(()) => json!({"ok": true, "path": self.error_log.display().to_string()}),
-            Err(reason) => {
-                json!({"ok": false, "path": self.error_log.display().to_string(), "reason": reason})
+        let path = self.errors.display().to_string();
+        let appended = error_log::fit_record(record.to_map()).and_then(|line| {
+            crate::fault::point("error-log-append");
+            let mut j = Journal::open(&self.errors).map_err(|e| e.to_string())?;
+            j.push(&line);
+            j.commit(Sync::None).map_err(|e| e.to_string())
+        });
+        match appended {
+            Ok(()) => json!({"ok": true, "path": path}),
+            Err(reason) => json!({"ok": false, "path": path, "reason": reason}),
+        }
+    }
+}
+
+/// A translator has no workers[] row; its status lives on its dispatch row.
+fn has_worker_row(job: &Job) -> bool {
+    use crate::compile::translator::TRANSLATOR;
+    !(job.role == crate::vocab::Role::Translator && job.key == TRANSLATOR)
+}
+
+fn worker_fields(job: &Job) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("provider".into(), json!(job.provider));
+    m.insert("role".into(), json!(job.role));
+    m.insert("promptPath".into(), json!(job.prompt_path));
+    m.insert("resultPath".into(), json!(job.result_path));
+    m.insert(
+        "modelExecutionValue".into(),
+        json!(job.model_execution_value),
+    );
+    m
+}
+
+fn attempt_id(job: &Job, head: &super::event::Head) -> AttemptId {
+    AttemptId::new(
+        head.dispatch_id.clone().unwrap_or_default(),
+        job.key.clone(),
+        head.attempt as u32,
+    )
+    .in_plan(head.plan_digest.clone())
+}
+
+/// The team-state rows one event of `job` implies (SPEC §5.6): its dispatch
+/// row, the worker's row and the attempt record. `dispatched` is the
+/// attempt's dispatch, for a settlement's row.
+fn rows(
+    ledger: &mut Ledger,
+    job: &Job,
+    event: &Event,
+    then: Then,
+    dispatched: Option<&Dispatched>,
+) {
+    let head = event.head();
+    match event {
+        Event::WorkerDispatched(d) => {
+            if has_worker_row(job) {
+                let fields = worker_fields(job);
+                ledger.ensure_worker(&job.key, &fields);
+                ledger.patch_worker(&job.key, WorkerStatus::InProgress, "", &fields);
+            }
+            ledger.upsert_dispatch(dispatch_row(job, d, None));
+            ledger.start_attempt(&attempt_id(job, head));
+        }
+        Event::WorkerResultCollected(s) | Event::WorkerFailed(s) => {
+            if let Some(d) = dispatched {
+                ledger.upsert_dispatch(dispatch_row(job, d, Some(s)));
+            }
+            let completed = matches!(event, Event::WorkerResultCollected(_));
+            let status = s.status;
+            let outcome = AttemptOutcome {
+                status,
+                result_path: completed.then(|| job.worker_result_path.clone()),
+                change_summary: s.mutation_audit.clone(),
+            };
+            // A contradiction with an earlier settlement is refused by the
+            // ledger and surfaces at its flush.
+            let _ = ledger.finish_attempt(&attempt_id(job, head), outcome);
+            if has_worker_row(job) && (completed || then == Then::End) {
+                let fields = worker_fields(job);
+                ledger.ensure_worker(&job.key, &fields);
+                ledger.patch_worker(&job.key, status.into(), &s.reason, &fields);
+            }
+        }
+        Event::WorkerRetryScheduled(_) => {}
+    }
+}
+
+/// A `workerDispatches[]` row: the job's identity and paths, the dispatch's
+/// facts, and the settlement's once there is one.
+pub fn dispatch_row(job: &Job, d: &Dispatched, settled: Option<&Settled>) -> Value {
+    let mut row = Map::new();
+    let mut put = |k: &str, v: Value| {
+        row.insert(k.to_string(), v);
+    };
+    if let Value::Object(who) = serde_json::to_value(&d.head.who).unwrap_or_default() {
+        for (k, v) in who {
+            put(&k, v);
+        }
+    }
+    put("attempt", json!(d.head.attempt));
+    if let Some(id) = &d.head.dispatch_id {
+        put("dispatchId", json!(id));
+    }
+    put("workerKey", json!(job.key));
+    put("planDigest", json!(d.head.plan_digest));
+    put("role", json!(job.role));
+    put("kind", json!(job.dispatch_kind));
+    put("round", json!(job.round));
+    put("provider", json!(job.provider));
+    put("backend", json!(d.head.dispatch_mode));
+    if let Some(from) = &d.head.degraded_from {
+        put("degradedFrom", json!(from));
+    }
+    put("livenessMode", json!(job.liveness_mode));
+    if let Some(s) = &d.session_id {
+        put("sessionId", json!(s));
+    }
+    put("promptPath", json!(job.prompt_path));
+    put("resultPath", json!(job.result_path));
+    put("workerResultPath", json!(job.worker_result_path));
+    put("completionPaths", json!(job.completion_paths));
+    if let Some(w) = &job.worktree_path {
+        put("worktreePath", json!(w));
+    }
+    put("modelExecutionValue", json!(job.model_execution_value));
+    put("writePolicyDigest", json!(job.write_policy.digest));
+    put("writeEnforcement", json!(job.write_enforcement));
+    if let Some(inv) = &job.invocation {
+        put("invocationId", json!(inv.invocation_id));
+        put("audience", json!(inv.audience));
+        put("assignmentRef", json!(inv.assignment_ref));
+        put("promptMetadataPath", json!(job.metadata_path));
+        for (k, v) in &inv.digests {
+            put(k, json!(v));
+        }
+        put("hostModelValue", json!(inv.host_model_value));
+    }
+    put("pid", json!(d.pid));
+    put("startedAt", json!(d.head.ts));
+    if !d.argv.is_empty() {
+        put("argv", json!(d.argv));
+    }
+    match settled {
+        None => {
+            put("status", json!("running"));
+            put("reason", json!(""));
+        }
+        Some(s) => {
+            put("status", json!(s.status));
+            put("reason", json!(s.reason));
+            put("endedAt", json!(s.head.ts));
+            if let Some(code) = s.exit_code {
+                put("exitCode", json!(code));
+            }
+            for (k, v) in [
+                ("servedModel", &s.served_model),
+                ("cliSessionId", &s.cli_session_id),
+                ("failureKind", &s.failure_kind),
+            ] {
+                if let Some(v) = v {
+                    put(k, json!(v));
+                }
+            }
+            if s.resumable {
+                put("resumable", json!(true));
             }
         }
     }
+    Value::Object(row)
 }

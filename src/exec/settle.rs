@@ -1,63 +1,11 @@
-//! Settling an attempt (SPEC §5.3, §5.4): judge it by the artifacts it left,
-//! not by the wrapper's exit code alone, and decide whether it may retry.
+//! The facts settling an attempt reads from disk (SPEC §5.3): which
+//! completion artifacts exist, whether the audit-sidecar contract holds, and
+//! what the wrapper's status sidecar says. The decision itself is
+//! [`super::decide`].
 
 use crate::canonical::{is_sha256_hex, sha256_hex};
-use crate::provider::{SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE};
-use crate::state::attempts::AttemptStatus;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-/// How an attempt's process ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    /// The wrapper's exit code (124 for a timeout).
-    pub exit_code: i32,
-    pub timed_out: bool,
-    /// Set when the attempt never ran to an exit (interrupted, launch failure,
-    /// a dead executor's orphan).
-    pub cut_short: Option<String>,
-}
-
-impl Outcome {
-    pub fn exited(code: i32) -> Self {
-        Outcome {
-            exit_code: code,
-            timed_out: false,
-            cut_short: None,
-        }
-    }
-    pub fn timeout() -> Self {
-        Outcome {
-            exit_code: TIMEOUT_EXIT_CODE,
-            timed_out: true,
-            cut_short: None,
-        }
-    }
-    pub fn cut(reason: impl Into<String>) -> Self {
-        Outcome {
-            exit_code: 1,
-            timed_out: false,
-            cut_short: Some(reason.into()),
-        }
-    }
-    pub fn clean(&self) -> bool {
-        self.exit_code == 0 && !self.timed_out && self.cut_short.is_none()
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settlement {
-    pub status: AttemptStatus,
-    /// Why it did not complete cleanly; "" for a clean completion.
-    pub reason: String,
-    /// Set when a non-zero exit was rescued by the audit-sidecar contract.
-    pub note: String,
-    pub missing: Vec<String>,
-    /// Whether this attempt goes to the error log (every non-clean exit).
-    pub log_error: bool,
-    /// Exit 0 with a completion path missing: the one case §5.4 retries.
-    pub retryable: bool,
-}
 
 /// Completion paths that are not files.
 pub fn missing_paths(root: &Path, completion: &[String]) -> Vec<String> {
@@ -66,91 +14,6 @@ pub fn missing_paths(root: &Path, completion: &[String]) -> Vec<String> {
         .filter(|p| !crate::compile::paths::abs_of(root, p).is_file())
         .cloned()
         .collect()
-}
-
-pub fn settle(outcome: &Outcome, missing: Vec<String>, worker_result: &Path) -> Settlement {
-    if outcome.clean() && missing.is_empty() {
-        return Settlement {
-            status: AttemptStatus::Completed,
-            reason: String::new(),
-            note: String::new(),
-            missing,
-            log_error: false,
-            retryable: false,
-        };
-    }
-    let base = failure_reason(outcome, &missing);
-    let retryable = outcome.clean() && !missing.is_empty();
-    if outcome.timed_out {
-        return Settlement {
-            status: AttemptStatus::Timeout,
-            reason: base,
-            note: String::new(),
-            missing,
-            log_error: true,
-            retryable: false,
-        };
-    }
-    let rescuable = outcome.cut_short.is_none()
-        && outcome.exit_code != 0
-        && missing.is_empty()
-        && outcome.exit_code != SERVED_MODEL_MISMATCH_EXIT_CODE;
-    if rescuable {
-        return match audit_sidecar_failure(worker_result) {
-            None => Settlement {
-                status: AttemptStatus::Completed,
-                reason: String::new(),
-                note: format!("{base}, but every completion artifact was written and passed the audit-sidecar contract"),
-                missing,
-                log_error: true,
-                retryable: false,
-            },
-            Some(why) => Settlement {
-                status: AttemptStatus::Error,
-                reason: format!("{base}; the artifacts failed the audit-sidecar contract: {why}"),
-                note: String::new(),
-                missing,
-                log_error: true,
-                retryable: false,
-            },
-        };
-    }
-    Settlement {
-        status: AttemptStatus::Error,
-        reason: base,
-        note: String::new(),
-        missing,
-        // A clean exit that merely left an artifact out is a retry, not a
-        // wrapper failure; it is still logged so a completed retry leaves a
-        // trace of the first attempt.
-        log_error: true,
-        retryable,
-    }
-}
-
-fn failure_reason(outcome: &Outcome, missing: &[String]) -> String {
-    if let Some(why) = &outcome.cut_short {
-        return why.clone();
-    }
-    if outcome.timed_out {
-        return "worker went idle (its log stopped growing) and was stopped".into();
-    }
-    if outcome.exit_code == SERVED_MODEL_MISMATCH_EXIT_CODE {
-        return format!(
-            "the provider served a different model than the one selected (exit {SERVED_MODEL_MISMATCH_EXIT_CODE})"
-        );
-    }
-    if outcome.exit_code != 0 {
-        let mut r = format!("worker wrapper exited {}", outcome.exit_code);
-        if !missing.is_empty() {
-            r.push_str(&format!("; missing {}", missing.join(", ")));
-        }
-        return r;
-    }
-    format!(
-        "required worker artifact was not produced: {}",
-        missing.join(", ")
-    )
 }
 
 pub fn audit_sidecar_path(worker_result: &Path) -> PathBuf {
@@ -207,6 +70,35 @@ pub fn audit_sidecar_failure(worker_result: &Path) -> Option<String> {
     None
 }
 
+/// The wrapper's status sidecar, when it holds a JSON document.
+pub fn read_status(path: &Path) -> Option<Value> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// After exec stopped an idle worker: the sidecar says what every other
+/// record says, exit code 124 and failure kind `timeout`, keeping the code
+/// the stopped child itself ended with.
+pub fn mark_idle_timeout(path: &Path) {
+    let Some(Value::Object(mut doc)) = read_status(path) else {
+        return;
+    };
+    if let Some(code) = doc.get("exitCode").cloned() {
+        doc.insert("childExitCode".into(), code);
+    }
+    doc.insert(
+        "exitCode".into(),
+        Value::from(crate::provider::TIMEOUT_EXIT_CODE),
+    );
+    doc.insert("failureKind".into(), Value::from("timeout"));
+    doc.insert("idleTimedOut".into(), Value::from(true));
+    if let Ok(mut bytes) = serde_json::to_vec_pretty(&Value::Object(doc)) {
+        bytes.push(b'\n');
+        let _ = crate::fsutil::write_atomic(path, &bytes, crate::fsutil::Durability::NoFsync);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,75 +119,38 @@ mod tests {
     }
 
     #[test]
-    fn clean_exit_with_artifacts_completes() {
-        let (_d, r) = tree();
-        let s = settle(&Outcome::exited(0), vec![], &r);
-        assert_eq!(s.status, AttemptStatus::Completed);
-        assert!(!s.log_error);
-    }
-
-    #[test]
-    fn clean_exit_missing_artifact_is_retryable_error() {
-        let (_d, r) = tree();
-        let s = settle(&Outcome::exited(0), vec!["x.md".into()], &r);
-        assert_eq!(s.status, AttemptStatus::Error);
-        assert!(s.retryable);
-        assert!(s.reason.contains("x.md"));
-    }
-
-    #[test]
-    fn nonzero_exit_rescued_by_valid_sidecar() {
+    fn the_audit_sidecar_contract_and_each_way_it_fails() {
         let (_d, r) = tree();
         write_sidecar(&r, &sha256_hex(b"result"));
-        let s = settle(&Outcome::exited(3), vec![], &r);
-        assert_eq!(s.status, AttemptStatus::Completed);
-        assert!(s.note.contains("passed the audit-sidecar contract"));
-        assert!(s.log_error);
-    }
-
-    #[test]
-    fn nonzero_exit_with_bad_sidecar_is_error_naming_the_failure() {
-        let (_d, r) = tree();
+        assert_eq!(audit_sidecar_failure(&r), None);
         write_sidecar(&r, &"0".repeat(64));
-        let s = settle(&Outcome::exited(3), vec![], &r);
-        assert_eq!(s.status, AttemptStatus::Error);
-        assert!(s.reason.contains("is not the worker result's sha256"));
+        assert!(audit_sidecar_failure(&r)
+            .unwrap()
+            .contains("is not the worker result's sha256"));
         write_sidecar(&r, "ABC");
-        assert!(settle(&Outcome::exited(3), vec![], &r)
-            .reason
+        assert!(audit_sidecar_failure(&r)
+            .unwrap()
             .contains("64 lowercase hex"));
+        std::fs::write(audit_sidecar_path(&r), "[1]").unwrap();
+        assert!(audit_sidecar_failure(&r)
+            .unwrap()
+            .contains("not a JSON object"));
         std::fs::remove_file(audit_sidecar_path(&r)).unwrap();
-        assert!(settle(&Outcome::exited(3), vec![], &r)
-            .reason
-            .contains("missing"));
+        assert!(audit_sidecar_failure(&r).unwrap().contains("missing"));
     }
 
     #[test]
-    fn served_model_mismatch_is_never_promoted() {
-        let (_d, r) = tree();
-        write_sidecar(&r, &sha256_hex(b"result"));
-        let s = settle(
-            &Outcome::exited(SERVED_MODEL_MISMATCH_EXIT_CODE),
-            vec![],
-            &r,
-        );
-        assert_eq!(s.status, AttemptStatus::Error);
-        assert!(!s.retryable);
-    }
-
-    #[test]
-    fn timeout_settles_timeout_without_retry() {
-        let (_d, r) = tree();
-        let s = settle(&Outcome::timeout(), vec![], &r);
-        assert_eq!(s.status, AttemptStatus::Timeout);
-        assert!(!s.retryable);
-    }
-
-    #[test]
-    fn nonzero_exit_with_missing_artifacts_is_not_retried() {
-        let (_d, r) = tree();
-        let s = settle(&Outcome::exited(1), vec!["x".into()], &r);
-        assert_eq!(s.status, AttemptStatus::Error);
-        assert!(!s.retryable);
+    fn an_idle_stop_reads_124_on_the_sidecar_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.md.status.json");
+        std::fs::write(&path, r#"{"state":"exited","exitCode":143}"#).unwrap();
+        mark_idle_timeout(&path);
+        let doc = read_status(&path).unwrap();
+        assert_eq!(doc["exitCode"], 124);
+        assert_eq!(doc["childExitCode"], 143);
+        assert_eq!(doc["failureKind"], "timeout");
+        // No sidecar: nothing is made up.
+        mark_idle_timeout(&dir.path().join("none.json"));
+        assert!(!dir.path().join("none.json").exists());
     }
 }

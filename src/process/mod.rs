@@ -4,7 +4,10 @@
 //!
 //! Linux only: liveness checks read `/proc` so that zombies count as dead.
 
+mod gate;
 mod spawn;
+
+pub use gate::{same_process_alive, spawn_gated, start_time, Gate};
 
 use std::ffi::c_int;
 use std::fs::{self, File, OpenOptions};
@@ -77,18 +80,22 @@ pub fn spawn_in_caller_group(spec: &SpawnSpec) -> io::Result<Spawned> {
 }
 
 fn start(spec: &SpawnSpec, own_group: bool) -> io::Result<Spawned> {
+    let stdin = match spec.stdin {
+        Some(path) => File::open(path)?,
+        None => File::open("/dev/null")?,
+    };
+    start_with_stdin(spec, own_group, &stdin)
+}
+
+fn start_with_stdin(spec: &SpawnSpec, own_group: bool, stdin: &File) -> io::Result<Spawned> {
     if spec.argv.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "cannot start an empty argv",
         ));
     }
-    let stdin = match spec.stdin {
-        Some(path) => File::open(path)?,
-        None => File::open("/dev/null")?,
-    };
     let out = spec.log.map(open_log).transpose()?;
-    let pid = spawn::posix_spawn(spec, own_group, &stdin, out.as_ref())?;
+    let pid = spawn::posix_spawn(spec, own_group, stdin, out.as_ref())?;
     Ok(Spawned {
         pid,
         own_group,

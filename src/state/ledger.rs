@@ -71,11 +71,17 @@ struct Pending {
     dispatch_slot: HashMap<String, usize>,
     workers: Keyed<String, WorkerPatch>,
     attempts: Keyed<AttemptId, AttemptPatch>,
+    /// `not-run` reasons for rows nobody touched yet, applied after the
+    /// worker patches.
+    pristine: Vec<(String, String)>,
 }
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.dispatches.is_empty() && self.workers.is_empty() && self.attempts.is_empty()
+        self.dispatches.is_empty()
+            && self.workers.is_empty()
+            && self.attempts.is_empty()
+            && self.pristine.is_empty()
     }
 }
 
@@ -115,6 +121,7 @@ struct FileStamp {
     ino: u64,
     len: u64,
     mtime_ns: i128,
+    ctime_ns: i128,
 }
 
 fn stamp_of(path: &std::path::Path) -> Option<FileStamp> {
@@ -124,6 +131,7 @@ fn stamp_of(path: &std::path::Path) -> Option<FileStamp> {
         ino: m.ino(),
         len: m.len(),
         mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
     })
 }
 
@@ -199,6 +207,24 @@ impl Ledger {
             });
     }
 
+    /// Give worker `key` the `not-run` reason `reason` if its row is still
+    /// pristine (`not-run`, no reason) when the pending changes are written.
+    pub fn patch_worker_if_pristine(&mut self, key: &str, status: WorkerStatus, reason: &str) {
+        debug_assert_eq!(status, WorkerStatus::NotRun);
+        self.pending
+            .pristine
+            .push((key.to_string(), reason.to_string()));
+    }
+
+    /// Whether someone else replaced the file since this ledger last wrote
+    /// it: what, for the audit of okstra's own files (SPEC §5.5). `None`
+    /// before the first write.
+    pub fn changed_by_others(&self) -> Option<String> {
+        let (stamp, _) = self.written.as_ref()?;
+        (stamp_of(self.store.path()) != Some(*stamp))
+            .then(|| format!("{} was changed outside okstra", self.store.path().display()))
+    }
+
     /// Record that attempt `id` started now (kept if already recorded).
     pub fn start_attempt(&mut self, id: &AttemptId) {
         let patch = self.pending.attempts.entry(id);
@@ -242,6 +268,9 @@ impl Ledger {
             &mut doc,
             pending.workers.rows.iter().map(|(k, p)| (k.as_str(), p)),
         );
+        for (key, reason) in &pending.pristine {
+            super::team_state::mark_pristine_not_run(&mut doc, key, reason);
+        }
         upsert_dispatches(&mut doc, pending.dispatches.iter().cloned());
         let drift =
             apply_attempt_patches(&mut doc, pending.attempts.rows.iter().map(|(k, p)| (k, p)));

@@ -7,6 +7,7 @@
 pub mod attempts;
 pub mod error_log;
 pub mod events;
+pub mod journal;
 pub mod ledger;
 pub mod team_state;
 

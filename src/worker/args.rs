@@ -85,6 +85,10 @@ pub struct WorkerArgs {
     /// as it says so.
     #[arg(long, value_name = "REF", requires = "manifest")]
     pub model_ref: Option<String>,
+    /// Wait for exec's go-ahead on stdin (one byte) before doing anything;
+    /// at end of file exit 75 having started and written nothing (SPEC §5.8).
+    #[arg(long)]
+    pub gated: bool,
     /// The argv of a `command` job.
     #[arg(last = true, value_name = "ARGV")]
     pub command: Vec<String>,
@@ -154,6 +158,7 @@ pub fn parse_canonical(args: &[OsString]) -> Option<WorkerArgs> {
         return None;
     }
     Some(WorkerArgs {
+        gated: false,
         project_root: seen.project_root?,
         provider: seen.provider?,
         model: seen.model.unwrap_or_default(),

@@ -37,6 +37,26 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How often the wrapper looks at the clock and its signals while the child
 /// runs (the child's exit wakes it at once).
 const POLL: Duration = Duration::from_millis(50);
+/// A gated wrapper whose gate closed before it was released: exec died
+/// before recording the dispatch. Nothing was started or written.
+pub const NEVER_RELEASED_EXIT_CODE: i32 = 75;
+/// A wrapper that could not record its start in its status sidecar (a full
+/// disk): it started nothing, so a later exec may start the attempt again.
+pub const START_UNRECORDED_EXIT_CODE: i32 = 74;
+
+/// Wait for one byte on stdin, exec's go-ahead; false at end of file.
+fn released() -> bool {
+    let mut byte = [0u8; 1];
+    loop {
+        match io::stdin().read(&mut byte) {
+            Ok(1) => return true,
+            Ok(_) => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
 /// Exit code for a wrapper invoked with unusable arguments, as clap's.
 const USAGE_EXIT_CODE: i32 = 2;
 /// The shell's codes for a program that could not be executed / found.
@@ -151,6 +171,10 @@ struct Status {
     cli_session_id: Option<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     timed_out: bool,
+    /// Ended because the wrapper was told to stop (SIGTERM / SIGINT from
+    /// exec): the exit code says how the child took it, not how it did.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stopped: bool,
     /// On a timeout, the code the stopped child itself ended with.
     #[serde(skip_serializing_if = "Option::is_none")]
     child_exit_code: Option<i32>,
@@ -215,6 +239,9 @@ fn now_rfc3339() -> String {
 /// The wrapper proper, with the stop flag and clocks given so tests can drive
 /// them without signals.
 fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
+    if args.gated && !released() {
+        return NEVER_RELEASED_EXIT_CODE;
+    }
     let started = Instant::now();
     let paths = match Paths::resolve(args) {
         Ok(paths) => paths,
@@ -240,6 +267,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             served_model: None,
             cli_session_id: None,
             timed_out: false,
+            stopped: false,
             child_exit_code: None,
             error: None,
             failure_kind: None,
@@ -290,6 +318,14 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         log: None,
         stdin: Some(&paths.prompt),
     };
+    // A gated attempt's sidecar is the evidence that it started: written
+    // before anything of the worker runs, or nothing runs.
+    if args.gated {
+        status.write();
+        if !status.written {
+            return START_UNRECORDED_EXIT_CODE;
+        }
+    }
     let mut child = match process::spawn_in_caller_group(&spec) {
         Ok(child) => child,
         Err(err) => {
@@ -368,7 +404,11 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             };
             (code, error)
         }
-        Outcome::Exited(code) | Outcome::Stopped(code) => (code, None),
+        Outcome::Exited(code) => (code, None),
+        Outcome::Stopped(code) => {
+            status.status.stopped = true;
+            (code, None)
+        }
         Outcome::TimedOut(child_code) => {
             status.status.timed_out = true;
             status.status.child_exit_code = Some(child_code);

@@ -108,14 +108,16 @@ pub struct PaneLaunch<'a> {
     pub title: &'a str,
 }
 
-/// Start the worker in a pane; the pid exec watches. A thread sends its
-/// exit notice through `notices` once it ended, as for a child.
-pub fn launch_pane(
+/// Start the worker in a pane, held at its gate (a FIFO the launcher feeds
+/// the wrapper's stdin from); the pid exec watches, and the gate. A thread
+/// sends its exit notice through `notices` once it ended, as for a child.
+pub fn launch(
     pane: &Pane,
     spec: &PaneLaunch,
-    notices: &super::notices::NoticeSender,
-) -> io::Result<u32> {
-    let script = write_launcher(spec)?;
+    notices: &crate::exec::notices::NoticeSender,
+) -> io::Result<(u32, crate::process::Gate)> {
+    let (gate, fifo) = gate_fifo()?;
+    let script = write_launcher(spec, &fifo)?;
     let script_arg = script.display().to_string();
     let started = match pane {
         Pane::Tmux { session } => tmux_launch(session, spec, &script_arg),
@@ -133,8 +135,36 @@ pub fn launch_pane(
     std::thread::spawn(move || {
         let code = watch_pid(pid, &status);
         notices.send(pid, code);
+        drop(fifo);
     });
-    Ok(pid)
+    Ok((pid, gate))
+}
+
+/// A FIFO in a private temporary directory, opened for reading and writing
+/// (which never blocks), as a gate: the pane's shell feeds the wrapper's
+/// stdin from it. The directory goes when the returned guard drops.
+fn gate_fifo() -> io::Result<(crate::process::Gate, FifoDir)> {
+    let dir = tempfile::Builder::new().prefix("okstra-gate-").tempdir()?;
+    let path = dir.path().join("gate");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        0,
+    )?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)?;
+    Ok((crate::process::Gate::new(file), FifoDir { dir, path }))
+}
+
+/// The private directory of a pane's gate FIFO.
+struct FifoDir {
+    #[allow(dead_code)]
+    dir: tempfile::TempDir,
+    path: PathBuf,
 }
 
 fn tmux_launch(session: &str, spec: &PaneLaunch, script: &str) -> io::Result<u32> {
@@ -191,7 +221,7 @@ fn cmux_launch(spec: &PaneLaunch, script: &str) -> io::Result<u32> {
     // cmux names no process: the wrapper's pid comes from its status sidecar.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let pid = crate::exec::read_status(spec.status)
+        let pid = crate::exec::settle::read_status(spec.status)
             .as_ref()
             .and_then(|d| d.get("wrapperPid"))
             .and_then(Value::as_u64);
@@ -233,7 +263,7 @@ fn quote(s: &str) -> String {
 
 /// Exec's environment, the job's additions, the working directory and the
 /// teed wrapper command, as an sh script that deletes itself once read.
-fn write_launcher(spec: &PaneLaunch) -> io::Result<PathBuf> {
+fn write_launcher(spec: &PaneLaunch, gate: &FifoDir) -> io::Result<PathBuf> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut text = String::from("# okstra pane launcher\nrm -f \"$0\"\n");
@@ -260,8 +290,9 @@ fn write_launcher(spec: &PaneLaunch) -> io::Result<PathBuf> {
     text.push_str(&format!("printf '\\033]2;%s\\033\\\\' {}\n", quote(&title)));
     let argv: Vec<String> = spec.argv.iter().map(|a| quote(a)).collect();
     text.push_str(&format!(
-        "{} 2>&1 | tee -a {}\n",
+        "{} < {} 2>&1 | tee -a {}\n",
         argv.join(" "),
+        quote(&gate.path.display().to_string()),
         quote(&spec.log.display().to_string())
     ));
     let path = std::env::temp_dir().join(format!("okstra-pane-{}.sh", uuid::Uuid::new_v4()));
@@ -274,12 +305,28 @@ fn write_launcher(spec: &PaneLaunch) -> io::Result<PathBuf> {
     Ok(path)
 }
 
+/// Wait for a wrapper an earlier exec started (not our child): poll until
+/// it is gone; its exit code from the status sidecar (1 when it recorded
+/// none).
+pub fn watch_foreign(pid: u32, pid_start: Option<u64>, status: &Path) -> i32 {
+    while crate::process::same_process_alive(pid, pid_start) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    crate::exec::settle::read_status(status)
+        .as_ref()
+        .filter(|d| d.get("state").and_then(Value::as_str) == Some("exited"))
+        .and_then(|d| d.get("exitCode"))
+        .and_then(Value::as_i64)
+        .map(|c| c as i32)
+        .unwrap_or(1)
+}
+
 /// Wait for a process that is not our child; its exit code from the status
 /// sidecar (1 when the wrapper recorded none).
 fn watch_pid(pid: u32, status: &Path) -> i32 {
     let mut exited_at: Option<Instant> = None;
     loop {
-        let doc = crate::exec::read_status(status);
+        let doc = crate::exec::settle::read_status(status);
         let exited = doc
             .as_ref()
             .and_then(|d| d.get("state"))
@@ -303,7 +350,7 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
         }
         let lingering = since > Duration::from_secs(5);
         if !process::pid_alive(pid) || lingering {
-            let doc = crate::exec::read_status(status);
+            let doc = crate::exec::settle::read_status(status);
             return doc
                 .as_ref()
                 .filter(|d| d.get("state").and_then(Value::as_str) == Some("exited"))
@@ -339,15 +386,20 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let env = vec![("OKSTRA_TEST_X".to_string(), "x'y".to_string())];
-        let script = write_launcher(&PaneLaunch {
-            argv: &argv,
-            cwd: dir.path(),
-            env: &env,
-            log: &log,
-            status: &dir.path().join("s.json"),
-            title: "t",
-        })
+        let (mut gate, fifo) = gate_fifo().unwrap();
+        let script = write_launcher(
+            &PaneLaunch {
+                argv: &argv,
+                cwd: dir.path(),
+                env: &env,
+                log: &log,
+                status: &dir.path().join("s.json"),
+                title: "t",
+            },
+            &fifo,
+        )
         .unwrap();
+        gate.release().unwrap();
         let out = Command::new("sh").arg(&script).output().unwrap();
         assert!(out.status.success());
         assert!(!script.exists(), "the launcher removes itself");

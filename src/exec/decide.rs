@@ -1,0 +1,435 @@
+//! Settling an attempt (SPEC §5.3, §5.4, §5.5, §5.8) as a pure decision over
+//! the facts gathered about it: no file is read here, so every rule has a
+//! unit test with the facts written out.
+
+use crate::provider::{SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE};
+
+pub use crate::state::attempts::AttemptStatus as Status;
+
+/// How an attempt's process ended, as exec saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The wrapper exited with this code.
+    Exited(i32),
+    /// exec stopped it: its log had not grown for `idleTimeoutSeconds`.
+    Idle,
+    /// exec stopped it because exec itself was interrupted (Ctrl-C, SIGTERM).
+    Interrupted,
+    /// exec or the wrapper died without an exit code being recorded (found
+    /// by a later exec).
+    Lost(String),
+    /// exec stopped it because a launch of its batch failed: like an
+    /// interruption, no fault of its own.
+    LaunchFailed(String),
+}
+
+/// What the wrapper's status sidecar says, where it says it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sidecar {
+    pub failure_kind: Option<String>,
+    pub error: Option<String>,
+    /// The wrapper's own wall-clock limit (`timeoutSeconds`) stopped it.
+    pub wall_clock: bool,
+}
+
+/// The mutation audit's verdict on this attempt, where it was audited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Audit {
+    /// Not audited (`mutationAudit = "none"`).
+    None,
+    /// Audited: what it found.
+    Judged {
+        /// `ok`, `failed-no-mutation`, `contract-failed-unattributed` or
+        /// `mutation-present-unresolved`.
+        status: String,
+        violations: Vec<String>,
+        retry_allowed: bool,
+    },
+    /// The audit could not complete (SPEC §5.5: fails closed).
+    Incomplete(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    pub end: End,
+    pub sidecar: Sidecar,
+    /// Completion paths that are not files.
+    pub missing: Vec<String>,
+    /// The audit-sidecar contract's verdict (`None`: passed), asked only
+    /// where [`needs_audit_sidecar`] says so.
+    pub audit_sidecar: Option<Option<String>>,
+    pub audit: Audit,
+    /// The job's write policy still digests to what the plan recorded.
+    pub policy_intact: bool,
+    pub attempt: u64,
+    /// The last attempt the retry rule allows.
+    pub last_allowed: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub status: Status,
+    /// Why it did not complete cleanly, or the note of a rescued completion;
+    /// "" for a clean completion.
+    pub reason: String,
+    /// Set for every attempt that did not complete.
+    pub failure_kind: Option<String>,
+    /// The exit code recorded on every record of the attempt (124 for a
+    /// timeout of either kind).
+    pub exit_code: Option<i32>,
+    /// Goes to the error log (every attempt that did not exit 0 cleanly).
+    pub log_error: bool,
+    /// Another attempt follows under §5.4.
+    pub retry: bool,
+    /// The attempt ended through no fault of its own: the next exec starts a
+    /// new attempt, outside the retry limit (§5.8).
+    pub resumable: bool,
+}
+
+/// Whether settling needs the audit-sidecar contract checked: a non-zero
+/// exit that left every completion artifact, not the served-model mismatch.
+pub fn needs_audit_sidecar(end: &End, missing: &[String]) -> bool {
+    matches!(end, End::Exited(code) if *code != 0 && *code != SERVED_MODEL_MISMATCH_EXIT_CODE)
+        && missing.is_empty()
+}
+
+pub fn decide(f: &Facts) -> Decision {
+    let mut d = base(f);
+    if !f.policy_intact {
+        d.status = Status::Error;
+        d.retry = false;
+        d.reason = "the job's write policy no longer matches its recorded digest".into();
+        d.failure_kind = Some("write-policy".into());
+    }
+    match &f.audit {
+        Audit::None => {}
+        Audit::Incomplete(why) => {
+            d.status = Status::Error;
+            d.retry = false;
+            d.resumable = false;
+            d.reason = join(&d.reason, &format!("audit/incomplete: {why}"));
+            d.failure_kind = Some("audit-incomplete".into());
+        }
+        Audit::Judged {
+            status,
+            violations,
+            retry_allowed,
+        } => {
+            if matches!(
+                status.as_str(),
+                "contract-failed-unattributed" | "mutation-present-unresolved"
+            ) {
+                let audit = format!("mutation audit {status}: {}", violations.join(", "));
+                // A failed attempt keeps its own reason and kind first; a
+                // completion (rescued or not) is overruled by the audit.
+                if d.status == Status::Completed {
+                    d.reason = audit;
+                    d.failure_kind = Some("write-policy".into());
+                } else {
+                    d.reason = join(&d.reason, &audit);
+                    d.failure_kind.get_or_insert_with(|| "write-policy".into());
+                }
+                d.status = Status::Error;
+                d.retry = false;
+                d.resumable = false;
+            } else {
+                d.retry &= *retry_allowed || status == "ok";
+            }
+        }
+    }
+    d.retry &= f.attempt < f.last_allowed;
+    if d.status != Status::Completed {
+        d.log_error = true;
+    }
+    d
+}
+
+/// The decision before the audit and the policy digest have their say.
+fn base(f: &Facts) -> Decision {
+    let mut d = Decision {
+        status: Status::Error,
+        reason: String::new(),
+        failure_kind: None,
+        exit_code: None,
+        log_error: true,
+        retry: false,
+        resumable: false,
+    };
+    let missing = |d: &mut Decision, prefix: String| {
+        d.reason = if f.missing.is_empty() {
+            prefix
+        } else {
+            format!("{prefix}; missing {}", f.missing.join(", "))
+        };
+    };
+    match &f.end {
+        End::Interrupted => {
+            d.reason = "interrupted".into();
+            d.failure_kind = Some("interrupted".into());
+            d.resumable = true;
+        }
+        End::Lost(why) => {
+            d.reason = why.clone();
+            d.failure_kind = Some("lost".into());
+            d.resumable = true;
+        }
+        End::LaunchFailed(why) => {
+            d.reason = why.clone();
+            d.failure_kind = Some("launch-failed".into());
+            d.resumable = true;
+        }
+        End::Idle => {
+            d.status = Status::Timeout;
+            d.exit_code = Some(TIMEOUT_EXIT_CODE);
+            d.reason = "worker went idle (its log stopped growing) and was stopped".into();
+            d.failure_kind = Some("timeout".into());
+        }
+        End::Exited(_) if f.sidecar.wall_clock => {
+            d.status = Status::Timeout;
+            d.exit_code = Some(TIMEOUT_EXIT_CODE);
+            d.reason = f
+                .sidecar
+                .error
+                .clone()
+                .unwrap_or_else(|| "wall-clock limit reached".into());
+            d.failure_kind = Some("timeout".into());
+        }
+        End::Exited(0) if f.missing.is_empty() => {
+            d.status = Status::Completed;
+            d.exit_code = Some(0);
+            d.log_error = false;
+        }
+        End::Exited(0) => {
+            d.exit_code = Some(0);
+            d.reason = format!(
+                "required worker artifact was not produced: {}",
+                f.missing.join(", ")
+            );
+            d.failure_kind = Some("missing-artifact".into());
+            d.retry = true;
+        }
+        End::Exited(code) if *code == SERVED_MODEL_MISMATCH_EXIT_CODE => {
+            d.exit_code = Some(*code);
+            d.reason = format!(
+                "the provider served a different model than the one selected (exit {code})"
+            );
+            d.failure_kind = Some("served-model-mismatch".into());
+        }
+        End::Exited(code) => {
+            d.exit_code = Some(*code);
+            match (&f.audit_sidecar, f.missing.is_empty()) {
+                (Some(None), true) => {
+                    d.status = Status::Completed;
+                    d.reason = format!("worker wrapper exited {code}, but every completion artifact was written and passed the audit-sidecar contract");
+                }
+                (Some(Some(why)), true) => {
+                    d.reason = format!("worker wrapper exited {code}; the artifacts failed the audit-sidecar contract: {why}");
+                    d.failure_kind = Some("audit-sidecar".into());
+                }
+                _ => {
+                    missing(&mut d, format!("worker wrapper exited {code}"));
+                    d.failure_kind = Some("exit".into());
+                }
+            }
+        }
+    }
+    // The wrapper's own word on why its CLI failed comes first.
+    if d.status != Status::Completed && !f.sidecar.wall_clock {
+        if let Some(kind) = &f.sidecar.failure_kind {
+            d.reason = match f.sidecar.error.as_deref().filter(|e| !e.is_empty()) {
+                Some(detail) => format!("{} [{kind}]: {detail}", d.reason),
+                None => format!("{} [{kind}]", d.reason),
+            };
+            d.failure_kind = Some(kind.clone());
+        }
+    }
+    d
+}
+
+fn join(first: &str, then: &str) -> String {
+    if first.is_empty() {
+        then.to_string()
+    } else {
+        format!("{first}; {then}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(end: End) -> Facts {
+        Facts {
+            end,
+            sidecar: Sidecar::default(),
+            missing: vec![],
+            audit_sidecar: None,
+            audit: Audit::None,
+            policy_intact: true,
+            attempt: 1,
+            last_allowed: 2,
+        }
+    }
+
+    fn judged(status: &str, retry_allowed: bool) -> Audit {
+        Audit::Judged {
+            status: status.into(),
+            violations: vec!["src/evil.rs".into()],
+            retry_allowed,
+        }
+    }
+
+    #[test]
+    fn a_clean_exit_with_its_artifacts_completes() {
+        let d = decide(&facts(End::Exited(0)));
+        assert_eq!(d.status, Status::Completed);
+        assert_eq!(
+            (d.reason.as_str(), d.log_error, d.retry),
+            ("", false, false)
+        );
+        assert_eq!(d.failure_kind, None);
+        assert_eq!(d.exit_code, Some(0));
+    }
+
+    #[test]
+    fn a_clean_exit_missing_an_artifact_retries_while_attempts_are_left() {
+        let mut f = facts(End::Exited(0));
+        f.missing = vec!["out/r.md".into()];
+        let d = decide(&f);
+        assert_eq!(d.status, Status::Error);
+        assert!(d.retry && d.log_error);
+        assert!(d.reason.contains("out/r.md"));
+        assert_eq!(d.failure_kind.as_deref(), Some("missing-artifact"));
+        f.attempt = 2;
+        assert!(!decide(&f).retry, "the last attempt");
+        // The audit may forbid it.
+        f.attempt = 1;
+        f.audit = judged("failed-no-mutation", true);
+        assert!(decide(&f).retry);
+        f.audit = judged("ok", false);
+        assert!(decide(&f).retry);
+        f.audit = judged("mutation-present-unresolved", false);
+        let d = decide(&f);
+        assert!(!d.retry);
+        assert!(d.reason.starts_with("required worker artifact"));
+        assert!(d
+            .reason
+            .contains("mutation audit mutation-present-unresolved: src/evil.rs"));
+    }
+
+    #[test]
+    fn a_nonzero_exit_is_rescued_only_by_the_audit_sidecar() {
+        let mut f = facts(End::Exited(3));
+        assert!(needs_audit_sidecar(&f.end, &f.missing));
+        f.audit_sidecar = Some(None);
+        let d = decide(&f);
+        assert_eq!(d.status, Status::Completed);
+        assert!(d.log_error, "a rescued exit still goes to the error log");
+        assert!(d.reason.contains("passed the audit-sidecar contract"));
+        f.audit_sidecar = Some(Some("audit sidecar x is missing".into()));
+        let d = decide(&f);
+        assert_eq!(d.status, Status::Error);
+        assert!(d.reason.contains("is missing"));
+        assert!(!d.retry);
+        // Missing artifacts: not asked, not rescued, not retried.
+        f.missing = vec!["r.md".into()];
+        assert!(!needs_audit_sidecar(&f.end, &f.missing));
+        let d = decide(&f);
+        assert_eq!(d.reason, "worker wrapper exited 3; missing r.md");
+        assert!(!d.retry);
+        assert_eq!(d.failure_kind.as_deref(), Some("exit"));
+    }
+
+    #[test]
+    fn the_served_model_mismatch_is_never_promoted() {
+        let f = facts(End::Exited(SERVED_MODEL_MISMATCH_EXIT_CODE));
+        assert!(!needs_audit_sidecar(&f.end, &f.missing));
+        let d = decide(&f);
+        assert_eq!(d.status, Status::Error);
+        assert!(!d.retry);
+        assert_eq!(d.failure_kind.as_deref(), Some("served-model-mismatch"));
+    }
+
+    #[test]
+    fn timeouts_of_both_kinds_record_124_and_do_not_retry() {
+        let d = decide(&facts(End::Idle));
+        assert_eq!(
+            (d.status, d.exit_code),
+            (Status::Timeout, Some(124))
+        );
+        assert_eq!(d.failure_kind.as_deref(), Some("timeout"));
+        assert!(!d.retry);
+        let mut f = facts(End::Exited(124));
+        f.sidecar = Sidecar {
+            failure_kind: Some("timeout".into()),
+            error: Some("timed out after 5 s".into()),
+            wall_clock: true,
+        };
+        let d = decide(&f);
+        assert_eq!(
+            (d.status, d.exit_code),
+            (Status::Timeout, Some(124))
+        );
+        assert_eq!(d.reason, "timed out after 5 s");
+    }
+
+    #[test]
+    fn interrupted_and_lost_attempts_are_resumable_not_retried() {
+        for end in [End::Interrupted, End::Lost("exec died".into())] {
+            let d = decide(&facts(end.clone()));
+            assert_eq!(d.status, Status::Error, "{end:?}");
+            assert!(d.resumable && !d.retry && d.log_error, "{end:?}");
+        }
+        assert_eq!(decide(&facts(End::Interrupted)).reason, "interrupted");
+        let d = decide(&facts(End::LaunchFailed("launch failed for b".into())));
+        assert!(d.resumable && !d.retry);
+        assert_eq!(d.failure_kind.as_deref(), Some("launch-failed"));
+    }
+
+    #[test]
+    fn the_wrappers_failure_kind_leads_the_reason() {
+        let mut f = facts(End::Exited(1));
+        f.sidecar.failure_kind = Some("not-logged-in".into());
+        f.sidecar.error = Some("claude is not logged in".into());
+        let d = decide(&f);
+        assert_eq!(
+            d.reason,
+            "worker wrapper exited 1 [not-logged-in]: claude is not logged in"
+        );
+        assert_eq!(d.failure_kind.as_deref(), Some("not-logged-in"));
+    }
+
+    #[test]
+    fn the_audit_overrules_a_completion_and_fails_closed() {
+        let mut f = facts(End::Exited(0));
+        f.audit = judged("contract-failed-unattributed", false);
+        let d = decide(&f);
+        assert_eq!(d.status, Status::Error);
+        assert_eq!(
+            d.reason,
+            "mutation audit contract-failed-unattributed: src/evil.rs"
+        );
+        assert!(d.log_error && !d.retry);
+        f.audit = Audit::Incomplete("cannot read src/deep: Permission denied".into());
+        let d = decide(&f);
+        assert_eq!(d.status, Status::Error);
+        assert!(d
+            .reason
+            .starts_with("audit/incomplete: cannot read src/deep"));
+        assert_eq!(d.failure_kind.as_deref(), Some("audit-incomplete"));
+        // Not even an interrupted attempt is resumable once the audit could
+        // not vouch for the tree.
+        let mut f = facts(End::Interrupted);
+        f.audit = Audit::Incomplete("x".into());
+        assert!(!decide(&f).resumable);
+    }
+
+    #[test]
+    fn a_moved_write_policy_is_an_error() {
+        let mut f = facts(End::Exited(0));
+        f.policy_intact = false;
+        let d = decide(&f);
+        assert_eq!(d.status, Status::Error);
+        assert!(d.reason.contains("no longer matches its recorded digest"));
+    }
+}

@@ -1,0 +1,234 @@
+//! What the executor records and reads back (SPEC §5.6, §5.8): one event
+//! type, written as one line of the events log by exec, read by resume, and
+//! handed to every reporter. Nothing names an event by a string literal but
+//! the serde attributes here.
+
+use crate::state::attempts::AttemptStatus;
+use crate::vocab::Backend;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One line of `lead-events.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Event {
+    /// Recorded (and synced) before the attempt's command may start.
+    WorkerDispatched(Dispatched),
+    /// The attempt did not complete; a retry, a resumption or the end of the
+    /// job follows.
+    WorkerFailed(Settled),
+    /// The failed attempt is followed by another (SPEC §5.4).
+    WorkerRetryScheduled(RetryScheduled),
+    /// The attempt completed.
+    WorkerResultCollected(Settled),
+}
+
+/// What every event of an attempt carries: when, which plan, which job and
+/// attempt, and how it was dispatched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Head {
+    pub ts: String,
+    #[serde(flatten)]
+    pub who: Who,
+    pub attempt: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_id: Option<String>,
+    pub worker_key: String,
+    pub plan_digest: String,
+    pub max_attempts: u32,
+    pub dispatch_mode: Backend,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded_from: Option<Backend>,
+}
+
+/// The identity fields as events and dispatch rows carry them: v1
+/// `workerId`, or the v2 refs with their version markers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Who {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_identity_version: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participant_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_execution_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duty_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment_ref: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Dispatched {
+    #[serde(flatten)]
+    pub head: Head,
+    /// The wrapper's pid (the leader of its process group).
+    pub pid: u32,
+    /// When that process started, in clock ticks since boot
+    /// (`/proc/<pid>/stat` field 22), so that a resumed exec never mistakes
+    /// a later process that reused the pid for the wrapper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_start: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    pub prompt_path: String,
+    pub result_path: String,
+    /// The wrapper argv exec started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Settled {
+    #[serde(flatten)]
+    pub head: Head,
+    pub status: AttemptStatus,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrapper_exit_code: Option<i32>,
+    #[serde(default)]
+    pub missing_completion_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<String>,
+    /// The attempt ended because exec was interrupted or died, not by its
+    /// own doing: the next exec starts a new attempt that does not count
+    /// against the retry limit (SPEC §5.8).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumable: bool,
+    /// The change summary of the mutation audit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutation_audit: Option<Value>,
+    /// How appending the error-log record went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_log_append: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryScheduled {
+    #[serde(flatten)]
+    pub head: Head,
+    #[serde(default)]
+    pub missing_completion_paths: Vec<String>,
+    pub reason: String,
+    pub next_attempt: u64,
+}
+
+impl Event {
+    pub fn head(&self) -> &Head {
+        match self {
+            Event::WorkerDispatched(d) => &d.head,
+            Event::WorkerFailed(s) | Event::WorkerResultCollected(s) => &s.head,
+            Event::WorkerRetryScheduled(r) => &r.head,
+        }
+    }
+
+    /// The event as one line of the log.
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head() -> Head {
+        Head {
+            ts: "2026-12-01T00:00:00Z".into(),
+            who: Who {
+                worker_id: Some("a".into()),
+                ..Who::default()
+            },
+            attempt: 1,
+            dispatch_id: None,
+            worker_key: "a".into(),
+            plan_digest: "sha256:0".into(),
+            max_attempts: 2,
+            dispatch_mode: Backend::CliWrapper,
+            degraded_from: None,
+        }
+    }
+
+    #[test]
+    fn type_and_ts_lead_the_line_and_it_reads_back() {
+        let e = Event::WorkerDispatched(Dispatched {
+            head: head(),
+            pid: 42,
+            pid_start: Some(7),
+            session_id: None,
+            prompt_path: "p.md".into(),
+            result_path: "r.md".into(),
+            argv: vec![],
+        });
+        let line = e.line();
+        assert!(
+            line.starts_with(r#"{"type":"worker-dispatched","ts":"2026-12-01T00:00:00Z","workerId":"a","attempt":1,"#),
+            "{line}"
+        );
+        assert!(!line.contains("sessionId"), "absent, not empty: {line}");
+        assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), e);
+    }
+
+    #[test]
+    fn each_kind_has_its_wire_name() {
+        let settled = Settled {
+            head: head(),
+            status: AttemptStatus::Error,
+            reason: "interrupted".into(),
+            exit_code: None,
+            wrapper_exit_code: None,
+            missing_completion_paths: vec![],
+            served_model: None,
+            cli_session_id: None,
+            failure_kind: Some("interrupted".into()),
+            resumable: true,
+            mutation_audit: None,
+            error_log_append: None,
+        };
+        let retry = RetryScheduled {
+            head: head(),
+            missing_completion_paths: vec!["r.md".into()],
+            reason: "missing".into(),
+            next_attempt: 2,
+        };
+        for (e, name) in [
+            (Event::WorkerFailed(settled.clone()), "worker-failed"),
+            (
+                Event::WorkerResultCollected(settled),
+                "worker-result-collected",
+            ),
+            (Event::WorkerRetryScheduled(retry), "worker-retry-scheduled"),
+        ] {
+            let v: Value = serde_json::from_str(&e.line()).unwrap();
+            assert_eq!(v["type"], name);
+            assert_eq!(serde_json::from_value::<Event>(v).unwrap(), e);
+        }
+    }
+
+    #[test]
+    fn a_line_of_another_writer_or_an_older_okstra_still_reads() {
+        // Extra keys are ignored; a v2 identity reads back.
+        let line = r#"{"type":"worker-failed","ts":"t","schemaVersion":"2.0","executionIdentityVersion":2,"participantRef":"p","attempt":2,"dispatchId":"inv:attempt-2","workerKey":"k","planDigest":"d","maxAttempts":2,"dispatchMode":"pane","degradedFrom":"pane","status":"error","reason":"x","exitCode":1,"sessionId":"","somethingNew":[1]}"#;
+        let e: Event = serde_json::from_str(line).unwrap();
+        assert_eq!(e.head().attempt, 2);
+        assert_eq!(e.head().who.participant_ref.as_deref(), Some("p"));
+    }
+}

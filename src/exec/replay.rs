@@ -1,0 +1,477 @@
+//! Resume (SPEC §5.8): what the events log says about each job of a plan.
+//!
+//! The events log is the executor's write-ahead record; this module folds the
+//! events of one plan (by its digest) into each job's history and answers
+//! what the next exec must do with it. It reads nothing but the events: the
+//! runner then looks at the status sidecars and processes of attempts that
+//! were in flight.
+//!
+//! It also checks that the records read like something an executor wrote.
+//! An executor never dispatches a job of a stage before every job of the
+//! stages before it completed, never settles what it did not dispatch, and
+//! never goes back to an earlier attempt. Lines that break these rules were
+//! written by someone else (a worker forging a later stage's result, say)
+//! and are not believed: they are reported, and the stage they fall into is
+//! judged for them (SPEC §5.5).
+
+use super::event::{Dispatched, Event, Settled};
+use crate::plan::{Plan, MAX_ATTEMPTS};
+use std::collections::HashMap;
+
+/// One attempt of a job as recorded.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttemptRecord {
+    pub attempt: u64,
+    /// The last dispatch of this attempt (an attempt recorded but never
+    /// started is dispatched again under the same number).
+    pub dispatched: Option<Dispatched>,
+    pub settled: Option<Settled>,
+    pub completed: bool,
+    pub retry_scheduled: bool,
+}
+
+/// What the records say about one job.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct History {
+    pub attempts: Vec<AttemptRecord>,
+    /// Resumable ends settled by this exec, on top of the recorded ones.
+    pub resumed_here: u64,
+}
+
+/// What the next exec does with a job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Nothing recorded: start the job's first attempt.
+    Fresh,
+    /// Done; not run again.
+    Completed { attempt: u64 },
+    /// Ended for good (no retry left, or not retryable).
+    Failed {
+        attempt: u64,
+        status: crate::state::attempts::AttemptStatus,
+        reason: String,
+    },
+    /// Start this attempt (a scheduled retry, or a new attempt after a
+    /// resumable end).
+    Start { attempt: u64 },
+    /// Dispatched and not settled: look at its status sidecar and process.
+    InFlight { dispatched: Box<Dispatched> },
+}
+
+impl History {
+    fn entry(&mut self, attempt: u64) -> &mut AttemptRecord {
+        match self.attempts.iter().position(|a| a.attempt == attempt) {
+            Some(i) => &mut self.attempts[i],
+            None => {
+                self.attempts.push(AttemptRecord {
+                    attempt,
+                    ..AttemptRecord::default()
+                });
+                self.attempts.sort_by_key(|a| a.attempt);
+                let i = self
+                    .attempts
+                    .iter()
+                    .position(|a| a.attempt == attempt)
+                    .unwrap_or_default();
+                &mut self.attempts[i]
+            }
+        }
+    }
+
+    /// How many attempts ended resumable: each adds one to the retry limit.
+    pub fn resumable_ends(&self) -> u64 {
+        self.resumed_here
+            + self
+                .attempts
+                .iter()
+                .filter(|a| a.settled.as_ref().is_some_and(|s| s.resumable))
+                .count() as u64
+    }
+
+    /// An attempt this exec settled resumable.
+    pub fn note_resumable(&mut self) {
+        self.resumed_here += 1;
+    }
+
+    /// The last attempt number the retry rule allows for a job whose first
+    /// attempt is `first` (SPEC §5.4, §5.8).
+    pub fn last_allowed(&self, first: u64) -> u64 {
+        first + u64::from(MAX_ATTEMPTS) - 1 + self.resumable_ends()
+    }
+
+    pub fn next(&self) -> Next {
+        let Some(last) = self.attempts.last() else {
+            return Next::Fresh;
+        };
+        if last.completed {
+            return Next::Completed {
+                attempt: last.attempt,
+            };
+        }
+        match &last.settled {
+            Some(s) if s.resumable || last.retry_scheduled => Next::Start {
+                attempt: last.attempt + 1,
+            },
+            Some(s) => Next::Failed {
+                attempt: last.attempt,
+                status: s.status,
+                reason: s.reason.clone(),
+            },
+            None => match &last.dispatched {
+                Some(d) => Next::InFlight {
+                    dispatched: Box::new(d.clone()),
+                },
+                None => Next::Fresh,
+            },
+        }
+    }
+}
+
+/// A record that no executor would have written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forged {
+    /// Where it lies in the log (1-based line among this plan's events).
+    pub index: usize,
+    /// The stage that was being worked on when it was written: the stage
+    /// whose jobs are judged for it.
+    pub stage: usize,
+    pub worker_key: String,
+    pub attempt: u64,
+    pub why: String,
+}
+
+/// Each job's history (by its index in plan order) and the records that
+/// were not believed.
+#[derive(Debug, Default)]
+pub struct Replay {
+    pub histories: Vec<History>,
+    pub forged: Vec<Forged>,
+}
+
+/// Fold `events` (the whole log, any plan) into the histories of `plan`'s
+/// jobs.
+pub fn replay(plan: &Plan, events: impl IntoIterator<Item = Event>) -> Replay {
+    let jobs: Vec<(usize, &crate::plan::Job)> = plan
+        .stages
+        .iter()
+        .enumerate()
+        .flat_map(|(si, s)| s.jobs.iter().map(move |j| (si, j)))
+        .collect();
+    // A state key is unique within a stage; across stages the same key may
+    // appear again, so events are matched to the stage being worked on.
+    let mut index_of: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, (_, job)) in jobs.iter().enumerate() {
+        index_of.entry(job.key.as_str()).or_default().push(i);
+    }
+    let stage_of: Vec<usize> = jobs.iter().map(|(s, _)| *s).collect();
+    let stage_sizes: Vec<usize> = plan.stages.iter().map(|s| s.jobs.len()).collect();
+    let mut replay = Replay {
+        histories: vec![History::default(); jobs.len()],
+        forged: Vec::new(),
+    };
+    // How many jobs of each stage have completed, in log order.
+    let mut completed_in: Vec<usize> = vec![0; plan.stages.len()];
+    let mut counted: Vec<bool> = vec![false; jobs.len()];
+    let mut n = 0;
+    for event in events {
+        let head = event.head();
+        if head.plan_digest != plan.digest {
+            continue;
+        }
+        n += 1;
+        let (key, attempt) = (head.worker_key.clone(), head.attempt);
+        let Some(candidates) = index_of.get(key.as_str()) else {
+            continue;
+        };
+        // The job of that key in the earliest stage not yet complete.
+        let Some(&i) = candidates
+            .iter()
+            .find(|&&i| !counted[i])
+            .or_else(|| candidates.last())
+        else {
+            continue;
+        };
+        let stage = stage_of[i];
+        // The stage being worked on: the first one not complete yet.
+        let current = (0..plan.stages.len())
+            .find(|&s| completed_in[s] < stage_sizes[s])
+            .unwrap_or(stage);
+        let mut forge = |why: String| {
+            replay.forged.push(Forged {
+                index: n,
+                stage: current,
+                worker_key: key.clone(),
+                attempt,
+                why,
+            });
+        };
+        if let Some(earlier) = (0..stage).find(|&s| completed_in[s] < stage_sizes[s]) {
+            forge(format!(
+                "a record of stage {} while stage {} had not completed",
+                stage + 1,
+                earlier + 1
+            ));
+            continue;
+        }
+        let history = &mut replay.histories[i];
+        let latest = history.attempts.last().map(|a| a.attempt).unwrap_or(0);
+        if attempt < latest {
+            forge(format!("attempt {attempt} recorded after attempt {latest}"));
+            continue;
+        }
+        let record = history.entry(attempt);
+        match event {
+            Event::WorkerDispatched(d) => {
+                if record.settled.is_some() || record.completed {
+                    forge(format!(
+                        "attempt {} dispatched again after it settled",
+                        d.head.attempt
+                    ));
+                    continue;
+                }
+                record.dispatched = Some(d);
+            }
+            Event::WorkerResultCollected(s) | Event::WorkerFailed(s)
+                if record.dispatched.is_none() =>
+            {
+                forge(format!(
+                    "attempt {} settled but never dispatched",
+                    s.head.attempt
+                ));
+            }
+            Event::WorkerResultCollected(s) => {
+                record.completed = true;
+                record.settled = Some(s);
+                if !counted[i] {
+                    counted[i] = true;
+                    completed_in[stage] += 1;
+                }
+            }
+            Event::WorkerFailed(s) => record.settled = Some(s),
+            Event::WorkerRetryScheduled(r) => {
+                if record.settled.is_none() {
+                    forge(format!(
+                        "a retry of attempt {} before it settled",
+                        r.head.attempt
+                    ));
+                    continue;
+                }
+                record.retry_scheduled = true;
+            }
+        }
+    }
+    replay
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::event::{Head, RetryScheduled, Who};
+    use super::*;
+
+    fn plan(stages: &[&[&str]]) -> Plan {
+        let job = |key: &str| -> crate::plan::Job {
+            serde_json::from_value(serde_json::json!({
+                "key": key, "identity": {"version": "1", "workerId": key}, "provider": "command",
+                "backend": "cli-wrapper", "role": "analyst", "dispatchKind": "initial", "round": 1,
+                "promptPath": format!("{key}.md"), "resultPath": "r.md", "workerResultPath": "r.md",
+                "completionPaths": ["r.md"], "command": [], "providerCommand": [], "takesSessionId": false,
+                "idleTimeoutSeconds": 600, "livenessMode": "wrapper-status",
+                "writePolicy": {"role": "analyst", "allow": [], "digest": ""},
+                "writeEnforcement": {"mutationAudit": "none"}
+            }))
+            .unwrap()
+        };
+        serde_json::from_value(serde_json::json!({
+            "formatVersion": crate::plan::FORMAT_VERSION, "okstraVersion": "0", "createdAt": "t",
+            "projectRoot": "/", "run": {"taskKey": "k", "manifestPath": "m", "teamStatePath": "t",
+                "leadEventsPath": "e", "errorLogPath": "x", "terminalBackend": "cli-wrapper", "mode": "spec"},
+            "inputs": [], "policy": {"maxAttempts": 2},
+            "stages": stages.iter().enumerate().map(|(i, keys)| serde_json::json!({
+                "name": format!("s{i}"),
+                "jobs": keys.iter().map(|k| serde_json::to_value(job(k)).unwrap()).collect::<Vec<_>>()
+            })).collect::<Vec<_>>(),
+            "digest": "sha256:plan"
+        }))
+        .unwrap()
+    }
+
+    fn head(key: &str, attempt: u64) -> Head {
+        Head {
+            ts: "t".into(),
+            who: Who::default(),
+            attempt,
+            dispatch_id: None,
+            worker_key: key.into(),
+            plan_digest: "sha256:plan".into(),
+            max_attempts: 2,
+            dispatch_mode: crate::vocab::Backend::CliWrapper,
+            degraded_from: None,
+        }
+    }
+
+    fn dispatched(key: &str, attempt: u64) -> Event {
+        Event::WorkerDispatched(Dispatched {
+            head: head(key, attempt),
+            pid: 7,
+            pid_start: None,
+            session_id: None,
+            prompt_path: "p".into(),
+            result_path: "r".into(),
+            argv: vec![],
+        })
+    }
+
+    fn settled(key: &str, attempt: u64, status: &str, resumable: bool) -> Settled {
+        Settled {
+            head: head(key, attempt),
+            status: serde_json::from_value(serde_json::json!(status)).unwrap(),
+            reason: format!("{status} reason"),
+            exit_code: Some(0),
+            wrapper_exit_code: Some(0),
+            missing_completion_paths: vec![],
+            served_model: None,
+            cli_session_id: None,
+            failure_kind: None,
+            resumable,
+            mutation_audit: None,
+            error_log_append: None,
+        }
+    }
+
+    fn done(key: &str, attempt: u64) -> Event {
+        Event::WorkerResultCollected(settled(key, attempt, "completed", false))
+    }
+
+    fn failed(key: &str, attempt: u64, resumable: bool) -> Event {
+        Event::WorkerFailed(settled(key, attempt, "error", resumable))
+    }
+
+    fn retry(key: &str, attempt: u64) -> Event {
+        Event::WorkerRetryScheduled(RetryScheduled {
+            head: head(key, attempt),
+            missing_completion_paths: vec![],
+            reason: "missing".into(),
+            next_attempt: attempt + 1,
+        })
+    }
+
+    fn nexts(r: &Replay) -> Vec<Next> {
+        r.histories.iter().map(History::next).collect()
+    }
+
+    #[test]
+    fn each_kind_of_history_and_what_follows() {
+        let p = plan(&[&["a", "b", "c", "d", "e", "f"]]);
+        let r = replay(
+            &p,
+            [
+                dispatched("a", 1),
+                done("a", 1),
+                dispatched("b", 1),
+                failed("b", 1, false),
+                dispatched("c", 1),
+                failed("c", 1, false),
+                retry("c", 1),
+                dispatched("d", 1),
+                failed("d", 1, true),
+                dispatched("e", 1),
+            ],
+        );
+        assert!(r.forged.is_empty(), "{:?}", r.forged);
+        let n = nexts(&r);
+        assert_eq!(n[0], Next::Completed { attempt: 1 });
+        assert!(
+            matches!(&n[1], Next::Failed { attempt: 1, status, .. } if status.as_str() == "error")
+        );
+        assert_eq!(n[2], Next::Start { attempt: 2 });
+        assert_eq!(n[3], Next::Start { attempt: 2 });
+        assert!(matches!(&n[4], Next::InFlight { dispatched } if dispatched.head.attempt == 1));
+        assert_eq!(n[5], Next::Fresh);
+        // A resumable end does not use up a retry.
+        assert_eq!(r.histories[3].last_allowed(1), 3);
+        assert_eq!(r.histories[2].last_allowed(1), 2);
+    }
+
+    #[test]
+    fn an_attempt_dispatched_twice_keeps_its_last_dispatch() {
+        let p = plan(&[&["a"]]);
+        let mut again = dispatched("a", 1);
+        if let Event::WorkerDispatched(d) = &mut again {
+            d.pid = 99;
+        }
+        let r = replay(&p, [dispatched("a", 1), again]);
+        match &nexts(&r)[0] {
+            Next::InFlight { dispatched } => assert_eq!(dispatched.pid, 99),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn other_plans_are_passed_over() {
+        let p = plan(&[&["a"]]);
+        let mut other = done("a", 1);
+        if let Event::WorkerResultCollected(s) = &mut other {
+            s.head.plan_digest = "sha256:other".into();
+        }
+        let r = replay(&p, [other]);
+        assert_eq!(nexts(&r), [Next::Fresh]);
+    }
+
+    #[test]
+    fn a_later_stages_result_written_before_its_time_is_not_believed() {
+        // A worker of stage 1 appends a completed verifier of stage 2, then
+        // kills exec: the verifier must not count as completed.
+        let p = plan(&[&["impl"], &["ver"]]);
+        let r = replay(
+            &p,
+            [dispatched("impl", 1), dispatched("ver", 1), done("ver", 1)],
+        );
+        assert_eq!(r.forged.len(), 2, "{:?}", r.forged);
+        assert!(r.forged[0].why.contains("stage 2 while stage 1"));
+        let n = nexts(&r);
+        assert!(matches!(&n[0], Next::InFlight { .. }));
+        assert_eq!(n[1], Next::Fresh);
+        // Near miss: the same records after impl completed are believed.
+        let r = replay(
+            &p,
+            [
+                dispatched("impl", 1),
+                done("impl", 1),
+                dispatched("ver", 1),
+                done("ver", 1),
+            ],
+        );
+        assert!(r.forged.is_empty());
+        assert_eq!(nexts(&r)[1], Next::Completed { attempt: 1 });
+    }
+
+    #[test]
+    fn settling_what_was_never_dispatched_or_going_back_is_not_believed() {
+        let p = plan(&[&["a"]]);
+        let r = replay(&p, [done("a", 1)]);
+        assert_eq!(r.forged.len(), 1);
+        assert_eq!(nexts(&r), [Next::Fresh]);
+        let r = replay(
+            &p,
+            [
+                dispatched("a", 1),
+                failed("a", 1, false),
+                retry("a", 1),
+                dispatched("a", 2),
+                done("a", 1),
+            ],
+        );
+        assert_eq!(r.forged.len(), 1);
+        assert!(matches!(&nexts(&r)[0], Next::InFlight { .. }));
+    }
+
+    #[test]
+    fn the_same_key_in_two_stages_is_two_jobs() {
+        let p = plan(&[&["a"], &["a"]]);
+        let r = replay(&p, [dispatched("a", 1), done("a", 1), dispatched("a", 1)]);
+        assert!(r.forged.is_empty(), "{:?}", r.forged);
+        let n = nexts(&r);
+        assert_eq!(n[0], Next::Completed { attempt: 1 });
+        assert!(matches!(&n[1], Next::InFlight { .. }));
+    }
+}

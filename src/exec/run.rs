@@ -1,0 +1,1198 @@
+//! The stage loop (SPEC §5.2 – §5.8): for each stage, find where the records
+//! left each job, start what must start, watch, stop, settle and record.
+//!
+//! Every attempt goes through the same steps, each a small function here:
+//! [`Runner::launch_batch`] starts the wrappers of a batch held at their
+//! gate, records their dispatches with one synced commit and only then lets
+//! them run; [`Runner::wait_round`] watches them (exits, idleness, Ctrl-C);
+//! [`Runner::settle_round`] audits what the round changed and settles each
+//! attempt through [`super::decide::decide`]; the decision is recorded
+//! before anything follows from it.
+
+use super::backend::{Dispatch, Launch, Local};
+use super::decide::{self, Audit, End, Facts, Sidecar, Status};
+use super::event::{Dispatched, Event, Head, RetryScheduled, Settled, Who};
+use super::record::{Recorder, Then};
+use super::replay::{self, History, Next};
+use super::report::{JobReport, Notice, Reporter};
+use super::{Options, Outcomes};
+use crate::audit;
+use crate::compile::paths;
+use crate::diag::{Code, Diagnostic};
+use crate::plan::{Identity, Job, Plan, MAX_ATTEMPTS};
+use crate::state::journal::Sync;
+use crate::vocab::{Backend, MutationAudit, Role};
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the loop waits for an exit before it looks at idleness, the
+/// interrupt flag and the live line again.
+const TICK: Duration = Duration::from_millis(100);
+
+/// The wrapper's exit code when its gate closed before it was released:
+/// exec died before recording the dispatch, and nothing ran.
+pub const NEVER_RELEASED: i32 = 75;
+/// The wrapper's exit code when it could not record its own start (a full
+/// disk): it started nothing.
+pub const START_UNRECORDED: i32 = 74;
+
+/// An attempt whose wrapper runs.
+struct Running {
+    job: usize,
+    dispatched: Dispatched,
+    started: Instant,
+    watch: crate::process::LogWatch,
+}
+
+/// An attempt that ended and waits to be settled.
+struct Ended {
+    job: usize,
+    dispatched: Dispatched,
+    end: End,
+    started: Instant,
+}
+
+/// How one attempt is audited.
+enum Judge<'v> {
+    Off,
+    Incomplete(String),
+    /// Its verdict comes from the round's attribution, as job `k` of it.
+    In(&'v audit::Attributed<'v>, usize),
+}
+
+/// What a round's audit found, for each attempt it settles.
+enum RoundAudit {
+    /// No batch audit in this stage.
+    Off,
+    Compared(audit::Changes),
+    Incomplete(String),
+}
+
+pub(super) struct Runner<'a> {
+    root: PathBuf,
+    plan: &'a Plan,
+    opts: &'a Options,
+    /// Every job in plan order, with its stage.
+    jobs: Vec<(usize, &'a Job)>,
+    rec: Recorder,
+    backend: Local,
+    reporters: Vec<Box<dyn Reporter>>,
+    interrupt: Arc<AtomicBool>,
+    interrupted: bool,
+    histories: Vec<History>,
+    /// Records of the log no executor wrote, by the stage they fall into.
+    forged: HashMap<usize, Vec<String>>,
+    reports: Vec<Option<JobReport>>,
+    refused: Vec<Diagnostic>,
+    /// A record that could not be written: the run stops.
+    fatal: Option<String>,
+    audit_roots: Vec<PathBuf>,
+    audit_exclude: Vec<PathBuf>,
+    manifest_cache: Option<BindingVerdicts>,
+}
+
+/// Each job's binding verdict as of a manifest modification time and length
+/// (`None` verdicts: the manifest could not be read).
+type BindingVerdicts = (
+    Option<std::time::SystemTime>,
+    u64,
+    Option<Vec<Option<String>>>,
+);
+
+impl<'a> Runner<'a> {
+    pub(super) fn new(
+        root: &Path,
+        plan: &'a Plan,
+        opts: &'a Options,
+        rec: Recorder,
+        reporters: Vec<Box<dyn Reporter>>,
+        interrupt: Arc<AtomicBool>,
+    ) -> Runner<'a> {
+        let jobs: Vec<(usize, &Job)> = plan
+            .stages
+            .iter()
+            .enumerate()
+            .flat_map(|(si, s)| s.jobs.iter().map(move |j| (si, j)))
+            .collect();
+        let (audit_roots, audit_exclude) = audit_walk(root, plan, &rec);
+        let n = jobs.len();
+        Runner {
+            root: root.to_path_buf(),
+            plan,
+            opts,
+            jobs,
+            rec,
+            backend: Local::new(opts.okstra_worker.clone()),
+            reporters,
+            interrupt,
+            interrupted: false,
+            histories: vec![History::default(); n],
+            forged: HashMap::new(),
+            reports: vec![None; n],
+            refused: Vec::new(),
+            fatal: None,
+            audit_roots,
+            audit_exclude,
+            manifest_cache: None,
+        }
+    }
+
+    fn tell(&mut self, notice: Notice) {
+        for r in &mut self.reporters {
+            r.notice(&notice);
+        }
+    }
+
+    fn say(&mut self, text: String) {
+        self.tell(Notice::Said { text });
+    }
+
+    fn abs(&self, p: &str) -> PathBuf {
+        paths::abs_of(&self.root, p)
+    }
+
+    fn job(&self, i: usize) -> &'a Job {
+        self.jobs[i].1
+    }
+
+    pub(super) fn run(mut self) -> Outcomes {
+        self.resume_records();
+        if self.jobs.iter().any(|(_, j)| j.backend == Backend::Pane) {
+            let line = self.backend.detect_pane();
+            self.say(line);
+        }
+        let mut blocked: Option<&'static str> = None;
+        for si in 0..self.plan.stages.len() {
+            let indices: Vec<usize> = (0..self.jobs.len())
+                .filter(|&i| self.jobs[i].0 == si)
+                .collect();
+            if self.interrupt.load(Ordering::Relaxed) {
+                self.interrupted = true;
+            }
+            if self.interrupted {
+                blocked = Some("interrupted before its stage started");
+            } else if self.fatal.is_some() {
+                blocked = Some("the run stopped: a record could not be written");
+            }
+            if let Some(reason) = blocked {
+                for &i in &indices {
+                    self.not_run(i, reason);
+                }
+                continue;
+            }
+            self.tell(Notice::StageStarted {
+                index: si,
+                of: self.plan.stages.len(),
+                name: &self.plan.stages[si].name,
+                jobs: indices.len(),
+            });
+            self.run_stage(si, &indices);
+            self.end_of_stage();
+            let done = indices.iter().all(|&i| {
+                self.reports[i]
+                    .as_ref()
+                    .is_some_and(|r| r.status == "completed")
+            });
+            if !done && blocked.is_none() {
+                blocked = Some("an earlier stage did not complete");
+            }
+        }
+        if let Err(e) = self.rec.flush_if_dirty() {
+            self.fatal.get_or_insert(format!("team-state: {e}"));
+        }
+        let reports = self
+            .reports
+            .into_iter()
+            .zip(&self.jobs)
+            .map(|(r, (si, job))| {
+                r.unwrap_or_else(|| JobReport {
+                    stage: self.plan.stages[*si].name.clone(),
+                    key: job.key.clone(),
+                    label: job.label().to_string(),
+                    status: "not-run".into(),
+                    attempts: 0,
+                    reason: "not reached".into(),
+                    duration: Duration::ZERO,
+                })
+            })
+            .collect();
+        Outcomes {
+            reports,
+            interrupted: self.interrupted,
+            refused: self.refused,
+            fatal: self.fatal,
+        }
+    }
+
+    /// Read the events log back: each job's history, the rows a dead
+    /// executor never wrote, and the records nobody should have written.
+    fn resume_records(&mut self) {
+        let events = match self.rec.read_events() {
+            Ok(events) => events,
+            Err(e) => {
+                self.fatal = Some(format!(
+                    "cannot read {}: {e}",
+                    self.rec.events_path().display()
+                ));
+                return;
+            }
+        };
+        let replayed = replay::replay(self.plan, events);
+        for f in &replayed.forged {
+            let text = format!(
+                "{}: a record of {} attempt {} that okstra did not write ({})",
+                self.rec.events_path().display(),
+                f.worker_key,
+                f.attempt,
+                f.why
+            );
+            self.forged.entry(f.stage).or_default().push(text);
+        }
+        self.histories = replayed.histories;
+        match self.rec.reconcile(self.plan, &self.histories) {
+            Ok(0) => {}
+            Ok(n) => {
+                self.say(format!(
+                    "team-state was behind the events log for {n} job{}: rows restored",
+                    if n == 1 { "" } else { "s" }
+                ));
+                if let Err(e) = self.rec.flush() {
+                    self.fatal = Some(format!("team-state: {e}"));
+                }
+            }
+            Err(e) => self.fatal = Some(format!("team-state: {e}")),
+        }
+    }
+
+    fn report(&mut self, i: usize, status: &str, attempts: u64, reason: &str, duration: Duration) {
+        let (si, job) = self.jobs[i];
+        let report = JobReport {
+            stage: self.plan.stages[si].name.clone(),
+            key: job.key.clone(),
+            label: job.label().to_string(),
+            status: status.to_string(),
+            attempts,
+            reason: reason.to_string(),
+            duration,
+        };
+        self.tell(Notice::Finished { report: &report });
+        self.reports[i] = Some(report);
+    }
+
+    /// A job that ends this exec without running: reported, and given a
+    /// `workers[]` row if it has none.
+    fn not_run(&mut self, i: usize, reason: &str) {
+        let job = self.job(i);
+        self.rec.not_run(job, reason);
+        self.report(i, "not-run", 0, reason, Duration::ZERO);
+    }
+
+    fn run_stage(&mut self, si: usize, indices: &[usize]) {
+        let mut pending: Vec<(usize, u64)> = Vec::new();
+        let mut adopted: Vec<Running> = Vec::new();
+        let mut ended: Vec<Ended> = Vec::new();
+        for &i in indices {
+            let job = self.job(i);
+            match self.histories[i].next() {
+                Next::Fresh => pending.push((i, job.first_attempt())),
+                Next::Start { attempt } => pending.push((i, attempt)),
+                Next::Completed { attempt } => {
+                    self.say(format!(
+                        "{} already completed (attempt {attempt}); not run again",
+                        job.label()
+                    ));
+                    self.report(
+                        i,
+                        "completed",
+                        attempt,
+                        "completed by an earlier exec",
+                        Duration::ZERO,
+                    );
+                }
+                Next::Failed {
+                    attempt,
+                    status,
+                    reason,
+                } => self.report(i, status.as_str(), attempt, &reason, Duration::ZERO),
+                Next::InFlight { dispatched } => match self.inspect(i, *dispatched) {
+                    Found::Ended(e) => ended.push(e),
+                    Found::Running(r) => adopted.push(r),
+                    Found::NeverStarted(attempt) => pending.push((i, attempt)),
+                },
+            }
+        }
+        let snapshot = self.stage_snapshot(si, indices);
+        if let Err(why) = &snapshot {
+            // Nothing new starts in a tree the audit cannot vouch for.
+            for (i, attempt) in pending.drain(..) {
+                let reason = format!("audit/incomplete: {why}");
+                let job = self.job(i);
+                self.rec.refused(job, &reason);
+                let first = job.first_attempt();
+                self.report(
+                    i,
+                    "error",
+                    attempt.saturating_sub(first),
+                    &reason,
+                    Duration::ZERO,
+                );
+            }
+        }
+        let snapshot = snapshot.ok().flatten();
+        if !ended.is_empty() || !adopted.is_empty() {
+            let (more, retries) = self.wait_round(si, Vec::new(), adopted, snapshot.is_none());
+            ended.extend(more);
+            pending.extend(retries);
+            pending.extend(self.settle_round(si, ended, snapshot.as_ref(), indices));
+        }
+        while !pending.is_empty() && !self.interrupted && self.fatal.is_none() {
+            let (ended, retries) = self.wait_round(si, pending, Vec::new(), snapshot.is_none());
+            pending = retries;
+            pending.extend(self.settle_round(si, ended, snapshot.as_ref(), indices));
+        }
+        let why = if self.interrupted {
+            "interrupted before it started"
+        } else {
+            "the run stopped before it started: a record could not be written"
+        };
+        for (i, _) in pending {
+            self.not_run(i, why);
+        }
+    }
+
+    /// Records reach the disk at a stage's end; team-state is written.
+    fn end_of_stage(&mut self) {
+        if let Err(e) = self.rec.commit(Sync::Data) {
+            self.fatal.get_or_insert(e.to_string());
+        }
+        if let Err(e) = self.rec.flush() {
+            self.fatal.get_or_insert(format!("team-state: {e}"));
+        }
+    }
+
+    /// SPEC §5.1 again, at the moment a v2 job starts: its role execution,
+    /// participant, label and model binding must still be the manifest's.
+    /// The manifest is re-read, and every job's verdict recomputed in one
+    /// pass, only when its modification time or length changed.
+    fn binding_gate(&mut self, i: usize) -> Option<String> {
+        self.job(i).identity.v2()?;
+        let path = self.abs(&self.plan.run.manifest_path);
+        let meta = std::fs::metadata(&path).ok();
+        let stamp = (
+            meta.as_ref().and_then(|m| m.modified().ok()),
+            meta.as_ref().map(|m| m.len()).unwrap_or(0),
+        );
+        let fresh = self
+            .manifest_cache
+            .as_ref()
+            .is_some_and(|(t, l, _)| (*t, *l) == stamp && t.is_some());
+        if !fresh {
+            let verdicts = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .map(|doc| {
+                    let manifest = crate::model::Manifest::new(&doc);
+                    self.jobs
+                        .iter()
+                        .map(|(_, job)| super::preflight::binding_change(&manifest, job))
+                        .collect()
+                });
+            self.manifest_cache = Some((stamp.0, stamp.1, verdicts));
+        }
+        match self
+            .manifest_cache
+            .as_ref()
+            .and_then(|(_, _, v)| v.as_ref())
+        {
+            None => Some(format!(
+                "the manifest {} can no longer be read",
+                self.plan.run.manifest_path
+            )),
+            Some(verdicts) => verdicts[i].clone(),
+        }
+    }
+
+    /// Refuse a job whose binding moved: it is not run, its row says why,
+    /// and the refusal is reported as `exec/binding-changed`.
+    fn refuse(&mut self, i: usize, attempt: u64, why: String) {
+        let job = self.job(i);
+        let reason = format!("exec/binding-changed: {why}");
+        self.say(format!("{} refused at start: {why}", job.label()));
+        self.rec.refused(job, &reason);
+        self.report(
+            i,
+            "not-run",
+            attempt.saturating_sub(job.first_attempt()),
+            &reason,
+            Duration::ZERO,
+        );
+        self.refused.push(
+            Diagnostic::new(Code::ExecBindingChanged, format!("{}: {why}", job.label()))
+                .worker(job.label().to_string())
+                .in_file(self.plan.run.manifest_path.clone())
+                .help("the model binding changed after planning; the job was not run. Re-plan to run it with the new binding"),
+        );
+    }
+
+    fn head(&self, job: &Job, attempt: u64) -> Head {
+        let (mode, degraded) = self.backend.mode_of(job);
+        Head {
+            ts: crate::fsutil::utc_now(),
+            who: who(&job.identity),
+            attempt,
+            dispatch_id: job.dispatch_id_for(attempt),
+            worker_key: job.key.clone(),
+            plan_digest: self.plan.digest.clone(),
+            max_attempts: MAX_ATTEMPTS,
+            dispatch_mode: mode,
+            degraded_from: degraded,
+        }
+    }
+
+    /// The wrapper argv of one attempt: the plan's command with the
+    /// attempt's own flags before the provider's `--`.
+    fn worker_argv(&self, job: &Job, attempt: u64, session_id: Option<&str>) -> Vec<String> {
+        let mut argv: Vec<String> = job.command.clone();
+        let split = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+        let mut extra = vec![
+            "--attempt".to_string(),
+            attempt.to_string(),
+            "--gated".to_string(),
+        ];
+        if let Some(id) = job.dispatch_id_for(attempt) {
+            extra.extend(["--dispatch-id".into(), id]);
+        }
+        if let Some(s) = session_id {
+            extra.extend(["--session-id".into(), s.to_string()]);
+        }
+        argv.splice(split..split, extra);
+        argv
+    }
+
+    /// Start a batch of attempts (SPEC §5.8): each wrapper starts held at
+    /// its gate; their dispatches are recorded and synced in one commit;
+    /// only then are they let go. Returns the started attempts, or the
+    /// launch failure (every wrapper of the batch already stopped at its
+    /// gate) with the attempts that never ran.
+    #[allow(clippy::type_complexity)]
+    fn launch_batch(
+        &mut self,
+        batch: Vec<(usize, u64)>,
+    ) -> Result<Vec<Running>, (String, Vec<(usize, u64)>)> {
+        let mut held: Vec<(usize, Dispatched)> = Vec::with_capacity(batch.len());
+        let mut failure = None;
+        for &(i, attempt) in &batch {
+            match self.start_held(i, attempt) {
+                Ok(d) => held.push((i, d)),
+                Err(e) => {
+                    failure = Some(format!("launch failed for {}: {e}", self.job(i).label()));
+                    break;
+                }
+            }
+        }
+        if let Some(reason) = failure {
+            // None of the batch was recorded or released: each held wrapper
+            // exits at its closed gate, and the whole batch is cut.
+            for (_, d) in &held {
+                self.backend.abandon(d.pid);
+            }
+            return Err((reason, batch));
+        }
+        for (i, d) in &held {
+            let job = self.job(*i);
+            self.rec
+                .record(job, &Event::WorkerDispatched(d.clone()), Then::End);
+        }
+        crate::fault::point("dispatch-commit");
+        if let Err(e) = self.rec.commit(Sync::Data) {
+            // Not recorded, so not run: every held wrapper exits at its
+            // closed gate without starting anything.
+            for (_, d) in &held {
+                self.backend.abandon(d.pid);
+            }
+            self.fatal = Some(format!("cannot record the dispatch of a batch: {e}"));
+            return Err((
+                self.fatal.clone().unwrap_or_default(),
+                held.iter().map(|(i, d)| (*i, d.head.attempt)).collect(),
+            ));
+        }
+        let mut running = Vec::with_capacity(held.len());
+        for (i, d) in held {
+            crate::fault::point("release");
+            // A wrapper that died at its gate is seen as its exit.
+            let _ = self.backend.release(d.pid);
+            self.tell(Notice::Recorded {
+                event: &Event::WorkerDispatched(d.clone()),
+            });
+            let log = self.abs(&self.job(i).log_path());
+            running.push(Running {
+                job: i,
+                dispatched: d,
+                started: Instant::now(),
+                watch: crate::process::LogWatch::new(log),
+            });
+        }
+        Ok(running)
+    }
+
+    /// Start one attempt's wrapper, held at its gate; its dispatch record.
+    fn start_held(&mut self, i: usize, attempt: u64) -> std::io::Result<Dispatched> {
+        let job = self.job(i);
+        let session_id = job
+            .takes_session_id
+            .then(|| uuid::Uuid::new_v4().to_string());
+        let argv = self.worker_argv(job, attempt, session_id.as_deref());
+        let status = self.abs(&job.status_path());
+        // The sidecar of an earlier attempt must not speak for this one.
+        match std::fs::remove_file(&status) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let env: Vec<(String, String)> = job
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let title = match &job.identity {
+            Identity::V2(v) => v.execution_label.clone(),
+            Identity::V1 { worker_id } => format!("{worker_id}-worker"),
+        };
+        crate::fault::point("spawn");
+        let started = self.backend.start(&Launch {
+            job,
+            argv: &argv,
+            cwd: &self.root,
+            env: &env,
+            log: &self.abs(&job.log_path()),
+            status: &status,
+            title: &title,
+        })?;
+        Ok(Dispatched {
+            head: self.head(job, attempt),
+            pid: started.pid,
+            pid_start: started.pid_start,
+            session_id,
+            prompt_path: job.prompt_path.clone(),
+            result_path: job.result_path.clone(),
+            argv: started.argv,
+        })
+    }
+
+    /// Run a round: launch `pending` (bounded by `--concurrency`) beside the
+    /// already `running` attempts, and watch until all ended. Returns the
+    /// attempts left to settle and the retries of those settled already.
+    ///
+    /// With `settle_now` (no batch audit in the stage: nothing waits for the
+    /// round's compare) each attempt settles as soon as its slot went to the
+    /// next one.
+    fn wait_round(
+        &mut self,
+        si: usize,
+        pending: Vec<(usize, u64)>,
+        running: Vec<Running>,
+        settle_now: bool,
+    ) -> (Vec<Ended>, Vec<(usize, u64)>) {
+        let limit = self.opts.concurrency.unwrap_or(usize::MAX).max(1);
+        let total = pending.len() + running.len();
+        let mut queue: VecDeque<(usize, u64)> = pending.into();
+        let mut running: HashMap<u32, Running> =
+            running.into_iter().map(|r| (r.dispatched.pid, r)).collect();
+        for r in running.values() {
+            self.backend.adopt(
+                r.dispatched.pid,
+                r.dispatched.pid_start,
+                &self.abs(&self.job(r.job).status_path()),
+            );
+        }
+        let mut ended: Vec<Ended> = Vec::new();
+        let mut retries = Vec::new();
+        let mut settled = 0;
+        loop {
+            if !self.interrupt.load(Ordering::Relaxed) && self.fatal.is_none() {
+                let mut batch = Vec::new();
+                while running.len() + batch.len() < limit {
+                    let Some((i, attempt)) = queue.pop_front() else {
+                        break;
+                    };
+                    match self.binding_gate(i) {
+                        Some(why) => self.refuse(i, attempt, why),
+                        None => batch.push((i, attempt)),
+                    }
+                }
+                if !batch.is_empty() {
+                    match self.launch_batch(batch) {
+                        Ok(started) => {
+                            for r in started {
+                                running.insert(r.dispatched.pid, r);
+                            }
+                        }
+                        Err((reason, never)) => {
+                            return self.cut_round(reason, running, never, queue, ended, retries);
+                        }
+                    }
+                }
+            }
+            if settle_now {
+                for e in std::mem::take(&mut ended) {
+                    settled += 1;
+                    retries.extend(self.settle_one(si, e));
+                }
+            }
+            let labels: Vec<&str> = running.values().map(|r| self.job(r.job).label()).collect();
+            self.tell(Notice::Running {
+                labels,
+                settled: settled + ended.len(),
+                total,
+            });
+            if self.interrupt.load(Ordering::Relaxed) {
+                self.interrupted = true;
+                self.say("interrupted: stopping every worker".into());
+                ended.extend(self.stop(running.into_values().collect(), End::Interrupted));
+                for (i, _) in queue {
+                    self.not_run(i, "interrupted before it started");
+                }
+                break;
+            }
+            if running.is_empty() && (queue.is_empty() || self.fatal.is_some()) {
+                for (i, _) in queue {
+                    self.not_run(
+                        i,
+                        "the run stopped before it started: a record could not be written",
+                    );
+                }
+                break;
+            }
+            for (pid, code) in self.backend.exits(TICK) {
+                if let Some(r) = running.remove(&pid) {
+                    let label = self.job(r.job).label();
+                    self.tell(Notice::Exited {
+                        label,
+                        attempt: r.dispatched.head.attempt,
+                        code,
+                        elapsed: r.started.elapsed(),
+                    });
+                    let end = match code {
+                        NEVER_RELEASED | START_UNRECORDED
+                            if !status_exists(&self.abs(&self.job(r.job).status_path())) =>
+                        {
+                            End::Lost(format!(
+                                "the worker wrapper exited {code} before it started anything"
+                            ))
+                        }
+                        code => End::Exited(code),
+                    };
+                    ended.push(Ended {
+                        job: r.job,
+                        dispatched: r.dispatched,
+                        end,
+                        started: r.started,
+                    });
+                }
+            }
+            let idle: Vec<u32> = running
+                .iter_mut()
+                .filter_map(|(pid, r)| {
+                    let limit = Duration::from_secs(self.jobs[r.job].1.idle_timeout_seconds);
+                    (r.started.elapsed() >= limit && r.watch.idle_for() >= limit).then_some(*pid)
+                })
+                .collect();
+            if !idle.is_empty() {
+                let stopped: Vec<Running> = idle.iter().filter_map(|p| running.remove(p)).collect();
+                for r in &stopped {
+                    let label = self.job(r.job).label();
+                    self.tell(Notice::WentIdle {
+                        label,
+                        attempt: r.dispatched.head.attempt,
+                    });
+                }
+                for e in self.stop(stopped, End::Idle) {
+                    super::settle::mark_idle_timeout(&self.abs(&self.job(e.job).status_path()));
+                    ended.push(e);
+                }
+            }
+            if let Err(e) = self.rec.maybe_flush() {
+                self.fatal.get_or_insert(format!("team-state: {e}"));
+            }
+        }
+        (ended, retries)
+    }
+
+    /// Stop these attempts together (one grace period for all) and hand
+    /// them back as ended with `end`.
+    fn stop(&mut self, running: Vec<Running>, end: End) -> Vec<Ended> {
+        if running.is_empty() {
+            return Vec::new();
+        }
+        let pids: Vec<u32> = running.iter().map(|r| r.dispatched.pid).collect();
+        self.backend.stop(&pids, self.opts.grace);
+        running
+            .into_iter()
+            .map(|r| Ended {
+                job: r.job,
+                dispatched: r.dispatched,
+                end: end.clone(),
+                started: r.started,
+            })
+            .collect()
+    }
+
+    /// A launch failed (SPEC §5.2): every attempt already started is stopped
+    /// and waited for, and every attempt of the batch, started or not, is
+    /// settled `error` naming the failure.
+    fn cut_round(
+        &mut self,
+        reason: String,
+        running: HashMap<u32, Running>,
+        never: Vec<(usize, u64)>,
+        queue: VecDeque<(usize, u64)>,
+        mut ended: Vec<Ended>,
+        retries: Vec<(usize, u64)>,
+    ) -> (Vec<Ended>, Vec<(usize, u64)>) {
+        self.say(format!("{reason}; stopping the batch"));
+        ended.extend(self.stop(
+            running.into_values().collect(),
+            End::LaunchFailed(reason.clone()),
+        ));
+        for (i, attempt) in never.into_iter().chain(queue) {
+            let job = self.job(i);
+            self.rec.unstarted_error(job, &reason);
+            let first = job.first_attempt();
+            self.report(
+                i,
+                "error",
+                attempt.saturating_sub(first) + 1,
+                &reason,
+                Duration::ZERO,
+            );
+        }
+        self.fatal.get_or_insert(reason);
+        (ended, retries)
+    }
+}
+
+/// What a later exec finds of an attempt a dead executor left in flight.
+enum Found {
+    Ended(Ended),
+    /// Its wrapper still runs: watch it like any other.
+    Running(Running),
+    /// Recorded but never started: start it again, as the same attempt.
+    NeverStarted(u64),
+}
+
+impl Runner<'_> {
+    /// Look at the status sidecar and the process of an attempt a dead
+    /// executor dispatched and never settled (SPEC §5.8).
+    fn inspect(&mut self, i: usize, d: Dispatched) -> Found {
+        let job = self.job(i);
+        let status_path = self.abs(&job.status_path());
+        let attempt = d.head.attempt;
+        let alive = || crate::process::same_process_alive(d.pid, d.pid_start);
+        // A wrapper still at its gate sees its closed pipe and exits at once.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !status_exists(&status_path) && alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let status = super::settle::read_status(&status_path);
+        let state = status
+            .as_ref()
+            .and_then(|s| s.get("state"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let lost = |why: &str| {
+            Found::Ended(Ended {
+                job: i,
+                dispatched: d.clone(),
+                end: End::Lost(why.to_string()),
+                started: Instant::now(),
+            })
+        };
+        if state == "exited" {
+            let s = status.as_ref();
+            let stopped = s
+                .and_then(|s| s.get("stopped"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if stopped {
+                return lost(
+                    "the worker was stopped by an executor that died before recording why",
+                );
+            }
+            let code = s
+                .and_then(|s| s.get("exitCode"))
+                .and_then(Value::as_i64)
+                .unwrap_or(1) as i32;
+            self.say(format!(
+                "{} (attempt {attempt}) ended while no exec watched it (exit {code}); settling it",
+                job.label()
+            ));
+            return Found::Ended(Ended {
+                job: i,
+                dispatched: d,
+                end: End::Exited(code),
+                started: Instant::now(),
+            });
+        }
+        if status.is_none() && !alive() {
+            self.say(format!(
+                "{} (attempt {attempt}) was recorded but never started; starting it",
+                job.label()
+            ));
+            return Found::NeverStarted(attempt);
+        }
+        if alive() {
+            self.say(format!(
+                "{} (attempt {attempt}) still runs (pid {}); watching it",
+                job.label(),
+                d.pid
+            ));
+            let log = self.abs(&job.log_path());
+            return Found::Running(Running {
+                job: i,
+                dispatched: d,
+                started: Instant::now(),
+                watch: crate::process::LogWatch::new(log),
+            });
+        }
+        lost("the worker ended without recording an exit code (its executor died before settling it)")
+    }
+
+    /// The stage's baseline for the mutation audit: taken before its first
+    /// round, or read back when an earlier exec took it. `Ok(None)`: no job
+    /// of the stage is audited. `Err`: the audit cannot vouch for the tree.
+    fn stage_snapshot(
+        &mut self,
+        si: usize,
+        indices: &[usize],
+    ) -> Result<Option<audit::Snapshot>, String> {
+        if !indices
+            .iter()
+            .any(|&i| self.job(i).write_enforcement.mutation_audit == MutationAudit::Batch)
+        {
+            return Ok(None);
+        }
+        let path = self.snapshot_path(si);
+        if let Ok(bytes) = std::fs::read(&path) {
+            if let Ok(s) = serde_json::from_slice::<audit::Snapshot>(&bytes) {
+                self.rec.wrote_snapshot(&path);
+                return Ok(Some(s));
+            }
+        }
+        let taken = audit::snapshot(&self.audit_options())
+            .map_err(|e| format!("cannot snapshot the project for the mutation audit: {e}"))?;
+        let text = serde_json::to_vec(&taken).map_err(|e| e.to_string())?;
+        crate::fault::point("snapshot-write");
+        crate::fsutil::write_atomic(&path, &text, crate::fsutil::Durability::Fsync)
+            .map_err(|e| format!("cannot store the audit snapshot {}: {e}", path.display()))?;
+        self.rec.wrote_snapshot(&path);
+        Ok(Some(taken))
+    }
+
+    fn snapshot_path(&self, si: usize) -> PathBuf {
+        let short = self.plan.digest.trim_start_matches("sha256:");
+        self.abs(&self.plan.run.team_state_path)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+            .join("snapshots")
+            .join(format!(
+                "{}-stage-{}.json",
+                &short[..short.len().min(16)],
+                si + 1
+            ))
+    }
+
+    fn audit_options(&self) -> audit::SnapshotOptions<'_> {
+        audit::SnapshotOptions {
+            roots: &self.audit_roots,
+            project_root: &self.root,
+            exclude: &self.audit_exclude,
+        }
+    }
+
+    /// Settle every ended attempt of a round, after the round's audit
+    /// compare; the attempts to start next.
+    fn settle_round(
+        &mut self,
+        si: usize,
+        ended: Vec<Ended>,
+        snapshot: Option<&audit::Snapshot>,
+        indices: &[usize],
+    ) -> Vec<(usize, u64)> {
+        if ended.is_empty() {
+            return Vec::new();
+        }
+        let round = match snapshot {
+            None => RoundAudit::Off,
+            Some(s) => match audit::compare(s, &self.audit_options()) {
+                Ok(c) => RoundAudit::Compared(c),
+                Err(e) => {
+                    RoundAudit::Incomplete(format!("the compare after the round failed: {e}"))
+                }
+            },
+        };
+        let mut own = self.rec.own_file_changes();
+        own.extend(self.forged.remove(&si).unwrap_or_default());
+        let batch: Vec<crate::plan::WritePolicy> = indices
+            .iter()
+            .map(|&i| self.job(i).write_policy.clone())
+            .collect();
+        let declared: Vec<(usize, Vec<String>)> = indices
+            .iter()
+            .enumerate()
+            .filter(|(_, &i)| self.job(i).role == Role::Implementer)
+            .map(|(k, &i)| {
+                (
+                    k,
+                    audit::out_of_plan_edits(&self.abs(&self.job(i).worker_result_path)),
+                )
+            })
+            .collect();
+        let view = match &round {
+            RoundAudit::Compared(changes) => Some(audit::attribute(changes, &batch, &declared)),
+            _ => None,
+        };
+        let mut retries = Vec::new();
+        for e in ended {
+            let audited = self.job(e.job).write_enforcement.mutation_audit == MutationAudit::Batch;
+            let judge = match (&round, &view) {
+                (_, _) if !audited => Judge::Off,
+                (RoundAudit::Incomplete(why), _) => Judge::Incomplete(why.clone()),
+                (_, Some(view)) => match indices.iter().position(|&i| i == e.job) {
+                    Some(k) => Judge::In(view, k),
+                    None => Judge::Off,
+                },
+                _ => Judge::Off,
+            };
+            retries.extend(self.settle_with(e, judge, &own));
+        }
+        if let Err(e) = self.rec.maybe_flush() {
+            self.fatal.get_or_insert(format!("team-state: {e}"));
+        }
+        retries
+    }
+
+    /// Settle an attempt of a stage without a batch audit, as soon as it
+    /// ended; okstra's own files are checked on the spot.
+    fn settle_one(&mut self, si: usize, e: Ended) -> Option<(usize, u64)> {
+        let mut own = self.rec.own_file_changes();
+        own.extend(self.forged.remove(&si).unwrap_or_default());
+        self.settle_with(e, Judge::Off, &own)
+    }
+
+    /// Gather the facts of an ended attempt, decide, record, report; the
+    /// attempt that follows, if one does.
+    fn settle_with(&mut self, e: Ended, judge: Judge, own: &[String]) -> Option<(usize, u64)> {
+        let i = e.job;
+        let job = self.job(i);
+        let attempt = e.dispatched.head.attempt;
+        let status_doc = super::settle::read_status(&self.abs(&job.status_path()));
+        let said = |k: &str| {
+            status_doc
+                .as_ref()
+                .and_then(|d| d.get(k))
+                .and_then(Value::as_str)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        let sidecar = Sidecar {
+            failure_kind: said("failureKind"),
+            error: said("error"),
+            wall_clock: matches!(e.end, End::Exited(c) if c == crate::provider::TIMEOUT_EXIT_CODE)
+                && status_doc
+                    .as_ref()
+                    .and_then(|d| d.get("timedOut"))
+                    .and_then(Value::as_bool)
+                    == Some(true),
+        };
+        let missing = super::settle::missing_paths(&self.root, &job.completion_paths);
+        let worker_result = self.abs(&job.worker_result_path);
+        let audit_sidecar = decide::needs_audit_sidecar(&e.end, &missing)
+            .then(|| super::settle::audit_sidecar_failure(&worker_result));
+        let first = job.first_attempt();
+        let mut facts = Facts {
+            end: e.end.clone(),
+            sidecar,
+            missing,
+            audit_sidecar,
+            audit: Audit::None,
+            policy_intact: crate::policy::digest_of(&job.write_policy) == job.write_policy.digest,
+            attempt,
+            last_allowed: self.histories[i].last_allowed(first),
+        };
+        // The audit judges after §5.3: a non-zero exit rescued by the
+        // audit-sidecar contract is a success whose writes are its own.
+        let mut summary = None;
+        facts.audit = match judge {
+            Judge::Off => Audit::None,
+            Judge::Incomplete(why) => Audit::Incomplete(why),
+            Judge::In(view, k) => {
+                // An attempt cut short through no fault of its own (exec
+                // interrupted or died) answers for writes outside its
+                // policy only: its partial work is its own, and the next
+                // attempt takes it over.
+                let before = decide::decide(&facts);
+                let succeeded = before.status == Status::Completed || before.resumable;
+                let verdict = audit::judge_in(view, k, succeeded, facts.missing.is_empty());
+                summary = Some(verdict.change_summary());
+                Audit::Judged {
+                    status: verdict.status.clone(),
+                    violations: verdict.violations.clone(),
+                    retry_allowed: verdict.retry_allowed,
+                }
+            }
+        };
+        if !own.is_empty() && !matches!(facts.audit, Audit::Incomplete(_)) {
+            facts.audit = Audit::Judged {
+                status: "contract-failed-unattributed".into(),
+                violations: own.to_vec(),
+                retry_allowed: false,
+            };
+        }
+        let d = decide::decide(&facts);
+        let duration_ms = status_doc
+            .as_ref()
+            .and_then(|s| s.get("duration_ms"))
+            .and_then(Value::as_i64);
+        let wrapper_code = match e.end {
+            End::Exited(c) => Some(c),
+            _ => None,
+        };
+        let error_log_append = d.log_error.then(|| {
+            let code = d.exit_code.or(wrapper_code).unwrap_or(1);
+            let log = self.abs(&job.log_path());
+            self.rec
+                .error_log(job, attempt, i64::from(code), duration_ms, &d.reason, &log)
+        });
+        let settled = Settled {
+            head: self.head_from(&e.dispatched),
+            status: d.status,
+            reason: d.reason.clone(),
+            exit_code: d.exit_code.or(wrapper_code),
+            wrapper_exit_code: wrapper_code,
+            missing_completion_paths: facts.missing.clone(),
+            served_model: said("servedModel"),
+            cli_session_id: said("cliSessionId"),
+            failure_kind: d.failure_kind.clone(),
+            resumable: d.resumable,
+            mutation_audit: summary,
+            error_log_append,
+        };
+        // A lost attempt found by this exec resumes at once; an interrupted
+        // one is for the next exec.
+        let resume_now = d.resumable && !self.interrupted && matches!(e.end, End::Lost(_));
+        let next = (d.retry || resume_now).then_some(attempt + 1);
+        let event = if d.status == Status::Completed {
+            Event::WorkerResultCollected(settled)
+        } else {
+            Event::WorkerFailed(settled)
+        };
+        let then = if next.is_some() {
+            Then::Retry
+        } else {
+            Then::End
+        };
+        self.rec.record_settled(job, &e.dispatched, &event, then);
+        self.tell(Notice::Recorded { event: &event });
+        if d.retry {
+            let retry = Event::WorkerRetryScheduled(RetryScheduled {
+                head: self.head_from(&e.dispatched),
+                missing_completion_paths: facts.missing.clone(),
+                reason: d.reason.clone(),
+                next_attempt: attempt + 1,
+            });
+            self.rec.record(job, &retry, Then::Retry);
+            self.tell(Notice::Recorded { event: &retry });
+        }
+        if d.resumable {
+            self.histories[i].note_resumable();
+        }
+        crate::fault::point("settle-commit");
+        if let Err(err) = self.rec.commit(Sync::None) {
+            self.fatal
+                .get_or_insert(format!("cannot record a settlement: {err}"));
+            return None;
+        }
+        if next.is_none() {
+            let attempts = attempt + 1 - first;
+            self.report(
+                i,
+                d.status.as_str(),
+                attempts,
+                &d.reason,
+                e.started.elapsed(),
+            );
+        }
+        next.map(|a| (i, a))
+    }
+
+    fn head_from(&self, d: &Dispatched) -> Head {
+        Head {
+            ts: crate::fsutil::utc_now(),
+            ..d.head.clone()
+        }
+    }
+}
+
+fn status_exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+/// The identity fields of events and rows.
+pub fn who(identity: &Identity) -> Who {
+    match identity {
+        Identity::V1 { worker_id } => Who {
+            worker_id: Some(worker_id.clone()),
+            ..Who::default()
+        },
+        Identity::V2(v) => Who {
+            worker_id: None,
+            schema_version: Some("2.0".into()),
+            execution_identity_version: Some(2),
+            participant_ref: Some(v.participant_ref.clone()),
+            role_execution_ref: Some(v.role_execution_ref.clone()),
+            execution_label: Some(v.execution_label.clone()),
+            duty_id: Some(v.duty_id.clone()),
+            invocation_ref: Some(v.invocation_ref.clone()),
+            assignment_ref: Some(v.assignment_ref.clone()),
+        },
+    }
+}
+
+/// What every audit walk of the run covers and leaves out: the project root
+/// and every worktree outside it, minus okstra's own files (which are
+/// checked against what exec wrote instead).
+fn audit_walk(root: &Path, plan: &Plan, rec: &Recorder) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let abs = |p: &str| paths::abs_of(root, p);
+    let mut roots = vec![root.to_path_buf()];
+    for job in plan.jobs() {
+        if let Some(w) = &job.worktree_path {
+            let w = abs(w);
+            if !w.starts_with(root) && !roots.contains(&w) {
+                roots.push(w);
+            }
+        }
+    }
+    let store = rec.store();
+    let team = store.path().to_path_buf();
+    let events = abs(&plan.run.lead_events_path);
+    let mut exclude = vec![
+        abs(&plan.run.manifest_path),
+        store.lock_path(),
+        store.exec_lock_path(),
+        events.clone(),
+        abs(&plan.run.error_log_path),
+        team.parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+            .join("snapshots"),
+        team,
+    ];
+    if let (Some(dir), Some(name)) = (events.parent(), events.file_name()) {
+        exclude.push(dir.join(format!(".{}.lock", name.to_string_lossy())));
+    }
+    (roots, exclude)
+}

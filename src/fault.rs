@@ -1,0 +1,72 @@
+//! Fault injection for the crash tests (SPEC §5.8).
+//!
+//! Every durable write and every launch of `okstra exec` passes through a
+//! named [`point`]. In a debug build (what `cargo test` builds), two variables
+//! drive them:
+//! - `OKSTRA_FAULT_TRACE=<file>`: each point reached appends its name to the
+//!   file, so a test learns how many points a run passes and in what order;
+//! - `OKSTRA_FAULT_AT=<n>`: the n-th point reached (1-based, counted over
+//!   the whole process) kills the process on the spot with SIGKILL, as a
+//!   power cut or `kill -9` would stop it: no destructor, no flush, no exit
+//!   handler.
+//!
+//! A release build compiles every point to nothing.
+
+#[cfg(debug_assertions)]
+static ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Make this process's points live: exec calls it, so that the points it
+/// shares with the wrapper (the durable-write helpers) fire in exec alone.
+pub fn arm() {
+    #[cfg(debug_assertions)]
+    ARMED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A place where the executor may be stopped for a test.
+#[cfg(debug_assertions)]
+pub fn point(name: &'static str) {
+    use std::io::Write as _;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    if !ARMED.load(Ordering::SeqCst) {
+        return;
+    }
+
+    struct Setting {
+        at: Option<u64>,
+        trace: Option<std::path::PathBuf>,
+    }
+    static SETTING: OnceLock<Setting> = OnceLock::new();
+    static REACHED: AtomicU64 = AtomicU64::new(0);
+
+    let setting = SETTING.get_or_init(|| Setting {
+        at: std::env::var("OKSTRA_FAULT_AT")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+        trace: std::env::var_os("OKSTRA_FAULT_TRACE").map(Into::into),
+    });
+    if setting.at.is_none() && setting.trace.is_none() {
+        return;
+    }
+    let n = REACHED.fetch_add(1, Ordering::SeqCst) + 1;
+    if let Some(trace) = &setting.trace {
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(trace)
+        {
+            let _ = writeln!(file, "{n} {name}");
+        }
+    }
+    if setting.at == Some(n) {
+        // SIGKILL, as `kill -9` would: no handler, no flush, no core file.
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        std::process::abort();
+    }
+}
+
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn point(_name: &'static str) {}
