@@ -235,10 +235,7 @@ fn writable_dir(dir: &Path) -> Result<PathBuf, PathBuf> {
             _ => break,
         }
     }
-    let c =
-        std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()).map_err(|_| probe.clone())?;
-    // SAFETY: a valid NUL-terminated path; access() only inspects it.
-    let ok = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
+    let ok = rustix::fs::access(&probe, rustix::fs::Access::WRITE_OK).is_ok();
     if ok {
         Ok(probe)
     } else {

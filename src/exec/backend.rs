@@ -274,6 +274,9 @@ fn write_launcher(spec: &PaneLaunch) -> io::Result<PathBuf> {
     Ok(path)
 }
 
+/// How long a pane's stragglers get between SIGTERM and SIGKILL.
+const STRAGGLER_GRACE: Duration = Duration::from_secs(2);
+
 /// Wait for a process that is not our child; its exit code from the status
 /// sidecar (1 when the wrapper recorded none).
 fn watch_pid(pid: u32, status: &Path) -> i32 {
@@ -294,12 +297,8 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
         // stopped CLI left behind, holding the pipe open): stop it.
         let since = exited_at.map(|t| t.elapsed()).unwrap_or_default();
         if since > Duration::from_secs(1) && process::pid_alive(pid) {
-            let sig = if since > Duration::from_secs(3) {
-                libc::SIGKILL
-            } else {
-                libc::SIGTERM
-            };
-            process::signal_group(process::group_of(pid), sig);
+            let target = process::StopTarget::group_of(pid);
+            process::stop_all(&[target], STRAGGLER_GRACE, &mut process::NotOurChildren);
         }
         let lingering = since > Duration::from_secs(5);
         if !process::pid_alive(pid) || lingering {

@@ -662,8 +662,9 @@ impl<'a> Runner<'a> {
                         let reason = format!("launch failed for {}: {e}", self.jobs[i].1.label());
                         self.progress.line(format!("{reason}; stopping the batch"));
                         let mut cut: Vec<(usize, u64, Option<String>, Instant)> = Vec::new();
-                        for (_, r) in running.drain() {
-                            let _ = stop_group(r.pid, self.opts.grace, &mut notices);
+                        let stopped: Vec<Running> = running.drain().map(|(_, r)| r).collect();
+                        stop_workers(&stopped, self.opts.grace, &mut notices);
+                        for r in stopped {
                             cut.push((r.job_index, r.attempt, r.session_id, r.started));
                         }
                         cut.push((i, attempt, None, Instant::now()));
@@ -700,8 +701,9 @@ impl<'a> Runner<'a> {
                 interrupted = true;
                 self.progress
                     .line("interrupted: stopping every worker".into());
-                for (_, r) in running.drain() {
-                    let _ = stop_group(r.pid, self.opts.grace, &mut notices);
+                let stopped: Vec<Running> = running.drain().map(|(_, r)| r).collect();
+                stop_workers(&stopped, self.opts.grace, &mut notices);
+                for r in stopped {
                     ended.push(Ended {
                         job_index: r.job_index,
                         attempt: r.attempt,
@@ -754,22 +756,21 @@ impl<'a> Runner<'a> {
                     (r.watch.idle_for() >= limit).then_some(*pid)
                 })
                 .collect();
-            for pid in idle {
-                if let Some(r) = running.remove(&pid) {
-                    let _ = stop_group(pid, self.opts.grace, &mut notices);
-                    self.progress.line(format!(
-                        "{} went idle and was stopped (attempt {})",
-                        self.jobs[r.job_index].1.label(),
-                        r.attempt
-                    ));
-                    ended.push(Ended {
-                        job_index: r.job_index,
-                        attempt: r.attempt,
-                        outcome: Outcome::timeout(),
-                        session_id: r.session_id,
-                        started: r.started,
-                    });
-                }
+            let idle: Vec<Running> = idle.iter().filter_map(|p| running.remove(p)).collect();
+            stop_workers(&idle, self.opts.grace, &mut notices);
+            for r in idle {
+                self.progress.line(format!(
+                    "{} went idle and was stopped (attempt {})",
+                    self.jobs[r.job_index].1.label(),
+                    r.attempt
+                ));
+                ended.push(Ended {
+                    job_index: r.job_index,
+                    attempt: r.attempt,
+                    outcome: Outcome::timeout(),
+                    session_id: r.session_id,
+                    started: r.started,
+                });
             }
             self.rec.maybe_flush();
         }
@@ -820,6 +821,7 @@ impl<'a> Runner<'a> {
                     env: &env,
                     log: Some(&log),
                     stdin: None,
+                    pre_exec: None,
                 })?;
                 let pid = spawned.pid();
                 notices.watch(spawned);
@@ -1115,19 +1117,16 @@ pub fn read_status(path: &Path) -> Option<Value> {
         .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
-/// SIGTERM the worker's group, give it `grace`, then SIGKILL; its exit
-/// code. Exit notices of other workers that arrive meanwhile stay in
-/// `notices` for the caller.
-fn stop_group(pid: u32, grace: Duration, notices: &mut notices::Notices) -> i32 {
-    // The group is looked up before the leader can exit and be reaped.
-    let pgid = process::group_of(pid);
-    let signal = |sig| process::signal_group(pgid, sig);
-    signal(libc::SIGTERM);
-    let code = notices.wait_for(pid, grace);
-    // The leader is gone or out of time; make sure nothing of its group lingers.
-    signal(libc::SIGKILL);
-    code.or_else(|| notices.wait_for(pid, Duration::from_secs(5)))
-        .unwrap_or(137)
+/// Stop these workers' groups together: SIGTERM to all, one shared
+/// `grace`, then SIGKILL (SPEC §5.2). Exit notices of other workers that
+/// arrive meanwhile stay in `notices` for the caller.
+fn stop_workers(workers: &[Running], grace: Duration, notices: &mut notices::Notices) {
+    // Each group is looked up before its leader can exit and be reaped.
+    let targets: Vec<process::StopTarget> = workers
+        .iter()
+        .map(|r| process::StopTarget::group_of(r.pid))
+        .collect();
+    process::stop_all(&targets, grace, notices);
 }
 
 /// The exit status of a finished exec.

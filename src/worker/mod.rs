@@ -286,6 +286,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         env: &env,
         log: None,
         stdin: Some(&paths.prompt),
+        pre_exec: None,
     };
     let mut child = match process::spawn_in_caller_group(&spec) {
         Ok(child) => child,
@@ -816,7 +817,10 @@ mod tests {
         assert_eq!(s["state"], "exited");
         assert_eq!(s["exitCode"], 124);
         assert_eq!(s["timedOut"], true);
-        assert_eq!(s["childExitCode"], 128 + libc::SIGTERM);
+        assert_eq!(
+            s["childExitCode"],
+            128 + rustix::process::Signal::TERM.as_raw()
+        );
         assert!(s["duration_ms"].as_u64().unwrap() >= 1000);
     }
 
