@@ -262,6 +262,25 @@ fn success() {
 }
 
 #[test]
+fn the_wrapper_is_okstra_worker_beside_okstra_and_the_plan_keeps_the_wire_form() {
+    // The job's parent is the wrapper; /proc names its executable.
+    let script = format!("readlink /proc/$PPID/exe > \"$S/wrapper\"\n{WRITE_RESULT}");
+    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    fx.plan();
+    let planned = fx.p.read_json("plan.json")["stages"][0]["jobs"][0]["command"].clone();
+    assert_eq!(planned[0], "okstra");
+    assert_eq!(planned[1], "worker");
+    assert_code(&fx.exec(&[]), 0);
+    let lean = Path::new(env!("CARGO_BIN_EXE_okstra")).with_file_name("okstra-worker");
+    assert_eq!(
+        std::fs::read_to_string(fx.scratch("wrapper"))
+            .unwrap()
+            .trim(),
+        lean.canonicalize().unwrap().display().to_string()
+    );
+}
+
+#[test]
 fn retry_after_a_missing_artifact() {
     let script = format!("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\nexit 0\n");
     let fx = Fx::new(&[("only", vec![job("a", script)])]);

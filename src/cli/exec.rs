@@ -8,7 +8,7 @@ use crate::render;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -49,7 +49,10 @@ fn options(concurrency: Option<usize>, format: Format) -> Options {
     Options {
         concurrency,
         format,
-        okstra: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("okstra")),
+        worker: match std::env::current_exe() {
+            Ok(okstra) => exec::backend::WorkerExe::beside(&okstra),
+            Err(_) => exec::backend::WorkerExe::subcommand(Path::new("okstra")),
+        },
         grace: Duration::from_secs(
             std::env::var("OKSTRA_STOP_GRACE_SECONDS")
                 .ok()

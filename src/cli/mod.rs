@@ -41,7 +41,7 @@ pub enum Command {
     Schema(validate::SchemaArgs),
     /// Check what a run needs (provider CLIs, manifest, team-state, schemas, lock, run directory) and say how to fix each miss.
     Doctor(doctor::DoctorArgs),
-    #[command(about = WORKER_ABOUT)]
+    #[command(about = crate::worker::ABOUT)]
     Worker(crate::worker::WorkerArgs),
 }
 
@@ -61,9 +61,6 @@ pub struct RunTarget {
 
 /// Parse the command line, run the command, and return the exit status.
 pub fn main() -> ExitStatus {
-    if std::env::args_os().nth(1).is_some_and(|a| a == "worker") {
-        std::process::exit(worker(&std::env::args_os().collect::<Vec<_>>()));
-    }
     let cli = Cli::parse();
     if !matches!(
         cli.command,
@@ -84,44 +81,9 @@ pub fn main() -> ExitStatus {
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
         Command::Doctor(args) => doctor::doctor(&args),
-        // `okstra worker` is normally taken by the fast path above, before
-        // this parse; the variant is here for `okstra --help`.
+        // The same wrapper as `okstra-worker`, for an okstra without it.
         Command::Worker(args) => std::process::exit(crate::worker::run(&args)),
     }
-}
-
-const WORKER_ABOUT: &str = "The built-in worker wrapper (started by `okstra exec`)";
-
-/// `okstra worker` on the whole command line `argv` (program name first):
-/// the wrapper's exit code, or clap's (0 after `--help`, 2 for unusable
-/// arguments, its message printed). The wrapper starts once per job, so its
-/// arguments are read on their own: exec's command lines by
-/// [`crate::worker::parse_canonical`], anything else by clap with only the
-/// wrapper's arguments built (same arguments, help and errors as through
-/// [`Cli`]). On glibc Linux the binary calls this before `main`
-/// (src/start.rs), which is why it returns instead of exiting.
-pub fn worker(argv: &[std::ffi::OsString]) -> i32 {
-    let args = match crate::worker::parse_canonical(argv.get(2..).unwrap_or_default()) {
-        Some(args) => args,
-        None => {
-            use clap::{Args, FromArgMatches};
-            let command = crate::worker::WorkerArgs::augment_args(clap::Command::new("worker"))
-                .bin_name("okstra worker")
-                .about(WORKER_ABOUT)
-                .long_about(None);
-            let parsed = command
-                .try_get_matches_from(argv.iter().skip(1))
-                .and_then(|m| crate::worker::WorkerArgs::from_arg_matches(&m));
-            match parsed {
-                Ok(args) => args,
-                Err(e) => {
-                    let _ = e.print();
-                    return e.exit_code();
-                }
-            }
-        }
-    };
-    crate::worker::run(&args)
 }
 
 /// Print diagnostics in the chosen format and return their exit status.

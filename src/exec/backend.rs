@@ -1,6 +1,8 @@
-//! How a worker is started (SPEC §5.2): `cli-wrapper` runs `okstra worker`
-//! as exec's child in its own process group; `pane` runs it in a pane of the
+//! How a worker is started (SPEC §5.2): `cli-wrapper` runs the wrapper as
+//! exec's child in its own process group; `pane` runs it in a pane of the
 //! terminal multiplexer okstra itself runs in, so a person can watch it.
+//! Both start the same wrapper executable ([`WorkerExe`]): `okstra-worker`
+//! beside the running okstra, or `okstra worker` where there is none.
 //!
 //! The multiplexer is detected once per exec ([`detect`]), never mid-run:
 //! tmux when `$TMUX` is set and the server answers; cmux when
@@ -23,6 +25,73 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The wrapper executable exec starts for each attempt.
+///
+/// A plan records the wrapper's command line in its wire form,
+/// `["okstra", "worker", <arguments>...]` (SPEC §6), whatever runs it; the
+/// executable is chosen at launch. `okstra-worker` is the wrapper alone
+/// (src/bin/okstra-worker.rs), quicker to start than all of okstra, which
+/// matters once per job; `okstra worker` runs the same code, for an okstra
+/// installed without it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerExe {
+    /// The okstra executable, for `okstra worker`.
+    okstra: PathBuf,
+    /// `okstra-worker`, when there is one to start.
+    lean: Option<PathBuf>,
+}
+
+impl WorkerExe {
+    /// The lean wrapper's file name.
+    pub const LEAN: &'static str = "okstra-worker";
+
+    /// `okstra-worker` in the directory of `okstra` (exec's own executable,
+    /// `std::env::current_exe()`) when it is an executable file there;
+    /// otherwise `okstra` itself, as `okstra worker`.
+    pub fn beside(okstra: &Path) -> WorkerExe {
+        let lean = okstra.with_file_name(Self::LEAN);
+        let usable = std::fs::metadata(&lean).is_ok_and(|m| m.is_file())
+            && rustix::fs::access(&lean, rustix::fs::Access::EXEC_OK).is_ok();
+        WorkerExe {
+            okstra: okstra.to_path_buf(),
+            lean: usable.then_some(lean),
+        }
+    }
+
+    /// `okstra worker` only, never `okstra-worker`.
+    pub fn subcommand(okstra: &Path) -> WorkerExe {
+        WorkerExe {
+            okstra: okstra.to_path_buf(),
+            lean: None,
+        }
+    }
+
+    /// The lean wrapper this starts, if any.
+    pub fn lean(&self) -> Option<&Path> {
+        self.lean.as_deref()
+    }
+
+    /// The argv that starts `planned`, a plan's wrapper command line
+    /// (`["okstra", "worker", ...]`), with this executable; any other
+    /// `okstra` command line gets okstra's path, and one that does not
+    /// start with `okstra` is left as it is.
+    pub fn argv(&self, planned: &[String]) -> Vec<String> {
+        let (head, rest) = match planned {
+            [okstra, worker, rest @ ..] if okstra == "okstra" && worker == "worker" => {
+                match &self.lean {
+                    Some(lean) => (lean, rest),
+                    None => (&self.okstra, &planned[1..]),
+                }
+            }
+            [okstra, rest @ ..] if okstra == "okstra" => (&self.okstra, rest),
+            _ => return planned.to_vec(),
+        };
+        std::iter::once(head.display().to_string())
+            .chain(rest.iter().cloned())
+            .collect()
+    }
+}
 
 /// The multiplexer a `pane` job runs in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -318,6 +387,44 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lean_wrapper_beside_okstra_runs_the_plans_wrapper_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let okstra = dir.path().join("okstra");
+        let planned: Vec<String> = ["okstra", "worker", "--attempt", "1", "--", "okstra", "x"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let tail = &planned[2..];
+        // None beside it: `okstra worker`.
+        let exe = WorkerExe::beside(&okstra);
+        assert_eq!(exe.lean(), None);
+        assert_eq!(exe.argv(&planned)[0], okstra.display().to_string());
+        assert_eq!(&exe.argv(&planned)[1..], &planned[1..]);
+        // Not executable: still `okstra worker`.
+        let lean = dir.path().join("okstra-worker");
+        std::fs::write(&lean, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&lean, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(WorkerExe::beside(&okstra).lean(), None);
+        // Executable: `okstra-worker`, the same arguments after it.
+        std::fs::set_permissions(&lean, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = WorkerExe::beside(&okstra);
+        assert_eq!(exe.lean(), Some(lean.as_path()));
+        let argv = exe.argv(&planned);
+        assert_eq!(argv[0], lean.display().to_string());
+        assert_eq!(&argv[1..], tail);
+        // Another okstra command runs under okstra; anything else as it is.
+        let other: Vec<String> = vec!["okstra".into(), "status".into()];
+        assert_eq!(
+            exe.argv(&other),
+            [okstra.display().to_string(), "status".into()]
+        );
+        let plain: Vec<String> = vec!["sh".into(), "-c".into(), "true".into()];
+        assert_eq!(exe.argv(&plain), plain);
+        assert_eq!(WorkerExe::subcommand(&okstra).argv(&planned)[1], "worker");
+    }
 
     #[test]
     fn quoting_survives_the_shell() {

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 pub struct Options {
     pub concurrency: Option<usize>,
     pub format: Format,
-    /// The okstra binary that plays `okstra worker`.
-    pub okstra: PathBuf,
+    /// The wrapper each attempt starts: `okstra-worker`, or `okstra worker`.
+    pub worker: backend::WorkerExe,
     /// How long a stopped worker's group gets between SIGTERM and SIGKILL.
     pub grace: Duration,
 }
@@ -540,10 +540,7 @@ impl<'a> Runner<'a> {
     }
 
     fn worker_argv(&self, job: &Job, attempt: u64, session_id: Option<&str>) -> Vec<String> {
-        let mut argv: Vec<String> = job.command.clone();
-        if argv.first().map(String::as_str) == Some("okstra") {
-            argv[0] = self.opts.okstra.display().to_string();
-        }
+        let mut argv = self.opts.worker.argv(&job.command);
         let split = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
         let mut extra = vec!["--attempt".to_string(), attempt.to_string()];
         if let Some(id) = job.dispatch_id_for(attempt) {

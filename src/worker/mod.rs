@@ -1,4 +1,6 @@
-//! `okstra worker`: the built-in wrapper around one provider CLI run (SPEC §6).
+//! The worker wrapper around one provider CLI run (SPEC §6): the program
+//! `okstra-worker` (src/bin/okstra-worker.rs), which exec starts for each
+//! attempt, and the same code as `okstra worker`.
 //!
 //! It runs the provider's argv with the prompt on stdin (eager include), in
 //! the project root, with the `OKSTRA_*` environment; keeps
@@ -13,7 +15,7 @@
 
 mod args;
 
-pub use args::{parse_canonical, Presentation, WorkerArgs};
+pub use args::{Presentation, WorkerArgs};
 
 use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
@@ -38,12 +40,35 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(50);
 /// Exit code for a wrapper invoked with unusable arguments, as clap's.
 const USAGE_EXIT_CODE: i32 = 2;
+/// What `okstra worker --help` and `okstra-worker --help` say it is.
+pub const ABOUT: &str = "The built-in worker wrapper (started by `okstra exec`)";
 /// The shell's codes for a program that could not be executed / found.
 const NOT_EXECUTABLE_EXIT_CODE: i32 = 126;
 const NOT_FOUND_EXIT_CODE: i32 = 127;
 /// How much of the log's new output is searched for the served model and the
 /// CLI's session id; both come in the first events.
 const OUTPUT_SCAN_LIMIT: u64 = 1 << 20;
+
+/// The wrapper as a program of its own, named `bin_name`: the process's
+/// arguments read by clap (its help and errors on a bad one), then [`run`].
+pub fn main(bin_name: &'static str) -> std::process::ExitCode {
+    use clap::{Args, FromArgMatches};
+    let command = WorkerArgs::augment_args(clap::Command::new(bin_name))
+        .version(crate::VERSION)
+        .about(ABOUT);
+    let args = match command
+        .try_get_matches()
+        .and_then(|m| WorkerArgs::from_arg_matches(&m))
+    {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
+    let code = run(&args);
+    u8::try_from(code).map_or(
+        std::process::ExitCode::FAILURE,
+        std::process::ExitCode::from,
+    )
+}
 
 /// Run the wrapper; its exit code. SIGTERM or SIGINT to the wrapper stops the
 /// child (SIGTERM, grace, SIGKILL) and the wrapper exits with the child's code.
