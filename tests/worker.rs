@@ -1,12 +1,14 @@
 //! The wrapper run as exec runs it: `okstra-worker` (what exec starts when
 //! it is installed beside okstra) and `okstra worker` (the same code, the
-//! fallback), each on exec's command line.
+//! fallback), each on exec's command line; gated, as exec will start it
+//! (SPEC §5.8); and on a disk that cannot take its status file.
 
 mod common;
 
 use common::Project;
+use okstra::process::{self, SpawnSpec};
 use serde_json::Value;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// The wrapper's two programs: `okstra-worker ...` and `okstra worker ...`.
 fn wrappers() -> [Command; 2] {
@@ -147,5 +149,127 @@ fn a_command_that_cannot_be_executed_exits_126_and_one_not_found_127() {
             assert_eq!(s["exitCode"], code);
             assert!(s["error"].as_str().unwrap().contains(program), "{s}");
         }
+    }
+}
+
+/// exec's form of `okstra-worker --gated ...` as argv, the command writing
+/// `ran` and then checking the sidecar said `running` before it started.
+fn gated_argv(p: &Project) -> Vec<String> {
+    let script =
+        r#"grep -q '"state": "running"' prompts/w.md.status.json && echo ran > results/w.md"#;
+    let cmd = exec_form(
+        Command::new(env!("CARGO_BIN_EXE_okstra-worker")),
+        p,
+        "1",
+        script,
+    );
+    let mut argv = vec![cmd.get_program().to_string_lossy().into_owned()];
+    argv.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    argv.insert(1, "--gated".into());
+    argv
+}
+
+#[test]
+fn a_gated_wrapper_released_records_running_then_runs() {
+    let p = project();
+    let argv = gated_argv(&p);
+    let log = p.path("prompts/w.md.log");
+    let spec = SpawnSpec {
+        argv: &argv,
+        cwd: p.root(),
+        env: &[],
+        log: Some(&log),
+        stdin: None,
+        pre_exec: None,
+    };
+    let (mut child, gate) = process::spawn_gated(&spec).unwrap();
+    // Held at the gate: nothing written yet.
+    assert!(!p.exists("prompts/w.md.status.json"));
+    gate.release().unwrap();
+    assert_eq!(child.wait().unwrap(), 0, "{}", p.read("prompts/w.md.log"));
+    assert_eq!(p.read("results/w.md"), "ran\n");
+    let s = status(&p);
+    assert_eq!(s["state"], "exited");
+    assert_eq!(s["exitCode"], 0);
+    assert_eq!(s["wrapperPid"], child.pid());
+}
+
+#[test]
+fn a_gated_wrapper_never_released_exits_75_having_done_nothing() {
+    let p = project();
+    let argv = gated_argv(&p);
+    let log = p.path("prompts/w.md.log");
+    let spec = SpawnSpec {
+        argv: &argv,
+        cwd: p.root(),
+        env: &[],
+        log: Some(&log),
+        stdin: None,
+        pre_exec: None,
+    };
+    let (mut child, gate) = process::spawn_gated(&spec).unwrap();
+    drop(gate);
+    assert_eq!(
+        child.wait().unwrap(),
+        okstra::worker::NEVER_RELEASED_EXIT_CODE
+    );
+    assert!(!p.exists("prompts/w.md.status.json"));
+    assert!(!p.exists("results/w.md"), "the command never ran");
+    assert_eq!(p.read("prompts/w.md.log"), "", "nothing said either");
+}
+
+#[test]
+fn a_status_file_that_cannot_be_written_is_a_clear_failure_not_a_panic() {
+    for cmd in wrappers() {
+        let p = project();
+        // A directory where the sidecar goes: every write of it fails, as
+        // on a full disk.
+        p.write("prompts/w.md.status.json/keep", "");
+        let out = exec_form(cmd, &p, "1", "echo ran > results/w.md")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{err}");
+        assert!(err.contains("cannot write the status file"), "{err}");
+        assert!(err.contains("could not be recorded"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(p.read("results/w.md"), "ran\n");
+    }
+    // Gated, the attempt does not start without its `running` record.
+    let p = project();
+    p.write("prompts/w.md.status.json/keep", "");
+    let argv = gated_argv(&p);
+    let log = p.path("prompts/w.md.log");
+    let spec = SpawnSpec {
+        argv: &argv,
+        cwd: p.root(),
+        env: &[],
+        log: Some(&log),
+        stdin: None,
+        pre_exec: None,
+    };
+    let (mut child, gate) = process::spawn_gated(&spec).unwrap();
+    gate.release().unwrap();
+    assert_eq!(child.wait().unwrap(), 74);
+    assert!(!p.exists("results/w.md"), "not started");
+    let said = p.read("prompts/w.md.log");
+    assert!(said.contains("not starting command"), "{said}");
+}
+
+#[test]
+fn a_full_disk_under_stderr_too_ends_in_an_exit_code_not_a_panic() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    for cmd in wrappers() {
+        let p = project();
+        p.write("prompts/w.md.status.json/keep", "");
+        // stderr, where the wrapper says what went wrong, is full as well.
+        let out = exec_form(cmd, &p, "1", "exit 0")
+            .stderr(Stdio::from(full.try_clone().unwrap()))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(74), "{out:?}");
     }
 }

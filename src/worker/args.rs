@@ -74,6 +74,11 @@ pub struct WorkerArgs {
     /// as it says so.
     #[arg(long, value_name = "REF", requires = "manifest")]
     pub model_ref: Option<String>,
+    /// Wait for one byte on stdin before doing anything (exec's
+    /// record-before-launch, SPEC §5.8); end of input instead means exec
+    /// never released this attempt: exit 75 having written nothing.
+    #[arg(long)]
+    pub gated: bool,
     /// The argv of a `command` job.
     #[arg(last = true, value_name = "ARGV")]
     pub command: Vec<String>,

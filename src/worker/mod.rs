@@ -12,6 +12,11 @@
 //! wrapper's stdout and stderr at `<prompt>.log`, and by hand the terminal is
 //! the right place. The child stays in the wrapper's process group, so exec
 //! stopping the wrapper's group stops the agent with it.
+//!
+//! With `--gated` the wrapper first waits for exec's go (one byte on stdin,
+//! SPEC §5.8), and once released records `state: "running"` before it
+//! starts the child. It never panics on a failed write: its stderr is the
+//! job's log, which may sit on a full disk.
 
 mod args;
 
@@ -25,7 +30,7 @@ use crate::provider::{
 use serde::Serialize;
 use serde_json::Value;
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -40,6 +45,15 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(50);
 /// Exit code for a wrapper invoked with unusable arguments, as clap's.
 const USAGE_EXIT_CODE: i32 = 2;
+/// Exit code of a gated wrapper that read end-of-file (or an error) where
+/// exec's go should have been: exec died before recording the dispatch, so
+/// the wrapper ran nothing and wrote nothing (sysexits' EX_TEMPFAIL: the
+/// attempt may be started again).
+pub const NEVER_RELEASED_EXIT_CODE: i32 = 75;
+/// Exit code of a wrapper whose child succeeded but whose status sidecar
+/// could not be written (a full disk, say), or which could not record
+/// `running` before starting the child (sysexits' EX_IOERR).
+pub const STATUS_WRITE_FAILED_EXIT_CODE: i32 = 74;
 /// What `okstra worker --help` and `okstra-worker --help` say it is.
 pub const ABOUT: &str = "The built-in worker wrapper (started by `okstra exec`)";
 /// The shell's codes for a program that could not be executed / found.
@@ -73,11 +87,16 @@ pub fn main(bin_name: &'static str) -> std::process::ExitCode {
 /// Run the wrapper; its exit code. SIGTERM or SIGINT to the wrapper stops the
 /// child (SIGTERM, grace, SIGKILL) and the wrapper exits with the child's code.
 pub fn run(args: &WorkerArgs) -> i32 {
+    // Before anything else, even the signal handlers: a gated wrapper that
+    // exec stops while it waits just dies, having done nothing.
+    if args.gated && !released(&mut io::stdin()) {
+        return NEVER_RELEASED_EXIT_CODE;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let _signals = match SignalGuard::install(&stop) {
         Ok(guard) => guard,
         Err(err) => {
-            eprintln!("okstra worker: cannot install signal handlers: {err}");
+            say(format_args!("cannot install signal handlers: {err}"));
             return USAGE_EXIT_CODE;
         }
     };
@@ -89,6 +108,26 @@ pub fn run(args: &WorkerArgs) -> i32 {
             heartbeat: HEARTBEAT_INTERVAL,
         },
     )
+}
+
+/// Whether exec let this attempt go: one byte read from `gate` (stdin).
+/// End of input, or an error reading it, means exec closed the pipe (or
+/// died) without releasing it.
+fn released(gate: &mut impl Read) -> bool {
+    let mut byte = [0u8; 1];
+    loop {
+        match gate.read(&mut byte) {
+            Ok(n) => return n == 1,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A line on stderr, prefixed as the wrapper's. stderr is usually the job's
+/// log: a failed write there (a full disk) is let go, never a panic.
+fn say(message: std::fmt::Arguments) {
+    let _ = writeln!(io::stderr(), "okstra worker: {message}");
 }
 
 /// The wrapper's clocks, given to `execute` so tests can shorten them.
@@ -198,7 +237,10 @@ struct StatusFile {
 }
 
 impl StatusFile {
-    fn write(&mut self) {
+    /// Write the sidecar. A failure is said on stderr the first time, and
+    /// returned: a heartbeat may fail and the run go on without liveness,
+    /// but the first and the last write are what exec relies on.
+    fn write(&mut self) -> io::Result<()> {
         self.status.heartbeat_at = now_rfc3339();
         let mut bytes = serde_json::to_vec_pretty(&self.status).unwrap_or_default();
         bytes.push(b'\n');
@@ -214,21 +256,37 @@ impl StatusFile {
             crate::fsutil::write_atomic(&self.path, &bytes, durability)
         };
         self.written |= written.is_ok();
-        if let Err(err) = written {
-            // The run goes on without liveness; say so once.
+        if let Err(err) = &written {
             if !self.warned {
-                eprintln!("okstra worker: cannot write {}: {err}", self.path.display());
+                say(format_args!(
+                    "cannot write the status file {}: {err}",
+                    self.path.display()
+                ));
                 self.warned = true;
             }
         }
+        written
     }
 
-    fn finish(&mut self, exit_code: i32, error: Option<String>) {
+    /// Record the exit; `exit_code` is what the wrapper exits with, unless
+    /// this write fails after a success: then the attempt is not known to
+    /// have ended well, and the wrapper says so and exits
+    /// [`STATUS_WRITE_FAILED_EXIT_CODE`].
+    fn finish(&mut self, exit_code: i32, error: Option<String>) -> i32 {
         self.status.state = "exited";
         self.status.exit_code = Some(exit_code);
         self.status.duration_ms = Some(self.started.elapsed().as_millis() as u64);
         self.status.error = error;
-        self.write();
+        match self.write() {
+            Err(err) if exit_code == 0 => {
+                say(format_args!(
+                    "the child exited 0, but its exit could not be recorded in {}: {err}",
+                    self.path.display()
+                ));
+                STATUS_WRITE_FAILED_EXIT_CODE
+            }
+            _ => exit_code,
+        }
     }
 }
 
@@ -243,7 +301,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     let paths = match Paths::resolve(args) {
         Ok(paths) => paths,
         Err(err) => {
-            eprintln!("okstra worker: cannot resolve the project root: {err}");
+            say(format_args!("cannot resolve the project root: {err}"));
             return USAGE_EXIT_CODE;
         }
     };
@@ -276,7 +334,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     let served_check = match check_inputs(args, &paths).and_then(|()| served_check(args, &paths)) {
         Ok(check) => check,
         Err(problem) => {
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             if paths.root.is_dir() {
                 status.status.failure_kind = Some("argument-error".into());
                 status.finish(USAGE_EXIT_CODE, Some(problem));
@@ -313,33 +371,43 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         stdin: Some(&paths.prompt),
         pre_exec: None,
     };
+    // Released by exec, the attempt has started, and the sidecar is the
+    // evidence (SPEC §5.8): it is written before the child starts, and
+    // without it the child does not start.
+    if args.gated {
+        if let Err(err) = status.write() {
+            say(format_args!(
+                "not starting {}: cannot record that the attempt started: {err}",
+                args.provider
+            ));
+            return STATUS_WRITE_FAILED_EXIT_CODE;
+        }
+    }
     let mut child = match process::spawn_in_caller_group(&spec) {
         Ok(child) => child,
         Err(err) => {
             let program = argv.first().map(String::as_str).unwrap_or_default();
             let (code, problem) = launch_failure(program, &err);
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             status.status.failure_kind = Some("cli-not-found".into());
-            status.finish(code, Some(problem));
-            return code;
+            return status.finish(code, Some(problem));
         }
     };
     status.status.pid = Some(child.pid());
     // A pane's watcher reads the wrapper's pid from the sidecar at once; in
     // cli-wrapper mode exec holds the pid itself (and records it), so the
     // first write waits for the first heartbeat: most short jobs write the
-    // sidecar once, at their exit.
+    // sidecar once, at their exit (twice when gated).
     if args.presentation == Presentation::Live {
-        status.write();
-    }
-    if args.presentation == Presentation::Live {
-        eprintln!(
-            "okstra worker: {} attempt {}: started {} (pid {})",
+        // A failure is said once; the heartbeat tries again.
+        let _ = status.write();
+        say(format_args!(
+            "{} attempt {}: started {} (pid {})",
             args.worker_key,
             args.attempt,
             args.provider,
             child.pid()
-        );
+        ));
     }
 
     let deadline = args
@@ -369,7 +437,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         // by the wrong model is never a result.
         Outcome::Exited(_) | Outcome::Mismatch if verdict.is_err() => {
             let problem = verdict.err().unwrap_or_default();
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             status.status.failure_kind = Some("served-model-mismatch".into());
             (SERVED_MODEL_MISMATCH_EXIT_CODE, Some(problem))
         }
@@ -383,7 +451,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
                         kind.as_str(),
                         kind.hint(&args.provider)
                     );
-                    eprintln!("okstra worker: {problem}");
+                    say(format_args!("{problem}"));
                     status.status.failure_kind = Some(kind.as_str().into());
                     Some(problem)
                 }
@@ -399,24 +467,24 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             let problem = format!(
                 "wall-clock limit reached: timed out after {secs} s (timeoutSeconds); the child was stopped"
             );
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             status.status.failure_kind = Some("timeout".into());
             (TIMEOUT_EXIT_CODE, Some(problem))
         }
         Outcome::Failed(err) => {
             let problem = format!("lost track of the child: {err}");
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             (1, Some(problem))
         }
     };
-    status.finish(code, error);
+    let code = status.finish(code, error);
     if args.presentation == Presentation::Live {
-        eprintln!(
-            "okstra worker: {} attempt {}: exited {code} after {:.1} s",
+        say(format_args!(
+            "{} attempt {}: exited {code} after {:.1} s",
             args.worker_key,
             args.attempt,
             started.elapsed().as_secs_f64()
-        );
+        ));
     }
     code
 }
@@ -499,7 +567,8 @@ struct Heartbeat<'a> {
 impl Heartbeat<'_> {
     fn tick(&mut self) {
         if self.last.elapsed() >= self.every {
-            self.status.write();
+            // A missed heartbeat is said once; the run goes on.
+            let _ = self.status.write();
             self.last = Instant::now();
         }
     }
@@ -808,6 +877,20 @@ mod tests {
         assert_eq!(s["exitCode"], 0);
         assert!(s.get("dispatchId").is_none());
         assert!(s.get("sessionId").is_none());
+    }
+
+    #[test]
+    fn a_gate_releases_on_one_byte_only() {
+        assert!(released(&mut &b"\n"[..]));
+        assert!(released(&mut &b"xy"[..]), "the first byte is enough");
+        assert!(!released(&mut &b""[..]), "end of input");
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("gone"))
+            }
+        }
+        assert!(!released(&mut Broken));
     }
 
     #[test]
