@@ -197,7 +197,7 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
             .unwrap_or_default()
     };
     match args.format {
-        Format::Json => println!(
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": rows("workers"), "dispatches": rows("workerDispatches")})).unwrap_or_default()
         ),
@@ -235,7 +235,7 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
                 render::table(&["worker", "status", "provider", "ended", "reason"], &workers),
                 render::table(&["dispatch", "attempt", "status", "id", "reason"], &dispatches),
             );
-            print!("{text}");
+            out!("{text}");
         }
     }
     ExitStatus::Success

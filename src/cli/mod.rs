@@ -1,5 +1,20 @@
 //! The command line: clap definitions and one small handler per command.
 
+/// `println!` for a command's report: a reader that went away ends the
+/// command quietly (see [`write_out`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for a command's report (see [`write_out`]).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!($($arg)*))
+    };
+}
+
 mod doctor;
 mod exec;
 mod plan;
@@ -9,6 +24,7 @@ pub use plan::read_plan;
 
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};
+use std::io::{self, Write};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -62,16 +78,6 @@ pub struct RunTarget {
 /// Parse the command line, run the command, and return the exit status.
 pub fn main() -> ExitStatus {
     let cli = Cli::parse();
-    if !matches!(
-        cli.command,
-        Command::Exec(_) | Command::Run(_) | Command::Worker(_)
-    ) {
-        // A report piped into `head` ends quietly, as Unix tools do. exec,
-        // run and the wrapper keep SIGPIPE ignored: a closed pipe must not
-        // kill a run half-way; they ignore failed writes instead.
-        // SAFETY: resetting a signal disposition before any thread starts.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    }
     match cli.command {
         Command::Plan(args) => plan::plan(&args),
         Command::Show(args) => plan::show(&args),
@@ -86,13 +92,44 @@ pub fn main() -> ExitStatus {
     }
 }
 
+/// Write part of a command's report to stdout, flushed at once.
+///
+/// The Rust runtime ignores SIGPIPE, so a report piped into `head` gets an
+/// error once `head` has gone; that ends the command quietly, with success,
+/// as ripgrep ends. (exec and run write their progress and summary on their
+/// own and let a failed write go: a closed pipe must not end a run half-way;
+/// only a refusal, before anything started, comes through here.) Any other
+/// failure to write is said on stderr and ends the command with exit code 1.
+pub(crate) fn write_out(text: std::fmt::Arguments) {
+    write_out_or(text, ExitStatus::Success)
+}
+
+/// [`write_out`], ending with `on_broken_pipe` when the reader went away.
+fn write_out_or(text: std::fmt::Arguments, on_broken_pipe: ExitStatus) {
+    let mut out = io::stdout().lock();
+    match out.write_fmt(text).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+            std::process::exit(on_broken_pipe.code().into())
+        }
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "okstra: cannot write the report: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
 /// Print diagnostics in the chosen format and return their exit status.
 pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
     match format {
         Format::Text => eprint!("{}", diags.render_text()),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&diags.to_json()).unwrap_or_default()
+        // Refused input keeps its exit status when nobody reads the report.
+        Format::Json => write_out_or(
+            format_args!(
+                "{}\n",
+                serde_json::to_string_pretty(&diags.to_json()).unwrap_or_default()
+            ),
+            diags.exit_status(),
         ),
     }
     diags.exit_status()

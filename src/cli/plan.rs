@@ -95,8 +95,8 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
     }
     let shown = args.out.display().to_string();
     match args.format {
-        Format::Text => print!("{}", render::summary(&plan, &shown)),
-        Format::Json => println!(
+        Format::Text => out!("{}", render::summary(&plan, &shown)),
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "ok": true,
@@ -152,11 +152,11 @@ pub fn show(args: &ShowArgs) -> ExitStatus {
         Err(d) => return report(&Diagnostics::from(d), args.format),
     };
     match args.format {
-        Format::Text => print!(
+        Format::Text => out!(
             "{}",
             render::summary(&plan, &args.plan.display().to_string())
         ),
-        Format::Json => println!(
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&value).unwrap_or_default()
         ),
