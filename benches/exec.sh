@@ -5,6 +5,11 @@
 #
 # usage: benches/exec.sh [runs]      (default 3 runs of each; the best counts)
 #   OKSTRA_BENCH_SIZES="1000 5000"   job counts (default)
+#   OKSTRA_BENCH_BASELINE=BIN        also time another okstra build, side by
+#                                    side in the same rounds (a change is
+#                                    judged against its parent this way: on
+#                                    a shared machine the table moves more
+#                                    between runs than a change moves it)
 #   OKSTRA_BENCH_AUDIT_FILES=200     source files in the audit variant's tree
 #                                    (0 skips the variant)
 #   OKSTRA_BENCH_AUDIT_SIZES="100 200 400"  job counts of the audit variant:
@@ -42,6 +47,7 @@ fi
 
 cargo build --release --quiet
 bin=$PWD/target/release/okstra
+baseline=${OKSTRA_BENCH_BASELINE:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -89,11 +95,11 @@ check_results() { # NAME N TOOL
   fi
 }
 
-time_okstra() { # NAME N -> us
+time_okstra() { # NAME N [BIN] -> us
   fresh "$1"
-  local t0 t1
+  local t0 t1 exe=${3:-$bin}
   t0=$(now_ns)
-  (cd "$work/$1" && "$bin" exec --concurrency 2 plan.json >/dev/null 2>"$work/$1.exec.log") || {
+  (cd "$work/$1" && "$exe" exec --concurrency 2 plan.json >/dev/null 2>"$work/$1.exec.log") || {
     echo "okstra exec failed on $1:" >&2; tail -5 "$work/$1.exec.log" >&2; exit 1; }
   t1=$(now_ns)
   check_results "$1" "$2" okstra
@@ -134,7 +140,7 @@ keep_best() {
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
 echo "okstra $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(xargs --version | head -1), $(parallel --will-cite --version | head -1)"
-echo "okstra: cargo build --release (exec starts okstra-worker, beside it)"
+echo "okstra: cargo build --release (exec starts okstra-worker, beside it)${baseline:+; baseline: $baseline}"
 echo "best of $runs runs each; per job = wall time / N"
 echo
 
@@ -143,6 +149,9 @@ for n in $sizes; do
   fixture "$n" "plain-$n"
   for _ in $(seq "$runs"); do
     keep_best "okstra-$n" okstra "plain-$n" "$n"
+    if [ -n "$baseline" ]; then
+      keep_best "baseline-$n" okstra "plain-$n" "$n" "$baseline"
+    fi
     keep_best "xargs-$n" xargs "plain-$n" "$n"
     keep_best "parallel-$n" parallel "plain-$n" "$n"
   done
@@ -160,7 +169,7 @@ fi
 
 args=()
 for n in $sizes; do
-  args+=("$n" "${best[okstra-$n]}" "${best[xargs-$n]}" "${best[parallel-$n]}")
+  args+=("$n" "${best[okstra-$n]}" "${best[baseline-$n]:-0}" "${best[xargs-$n]}" "${best[parallel-$n]}")
 done
 audit=()
 if [ "$audit_files" -gt 0 ]; then
@@ -169,16 +178,20 @@ fi
 python3 - "$audit_files" "${audit[*]:-}" "${args[@]}" <<'PY'
 import sys
 audit_files, audit = int(sys.argv[1]), sys.argv[2].split()
-rows = [sys.argv[i:i + 4] for i in range(3, len(sys.argv), 4)]
+rows = [sys.argv[i:i + 5] for i in range(3, len(sys.argv), 5)]
 res = {}
-head = ["jobs", "okstra exec -c2", "xargs -P2", "parallel -j2 --joblog", "okstra / xargs", "okstra / parallel"]
+builds = [("okstra", 0)] + ([("baseline", 1)] if all(int(r[2]) > 0 for r in rows) else [])
+head = ["jobs"] + [f"{b} exec -c2" for b, _ in builds] + ["xargs -P2", "parallel -j2 --joblog"]
+head += [f"{b} / xargs" for b, _ in builds] + [f"{b} / parallel" for b, _ in builds]
 print("| " + " | ".join(head) + " |")
 print("|" + " ---: |" * len(head))
 for n, *us in rows:
     n = int(n)
-    ok, xa, pa = (int(u) / 1000 / n for u in us)  # ms per job
-    res[n] = (ok, xa, pa)
-    cells = [f"{n:,}"] + [f"{t:.2f} ms" for t in (ok, xa, pa)] + [f"{ok / xa:.2f}x", f"{ok / pa:.2f}x"]
+    ok, base, xa, pa = (int(u) / 1000 / n for u in us)  # ms per job
+    res[n] = (ok, base, xa, pa)
+    own = [ok, base][: len(builds)]
+    cells = [f"{n:,}"] + [f"{t:.2f} ms" for t in own + [xa, pa]]
+    cells += [f"{t / xa:.2f}x" for t in own] + [f"{t / pa:.2f}x" for t in own]
     print("| " + " | ".join(cells) + " |")
 if audit:
     print()
@@ -190,15 +203,17 @@ if audit:
         n, us = (int(x) for x in item.split(":"))
         print(f"| {n:,} | {us / 1e6:.2f} s | {us / 1000 / n:.2f} ms |")
 print()
-for n, (ok, xa, pa) in res.items():
-    print(f"{n:,} jobs: okstra {ok:.2f} ms/job, {ok / xa:.2f}x xargs (target <= 4x: "
-          f"{'met' if ok <= 4 * xa else 'MISSED'}), {ok / pa:.2f}x parallel (target < 1x: "
-          f"{'met' if ok < pa else 'MISSED'})")
+for n, (ok, base, xa, pa) in res.items():
+    for name, i in builds:
+        t = (ok, base)[i]
+        print(f"{n:,} jobs: {name} {t:.2f} ms/job, {t / xa:.2f}x xargs (target <= 4x: "
+              f"{'met' if t <= 4 * xa else 'MISSED'}), {t / pa:.2f}x parallel (target < 1x: "
+              f"{'met' if t < pa else 'MISSED'})")
 ns = sorted(res)
 if len(ns) >= 2:
     a, b = ns[0], ns[-1]
-    for name, i in [("okstra", 0), ("xargs", 1), ("parallel", 2)]:
+    for name, i in builds + [("xargs", 2), ("parallel", 3)]:
         r = res[b][i] / res[a][i]
-        extra = f" (target: linear, <= 1.25: {'met' if r <= 1.25 else 'MISSED'})" if i == 0 else ""
+        extra = f" (target: linear, <= 1.25: {'met' if r <= 1.25 else 'MISSED'})" if i < 2 else ""
         print(f"{name}: per-job time at {b:,} / at {a:,} = {r:.2f}{extra}")
 PY
