@@ -8,7 +8,6 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -135,8 +134,8 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// An exclusive advisory lock (`flock(LOCK_EX)`) on a lock file, held until
-/// dropped.
+/// An exclusive advisory lock on a lock file, held until dropped: std's
+/// `File::lock`, which is `flock(LOCK_EX)` on Linux.
 ///
 /// `flock` locks belong to the open file description, so two `FileLock`s on
 /// the same path exclude each other across processes and across threads of
@@ -153,11 +152,16 @@ impl FileLock {
     pub fn acquire(path: &Path) -> io::Result<FileLock> {
         let file = open_lock_file(path)?;
         loop {
-            if flock(&file, libc::LOCK_EX)? {
-                return Ok(FileLock {
-                    file,
-                    path: path.to_path_buf(),
-                });
+            match file.lock() {
+                Ok(()) => {
+                    return Ok(FileLock {
+                        file,
+                        path: path.to_path_buf(),
+                    })
+                }
+                // A signal interrupted the wait: wait again.
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(err),
             }
         }
     }
@@ -166,16 +170,18 @@ impl FileLock {
     pub fn try_acquire(path: &Path) -> io::Result<Option<FileLock>> {
         let file = open_lock_file(path)?;
         loop {
-            match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
-                Ok(true) => {
+            match file.try_lock() {
+                Ok(()) => {
                     return Ok(Some(FileLock {
                         file,
                         path: path.to_path_buf(),
                     }))
                 }
-                Ok(false) => continue,
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(err) => return Err(err),
+                Err(fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(fs::TryLockError::Error(err)) if err.kind() == io::ErrorKind::Interrupted => {
+                    continue
+                }
+                Err(fs::TryLockError::Error(err)) => return Err(err),
             }
         }
     }
@@ -191,7 +197,7 @@ impl Drop for FileLock {
         // Closing the descriptor releases the lock too; unlocking first makes
         // the release independent of any descriptor that might have been
         // duplicated meanwhile.
-        let _ = flock(&self.file, libc::LOCK_UN);
+        let _ = self.file.unlock();
     }
 }
 
@@ -204,22 +210,6 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
         .truncate(false)
         .mode(0o644)
         .open(path)
-}
-
-/// `flock` on `file`. `Ok(false)` means interrupted by a signal: try again.
-fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
-    // SAFETY: flock only reads the descriptor number, which `file` keeps open
-    // for the duration of the call.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = io::Error::last_os_error();
-    if err.kind() == io::ErrorKind::Interrupted {
-        Ok(false)
-    } else {
-        Err(err)
-    }
 }
 
 /// Append `line` plus a newline to `path` with exactly one `write(2)` on an

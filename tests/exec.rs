@@ -8,6 +8,7 @@
 
 mod common;
 use common::*;
+use rustix::process::{Pid, Signal};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -177,9 +178,9 @@ fn wait_child(child: &mut Child, secs: u64) -> i32 {
     }
 }
 
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { libc::kill(pid as libc::pid_t, sig) };
+fn signal(pid: u32, sig: Signal) {
+    let pid = Pid::from_raw(pid as i32).unwrap();
+    let _ = rustix::process::kill_process(pid, sig);
 }
 
 /// Whether a live (non-zombie) process is in group `pgid`.
@@ -258,6 +259,25 @@ fn success() {
     assert_eq!(status["state"], "exited");
     assert_eq!(status["exitCode"], 0);
     assert!(status["duration_ms"].is_u64(), "{status}");
+}
+
+#[test]
+fn the_wrapper_is_okstra_worker_beside_okstra_and_the_plan_keeps_the_wire_form() {
+    // The job's parent is the wrapper; /proc names its executable.
+    let script = format!("readlink /proc/$PPID/exe > \"$S/wrapper\"\n{WRITE_RESULT}");
+    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    fx.plan();
+    let planned = fx.p.read_json("plan.json")["stages"][0]["jobs"][0]["command"].clone();
+    assert_eq!(planned[0], "okstra");
+    assert_eq!(planned[1], "worker");
+    assert_code(&fx.exec(&[]), 0);
+    let lean = Path::new(env!("CARGO_BIN_EXE_okstra")).with_file_name("okstra-worker");
+    assert_eq!(
+        std::fs::read_to_string(fx.scratch("wrapper"))
+            .unwrap()
+            .trim(),
+        lean.canonicalize().unwrap().display().to_string()
+    );
 }
 
 #[test]
@@ -635,7 +655,7 @@ fn workers_that_ignore_sigterm_stop_within_one_grace_period() {
             .all(|k| fx.scratch(&format!("{k}.started")).exists())
     });
     let started = Instant::now();
-    signal(child.id(), libc::SIGINT);
+    signal(child.id(), Signal::INT);
     let code = wait_child(&mut child, 20);
     let took = started.elapsed();
     assert_eq!(code, 130);
@@ -662,10 +682,7 @@ fn locked_run_is_refused() {
     fx.plan();
     std::fs::create_dir_all(fx.p.path("run")).unwrap();
     let lock = std::fs::File::create(fx.p.path("run/team-state.json.exec.lock")).unwrap();
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a descriptor `lock` keeps open.
-    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    assert_eq!(rc, 0);
+    lock.try_lock().unwrap();
     let run = fx.exec(&["--format", "json"]);
     assert_code(&run, 4);
     assert_eq!(run.codes(), ["exec/locked"]);
@@ -695,7 +712,7 @@ fn sigterm_stops_every_worker_and_settles_them_interrupted() {
         fx.scratch("a.started").exists() && fx.scratch("b.started").exists()
     });
     let started = Instant::now();
-    signal(child.id(), libc::SIGTERM);
+    signal(child.id(), Signal::TERM);
     let code = wait_child(&mut child, 5);
     let stderr = std::fs::read_to_string(fx.scratch("exec.stderr")).unwrap();
     assert_eq!(code, 130, "{stderr}");
@@ -754,8 +771,8 @@ fn kill_9_then_resume_runs_nothing_twice() {
             && fx.p.exists("prompts/a.md.status.json")
             && fx.p.read_json("prompts/a.md.status.json")["state"] == "exited"
     });
-    signal(child.id(), libc::SIGKILL);
-    assert_eq!(wait_child(&mut child, 5), 128 + libc::SIGKILL);
+    signal(child.id(), Signal::KILL);
+    assert_eq!(wait_child(&mut child, 5), 128 + Signal::KILL.as_raw());
     // Every state file is parseable after the kill.
     let _ = fx.events();
     if fx.p.exists("run/team-state.json") {
@@ -806,8 +823,8 @@ fn kill_9_then_resume_v2_keeps_dispatch_ids_unique() {
     wait_for("the verifier to start", 5, || {
         fx.scratch("ver.started").exists()
     });
-    signal(child.id(), libc::SIGKILL);
-    assert_eq!(wait_child(&mut child, 5), 128 + libc::SIGKILL);
+    signal(child.id(), Signal::KILL);
+    assert_eq!(wait_child(&mut child, 5), 128 + Signal::KILL.as_raw());
     std::fs::write(fx.scratch("release"), "").unwrap();
     let run = fx.exec(&[]);
     assert_code(&run, 0);
@@ -1120,10 +1137,9 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
     let pgid = fx.events_of("worker-dispatched", "a")[0]["pid"]
         .as_u64()
         .unwrap() as u32;
-    signal(child.id(), libc::SIGKILL);
+    signal(child.id(), Signal::KILL);
     wait_child(&mut child, 5);
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { libc::killpg(pgid as libc::pid_t, libc::SIGKILL) };
+    let _ = rustix::process::kill_process_group(Pid::from_raw(pgid as i32).unwrap(), Signal::KILL);
     wait_for("the worker group to die", 5, || !group_alive(pgid));
     std::fs::write(fx.scratch("release"), "").unwrap();
     let run = fx.exec(&["--format", "json"]);

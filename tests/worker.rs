@@ -1,20 +1,27 @@
-//! `okstra worker` run by hand, as exec runs it: on glibc Linux the wrapper
-//! starts before `main` (src/start.rs), so these pin what it must still do
-//! there: read exec's command line, fall back to clap's help and errors, and
-//! give the child open standard streams.
+//! The wrapper run as exec runs it: `okstra-worker` (what exec starts when
+//! it is installed beside okstra) and `okstra worker` (the same code, the
+//! fallback), each on exec's command line; gated, as exec will start it
+//! (SPEC §5.8); and on a disk that cannot take its status file.
 
 mod common;
 
 use common::Project;
+use okstra::process::{self, SpawnSpec};
 use serde_json::Value;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
-/// exec's form of the wrapper's command line for attempt `attempt` of a
-/// `command` job running `script`, in project `p`.
-fn wrapper_at(p: &Project, attempt: &str, script: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_okstra"));
-    cmd.arg("worker")
-        .arg("--project-root")
+/// The wrapper's two programs: `okstra-worker ...` and `okstra worker ...`.
+fn wrappers() -> [Command; 2] {
+    let mut sub = Command::new(env!("CARGO_BIN_EXE_okstra"));
+    sub.arg("worker");
+    [Command::new(env!("CARGO_BIN_EXE_okstra-worker")), sub]
+}
+
+/// The command line of `okstra-worker` / `okstra worker` (`cmd`) for
+/// attempt `attempt` of a `command` job running `script` in project `p`,
+/// as exec writes it.
+fn exec_form(mut cmd: Command, p: &Project, attempt: &str, script: &str) -> Command {
+    cmd.arg("--project-root")
         .arg(p.root())
         .args(["--provider", "command", "--model", "m"])
         .args(["--prompt", "prompts/w.md", "--result", "results/w.md"])
@@ -23,10 +30,6 @@ fn wrapper_at(p: &Project, attempt: &str, script: &str) -> Command {
         .args(["--dispatch-id", "inv-w:attempt-1", "--", "sh", "-c", script])
         .current_dir(p.root());
     cmd
-}
-
-fn wrapper(p: &Project, script: &str) -> Command {
-    wrapper_at(p, "1", script)
 }
 
 fn project() -> Project {
@@ -42,47 +45,51 @@ fn status(p: &Project) -> Value {
 
 #[test]
 fn the_wrapper_runs_execs_command_line_and_exits_with_the_childs_code() {
-    let p = project();
-    let out = wrapper(&p, r#"cat > "$OKSTRA_RESULT_PATH"; exit 3"#)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    assert_eq!(p.read("results/w.md"), "the prompt\n");
-    let s = status(&p);
-    assert_eq!(s["state"], "exited");
-    assert_eq!(s["exitCode"], 3);
-    assert_eq!(s["attempt"], 1);
-    assert_eq!(s["dispatchId"], "inv-w:attempt-1");
+    for cmd in wrappers() {
+        let p = project();
+        let out = exec_form(cmd, &p, "1", r#"cat > "$OKSTRA_RESULT_PATH"; exit 3"#)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+        assert_eq!(p.read("results/w.md"), "the prompt\n");
+        let s = status(&p);
+        assert_eq!(s["state"], "exited");
+        assert_eq!(s["exitCode"], 3);
+        assert_eq!(s["attempt"], 1);
+        assert_eq!(s["dispatchId"], "inv-w:attempt-1");
+    }
 }
 
 #[test]
 fn the_child_gets_open_standard_streams_when_the_wrappers_were_closed() {
-    let p = project();
-    // The child checks its own descriptors 1 and 2 (inherited from the
-    // wrapper); the wrapper was started with 0, 1 and 2 closed.
-    let script = r#"{ [ -e /proc/self/fd/1 ] && [ -e /proc/self/fd/2 ] && echo open || echo closed; } > "$OKSTRA_RESULT_PATH" 2>/dev/null; echo to-stdout; echo to-stderr >&2"#;
-    let inner = wrapper(&p, script);
-    let mut argv: Vec<String> = vec![inner.get_program().to_string_lossy().into_owned()];
-    argv.extend(inner.get_args().map(|a| a.to_string_lossy().into_owned()));
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(r#"exec "$@" <&- >&- 2>&-"#)
-        .arg("sh")
-        .args(&argv)
-        .current_dir(p.root())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(p.read("results/w.md"), "open\n");
-    // The child's output went to /dev/null, not into a file the wrapper
-    // opened on a free low descriptor.
-    let s = status(&p);
-    assert_eq!(s["exitCode"], 0);
-    assert_eq!(s["state"], "exited");
+    for cmd in wrappers() {
+        let p = project();
+        // The child checks its own descriptors 1 and 2 (inherited from the
+        // wrapper); the wrapper was started with 0, 1 and 2 closed.
+        let script = r#"{ [ -e /proc/self/fd/1 ] && [ -e /proc/self/fd/2 ] && echo open || echo closed; } > "$OKSTRA_RESULT_PATH" 2>/dev/null; echo to-stdout; echo to-stderr >&2"#;
+        let inner = exec_form(cmd, &p, "1", script);
+        let mut argv: Vec<String> = vec![inner.get_program().to_string_lossy().into_owned()];
+        argv.extend(inner.get_args().map(|a| a.to_string_lossy().into_owned()));
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$@" <&- >&- 2>&-"#)
+            .arg("sh")
+            .args(&argv)
+            .current_dir(p.root())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(p.read("results/w.md"), "open\n");
+        // The child's output went to /dev/null, not into a file the wrapper
+        // opened on a free low descriptor.
+        let s = status(&p);
+        assert_eq!(s["exitCode"], 0);
+        assert_eq!(s["state"], "exited");
+    }
 }
 
 #[test]
-fn help_and_bad_arguments_get_clap_from_before_main() {
+fn help_and_bad_arguments_get_claps() {
     let help = Command::new(env!("CARGO_BIN_EXE_okstra"))
         .args(["worker", "--help"])
         .output()
@@ -93,44 +100,176 @@ fn help_and_bad_arguments_get_clap_from_before_main() {
         text.contains("Usage: okstra worker [OPTIONS] --project-root <PATH>"),
         "{text}"
     );
+    let help = Command::new(env!("CARGO_BIN_EXE_okstra-worker"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("Usage: okstra-worker [OPTIONS] --project-root <PATH>"),
+        "{text}"
+    );
 
-    let p = project();
-    let out = wrapper_at(&p, "0", "exit 0").output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--attempt <N>"), "{err}");
-    assert!(!p.exists("prompts/w.md.status.json"));
+    for cmd in wrappers() {
+        let p = project();
+        let out = exec_form(cmd, &p, "0", "exit 0").output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--attempt <N>"), "{err}");
+        assert!(!p.exists("prompts/w.md.status.json"));
+    }
 }
 
 #[test]
 fn a_command_that_cannot_be_executed_exits_126_and_one_not_found_127() {
-    // The wrapper starts its child with posix_spawn (src/process/spawn.rs):
-    // its errors must still map to the shell's two codes.
     let p = project();
     p.write("not-executable.sh", "#!/bin/sh\nexit 0\n");
     for (program, code, says) in [
         ("./not-executable.sh", 126, "permission denied"),
         ("okstra-no-such-program", 127, "command not found"),
     ] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_okstra"));
-        cmd.arg("worker")
-            .arg("--project-root")
-            .arg(p.root())
-            .args(["--provider", "command", "--prompt", "prompts/w.md"])
-            .args([
-                "--result",
-                "results/w.md",
-                "--worker-result",
-                "results/w.md",
-            ])
-            .args(["--worker-key", "w", "--", program])
-            .current_dir(p.root());
-        let out = cmd.output().unwrap();
+        for mut cmd in wrappers() {
+            cmd.arg("--project-root")
+                .arg(p.root())
+                .args(["--provider", "command", "--prompt", "prompts/w.md"])
+                .args([
+                    "--result",
+                    "results/w.md",
+                    "--worker-result",
+                    "results/w.md",
+                ])
+                .args(["--worker-key", "w", "--", program])
+                .current_dir(p.root());
+            let out = cmd.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(code), "{program}: {err}");
+            assert!(err.contains(says), "{program}: {err}");
+            let s = status(&p);
+            assert_eq!(s["exitCode"], code);
+            assert!(s["error"].as_str().unwrap().contains(program), "{s}");
+        }
+    }
+}
+
+/// exec's form of `okstra-worker --gated ...` as argv, the command writing
+/// `ran` and then checking the sidecar said `running` before it started.
+fn gated_argv(p: &Project) -> Vec<String> {
+    let script =
+        r#"grep -q '"state": "running"' prompts/w.md.status.json && echo ran > results/w.md"#;
+    let cmd = exec_form(
+        Command::new(env!("CARGO_BIN_EXE_okstra-worker")),
+        p,
+        "1",
+        script,
+    );
+    let mut argv = vec![cmd.get_program().to_string_lossy().into_owned()];
+    argv.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    argv.insert(1, "--gated".into());
+    argv
+}
+
+#[test]
+fn a_gated_wrapper_released_records_running_then_runs() {
+    let p = project();
+    let argv = gated_argv(&p);
+    let log = p.path("prompts/w.md.log");
+    let spec = SpawnSpec {
+        argv: &argv,
+        cwd: p.root(),
+        env: &[],
+        log: Some(&log),
+        stdin: None,
+        pre_exec: None,
+    };
+    let (mut child, mut gate) = process::spawn_gated(&spec).unwrap();
+    // Held at the gate: nothing written yet.
+    assert!(!p.exists("prompts/w.md.status.json"));
+    gate.release().unwrap();
+    assert_eq!(child.wait().unwrap(), 0, "{}", p.read("prompts/w.md.log"));
+    assert_eq!(p.read("results/w.md"), "ran\n");
+    let s = status(&p);
+    assert_eq!(s["state"], "exited");
+    assert_eq!(s["exitCode"], 0);
+    assert_eq!(s["wrapperPid"], child.pid());
+}
+
+#[test]
+fn a_gated_wrapper_never_released_exits_75_having_done_nothing() {
+    let p = project();
+    let argv = gated_argv(&p);
+    let log = p.path("prompts/w.md.log");
+    let spec = SpawnSpec {
+        argv: &argv,
+        cwd: p.root(),
+        env: &[],
+        log: Some(&log),
+        stdin: None,
+        pre_exec: None,
+    };
+    let (mut child, gate) = process::spawn_gated(&spec).unwrap();
+    drop(gate);
+    assert_eq!(
+        child.wait().unwrap(),
+        okstra::worker::NEVER_RELEASED_EXIT_CODE
+    );
+    assert!(!p.exists("prompts/w.md.status.json"));
+    assert!(!p.exists("results/w.md"), "the command never ran");
+    assert_eq!(p.read("prompts/w.md.log"), "", "nothing said either");
+}
+
+#[test]
+fn a_status_file_that_cannot_be_written_is_a_clear_failure_not_a_panic() {
+    for cmd in wrappers() {
+        let p = project();
+        // A directory where the sidecar goes: every write of it fails, as
+        // on a full disk.
+        p.write("prompts/w.md.status.json/keep", "");
+        let out = exec_form(cmd, &p, "1", "echo ran > results/w.md")
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(code), "{program}: {err}");
-        assert!(err.contains(says), "{program}: {err}");
-        let s = status(&p);
-        assert_eq!(s["exitCode"], code);
-        assert!(s["error"].as_str().unwrap().contains(program), "{s}");
+        assert_eq!(out.status.code(), Some(74), "{err}");
+        assert!(err.contains("cannot write the status file"), "{err}");
+        assert!(err.contains("could not be recorded"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(p.read("results/w.md"), "ran\n");
+    }
+    // Gated, the attempt does not start without its `running` record.
+    let p = project();
+    p.write("prompts/w.md.status.json/keep", "");
+    let argv = gated_argv(&p);
+    let log = p.path("prompts/w.md.log");
+    let spec = SpawnSpec {
+        argv: &argv,
+        cwd: p.root(),
+        env: &[],
+        log: Some(&log),
+        stdin: None,
+        pre_exec: None,
+    };
+    let (mut child, mut gate) = process::spawn_gated(&spec).unwrap();
+    gate.release().unwrap();
+    assert_eq!(child.wait().unwrap(), 74);
+    assert!(!p.exists("results/w.md"), "not started");
+    let said = p.read("prompts/w.md.log");
+    assert!(said.contains("not starting command"), "{said}");
+}
+
+#[test]
+fn a_full_disk_under_stderr_too_ends_in_an_exit_code_not_a_panic() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    for cmd in wrappers() {
+        let p = project();
+        p.write("prompts/w.md.status.json/keep", "");
+        // stderr, where the wrapper says what went wrong, is full as well.
+        let out = exec_form(cmd, &p, "1", "exit 0")
+            .stderr(Stdio::from(full.try_clone().unwrap()))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(74), "{out:?}");
     }
 }

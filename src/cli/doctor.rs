@@ -231,10 +231,7 @@ fn writable_dir(dir: &Path) -> Result<PathBuf, PathBuf> {
             _ => break,
         }
     }
-    let c =
-        std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()).map_err(|_| probe.clone())?;
-    // SAFETY: a valid NUL-terminated path; access() only inspects it.
-    let ok = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
+    let ok = rustix::fs::access(&probe, rustix::fs::Access::WRITE_OK).is_ok();
     if ok {
         Ok(probe)
     } else {
@@ -359,7 +356,7 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
     checks.extend(provider_checks(needed.as_deref()));
     let failed = checks.iter().filter(|c| c.status == Level::Fail).count();
     match args.format {
-        Format::Json => println!(
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"ok": failed == 0, "checks": checks}))
                 .unwrap_or_default()
@@ -371,18 +368,18 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
                     Level::Warn => "warn",
                     Level::Fail => "FAIL",
                 };
-                println!("{tag}  {}: {}", c.name, c.detail);
+                outln!("{tag}  {}: {}", c.name, c.detail);
                 if c.status != Level::Ok && !c.fix.is_empty() {
-                    println!("      fix: {}", c.fix);
+                    outln!("      fix: {}", c.fix);
                 }
             }
             if args.manifest.is_none() {
-                println!("      (pass --manifest M to check a run's manifest, team-state, lock and run directory)");
+                outln!("      (pass --manifest M to check a run's manifest, team-state, lock and run directory)");
             }
             if failed == 0 {
-                println!("all is well");
+                outln!("all is well");
             } else {
-                println!(
+                outln!(
                     "{failed} problem{} found",
                     if failed == 1 { "" } else { "s" }
                 );

@@ -9,7 +9,7 @@ use crate::state::WorkerStatus;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -50,26 +50,16 @@ fn options(concurrency: Option<usize>, format: Format) -> Options {
     Options {
         concurrency,
         format,
-        okstra_worker: worker_argv(),
+        worker: match std::env::current_exe() {
+            Ok(okstra) => exec::backend::WorkerExe::beside(&okstra),
+            Err(_) => exec::backend::WorkerExe::subcommand(Path::new("okstra")),
+        },
         grace: Duration::from_secs(
             std::env::var("OKSTRA_STOP_GRACE_SECONDS")
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(5),
         ),
-    }
-}
-
-/// What plays `okstra worker`: `okstra-worker` beside this executable when
-/// it is there (a lean start per job), else this executable's own
-/// `worker` subcommand.
-fn worker_argv() -> Vec<String> {
-    let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("okstra"));
-    let lean = me.with_file_name("okstra-worker");
-    if lean.is_file() {
-        vec![lean.display().to_string()]
-    } else {
-        vec![me.display().to_string(), "worker".into()]
     }
 }
 
@@ -220,7 +210,7 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
             .unwrap_or_default()
     };
     match args.format {
-        Format::Json => println!(
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": rows("workers"), "dispatches": rows("workerDispatches")})).unwrap_or_default()
         ),
@@ -259,7 +249,7 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
                 render::table(&["worker", "status", "provider", "ended", "reason"], &workers),
                 render::table(&["dispatch", "attempt", "status", "id", "reason"], &dispatches),
             );
-            print!("{text}");
+            out!("{text}");
         }
     }
     ExitStatus::Success

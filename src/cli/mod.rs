@@ -1,5 +1,20 @@
 //! The command line: clap definitions and one small handler per command.
 
+/// `println!` for a command's report: a reader that went away ends the
+/// command quietly (see [`write_out`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for a command's report (see [`write_out`]).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!($($arg)*))
+    };
+}
+
 mod doctor;
 mod exec;
 mod plan;
@@ -7,6 +22,7 @@ mod validate;
 
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};
+use std::io::{self, Write};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -39,7 +55,7 @@ pub enum Command {
     Schema(validate::SchemaArgs),
     /// Check what a run needs (provider CLIs, manifest, team-state, schemas, lock, run directory) and say how to fix each miss.
     Doctor(doctor::DoctorArgs),
-    #[command(about = WORKER_ABOUT)]
+    #[command(about = crate::worker::ABOUT)]
     Worker(crate::worker::WorkerArgs),
 }
 
@@ -59,20 +75,7 @@ pub struct RunTarget {
 
 /// Parse the command line, run the command, and return the exit status.
 pub fn main() -> ExitStatus {
-    if std::env::args_os().nth(1).is_some_and(|a| a == "worker") {
-        std::process::exit(worker(&std::env::args_os().collect::<Vec<_>>()));
-    }
     let cli = Cli::parse();
-    if !matches!(
-        cli.command,
-        Command::Exec(_) | Command::Run(_) | Command::Worker(_)
-    ) {
-        // A report piped into `head` ends quietly, as Unix tools do. exec,
-        // run and the wrapper keep SIGPIPE ignored: a closed pipe must not
-        // kill a run half-way; they ignore failed writes instead.
-        // SAFETY: resetting a signal disposition before any thread starts.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    }
     match cli.command {
         Command::Plan(args) => plan::plan(&args),
         Command::Show(args) => plan::show(&args),
@@ -82,58 +85,49 @@ pub fn main() -> ExitStatus {
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
         Command::Doctor(args) => doctor::doctor(&args),
-        // `okstra worker` is normally taken by the fast path above, before
-        // this parse; the variant is here for `okstra --help`.
+        // The same wrapper as `okstra-worker`, for an okstra without it.
         Command::Worker(args) => std::process::exit(crate::worker::run(&args)),
     }
 }
 
-const WORKER_ABOUT: &str = "The built-in worker wrapper (started by `okstra exec`)";
+/// Write part of a command's report to stdout, flushed at once.
+///
+/// The Rust runtime ignores SIGPIPE, so a report piped into `head` gets an
+/// error once `head` has gone; that ends the command quietly, with success,
+/// as ripgrep ends. (exec and run write their progress and summary on their
+/// own and let a failed write go: a closed pipe must not end a run half-way;
+/// only a refusal, before anything started, comes through here.) Any other
+/// failure to write is said on stderr and ends the command with exit code 1.
+pub(crate) fn write_out(text: std::fmt::Arguments) {
+    write_out_or(text, ExitStatus::Success)
+}
 
-/// `okstra worker` on the whole command line `argv` (program name first):
-/// the wrapper's exit code, or clap's (0 after `--help`, 2 for unusable
-/// arguments, its message printed). The wrapper starts once per job, so its
-/// arguments are read on their own: exec's command lines by
-/// [`crate::worker::parse_canonical`], anything else by clap with only the
-/// wrapper's arguments built (same arguments, help and errors as through
-/// [`Cli`]). On glibc Linux the binary calls this before `main`
-/// (src/start.rs), which is why it returns instead of exiting.
-pub fn worker(argv: &[std::ffi::OsString]) -> i32 {
-    let quick = if argv.iter().any(|a| a == "--gated") {
-        None
-    } else {
-        crate::worker::parse_canonical(argv.get(2..).unwrap_or_default())
-    };
-    let args = match quick {
-        Some(args) => args,
-        None => {
-            use clap::{Args, FromArgMatches};
-            let command = crate::worker::WorkerArgs::augment_args(clap::Command::new("worker"))
-                .bin_name("okstra worker")
-                .about(WORKER_ABOUT)
-                .long_about(None);
-            let parsed = command
-                .try_get_matches_from(argv.iter().skip(1))
-                .and_then(|m| crate::worker::WorkerArgs::from_arg_matches(&m));
-            match parsed {
-                Ok(args) => args,
-                Err(e) => {
-                    let _ = e.print();
-                    return e.exit_code();
-                }
-            }
+/// [`write_out`], ending with `on_broken_pipe` when the reader went away.
+fn write_out_or(text: std::fmt::Arguments, on_broken_pipe: ExitStatus) {
+    let mut out = io::stdout().lock();
+    match out.write_fmt(text).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+            std::process::exit(on_broken_pipe.code().into())
         }
-    };
-    crate::worker::run(&args)
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "okstra: cannot write the report: {e}");
+            std::process::exit(1)
+        }
+    }
 }
 
 /// Print diagnostics in the chosen format and return their exit status.
 pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
     match format {
         Format::Text => eprint!("{}", diags.render_text()),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&diags.to_json()).unwrap_or_default()
+        // Refused input keeps its exit status when nobody reads the report.
+        Format::Json => write_out_or(
+            format_args!(
+                "{}\n",
+                serde_json::to_string_pretty(&diags.to_json()).unwrap_or_default()
+            ),
+            diags.exit_status(),
         ),
     }
     diags.exit_status()

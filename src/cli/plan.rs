@@ -92,8 +92,8 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
     }
     let shown = args.out.display().to_string();
     match args.format {
-        Format::Text => print!("{}", render::summary(&plan, &shown)),
-        Format::Json => println!(
+        Format::Text => out!("{}", render::summary(&plan, &shown)),
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "ok": true,
@@ -120,11 +120,11 @@ pub fn show(args: &ShowArgs) -> ExitStatus {
         Err(d) => return report(&Diagnostics::from(d), args.format),
     };
     match args.format {
-        Format::Text => print!(
+        Format::Text => out!(
             "{}",
             render::summary(&plan, &args.plan.display().to_string())
         ),
-        Format::Json => print!("{}", plan_text(&plan)),
+        Format::Json => super::write_out(format_args!("{}", plan_text(&plan))),
     }
     ExitStatus::Success
 }

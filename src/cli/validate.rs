@@ -129,10 +129,10 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
     match args.format {
         Format::Text => {
             for (file, kind) in &checked {
-                println!("ok: {file} ({})", kind_name(*kind));
+                outln!("ok: {file} ({})", kind_name(*kind));
             }
         }
-        Format::Json => println!(
+        Format::Json => outln!(
             "{}",
             serde_json::json!({"ok": true, "files": checked.iter().map(|(f, k)| serde_json::json!({"file": f, "kind": kind_name(*k)})).collect::<Vec<_>>()})
         ),
@@ -181,15 +181,15 @@ pub fn schema(args: &SchemaArgs) -> ExitStatus {
                     .help("choose a writable --out directory");
                     return report(&Diagnostics::from(d), Format::Text);
                 }
-                println!("wrote {}", path.display());
+                outln!("wrote {}", path.display());
             }
         }
-        None if args.name.is_some() => print!("{}", kinds[0].text()),
+        None if args.name.is_some() => out!("{}", kinds[0].text()),
         None => {
             for k in &kinds {
-                println!("{:<11} {}", k.name(), k.file_name());
+                outln!("{:<11} {}", k.name(), k.file_name());
             }
-            println!("\nPrint one with `okstra schema NAME`, or write them all with `okstra schema --out DIR`.");
+            outln!("\nPrint one with `okstra schema NAME`, or write them all with `okstra schema --out DIR`.");
         }
     }
     ExitStatus::Success

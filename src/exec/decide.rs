@@ -353,10 +353,7 @@ mod tests {
     #[test]
     fn timeouts_of_both_kinds_record_124_and_do_not_retry() {
         let d = decide(&facts(End::Idle));
-        assert_eq!(
-            (d.status, d.exit_code),
-            (Status::Timeout, Some(124))
-        );
+        assert_eq!((d.status, d.exit_code), (Status::Timeout, Some(124)));
         assert_eq!(d.failure_kind.as_deref(), Some("timeout"));
         assert!(!d.retry);
         let mut f = facts(End::Exited(124));
@@ -366,10 +363,7 @@ mod tests {
             wall_clock: true,
         };
         let d = decide(&f);
-        assert_eq!(
-            (d.status, d.exit_code),
-            (Status::Timeout, Some(124))
-        );
+        assert_eq!((d.status, d.exit_code), (Status::Timeout, Some(124)));
         assert_eq!(d.reason, "timed out after 5 s");
     }
 

@@ -191,7 +191,11 @@ fn digest_and_jobs(top: &RawObject) -> Result<Read, String> {
             if k == "name" {
                 name = value.clone();
             }
-            note(&mut inexact, format!("/stages/{si}/{}", pointer_token(k)), &value);
+            note(
+                &mut inexact,
+                format!("/stages/{si}/{}", pointer_token(k)),
+                &value,
+            );
             shell.insert(k.to_string(), value);
         }
         if si > 0 {
@@ -265,7 +269,10 @@ fn around_mark(value: &Value) -> (String, String) {
     let marker = canonical::to_canonical_string(&Value::from(MARK));
     let text = canonical::to_canonical_string(value);
     match text.find(&marker) {
-        Some(at) => (text[..at].to_string(), text[at + marker.len()..].to_string()),
+        Some(at) => (
+            text[..at].to_string(),
+            text[at + marker.len()..].to_string(),
+        ),
         None => (text, String::new()),
     }
 }

@@ -34,9 +34,8 @@ use std::time::Duration;
 pub struct Options {
     pub concurrency: Option<usize>,
     pub format: Format,
-    /// The argv that plays `okstra worker`: `okstra-worker` beside exec,
-    /// or exec itself with `worker`.
-    pub okstra_worker: Vec<String>,
+    /// The executable that plays `okstra worker`.
+    pub worker: backend::WorkerExe,
     /// How long stopped workers get between SIGTERM and SIGKILL.
     pub grace: Duration,
 }

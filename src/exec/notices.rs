@@ -12,10 +12,11 @@
 //! (before Linux 5.3) a child is waited for by a thread of its own in the
 //! same way.
 
-use crate::process::Spawned;
+use crate::process::{Reaper, Spawned};
+use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,16 +38,9 @@ pub struct NoticeSender {
 impl NoticeSender {
     pub fn send(&self, pid: u32, code: i32) {
         let _ = self.tx.send((pid, code));
-        let one: u64 = 1;
-        // SAFETY: an 8-byte write from a live local to our eventfd. A full
-        // counter (never, at 2^64 - 1) only means the loop is awake already.
-        unsafe {
-            libc::write(
-                self.wake.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        // A full counter (never, at 2^64 - 1) only means the loop is awake
+        // already.
+        let _ = rustix::io::write(&*self.wake, &1u64.to_ne_bytes());
     }
 }
 
@@ -62,28 +56,10 @@ pub struct Notices {
     stash: VecDeque<Notice>,
 }
 
-fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
-/// A descriptor just returned by a successful system call.
-fn owned(fd: libc::c_int) -> OwnedFd {
-    // SAFETY: `fd` was just created by the kernel for us and nobody else
-    // owns it.
-    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
-}
-
 impl Notices {
     pub fn new() -> io::Result<Notices> {
-        // SAFETY: plain system calls taking flags; errors are checked.
-        let epoll = owned(cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?);
-        let wake = owned(cvt(unsafe {
-            libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)
-        })?);
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         let (tx, rx) = mpsc::channel();
         let notices = Notices {
             epoll,
@@ -93,18 +69,18 @@ impl Notices {
             children: HashMap::new(),
             stash: VecDeque::new(),
         };
-        notices.register(notices.wake.as_raw_fd(), WAKE_TOKEN)?;
+        notices.register(notices.wake.as_fd(), WAKE_TOKEN)?;
         Ok(notices)
     }
 
-    fn register(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        let mut event = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: token,
-        };
-        // SAFETY: both descriptors are open and `event` outlives the call.
-        cvt(unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) })
-            .map(drop)
+    fn register(&self, fd: impl AsFd, token: u64) -> io::Result<()> {
+        epoll::add(
+            &self.epoll,
+            fd,
+            epoll::EventData::new_u64(token),
+            epoll::EventFlags::IN,
+        )?;
+        Ok(())
     }
 
     /// A sender for a worker that is not our child (a pane's watcher).
@@ -120,7 +96,7 @@ impl Notices {
         let pid = child.pid();
         let watched = child
             .pidfd()
-            .is_some_and(|fd| self.register(fd.as_raw_fd(), u64::from(pid)).is_ok());
+            .is_some_and(|fd| self.register(fd, u64::from(pid)).is_ok());
         if watched {
             self.children.insert(pid, child);
         } else {
@@ -141,55 +117,31 @@ impl Notices {
         self.stash.pop_front()
     }
 
-    /// Wait at most `timeout` for `pid`'s notice; notices of other workers
-    /// that arrive meanwhile are kept for [`Self::next`].
-    pub fn wait_for(&mut self, pid: u32, timeout: Duration) -> Option<i32> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(at) = self.stash.iter().position(|&(p, _)| p == pid) {
-                return self.stash.remove(at).map(|(_, code)| code);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            self.collect(left);
-        }
-    }
-
     /// Move every notice that is ready into the stash, first waiting up to
     /// `timeout` for one if none is.
     fn collect(&mut self, timeout: Duration) {
         self.drain_channel();
-        let ms = if self.stash.is_empty() {
-            timeout.as_millis().min(i32::MAX as u128) as libc::c_int
+        let timeout = if self.stash.is_empty() {
+            timeout
         } else {
-            0
+            Duration::ZERO
         };
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
-        // SAFETY: `events` is a live buffer of the length given. EINTR (a
-        // signal: the caller looks at its interrupt flag) returns -1.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epoll.as_raw_fd(),
-                events.as_mut_ptr(),
-                events.len() as libc::c_int,
-                ms,
-            )
-        };
-        for event in events.iter().take(n.max(0) as usize) {
-            let token = event.u64;
+        // epoll_wait takes whole milliseconds up to i32::MAX (before Linux 5.11).
+        let ms = timeout.as_millis().min(i32::MAX as u128) as u64;
+        let timeout = Timespec::try_from(Duration::from_millis(ms)).unwrap_or_default();
+        let mut events = Vec::with_capacity(16);
+        // EINTR (a signal: the caller looks at its interrupt flag) is an
+        // early return with nothing.
+        let _ = epoll::wait(
+            &self.epoll,
+            rustix::buffer::spare_capacity(&mut events),
+            Some(&timeout),
+        );
+        for event in events {
+            let token = event.data.u64();
             if token == WAKE_TOKEN {
-                let mut count = 0u64;
-                // SAFETY: an 8-byte read into a live local; the eventfd is
-                // non-blocking, so an empty counter just fails.
-                unsafe {
-                    libc::read(
-                        self.wake.as_raw_fd(),
-                        (&mut count as *mut u64).cast(),
-                        std::mem::size_of::<u64>(),
-                    )
-                };
+                // The eventfd is non-blocking: an empty counter just fails.
+                let _ = rustix::io::read(&*self.wake, &mut [0u8; 8]);
                 continue;
             }
             let pid = token as u32;
@@ -214,6 +166,30 @@ impl Notices {
     }
 }
 
+/// exec's workers end through their notices: a stop waits on the same
+/// epoll set as the loop, and other workers' notices that arrive meanwhile
+/// stay stashed for [`Notices::next`].
+impl Reaper for Notices {
+    fn reap(&mut self, pids: &[u32], timeout: Duration) -> Vec<(u32, Option<i32>)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut taken = Vec::new();
+            self.stash.retain(|&(pid, code)| {
+                let wanted = pids.contains(&pid);
+                if wanted {
+                    taken.push((pid, Some(code)));
+                }
+                !wanted
+            });
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !taken.is_empty() || left.is_zero() {
+                return taken;
+            }
+            self.collect(left);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +204,7 @@ mod tests {
             env: &[],
             log: None,
             stdin: None,
+            pre_exec: None,
         })
         .unwrap()
     }
@@ -254,39 +231,82 @@ mod tests {
 
     #[test]
     fn waiting_for_one_worker_keeps_the_others_notices() {
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("go");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let mut notices = Notices::new().unwrap();
         let quick = start("exit 1");
-        let slow = start(&format!("read _ < '{}'; exit 2", fifo.display()));
+        // The slow one waits on its gate, released only once the quick one
+        // has ended, so the quick one's notice arrives while we wait for
+        // the slow one.
+        let argv: Vec<String> = ["sh", "-c", "head -c 1 >/dev/null; exit 2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (slow, mut gate) = crate::process::spawn_gated(&SpawnSpec {
+            argv: &argv,
+            cwd: Path::new("/"),
+            env: &[],
+            log: None,
+            stdin: None,
+            pre_exec: None,
+        })
+        .unwrap();
         let (quick_pid, slow_pid) = (quick.pid(), slow.pid());
         notices.watch(quick);
         notices.watch(slow);
-        // The slow one is let go only once the quick one has ended, so the
-        // quick one's notice arrives while we wait for the slow one.
         let release = std::thread::spawn(move || {
             while crate::process::pid_alive(quick_pid) {
                 std::thread::yield_now();
             }
-            std::fs::write(&fifo, "go\n").unwrap();
+            gate.release().unwrap();
         });
-        assert_eq!(notices.wait_for(slow_pid, Duration::from_secs(10)), Some(2));
+        assert_eq!(
+            notices.reap(&[slow_pid], Duration::from_secs(10)),
+            [(slow_pid, Some(2))]
+        );
         release.join().unwrap();
         assert_eq!(notices.next(Duration::from_secs(10)), Some((quick_pid, 1)));
     }
 
     #[test]
-    fn wait_for_gives_up_at_its_timeout() {
+    fn reaping_gives_up_at_its_timeout() {
         let mut notices = Notices::new().unwrap();
         let mut child = start("sleep 30");
         let pid = child.pid();
         let started = Instant::now();
-        assert_eq!(notices.wait_for(pid, Duration::from_millis(50)), None);
+        assert_eq!(notices.reap(&[pid], Duration::from_millis(50)), []);
         assert!(started.elapsed() >= Duration::from_millis(50));
         child.stop_group(Duration::from_secs(1)).unwrap();
+    }
+
+    #[test]
+    fn a_stop_through_the_notices_takes_one_grace_period_for_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut notices = Notices::new().unwrap();
+        let ready = |i: usize| dir.path().join(format!("ready{i}"));
+        let children: Vec<Spawned> = (0..3)
+            .map(|i| {
+                start(&format!(
+                    "trap '' TERM; touch '{}'; sleep 100",
+                    ready(i).display()
+                ))
+            })
+            .collect();
+        let pids: Vec<u32> = children.iter().map(Spawned::pid).collect();
+        let targets: Vec<_> = children.iter().map(Spawned::stop_target).collect();
+        for child in children {
+            notices.watch(child);
+        }
+        // The shells have set their trap before the signal comes.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(0..3).all(|i| ready(i).exists()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let grace = Duration::from_millis(500);
+        let started = Instant::now();
+        let codes = crate::process::stop_all(&targets, grace, &mut notices);
+        assert!(started.elapsed() < grace * 2, "{:?}", started.elapsed());
+        assert_eq!(codes, [Some(137); 3]);
+        assert!(notices.children.is_empty());
+        assert!(pids.iter().all(|&p| !crate::process::pid_alive(p)));
     }
 
     #[test]

@@ -33,12 +33,7 @@ use std::time::{Duration, Instant};
 /// interrupt flag and the live line again.
 const TICK: Duration = Duration::from_millis(100);
 
-/// The wrapper's exit code when its gate closed before it was released:
-/// exec died before recording the dispatch, and nothing ran.
-pub const NEVER_RELEASED: i32 = 75;
-/// The wrapper's exit code when it could not record its own start (a full
-/// disk): it started nothing.
-pub const START_UNRECORDED: i32 = 74;
+use crate::worker::{NEVER_RELEASED_EXIT_CODE as NEVER_RELEASED, STATUS_WRITE_FAILED_EXIT_CODE};
 
 /// An attempt whose wrapper runs.
 struct Running {
@@ -126,7 +121,7 @@ impl<'a> Runner<'a> {
             opts,
             jobs,
             rec,
-            backend: Local::new(opts.okstra_worker.clone()),
+            backend: Local::new(opts.worker.clone()),
             reporters,
             interrupt,
             interrupted: false,
@@ -675,16 +670,8 @@ impl<'a> Runner<'a> {
                         code,
                         elapsed: r.started.elapsed(),
                     });
-                    let end = match code {
-                        NEVER_RELEASED | START_UNRECORDED
-                            if !status_exists(&self.abs(&self.job(r.job).status_path())) =>
-                        {
-                            End::Lost(format!(
-                                "the worker wrapper exited {code} before it started anything"
-                            ))
-                        }
-                        code => End::Exited(code),
-                    };
+                    let status = self.abs(&self.job(r.job).status_path());
+                    let end = wrapper_end(code, &status);
                     ended.push(Ended {
                         job: r.job,
                         dispatched: r.dispatched,
@@ -1134,6 +1121,25 @@ impl Runner<'_> {
             ts: crate::fsutil::utc_now(),
             ..d.head.clone()
         }
+    }
+}
+
+/// How a wrapper's exit code reads. 75: its gate closed unreleased, and 74
+/// with no status sidecar: it could not record its start; either way nothing
+/// of the worker ran. 74 with a sidecar: the worker ran, but its end could
+/// not be recorded. All three are no fault of the worker: resumable.
+fn wrapper_end(code: i32, status: &Path) -> End {
+    match code {
+        NEVER_RELEASED => End::Lost(format!(
+            "the worker wrapper exited {code} at its gate: nothing ran"
+        )),
+        STATUS_WRITE_FAILED_EXIT_CODE if !status_exists(status) => End::Lost(format!(
+            "the worker wrapper exited {code}: it could not record its start, so nothing ran"
+        )),
+        STATUS_WRITE_FAILED_EXIT_CODE => End::Lost(format!(
+            "the worker wrapper exited {code}: it could not record how the worker ended"
+        )),
+        code => End::Exited(code),
     }
 }
 

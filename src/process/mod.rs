@@ -1,175 +1,32 @@
 //! Child processes: started in their own process group so that stopping a
-//! worker stops everything it started, watched through their log, and stopped
-//! with SIGTERM to the group, a grace period, then SIGKILL.
+//! worker stops everything it started, watched through their log, and
+//! stopped with SIGTERM to the group, a grace period, then SIGKILL, many at
+//! once.
 //!
 //! Linux only: liveness checks read `/proc` so that zombies count as dead.
+//! System calls std does not offer go through `rustix`.
 
-mod gate;
 mod spawn;
+mod stop;
 
-pub use gate::{same_process_alive, spawn_gated, start_time, Gate};
+pub use spawn::{
+    find_program, spawn, spawn_gated, spawn_in_caller_group, Gate, PreExec, SpawnSpec, Spawned,
+};
+pub use stop::{stop_all, NotOurChildren, Reaper, StopTarget};
 
-use std::ffi::c_int;
-use std::fs::{self, File, OpenOptions};
+use rustix::process::Pid;
+use std::fs;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
-/// How often the stop loop looks at the child while it waits out the grace.
-const STOP_POLL: Duration = Duration::from_millis(20);
-
-/// How long [`Spawned::wait_timeout`] sleeps at a time without a pidfd.
-const FALLBACK_WAIT_STEP: Duration = Duration::from_millis(2);
-
-/// A pidfd for `pid` (readable once the process ended), if the kernel has them.
-fn open_pidfd(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
-    // or -1; nothing is borrowed.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the descriptor was just created and is owned by nobody else.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// What to start and where its input and output go.
-pub struct SpawnSpec<'a> {
-    /// Program and arguments; `argv[0]` is looked up on `PATH`.
-    pub argv: &'a [String],
-    pub cwd: &'a Path,
-    /// Added to (and overriding) the inherited environment.
-    pub env: &'a [(String, String)],
-    /// stdout and stderr are appended here; `None` inherits ours.
-    pub log: Option<&'a Path>,
-    /// stdin is read from here; `None` gives `/dev/null`.
-    pub stdin: Option<&'a Path>,
-}
-
-/// A started child. Dropping it neither waits for nor kills the child.
-#[derive(Debug)]
-pub struct Spawned {
-    pid: u32,
-    /// True when the child leads its own process group (its pgid is its pid).
-    own_group: bool,
-    /// The exit code once reaped, so later calls answer the same.
-    code: Option<i32>,
-    /// A pidfd for the child, opened on the first [`Spawned::pidfd`];
-    /// `None` inside when the kernel has none (before Linux 5.3).
-    pidfd: std::cell::OnceCell<Option<OwnedFd>>,
-}
-
-/// Start `spec.argv` as the leader of a new process group, so that
-/// [`Spawned::stop_group`] reaches every process it starts.
-pub fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
-    start(spec, true)
-}
-
-/// Start `spec.argv` in the caller's process group. The worker wrapper uses
-/// this: exec puts the wrapper in a group of its own, and the wrapper's child
-/// must stay in it so that stopping the wrapper's group stops the agent too.
-/// [`Spawned::stop_group`] then signals the child alone, never the caller.
-pub fn spawn_in_caller_group(spec: &SpawnSpec) -> io::Result<Spawned> {
-    start(spec, false)
-}
-
-fn start(spec: &SpawnSpec, own_group: bool) -> io::Result<Spawned> {
-    let stdin = match spec.stdin {
-        Some(path) => File::open(path)?,
-        None => File::open("/dev/null")?,
-    };
-    start_with_stdin(spec, own_group, &stdin)
-}
-
-fn start_with_stdin(spec: &SpawnSpec, own_group: bool, stdin: &File) -> io::Result<Spawned> {
-    if spec.argv.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "cannot start an empty argv",
-        ));
-    }
-    let out = spec.log.map(open_log).transpose()?;
-    let pid = spawn::posix_spawn(spec, own_group, stdin, out.as_ref())?;
-    Ok(Spawned {
-        pid,
-        own_group,
-        code: None,
-        pidfd: std::cell::OnceCell::new(),
-    })
-}
-
-/// `program` in the first directory of `path` (a `PATH` value) that holds
-/// it as a file we may execute (an empty entry is the working directory):
-/// NotFound, or PermissionDenied when only files we may not execute were
-/// seen, as a shell would report.
-pub fn find_program(program: &str, path: &std::ffi::OsStr) -> io::Result<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut denied = false;
-    for dir in std::env::split_paths(path) {
-        let dir = if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        };
-        let candidate = dir.join(program);
-        if !fs::metadata(&candidate).is_ok_and(|m| m.is_file()) {
-            continue;
-        }
-        let Ok(c) = std::ffi::CString::new(candidate.as_os_str().as_bytes()) else {
-            continue;
-        };
-        // SAFETY: a NUL-terminated path; access(2) only reads it.
-        if unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0 {
-            return Ok(candidate);
-        }
-        denied = true;
-    }
-    Err(io::Error::from_raw_os_error(if denied {
-        libc::EACCES
-    } else {
-        libc::ENOENT
-    }))
-}
-
-fn open_log(path: &Path) -> io::Result<File> {
-    let open = || OpenOptions::new().create(true).append(true).open(path);
-    match open() {
-        // The log's directory exists nearly always (the prompt lives there):
-        // make it only when missing, not on every start.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                fs::create_dir_all(parent)?;
-            }
-            open()
-        }
-        other => other,
-    }
-}
-
-/// waitpid(2) on our child `pid`: its status once it ended (and is reaped),
-/// `None` while it runs (with `WNOHANG`). Retried when a signal interrupts.
-fn wait_pid(pid: u32, flags: c_int) -> io::Result<Option<ExitStatus>> {
-    loop {
-        let mut status: c_int = 0;
-        // SAFETY: a valid out-pointer for the status; no other preconditions.
-        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, flags) };
-        match rc {
-            0 => return Ok(None),
-            -1 => {
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::Interrupted {
-                    return Err(err);
-                }
-            }
-            _ => return Ok(Some(ExitStatus::from_raw(status))),
-        }
-    }
+/// `pid` as the kernel's type; `None` for 0 and for what no pid can be.
+fn pid_of(pid: u32) -> Option<Pid> {
+    i32::try_from(pid).ok().and_then(Pid::from_raw)
 }
 
 /// The shell's convention: the exit code, or 128 + the signal that killed it.
@@ -180,148 +37,6 @@ pub fn exit_code_of(status: ExitStatus) -> i32 {
         // Neither is possible for a reaped child on Linux; stay conservative.
         (None, None) => 1,
     }
-}
-
-impl Spawned {
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    /// A pidfd for the child, readable once it ended (opened on first use,
-    /// kept while `self` lives); `None` when the kernel has none.
-    pub fn pidfd(&self) -> Option<BorrowedFd<'_>> {
-        let pid = self.pid;
-        self.pidfd
-            .get_or_init(|| open_pidfd(pid))
-            .as_ref()
-            .map(|fd| fd.as_fd())
-    }
-
-    /// Non-blocking: `Some(exit code)` once the child ended (reaping it);
-    /// a death by signal maps to 128 + the signal number.
-    pub fn try_wait(&mut self) -> io::Result<Option<i32>> {
-        if self.code.is_none() {
-            if let Some(status) = wait_pid(self.pid, libc::WNOHANG)? {
-                self.code = Some(exit_code_of(status));
-            }
-        }
-        Ok(self.code)
-    }
-
-    /// Wait at most `limit` for the child to end: `Some(exit code)` once it
-    /// did. Returns as soon as the child exits (the wait is a `poll` on a
-    /// pidfd), or early when a signal arrives, so callers can look at their
-    /// stop flags in between. Without pidfd support it sleeps briefly instead.
-    pub fn wait_timeout(&mut self, limit: Duration) -> io::Result<Option<i32>> {
-        if let Some(code) = self.try_wait()? {
-            return Ok(Some(code));
-        }
-        match self.pidfd() {
-            Some(fd) => {
-                let mut pfd = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                let ms = limit.as_millis().min(i32::MAX as u128) as libc::c_int;
-                // SAFETY: one valid pollfd that lives across the call. EINTR
-                // (a signal) just returns early, which is what callers want.
-                unsafe { libc::poll(&mut pfd, 1, ms) };
-            }
-            None => thread::sleep(limit.min(FALLBACK_WAIT_STEP)),
-        }
-        self.try_wait()
-    }
-
-    /// Block until the child ends; its exit code.
-    pub fn wait(&mut self) -> io::Result<i32> {
-        if let Some(code) = self.code {
-            return Ok(code);
-        }
-        let status =
-            wait_pid(self.pid, 0)?.ok_or_else(|| io::Error::other("waitpid returned no status"))?;
-        let code = exit_code_of(status);
-        self.code = Some(code);
-        Ok(code)
-    }
-
-    /// Send `signal` to the child's group (or to the child alone when it was
-    /// started in the caller's group). A group that is already gone is fine.
-    pub fn signal(&self, signal: i32) -> io::Result<()> {
-        let target = if self.own_group {
-            -(self.pid as libc::pid_t)
-        } else {
-            // Once reaped, the pid may belong to someone else.
-            if self.code.is_some() {
-                return Ok(());
-            }
-            self.pid as libc::pid_t
-        };
-        // SAFETY: kill(2) has no memory-safety preconditions.
-        let rc = unsafe { libc::kill(target, signal) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ESRCH) {
-            Ok(())
-        } else {
-            Err(err)
-        }
-    }
-
-    /// SIGTERM to the whole group, wait up to `grace` for the child and every
-    /// other member to end, then SIGKILL the group; reap the child and return
-    /// its exit code. Members that outlive the child (a backgrounded
-    /// grandchild) are stopped too. For a child started with
-    /// [`spawn_in_caller_group`] the signals go to the child alone.
-    pub fn stop_group(&mut self, grace: Duration) -> io::Result<i32> {
-        self.signal(libc::SIGTERM)?;
-        let deadline = Instant::now() + grace;
-        loop {
-            let ended = self.try_wait()?.is_some();
-            let group_gone = !self.own_group || !group_alive(self.pid);
-            if ended && group_gone {
-                return self.wait();
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
-            thread::sleep(STOP_POLL);
-        }
-        self.signal(libc::SIGKILL)?;
-        let code = self.wait()?;
-        if self.own_group {
-            // Other members die from SIGKILL at once, but may take a moment to
-            // leave the process table; wait briefly so callers see them gone.
-            let settle = Instant::now() + Duration::from_secs(1);
-            while group_alive(self.pid) && Instant::now() < settle {
-                thread::sleep(STOP_POLL);
-            }
-        }
-        Ok(code)
-    }
-}
-
-/// The process group to signal for a worker exec knows only by pid: the
-/// group it leads or belongs to, never the caller's own group. Look it up
-/// while the pid is alive: once it is reaped the lookup fails.
-pub fn group_of(pid: u32) -> u32 {
-    let raw = pid as libc::pid_t;
-    // SAFETY: getpgid has no memory-safety preconditions.
-    let pgid = unsafe { libc::getpgid(raw) };
-    let own = unsafe { libc::getpgid(0) };
-    if pgid <= 0 || pgid == own {
-        pid
-    } else {
-        pgid as u32
-    }
-}
-
-/// Send `signal` to process group `pgid`; a group already gone is fine.
-pub fn signal_group(pgid: u32, signal: i32) {
-    // SAFETY: killpg has no memory-safety preconditions.
-    unsafe { libc::killpg(pgid as libc::pid_t, signal) };
 }
 
 /// Watches a log for growth, for idle timeouts: a worker is idle while its log
@@ -384,30 +99,36 @@ pub fn interrupt_flag() -> io::Result<Arc<AtomicBool>> {
 /// Whether a process with this pid exists and is not a zombie. A process we
 /// may not signal (EPERM) still exists.
 pub fn pid_alive(pid: u32) -> bool {
-    let Ok(raw) = libc::pid_t::try_from(pid) else {
+    let Some(raw) = pid_of(pid) else {
         return false;
     };
-    if raw <= 0 {
-        return false;
-    }
-    // SAFETY: kill(2) with signal 0 only checks for existence.
-    let rc = unsafe { libc::kill(raw, 0) };
-    let exists = rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    let exists = match rustix::process::test_kill_process(raw) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    };
     exists && !matches!(proc_stat(pid), Some(stat) if stat.state == 'Z')
 }
 
 /// Whether any live (non-zombie) process is in process group `pgid`.
 pub fn group_alive(pgid: u32) -> bool {
-    let Ok(raw) = libc::pid_t::try_from(pgid) else {
-        return false;
-    };
-    if raw <= 1 {
-        return false;
-    }
-    // SAFETY: kill(2) with signal 0 only checks for existence.
-    if unsafe { libc::kill(-raw, 0) } != 0
-        && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-    {
+    group_alive_any(&[pgid])
+}
+
+/// Whether any live (non-zombie) process is in any of these process groups;
+/// one look at the process table for all of them.
+fn group_alive_any(pgids: &[u32]) -> bool {
+    // A group nothing answers for is gone; groups 0 and 1 are never ours.
+    let answering: Vec<u32> = pgids
+        .iter()
+        .copied()
+        .filter(|&pgid| pgid > 1)
+        .filter(|&pgid| {
+            pid_of(pgid).is_some_and(|p| {
+                rustix::process::test_kill_process_group(p) != Err(rustix::io::Errno::SRCH)
+            })
+        })
+        .collect();
+    if answering.is_empty() {
         return false;
     }
     // Something answered, but zombies answer too: look for a live member.
@@ -418,7 +139,7 @@ pub fn group_alive(pgid: u32) -> bool {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(proc_stat)
-        .any(|stat| stat.pgrp == pgid && stat.state != 'Z')
+        .any(|stat| answering.contains(&stat.pgrp) && stat.state != 'Z')
 }
 
 struct ProcStat {
@@ -439,9 +160,26 @@ fn proc_stat(pid: u32) -> Option<ProcStat> {
     Some(ProcStat { state, pgrp })
 }
 
+/// When process `pid` started, in clock ticks since boot
+/// (`/proc/<pid>/stat` field 22); `None` when there is no such process.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After "pid (comm)", whose comm may hold anything: state is field 3,
+    // so starttime (22) is the 20th after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+/// Whether `pid` is alive (not a zombie) and is the process that started at
+/// `start` (when known), not a later one that reused the pid.
+pub fn same_process_alive(pid: u32, start: Option<u64>) -> bool {
+    pid_alive(pid) && start.is_none_or(|s| start_time(pid) == Some(s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::process::Signal;
+    use std::thread;
 
     fn argv(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()
@@ -454,6 +192,7 @@ mod tests {
             env: &[],
             log: None,
             stdin: None,
+            pre_exec: None,
         }
     }
 
@@ -487,6 +226,7 @@ mod tests {
             env: &env,
             log: Some(&log),
             stdin: Some(&input),
+            pre_exec: None,
         })
         .unwrap();
         assert_eq!(child.wait().unwrap(), 3);
@@ -531,7 +271,11 @@ mod tests {
             u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
         };
         assert_eq!(mask("SigBlk:"), 0);
-        assert_eq!(mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
+        assert_eq!(
+            mask("SigIgn:") & (1 << (Signal::PIPE.as_raw() - 1)),
+            0,
+            "{out}"
+        );
     }
 
     #[test]
@@ -603,11 +347,88 @@ mod tests {
     }
 
     #[test]
+    fn a_gated_child_reads_one_byte_once_released_and_eof_when_not() {
+        let dir = tempfile::tempdir().unwrap();
+        // `head -c 1` ends at the byte or at end-of-file; wc counts what came.
+        let a = argv(&["sh", "-c", "head -c 1 | wc -c | tr -d ' '"]);
+        for release in [true, false] {
+            let log = dir.path().join(format!("gate-{release}.log"));
+            let (mut child, mut gate) = spawn_gated(&SpawnSpec {
+                log: Some(&log),
+                ..spec(&a, dir.path())
+            })
+            .unwrap();
+            if release {
+                gate.release().unwrap();
+            } else {
+                drop(gate);
+            }
+            assert_eq!(child.wait().unwrap(), 0);
+            let expected = if release { "1\n" } else { "0\n" };
+            assert_eq!(fs::read_to_string(&log).unwrap(), expected, "{release}");
+        }
+        // The gate is the child's stdin; it cannot have another.
+        let input = dir.path().join("in.txt");
+        fs::write(&input, "x").unwrap();
+        let err = spawn_gated(&SpawnSpec {
+            stdin: Some(&input),
+            ..spec(&a, dir.path())
+        })
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn releasing_a_gate_whose_child_is_gone_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = argv(&["true"]);
+        let (mut child, mut gate) = spawn_gated(&spec(&a, dir.path())).unwrap();
+        assert_eq!(child.wait().unwrap(), 0);
+        let err = gate.release().unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    }
+
+    #[test]
+    fn a_pre_exec_hook_runs_before_the_program_and_its_error_fails_the_spawn() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = argv(&["sh", "-c", "echo ran"]);
+        let log = dir.path().join("hook.log");
+        // SAFETY: the hooks make one system call (umask) or none, and build
+        // their error from a number: no allocation, no lock.
+        let (narrow, refuse) = unsafe {
+            (
+                PreExec::new(|| {
+                    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+                    Ok(())
+                }),
+                PreExec::new(|| Err(io::Error::from_raw_os_error(1))),
+            )
+        };
+        let umask = argv(&["sh", "-c", "umask"]);
+        let mut child = spawn(&SpawnSpec {
+            log: Some(&log),
+            pre_exec: Some(&narrow),
+            ..spec(&umask, dir.path())
+        })
+        .unwrap();
+        assert_eq!(child.wait().unwrap(), 0);
+        assert_eq!(fs::read_to_string(&log).unwrap(), "0077\n");
+        let err = spawn(&SpawnSpec {
+            log: Some(&log),
+            pre_exec: Some(&refuse),
+            ..spec(&a, dir.path())
+        })
+        .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(1));
+        assert_eq!(fs::read_to_string(&log).unwrap(), "0077\n", "never ran");
+    }
+
+    #[test]
     fn signal_death_maps_to_128_plus_signo() {
         let dir = tempfile::tempdir().unwrap();
         let a = argv(&["sh", "-c", "kill -KILL $$"]);
         let mut child = spawn(&spec(&a, dir.path())).unwrap();
-        assert_eq!(child.wait().unwrap(), 128 + libc::SIGKILL);
+        assert_eq!(child.wait().unwrap(), 128 + Signal::KILL.as_raw());
     }
 
     #[test]
@@ -623,7 +444,7 @@ mod tests {
         }
         assert_eq!(members(pgid), 3, "sh and two sleeps");
         let code = child.stop_group(Duration::from_secs(5)).unwrap();
-        assert_eq!(code, 128 + libc::SIGTERM);
+        assert_eq!(code, 128 + Signal::TERM.as_raw());
         assert!(!group_alive(pgid));
         assert!(!pid_alive(pgid));
     }
@@ -640,7 +461,7 @@ mod tests {
         }
         // `sleep` inherits the ignored SIGTERM, so only SIGKILL ends the group.
         let code = child.stop_group(Duration::from_millis(200)).unwrap();
-        assert_eq!(code, 128 + libc::SIGKILL);
+        assert_eq!(code, 128 + Signal::KILL.as_raw());
         assert!(!group_alive(child.pid()));
     }
 
@@ -658,11 +479,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = argv(&["sleep", "30"]);
         let mut child = spawn_in_caller_group(&spec(&a, dir.path())).unwrap();
-        // SAFETY: getpgrp has no preconditions.
-        let ours = unsafe { libc::getpgrp() } as u32;
+        let ours = rustix::process::getpgrp().as_raw_pid() as u32;
         assert_eq!(proc_stat(child.pid()).unwrap().pgrp, ours);
         let code = child.stop_group(Duration::from_secs(5)).unwrap();
-        assert_eq!(code, 128 + libc::SIGTERM);
+        assert_eq!(code, 128 + Signal::TERM.as_raw());
         assert!(!pid_alive(child.pid()));
     }
 

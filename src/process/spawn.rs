@@ -1,217 +1,401 @@
-//! Starting a child with posix_spawn(3).
-//!
-//! std's `Command` uses posix_spawn on glibc too, but only after finding
-//! glibc's version through `dlsym`, which a static executable cannot do
-//! (`scripts/build-static.sh`): there it falls back to fork and exec, and
-//! forking `okstra exec` (large, several threads) copies its page tables and
-//! takes copy-on-write faults for every job. Calling posix_spawn here keeps
-//! one path for both builds: glibc starts the child with
-//! `clone(CLONE_VM | CLONE_VFORK)`, so nothing is copied, and reports a
-//! failed exec as the call's error.
+//! Starting a child: std's `Command`, set up the one way okstra needs.
 //!
 //! The child gets `argv` (the program looked up on `PATH` when it has no
-//! slash), the inherited environment with `spec.env` on top, the working
-//! directory `spec.cwd`, the given stdin and stdout/stderr (or ours), an
-//! empty signal mask, SIGPIPE back to its default (okstra ignores it; a
-//! child should not inherit that), and optionally a process group of its
-//! own. Every descriptor okstra opens is close-on-exec, so no other leaks.
+//! slash, on the child's own `PATH` when `env` gives one), the inherited
+//! environment with `spec.env` on top, the working directory `spec.cwd`,
+//! stdin from a file, `/dev/null` or a [`Gate`], stdout and stderr appended
+//! to the log (or ours), and optionally a process group of its own. std
+//! gives every child an empty signal mask and SIGPIPE back at its default
+//! (the Rust runtime ignores it in okstra; a child should not inherit that),
+//! and starts it with posix_spawn where it can (no pre-exec hook, no `PATH`
+//! of the child's own: we resolve that here), so nothing of exec's memory is
+//! copied per job. Every descriptor okstra opens is close-on-exec, so none
+//! leaks into a child.
 
-use super::SpawnSpec;
-use std::ffi::{c_char, c_int, CString, OsStr, OsString};
-use std::fs::File;
-use std::io;
-use std::mem::MaybeUninit;
-use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
+use super::exit_code_of;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::fs::Access;
+use rustix::process::Signal;
+use std::cell::OnceCell;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
 
-/// Start `spec.argv` (not empty: the caller checks) with `stdin` as its
-/// standard input and `out` (when given) as its stdout and stderr; the
-/// child's pid.
-pub(super) fn posix_spawn(
-    spec: &SpawnSpec,
-    own_group: bool,
-    stdin: &File,
-    out: Option<&File>,
-) -> io::Result<u32> {
-    let program = &spec.argv[0];
-    let argv = spec
-        .argv
-        .iter()
-        .map(|a| c_string(a.as_bytes()))
-        .collect::<io::Result<Vec<_>>>()?;
-    let envp = environment(spec.env)?;
-    let cwd = c_string(spec.cwd.as_os_str().as_bytes())?;
+/// How long [`Spawned::wait_timeout`] sleeps at a time without a pidfd.
+const FALLBACK_WAIT_STEP: Duration = Duration::from_millis(2);
 
-    let mut actions = FileActions::new()?;
-    actions.dup2(stdin.as_raw_fd(), 0)?;
-    if let Some(out) = out {
-        actions.dup2(out.as_raw_fd(), 1)?;
-        actions.dup2(out.as_raw_fd(), 2)?;
-    }
-    // SAFETY: valid actions object and a NUL-terminated path that outlives
-    // the spawn call below.
-    check(unsafe { libc::posix_spawn_file_actions_addchdir_np(&mut actions.0, cwd.as_ptr()) })?;
-
-    let mut attr = Attr::new()?;
-    attr.configure(own_group)?;
-
-    let argv_ptrs = null_terminated(&argv);
-    let envp_ptrs = null_terminated(&envp);
-    let mut pid: libc::pid_t = 0;
-    // A PATH of the child's own is the one to search, as a shell would;
-    // posix_spawnp searches ours, so look it up here in that case. Both
-    // functions take the same arguments.
-    let path_override = spec.env.iter().rev().find(|(k, _)| k == "PATH");
-    let (start, program): (SpawnFn, CString) = match path_override {
-        Some((_, path)) if !program.contains('/') => {
-            let found = super::find_program(program, OsStr::new(path))?;
-            (libc::posix_spawn, c_string(found.as_os_str().as_bytes())?)
-        }
-        _ => (libc::posix_spawnp, argv[0].clone()),
-    };
-    // SAFETY: every pointer is valid and NUL-terminated (argv and envp are
-    // NULL-terminated arrays) for the duration of the call.
-    let rc = unsafe {
-        start(
-            &mut pid,
-            program.as_ptr(),
-            &actions.0,
-            &attr.0,
-            argv_ptrs.as_ptr(),
-            envp_ptrs.as_ptr(),
-        )
-    };
-    check(rc)?;
-    Ok(pid as u32)
+/// What to start and where its input and output go.
+pub struct SpawnSpec<'a> {
+    /// Program and arguments; `argv[0]` is looked up on `PATH`.
+    pub argv: &'a [String],
+    pub cwd: &'a Path,
+    /// Added to (and overriding) the inherited environment; a key given
+    /// twice keeps its last value.
+    pub env: &'a [(String, String)],
+    /// stdout and stderr are appended here; `None` inherits ours.
+    pub log: Option<&'a Path>,
+    /// stdin is read from here; `None` gives `/dev/null` (or, through
+    /// [`spawn_gated`], the gate's pipe).
+    pub stdin: Option<&'a Path>,
+    /// Run in the child between fork and exec. Kernel confinement (SPEC §9)
+    /// goes here; nothing passes one yet.
+    pub pre_exec: Option<&'a PreExec>,
 }
 
-/// posix_spawn(3) and posix_spawnp(3).
-type SpawnFn = unsafe extern "C" fn(
-    *mut libc::pid_t,
-    *const c_char,
-    *const libc::posix_spawn_file_actions_t,
-    *const libc::posix_spawnattr_t,
-    *const *mut c_char,
-    *const *mut c_char,
-) -> c_int;
+/// Code run in a child after fork, before exec (see [`PreExec::new`]).
+#[derive(Clone)]
+pub struct PreExec(Arc<dyn Fn() -> io::Result<()> + Send + Sync>);
 
-fn c_string(bytes: &[u8]) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| {
-        io::Error::new(
+impl PreExec {
+    /// A hook for [`SpawnSpec::pre_exec`]; an error from it fails the
+    /// spawn with that error, and the program never runs.
+    ///
+    /// # Safety
+    ///
+    /// `hook` runs in the child of a fork of a process that may have other
+    /// threads; their locks (the allocator's among them) stay held for ever
+    /// in the child. So it must do only what is async-signal-safe: system
+    /// calls on data prepared before the spawn (a Landlock ruleset built in
+    /// the parent, then `landlock_restrict_self`), no allocation, no lock,
+    /// no panic. This is `std::os::unix::process::CommandExt::pre_exec`'s
+    /// contract, taken on by whoever builds the hook.
+    pub unsafe fn new(hook: impl Fn() -> io::Result<()> + Send + Sync + 'static) -> PreExec {
+        PreExec(Arc::new(hook))
+    }
+}
+
+/// The write end of a gated child's stdin (see [`spawn_gated`]), or of the
+/// FIFO a pane's wrapper reads: the child waits to read one byte before it
+/// does anything. Dropping the gate closes it without releasing, and the
+/// child reads end-of-file.
+pub struct Gate {
+    end: Box<dyn Write + Send>,
+    released: bool,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("released", &self.released)
+            .finish()
+    }
+}
+
+impl Gate {
+    /// A gate over the write end of a pipe or FIFO.
+    pub fn new(end: impl Write + Send + 'static) -> Gate {
+        Gate {
+            end: Box::new(end),
+            released: false,
+        }
+    }
+
+    /// Let the child go: one byte. The gate stays open until dropped (a
+    /// FIFO loses its byte when every end closes before it was read). An
+    /// error means the child is gone already (`BrokenPipe`) or the write
+    /// failed; either way it was not released.
+    pub fn release(&mut self) -> io::Result<()> {
+        if !self.released {
+            self.end.write_all(b"\n")?;
+            self.end.flush()?;
+            self.released = true;
+        }
+        Ok(())
+    }
+}
+
+/// A started child. Dropping it neither waits for nor kills the child.
+#[derive(Debug)]
+pub struct Spawned {
+    child: Child,
+    /// True when the child leads its own process group (its pgid is its pid).
+    own_group: bool,
+    /// The exit code once reaped, so later calls answer the same.
+    code: Option<i32>,
+    /// A pidfd for the child, opened on the first [`Spawned::pidfd`];
+    /// `None` inside when the kernel has none (before Linux 5.3).
+    pidfd: OnceCell<Option<OwnedFd>>,
+}
+
+/// Start `spec.argv` as the leader of a new process group, so that
+/// [`Spawned::stop_group`] (and [`super::stop_all`]) reach every process it
+/// starts.
+pub fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
+    start(spec, true, None)
+}
+
+/// Start `spec.argv` as [`spawn`] does, but with a pipe as its stdin
+/// (`spec.stdin` must be `None`), and return the pipe's write end. exec
+/// starts the wrapper this way (`okstra-worker --gated`, SPEC §5.8): the
+/// wrapper waits for one byte before it does anything, so exec can record
+/// the dispatch, with the pid, before the attempt starts; an exec that dies
+/// first closes the pipe and the wrapper exits having run nothing.
+pub fn spawn_gated(spec: &SpawnSpec) -> io::Result<(Spawned, Gate)> {
+    if spec.stdin.is_some() {
+        return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "an argument, environment entry or path holds a NUL byte",
-        )
+            "a gated child reads its gate on stdin; it cannot have another stdin",
+        ));
+    }
+    // Both ends are close-on-exec: only the child's stdin (a dup) crosses
+    // exec, so no other child holds the write end open and the gate's
+    // closing is seen.
+    let (read, write) = io::pipe()?;
+    let child = start(spec, true, Some(read))?;
+    Ok((child, Gate::new(write)))
+}
+
+/// Start `spec.argv` in the caller's process group. The worker wrapper uses
+/// this: exec puts the wrapper in a group of its own, and the wrapper's child
+/// must stay in it so that stopping the wrapper's group stops the agent too.
+/// [`Spawned::stop_group`] then signals the child alone, never the caller.
+pub fn spawn_in_caller_group(spec: &SpawnSpec) -> io::Result<Spawned> {
+    start(spec, false, None)
+}
+
+fn start(spec: &SpawnSpec, own_group: bool, gate: Option<io::PipeReader>) -> io::Result<Spawned> {
+    let Some(program) = spec.argv.first() else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot start an empty argv",
+        ));
+    };
+    // A PATH of the child's own is the one to search, as a shell would.
+    // Resolved here, std starts the resolved path with posix_spawn; left to
+    // std, it would fork to search the child's PATH after the fork.
+    let path_override = spec.env.iter().rev().find(|(k, _)| k == "PATH");
+    let mut cmd = match path_override {
+        Some((_, path)) if !program.contains('/') => {
+            let mut cmd = Command::new(find_program(program, path.as_ref())?);
+            cmd.arg0(program);
+            cmd
+        }
+        _ => Command::new(program),
+    };
+    cmd.args(&spec.argv[1..])
+        .current_dir(spec.cwd)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
+    cmd.stdin(match (gate, spec.stdin) {
+        (Some(pipe), _) => Stdio::from(pipe),
+        (None, Some(path)) => Stdio::from(File::open(path)?),
+        (None, None) => Stdio::null(),
+    });
+    if let Some(path) = spec.log {
+        let log = open_log(path)?;
+        cmd.stdout(log.try_clone()?).stderr(log);
+    }
+    if own_group {
+        // setpgid(0, 0) in the child before exec: the group exists before
+        // spawn returns, so anyone may signal it at once.
+        cmd.process_group(0);
+    }
+    if let Some(hook) = spec.pre_exec {
+        let hook = Arc::clone(&hook.0);
+        // SAFETY: `PreExec::new`, which is unsafe, made its caller promise
+        // that the hook does only async-signal-safe work, which is all
+        // `pre_exec` asks; the closure around it adds only a call through
+        // an `Arc` allocated before the fork (no allocation, no refcount
+        // change in the child).
+        unsafe { cmd.pre_exec(move || hook()) };
+    }
+    let child = cmd.spawn()?;
+    Ok(Spawned {
+        child,
+        own_group,
+        code: None,
+        pidfd: OnceCell::new(),
     })
 }
 
-/// `KEY=VALUE` entries: ours, with `overrides` replacing or adding.
-fn environment(overrides: &[(String, String)]) -> io::Result<Vec<CString>> {
-    let replaced = |key: &OsStr| overrides.iter().any(|(k, _)| OsStr::new(k) == key);
-    let inherited: Vec<(OsString, OsString)> =
-        std::env::vars_os().filter(|(k, _)| !replaced(k)).collect();
-    let mut entries = Vec::with_capacity(inherited.len() + overrides.len());
-    let mut push = |key: &[u8], value: &[u8]| -> io::Result<()> {
-        let mut entry = Vec::with_capacity(key.len() + value.len() + 1);
-        entry.extend_from_slice(key);
-        entry.push(b'=');
-        entry.extend_from_slice(value);
-        entries.push(c_string(&entry)?);
-        Ok(())
-    };
-    for (k, v) in &inherited {
-        push(k.as_bytes(), v.as_bytes())?;
-    }
-    // A key given twice keeps its last value, as std's Command does.
-    for (i, (k, v)) in overrides.iter().enumerate() {
-        if !overrides[i + 1..].iter().any(|(later, _)| later == k) {
-            push(k.as_bytes(), v.as_bytes())?;
+/// `program` in the first directory of `path` (a `PATH` value) that holds
+/// it as a file we may execute (an empty entry is the working directory):
+/// NotFound, or PermissionDenied when only files we may not execute were
+/// seen, as a shell would report.
+pub fn find_program(program: &str, path: &std::ffi::OsStr) -> io::Result<PathBuf> {
+    let mut denied = false;
+    for dir in std::env::split_paths(path) {
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join(program);
+        if !fs::metadata(&candidate).is_ok_and(|m| m.is_file()) {
+            continue;
         }
+        if rustix::fs::access(&candidate, Access::EXEC_OK).is_ok() {
+            return Ok(candidate);
+        }
+        denied = true;
     }
-    Ok(entries)
-}
-
-fn null_terminated(items: &[CString]) -> Vec<*mut c_char> {
-    items
-        .iter()
-        .map(|s| s.as_ptr() as *mut c_char)
-        .chain(std::iter::once(std::ptr::null_mut()))
-        .collect()
-}
-
-/// posix_spawn's functions return the error number itself.
-fn check(rc: c_int) -> io::Result<()> {
-    if rc == 0 {
-        Ok(())
+    Err(if denied {
+        rustix::io::Errno::ACCESS
     } else {
-        Err(io::Error::from_raw_os_error(rc))
+        rustix::io::Errno::NOENT
     }
+    .into())
 }
 
-struct FileActions(libc::posix_spawn_file_actions_t);
-
-impl FileActions {
-    fn new() -> io::Result<Self> {
-        let mut raw = MaybeUninit::uninit();
-        // SAFETY: init writes the whole object; it is used only after success.
-        check(unsafe { libc::posix_spawn_file_actions_init(raw.as_mut_ptr()) })?;
-        // SAFETY: initialised just above. glibc's object holds no pointer to
-        // itself, so it may move.
-        Ok(FileActions(unsafe { raw.assume_init() }))
-    }
-
-    fn dup2(&mut self, from: c_int, to: c_int) -> io::Result<()> {
-        // SAFETY: a valid, initialised actions object.
-        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut self.0, from, to) })
-    }
-}
-
-impl Drop for FileActions {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
-    }
-}
-
-struct Attr(libc::posix_spawnattr_t);
-
-impl Attr {
-    fn new() -> io::Result<Self> {
-        let mut raw = MaybeUninit::uninit();
-        // SAFETY: as for FileActions::new.
-        check(unsafe { libc::posix_spawnattr_init(raw.as_mut_ptr()) })?;
-        // SAFETY: initialised just above; plain data.
-        Ok(Attr(unsafe { raw.assume_init() }))
-    }
-
-    fn configure(&mut self, own_group: bool) -> io::Result<()> {
-        // SAFETY: sigset_t is plain data, filled by sigemptyset before use;
-        // every call gets a valid, initialised attribute object.
-        unsafe {
-            let mut none = MaybeUninit::<libc::sigset_t>::uninit();
-            libc::sigemptyset(none.as_mut_ptr());
-            let none = none.assume_init();
-            let mut pipe = none;
-            libc::sigaddset(&mut pipe, libc::SIGPIPE);
-            check(libc::posix_spawnattr_setsigmask(&mut self.0, &none))?;
-            check(libc::posix_spawnattr_setsigdefault(&mut self.0, &pipe))?;
-            let mut flags = libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
-            if own_group {
-                // setpgid(0, 0) in the child before exec: the group exists
-                // before posix_spawn returns, so anyone may signal it at once.
-                check(libc::posix_spawnattr_setpgroup(&mut self.0, 0))?;
-                flags |= libc::POSIX_SPAWN_SETPGROUP;
+fn open_log(path: &Path) -> io::Result<File> {
+    let open = || OpenOptions::new().create(true).append(true).open(path);
+    match open() {
+        // The log's directory exists nearly always (the prompt lives there):
+        // make it only when missing, not on every start.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fs::create_dir_all(parent)?;
             }
-            check(libc::posix_spawnattr_setflags(
-                &mut self.0,
-                flags as libc::c_short,
-            ))
+            open()
+        }
+        other => other,
+    }
+}
+
+impl Spawned {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What stopping this child signals: its own group, or the child alone
+    /// when it runs in the caller's group.
+    pub fn stop_target(&self) -> super::StopTarget {
+        let pid = self.pid();
+        if self.own_group {
+            super::StopTarget::Group { pid, pgid: pid }
+        } else {
+            super::StopTarget::Process { pid }
+        }
+    }
+
+    /// A pidfd for the child, readable once it ended (opened on first use,
+    /// kept while `self` lives); `None` when the kernel has none.
+    pub fn pidfd(&self) -> Option<BorrowedFd<'_>> {
+        let pid = self.pid();
+        self.pidfd
+            .get_or_init(|| {
+                let pid = super::pid_of(pid)?;
+                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+            })
+            .as_ref()
+            .map(|fd| fd.as_fd())
+    }
+
+    /// Non-blocking: `Some(exit code)` once the child ended (reaping it);
+    /// a death by signal maps to 128 + the signal number.
+    pub fn try_wait(&mut self) -> io::Result<Option<i32>> {
+        if self.code.is_none() {
+            if let Some(status) = self.child.try_wait()? {
+                self.code = Some(exit_code_of(status));
+            }
+        }
+        Ok(self.code)
+    }
+
+    /// Wait at most `limit` for the child to end: `Some(exit code)` once it
+    /// did. Returns as soon as the child exits (the wait is a `poll` on a
+    /// pidfd), or early when a signal arrives, so callers can look at their
+    /// stop flags in between. Without pidfd support it sleeps briefly instead.
+    pub fn wait_timeout(&mut self, limit: Duration) -> io::Result<Option<i32>> {
+        if let Some(code) = self.try_wait()? {
+            return Ok(Some(code));
+        }
+        wait_for_any(std::slice::from_ref(self), limit);
+        self.try_wait()
+    }
+
+    /// Block until the child ends; its exit code.
+    pub fn wait(&mut self) -> io::Result<i32> {
+        if let Some(code) = self.code {
+            return Ok(code);
+        }
+        let code = exit_code_of(self.child.wait()?);
+        self.code = Some(code);
+        Ok(code)
+    }
+
+    /// Send `signal` to the child's group (or to the child alone when it was
+    /// started in the caller's group). A group that is already gone is fine.
+    pub fn signal(&self, signal: Signal) -> io::Result<()> {
+        // Once reaped, a lone child's pid may belong to someone else.
+        if !self.own_group && self.code.is_some() {
+            return Ok(());
+        }
+        self.stop_target().signal(signal)
+    }
+
+    /// SIGTERM to the whole group, wait up to `grace` for the child and every
+    /// other member to end, then SIGKILL the group; reap the child and return
+    /// its exit code. Members that outlive the child (a backgrounded
+    /// grandchild) are stopped too. For a child started with
+    /// [`spawn_in_caller_group`] the signals go to the child alone.
+    pub fn stop_group(&mut self, grace: Duration) -> io::Result<i32> {
+        if !self.own_group {
+            if let Some(code) = self.try_wait()? {
+                return Ok(code);
+            }
+        }
+        let target = [self.stop_target()];
+        match super::stop_all(&target, grace, std::slice::from_mut(self))[0] {
+            Some(code) => Ok(code),
+            // Killed, yet not gone within the stop's wait (stuck in the
+            // kernel): wait for as long as that takes.
+            None => self.wait(),
         }
     }
 }
 
-impl Drop for Attr {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
+/// Wait at most `limit` for any of `children` to end (a `poll` on their
+/// pidfds), returning early when a signal arrives. Reaps nothing.
+fn wait_for_any<'a>(children: impl IntoIterator<Item = &'a Spawned>, limit: Duration) {
+    let children: Vec<&Spawned> = children.into_iter().collect();
+    let fds: Vec<BorrowedFd> = children.iter().filter_map(|c| c.pidfd()).collect();
+    if fds.len() < children.len() {
+        thread::sleep(limit.min(FALLBACK_WAIT_STEP));
+        return;
+    }
+    let mut polled: Vec<PollFd> = fds
+        .iter()
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
+        .collect();
+    let timeout = Timespec::try_from(limit).unwrap_or(Timespec {
+        tv_sec: i64::from(i32::MAX),
+        tv_nsec: 0,
+    });
+    // EINTR (a signal) just returns early, which is what callers want.
+    let _ = poll(&mut polled, Some(&timeout));
+}
+
+/// Our own children reap themselves: `stop_all` waits on their pidfds.
+impl super::Reaper for [Spawned] {
+    fn reap(&mut self, pids: &[u32], timeout: Duration) -> Vec<(u32, Option<i32>)> {
+        let ended = |children: &mut [Spawned]| -> Vec<(u32, Option<i32>)> {
+            children
+                .iter_mut()
+                .filter(|c| pids.contains(&c.pid()))
+                .filter_map(|c| match c.try_wait() {
+                    Ok(Some(code)) => Some((c.pid(), Some(code))),
+                    Ok(None) => None,
+                    // Not waitable any more: gone, code unknown.
+                    Err(_) => Some((c.pid(), None)),
+                })
+                .collect()
+        };
+        let now = ended(self);
+        if !now.is_empty() || timeout.is_zero() {
+            return now;
+        }
+        let watched: Vec<&Spawned> = self.iter().filter(|c| pids.contains(&c.pid())).collect();
+        if watched.is_empty() {
+            thread::sleep(timeout);
+            return Vec::new();
+        }
+        wait_for_any(watched, timeout);
+        ended(self)
     }
 }

@@ -1,4 +1,6 @@
-//! `okstra worker`: the built-in wrapper around one provider CLI run (SPEC §6).
+//! The worker wrapper around one provider CLI run (SPEC §6): the program
+//! `okstra-worker` (src/bin/okstra-worker.rs), which exec starts for each
+//! attempt, and the same code as `okstra worker`.
 //!
 //! It runs the provider's argv with the prompt on stdin (eager include), in
 //! the project root, with the `OKSTRA_*` environment; keeps
@@ -10,10 +12,15 @@
 //! wrapper's stdout and stderr at `<prompt>.log`, and by hand the terminal is
 //! the right place. The child stays in the wrapper's process group, so exec
 //! stopping the wrapper's group stops the agent with it.
+//!
+//! With `--gated` the wrapper first waits for exec's go (one byte on stdin,
+//! SPEC §5.8), and once released records `state: "running"` before it
+//! starts the child. It never panics on a failed write: its stderr is the
+//! job's log, which may sit on a full disk.
 
 mod args;
 
-pub use args::{parse_canonical, Presentation, WorkerArgs};
+pub use args::{Presentation, WorkerArgs};
 
 use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
@@ -24,7 +31,7 @@ use crate::provider::{
 use serde::Serialize;
 use serde_json::Value;
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -37,28 +44,19 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How often the wrapper looks at the clock and its signals while the child
 /// runs (the child's exit wakes it at once).
 const POLL: Duration = Duration::from_millis(50);
-/// A gated wrapper whose gate closed before it was released: exec died
-/// before recording the dispatch. Nothing was started or written.
-pub const NEVER_RELEASED_EXIT_CODE: i32 = 75;
-/// A wrapper that could not record its start in its status sidecar (a full
-/// disk): it started nothing, so a later exec may start the attempt again.
-pub const START_UNRECORDED_EXIT_CODE: i32 = 74;
-
-/// Wait for one byte on stdin, exec's go-ahead; false at end of file.
-fn released() -> bool {
-    let mut byte = [0u8; 1];
-    loop {
-        match io::stdin().read(&mut byte) {
-            Ok(1) => return true,
-            Ok(_) => return false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return false,
-        }
-    }
-}
-
 /// Exit code for a wrapper invoked with unusable arguments, as clap's.
 const USAGE_EXIT_CODE: i32 = 2;
+/// Exit code of a gated wrapper that read end-of-file (or an error) where
+/// exec's go should have been: exec died before recording the dispatch, so
+/// the wrapper ran nothing and wrote nothing (sysexits' EX_TEMPFAIL: the
+/// attempt may be started again).
+pub const NEVER_RELEASED_EXIT_CODE: i32 = 75;
+/// Exit code of a wrapper whose child succeeded but whose status sidecar
+/// could not be written (a full disk, say), or which could not record
+/// `running` before starting the child (sysexits' EX_IOERR).
+pub const STATUS_WRITE_FAILED_EXIT_CODE: i32 = 74;
+/// What `okstra worker --help` and `okstra-worker --help` say it is.
+pub const ABOUT: &str = "The built-in worker wrapper (started by `okstra exec`)";
 /// The shell's codes for a program that could not be executed / found.
 const NOT_EXECUTABLE_EXIT_CODE: i32 = 126;
 const NOT_FOUND_EXIT_CODE: i32 = 127;
@@ -66,14 +64,40 @@ const NOT_FOUND_EXIT_CODE: i32 = 127;
 /// CLI's session id; both come in the first events.
 const OUTPUT_SCAN_LIMIT: u64 = 1 << 20;
 
+/// The wrapper as a program of its own, named `bin_name`: the process's
+/// arguments read by clap (its help and errors on a bad one), then [`run`].
+pub fn main(bin_name: &'static str) -> std::process::ExitCode {
+    use clap::{Args, FromArgMatches};
+    let command = WorkerArgs::augment_args(clap::Command::new(bin_name))
+        .version(crate::VERSION)
+        .about(ABOUT);
+    let args = match command
+        .try_get_matches()
+        .and_then(|m| WorkerArgs::from_arg_matches(&m))
+    {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
+    let code = run(&args);
+    u8::try_from(code).map_or(
+        std::process::ExitCode::FAILURE,
+        std::process::ExitCode::from,
+    )
+}
+
 /// Run the wrapper; its exit code. SIGTERM or SIGINT to the wrapper stops the
 /// child (SIGTERM, grace, SIGKILL) and the wrapper exits with the child's code.
 pub fn run(args: &WorkerArgs) -> i32 {
+    // Before anything else, even the signal handlers: a gated wrapper that
+    // exec stops while it waits just dies, having done nothing.
+    if args.gated && !released(&mut io::stdin()) {
+        return NEVER_RELEASED_EXIT_CODE;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let _signals = match SignalGuard::install(&stop) {
         Ok(guard) => guard,
         Err(err) => {
-            eprintln!("okstra worker: cannot install signal handlers: {err}");
+            say(format_args!("cannot install signal handlers: {err}"));
             return USAGE_EXIT_CODE;
         }
     };
@@ -85,6 +109,26 @@ pub fn run(args: &WorkerArgs) -> i32 {
             heartbeat: HEARTBEAT_INTERVAL,
         },
     )
+}
+
+/// Whether exec let this attempt go: one byte read from `gate` (stdin).
+/// End of input, or an error reading it, means exec closed the pipe (or
+/// died) without releasing it.
+fn released(gate: &mut impl Read) -> bool {
+    let mut byte = [0u8; 1];
+    loop {
+        match gate.read(&mut byte) {
+            Ok(n) => return n == 1,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A line on stderr, prefixed as the wrapper's. stderr is usually the job's
+/// log: a failed write there (a full disk) is let go, never a panic.
+fn say(message: std::fmt::Arguments) {
+    let _ = writeln!(io::stderr(), "okstra worker: {message}");
 }
 
 /// The wrapper's clocks, given to `execute` so tests can shorten them.
@@ -198,7 +242,10 @@ struct StatusFile {
 }
 
 impl StatusFile {
-    fn write(&mut self) {
+    /// Write the sidecar. A failure is said on stderr the first time, and
+    /// returned: a heartbeat may fail and the run go on without liveness,
+    /// but the first and the last write are what exec relies on.
+    fn write(&mut self) -> io::Result<()> {
         self.status.heartbeat_at = now_rfc3339();
         let mut bytes = serde_json::to_vec_pretty(&self.status).unwrap_or_default();
         bytes.push(b'\n');
@@ -214,21 +261,37 @@ impl StatusFile {
             crate::fsutil::write_atomic(&self.path, &bytes, durability)
         };
         self.written |= written.is_ok();
-        if let Err(err) = written {
-            // The run goes on without liveness; say so once.
+        if let Err(err) = &written {
             if !self.warned {
-                eprintln!("okstra worker: cannot write {}: {err}", self.path.display());
+                say(format_args!(
+                    "cannot write the status file {}: {err}",
+                    self.path.display()
+                ));
                 self.warned = true;
             }
         }
+        written
     }
 
-    fn finish(&mut self, exit_code: i32, error: Option<String>) {
+    /// Record the exit; `exit_code` is what the wrapper exits with, unless
+    /// this write fails after a success: then the attempt is not known to
+    /// have ended well, and the wrapper says so and exits
+    /// [`STATUS_WRITE_FAILED_EXIT_CODE`].
+    fn finish(&mut self, exit_code: i32, error: Option<String>) -> i32 {
         self.status.state = "exited";
         self.status.exit_code = Some(exit_code);
         self.status.duration_ms = Some(self.started.elapsed().as_millis() as u64);
         self.status.error = error;
-        self.write();
+        match self.write() {
+            Err(err) if exit_code == 0 => {
+                say(format_args!(
+                    "the child exited 0, but its exit could not be recorded in {}: {err}",
+                    self.path.display()
+                ));
+                STATUS_WRITE_FAILED_EXIT_CODE
+            }
+            _ => exit_code,
+        }
     }
 }
 
@@ -239,14 +302,11 @@ fn now_rfc3339() -> String {
 /// The wrapper proper, with the stop flag and clocks given so tests can drive
 /// them without signals.
 fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
-    if args.gated && !released() {
-        return NEVER_RELEASED_EXIT_CODE;
-    }
     let started = Instant::now();
     let paths = match Paths::resolve(args) {
         Ok(paths) => paths,
         Err(err) => {
-            eprintln!("okstra worker: cannot resolve the project root: {err}");
+            say(format_args!("cannot resolve the project root: {err}"));
             return USAGE_EXIT_CODE;
         }
     };
@@ -282,7 +342,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     let (provider, served_check) = match checked {
         Ok(checked) => checked,
         Err(problem) => {
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             if paths.root.is_dir() {
                 status.status.failure_kind = Some("argument-error".into());
                 status.finish(USAGE_EXIT_CODE, Some(problem));
@@ -317,13 +377,18 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         env: &env,
         log: None,
         stdin: Some(&paths.prompt),
+        pre_exec: None,
     };
-    // A gated attempt's sidecar is the evidence that it started: written
-    // before anything of the worker runs, or nothing runs.
+    // Released by exec, the attempt has started, and the sidecar is the
+    // evidence (SPEC §5.8): it is written before the child starts, and
+    // without it the child does not start.
     if args.gated {
-        status.write();
-        if !status.written {
-            return START_UNRECORDED_EXIT_CODE;
+        if let Err(err) = status.write() {
+            say(format_args!(
+                "not starting {}: cannot record that the attempt started: {err}",
+                args.provider
+            ));
+            return STATUS_WRITE_FAILED_EXIT_CODE;
         }
     }
     let mut child = match process::spawn_in_caller_group(&spec) {
@@ -331,28 +396,26 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         Err(err) => {
             let program = argv.first().map(String::as_str).unwrap_or_default();
             let (code, problem) = launch_failure(program, &err);
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             status.status.failure_kind = Some("cli-not-found".into());
-            status.finish(code, Some(problem));
-            return code;
+            return status.finish(code, Some(problem));
         }
     };
     status.status.pid = Some(child.pid());
     // A pane's watcher reads the wrapper's pid from the sidecar at once; in
     // cli-wrapper mode exec holds the pid itself (and records it), so the
     // first write waits for the first heartbeat: most short jobs write the
-    // sidecar once, at their exit.
+    // sidecar once, at their exit (twice when gated).
     if args.presentation == Presentation::Live {
-        status.write();
-    }
-    if args.presentation == Presentation::Live {
-        eprintln!(
-            "okstra worker: {} attempt {}: started {} (pid {})",
+        // A failure is said once; the heartbeat tries again.
+        let _ = status.write();
+        say(format_args!(
+            "{} attempt {}: started {} (pid {})",
             args.worker_key,
             args.attempt,
             args.provider,
             child.pid()
-        );
+        ));
     }
 
     let deadline = args
@@ -382,7 +445,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         // by the wrong model is never a result.
         Outcome::Exited(_) | Outcome::Mismatch if verdict.is_err() => {
             let problem = verdict.err().unwrap_or_default();
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             status.status.failure_kind = Some("served-model-mismatch".into());
             (SERVED_MODEL_MISMATCH_EXIT_CODE, Some(problem))
         }
@@ -396,7 +459,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
                         kind.as_str(),
                         kind.hint(provider)
                     );
-                    eprintln!("okstra worker: {problem}");
+                    say(format_args!("{problem}"));
                     status.status.failure_kind = Some(kind.as_str().into());
                     Some(problem)
                 }
@@ -416,24 +479,24 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             let problem = format!(
                 "wall-clock limit reached: timed out after {secs} s (timeoutSeconds); the child was stopped"
             );
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             status.status.failure_kind = Some("timeout".into());
             (TIMEOUT_EXIT_CODE, Some(problem))
         }
         Outcome::Failed(err) => {
             let problem = format!("lost track of the child: {err}");
-            eprintln!("okstra worker: {problem}");
+            say(format_args!("{problem}"));
             (1, Some(problem))
         }
     };
-    status.finish(code, error);
+    let code = status.finish(code, error);
     if args.presentation == Presentation::Live {
-        eprintln!(
-            "okstra worker: {} attempt {}: exited {code} after {:.1} s",
+        say(format_args!(
+            "{} attempt {}: exited {code} after {:.1} s",
             args.worker_key,
             args.attempt,
             started.elapsed().as_secs_f64()
-        );
+        ));
     }
     code
 }
@@ -513,7 +576,8 @@ struct Heartbeat<'a> {
 impl Heartbeat<'_> {
     fn tick(&mut self) {
         if self.last.elapsed() >= self.every {
-            self.status.write();
+            // A missed heartbeat is said once; the run goes on.
+            let _ = self.status.write();
             self.last = Instant::now();
         }
     }
@@ -826,6 +890,20 @@ mod tests {
     }
 
     #[test]
+    fn a_gate_releases_on_one_byte_only() {
+        assert!(released(&mut &b"\n"[..]));
+        assert!(released(&mut &b"xy"[..]), "the first byte is enough");
+        assert!(!released(&mut &b""[..]), "end of input");
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("gone"))
+            }
+        }
+        assert!(!released(&mut Broken));
+    }
+
+    #[test]
     fn relative_project_root_is_made_absolute() {
         let dir = tempfile::tempdir().unwrap();
         let paths = Paths::resolve(&WorkerArgs {
@@ -857,7 +935,10 @@ mod tests {
         assert_eq!(s["state"], "exited");
         assert_eq!(s["exitCode"], 124);
         assert_eq!(s["timedOut"], true);
-        assert_eq!(s["childExitCode"], 128 + libc::SIGTERM);
+        assert_eq!(
+            s["childExitCode"],
+            128 + rustix::process::Signal::TERM.as_raw()
+        );
         assert!(s["duration_ms"].as_u64().unwrap() >= 1000);
     }
 

@@ -17,12 +17,12 @@ pub mod pane;
 
 use super::notices::Notices;
 use crate::plan::Job;
-use crate::process::{self, Gate, SpawnSpec};
+use crate::process::{self, Gate, SpawnSpec, StopTarget};
 use crate::vocab::Backend;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One attempt to start.
 pub struct Launch<'a> {
@@ -67,11 +67,77 @@ pub trait Dispatch {
     fn stop(&mut self, pids: &[u32], grace: Duration) -> Vec<(u32, i32)>;
 }
 
+/// The wrapper executable exec starts for each attempt.
+///
+/// A plan records the wrapper's command line in its wire form,
+/// `["okstra", "worker", <arguments>...]` (SPEC §6), whatever runs it; the
+/// executable is chosen at launch. `okstra-worker` is the wrapper alone
+/// (src/bin/okstra-worker.rs), quicker to start than all of okstra, which
+/// matters once per job; `okstra worker` runs the same code, for an okstra
+/// installed without it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerExe {
+    /// The okstra executable, for `okstra worker`.
+    okstra: PathBuf,
+    /// `okstra-worker`, when there is one to start.
+    lean: Option<PathBuf>,
+}
+
+impl WorkerExe {
+    /// The lean wrapper's file name.
+    pub const LEAN: &'static str = "okstra-worker";
+
+    /// `okstra-worker` in the directory of `okstra` (exec's own executable,
+    /// `std::env::current_exe()`) when it is an executable file there;
+    /// otherwise `okstra` itself, as `okstra worker`.
+    pub fn beside(okstra: &Path) -> WorkerExe {
+        let lean = okstra.with_file_name(Self::LEAN);
+        let usable = std::fs::metadata(&lean).is_ok_and(|m| m.is_file())
+            && rustix::fs::access(&lean, rustix::fs::Access::EXEC_OK).is_ok();
+        WorkerExe {
+            okstra: okstra.to_path_buf(),
+            lean: usable.then_some(lean),
+        }
+    }
+
+    /// `okstra worker` only, never `okstra-worker`.
+    pub fn subcommand(okstra: &Path) -> WorkerExe {
+        WorkerExe {
+            okstra: okstra.to_path_buf(),
+            lean: None,
+        }
+    }
+
+    /// The lean wrapper this starts, if any.
+    pub fn lean(&self) -> Option<&Path> {
+        self.lean.as_deref()
+    }
+
+    /// The argv that starts `planned`, a plan's wrapper command line
+    /// (`["okstra", "worker", ...]`), with this executable; any other
+    /// `okstra` command line gets okstra's path, and one that does not
+    /// start with `okstra` is left as it is.
+    pub fn argv(&self, planned: &[String]) -> Vec<String> {
+        let (head, rest) = match planned {
+            [okstra, worker, rest @ ..] if okstra == "okstra" && worker == "worker" => {
+                match &self.lean {
+                    Some(lean) => (lean, rest),
+                    None => (&self.okstra, &planned[1..]),
+                }
+            }
+            [okstra, rest @ ..] if okstra == "okstra" => (&self.okstra, rest),
+            _ => return planned.to_vec(),
+        };
+        std::iter::once(head.display().to_string())
+            .chain(rest.iter().cloned())
+            .collect()
+    }
+}
+
 /// `cli-wrapper` and `pane`, on this machine.
 pub struct Local {
-    /// The executable that plays the wrapper: `okstra-worker` beside exec,
-    /// or exec itself (`okstra worker`).
-    worker: Vec<String>,
+    /// The executable that plays the wrapper.
+    worker: WorkerExe,
     notices: Option<Notices>,
     gates: HashMap<u32, Gate>,
     /// The multiplexer `pane` jobs run in, detected once per exec; `None`
@@ -82,7 +148,7 @@ pub struct Local {
 }
 
 impl Local {
-    pub fn new(worker: Vec<String>) -> Local {
+    pub fn new(worker: WorkerExe) -> Local {
         Local {
             worker,
             notices: None,
@@ -117,26 +183,11 @@ impl Local {
         }
         Ok(self.notices.as_mut().expect("set above"))
     }
-
-    /// The wrapper argv with the plan's `okstra worker` replaced by the
-    /// executable that plays it here.
-    fn argv(&self, plan_argv: &[String]) -> Vec<String> {
-        let mut argv = plan_argv.to_vec();
-        if argv.first().map(String::as_str) == Some("okstra") {
-            let skip = if argv.get(1).map(String::as_str) == Some("worker") {
-                2
-            } else {
-                1
-            };
-            argv.splice(0..skip, self.worker.iter().cloned());
-        }
-        argv
-    }
 }
 
 impl Dispatch for Local {
     fn start(&mut self, launch: &Launch) -> io::Result<Started> {
-        let argv = self.argv(launch.argv);
+        let argv = self.worker.argv(launch.argv);
         let pane = match (&self.pane, self.mode_of(launch.job).0) {
             (Some(p), Backend::Pane) => Some(p.clone()),
             _ => None,
@@ -164,6 +215,7 @@ impl Dispatch for Local {
                     env: launch.env,
                     log: Some(launch.log),
                     stdin: None,
+                    pre_exec: None,
                 })?;
                 let pid = child.pid();
                 self.notices()?.watch(child);
@@ -224,34 +276,14 @@ impl Dispatch for Local {
 
     fn stop(&mut self, pids: &[u32], grace: Duration) -> Vec<(u32, i32)> {
         // Groups are looked up before their leaders can exit and be reaped.
-        let groups: Vec<(u32, u32)> = pids.iter().map(|&p| (p, process::group_of(p))).collect();
-        for &(_, g) in &groups {
-            process::signal_group(g, libc::SIGTERM);
-        }
-        let mut codes: HashMap<u32, i32> = HashMap::new();
-        let wait_all = |me: &mut Local, until: Instant, codes: &mut HashMap<u32, i32>| {
-            while codes.len() < pids.len() {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                for (pid, code) in me.exits(left) {
-                    if pids.contains(&pid) {
-                        codes.insert(pid, code);
-                    } else {
-                        me.stash.push((pid, code));
-                    }
-                }
-            }
+        let targets: Vec<StopTarget> = pids.iter().map(|&p| StopTarget::group_of(p)).collect();
+        let codes = match self.notices() {
+            Ok(notices) => process::stop_all(&targets, grace, notices),
+            Err(_) => process::stop_all(&targets, grace, &mut process::NotOurChildren),
         };
-        wait_all(self, Instant::now() + grace, &mut codes);
-        // The leader is gone or out of time; nothing of its group lingers.
-        for &(_, g) in &groups {
-            process::signal_group(g, libc::SIGKILL);
-        }
-        wait_all(self, Instant::now() + Duration::from_secs(5), &mut codes);
         pids.iter()
-            .map(|p| (*p, codes.get(p).copied().unwrap_or(137)))
+            .zip(codes)
+            .map(|(p, c)| (*p, c.unwrap_or(137)))
             .collect()
     }
 }

@@ -1,6 +1,8 @@
-//! How a worker is started (SPEC §5.2): `cli-wrapper` runs `okstra worker`
-//! as exec's child in its own process group; `pane` runs it in a pane of the
+//! How a worker is started (SPEC §5.2): `cli-wrapper` runs the wrapper as
+//! exec's child in its own process group; `pane` runs it in a pane of the
 //! terminal multiplexer okstra itself runs in, so a person can watch it.
+//! Both start the same wrapper executable ([`WorkerExe`]): `okstra-worker`
+//! beside the running okstra, or `okstra worker` where there is none.
 //!
 //! The multiplexer is detected once per exec ([`detect`]), never mid-run:
 //! tmux when `$TMUX` is set and the server answers; cmux when
@@ -321,6 +323,9 @@ pub fn watch_foreign(pid: u32, pid_start: Option<u64>, status: &Path) -> i32 {
         .unwrap_or(1)
 }
 
+/// How long a pane's stragglers get between SIGTERM and SIGKILL.
+const STRAGGLER_GRACE: Duration = Duration::from_secs(2);
+
 /// Wait for a process that is not our child; its exit code from the status
 /// sidecar (1 when the wrapper recorded none).
 fn watch_pid(pid: u32, status: &Path) -> i32 {
@@ -341,12 +346,8 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
         // stopped CLI left behind, holding the pipe open): stop it.
         let since = exited_at.map(|t| t.elapsed()).unwrap_or_default();
         if since > Duration::from_secs(1) && process::pid_alive(pid) {
-            let sig = if since > Duration::from_secs(3) {
-                libc::SIGKILL
-            } else {
-                libc::SIGTERM
-            };
-            process::signal_group(process::group_of(pid), sig);
+            let target = process::StopTarget::group_of(pid);
+            process::stop_all(&[target], STRAGGLER_GRACE, &mut process::NotOurChildren);
         }
         let lingering = since > Duration::from_secs(5);
         if !process::pid_alive(pid) || lingering {
@@ -365,7 +366,46 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::WorkerExe;
     use super::*;
+
+    #[test]
+    fn the_lean_wrapper_beside_okstra_runs_the_plans_wrapper_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let okstra = dir.path().join("okstra");
+        let planned: Vec<String> = ["okstra", "worker", "--attempt", "1", "--", "okstra", "x"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let tail = &planned[2..];
+        // None beside it: `okstra worker`.
+        let exe = WorkerExe::beside(&okstra);
+        assert_eq!(exe.lean(), None);
+        assert_eq!(exe.argv(&planned)[0], okstra.display().to_string());
+        assert_eq!(&exe.argv(&planned)[1..], &planned[1..]);
+        // Not executable: still `okstra worker`.
+        let lean = dir.path().join("okstra-worker");
+        std::fs::write(&lean, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&lean, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(WorkerExe::beside(&okstra).lean(), None);
+        // Executable: `okstra-worker`, the same arguments after it.
+        std::fs::set_permissions(&lean, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = WorkerExe::beside(&okstra);
+        assert_eq!(exe.lean(), Some(lean.as_path()));
+        let argv = exe.argv(&planned);
+        assert_eq!(argv[0], lean.display().to_string());
+        assert_eq!(&argv[1..], tail);
+        // Another okstra command runs under okstra; anything else as it is.
+        let other: Vec<String> = vec!["okstra".into(), "status".into()];
+        assert_eq!(
+            exe.argv(&other),
+            [okstra.display().to_string(), "status".into()]
+        );
+        let plain: Vec<String> = vec!["sh".into(), "-c".into(), "true".into()];
+        assert_eq!(exe.argv(&plain), plain);
+        assert_eq!(WorkerExe::subcommand(&okstra).argv(&planned)[1], "worker");
+    }
 
     #[test]
     fn quoting_survives_the_shell() {
