@@ -72,8 +72,10 @@ pub struct Who {
 pub struct Dispatched {
     #[serde(flatten)]
     pub head: Head,
-    /// The wrapper's pid (the leader of its process group).
-    pub pid: u32,
+    /// How the backend knows the attempt: the wrapper's pid on this machine
+    /// (the leader of its process group), a Slurm job id on a cluster.
+    #[serde(flatten)]
+    pub handle: Handle,
     /// When that process started, in clock ticks since boot
     /// (`/proc/<pid>/stat` field 22), so that a resumed exec never mistakes
     /// a later process that reused the pid for the wrapper.
@@ -86,6 +88,36 @@ pub struct Dispatched {
     /// The wrapper argv exec started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub argv: Vec<String>,
+}
+
+/// How a backend knows an attempt it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Handle {
+    /// A process on this machine: the wrapper's pid.
+    Pid { pid: u32 },
+    /// A Slurm job.
+    #[serde(rename_all = "camelCase")]
+    Slurm { slurm_job_id: u64 },
+}
+
+impl Handle {
+    /// The process on this machine, if the attempt runs here.
+    pub fn pid(self) -> Option<u32> {
+        match self {
+            Handle::Pid { pid } => Some(pid),
+            Handle::Slurm { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Handle::Pid { pid } => write!(f, "pid {pid}"),
+            Handle::Slurm { slurm_job_id } => write!(f, "Slurm job {slurm_job_id}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -171,7 +203,7 @@ mod tests {
     fn type_and_ts_lead_the_line_and_it_reads_back() {
         let e = Event::WorkerDispatched(Dispatched {
             head: head(),
-            pid: 42,
+            handle: Handle::Pid { pid: 42 },
             pid_start: Some(7),
             session_id: None,
             prompt_path: "p.md".into(),

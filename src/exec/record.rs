@@ -427,7 +427,10 @@ pub fn dispatch_row(job: &Job, d: &Dispatched, settled: Option<&Settled>) -> Val
         }
         put("hostModelValue", json!(inv.host_model_value));
     }
-    put("pid", json!(d.pid));
+    match d.handle {
+        super::event::Handle::Pid { pid } => put("pid", json!(pid)),
+        super::event::Handle::Slurm { slurm_job_id } => put("slurmJobId", json!(slurm_job_id)),
+    }
     put("startedAt", json!(d.head.ts));
     if !d.argv.is_empty() {
         put("argv", json!(d.argv));

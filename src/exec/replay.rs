@@ -312,7 +312,7 @@ mod tests {
     fn dispatched(key: &str, attempt: u64) -> Event {
         Event::WorkerDispatched(Dispatched {
             head: head(key, attempt),
-            pid: 7,
+            handle: super::super::event::Handle::Pid { pid: 7 },
             pid_start: None,
             session_id: None,
             prompt_path: "p".into(),
@@ -397,11 +397,13 @@ mod tests {
         let p = plan(&[&["a"]]);
         let mut again = dispatched("a", 1);
         if let Event::WorkerDispatched(d) = &mut again {
-            d.pid = 99;
+            d.handle = super::super::event::Handle::Pid { pid: 99 };
         }
         let r = replay(&p, [dispatched("a", 1), again]);
         match &nexts(&r)[0] {
-            Next::InFlight { dispatched } => assert_eq!(dispatched.pid, 99),
+            Next::InFlight { dispatched } => {
+                assert_eq!(dispatched.handle.pid(), Some(99))
+            }
             other => panic!("{other:?}"),
         }
     }

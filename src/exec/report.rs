@@ -194,10 +194,10 @@ fn describe(event: &Event) -> Option<String> {
     };
     Some(match event {
         Event::WorkerDispatched(d) => format!(
-            "dispatched {} (attempt {}, pid {})",
+            "dispatched {} (attempt {}, {})",
             label(&d.head),
             d.head.attempt,
-            d.pid
+            d.handle
         ),
         Event::WorkerResultCollected(s) => format!(
             "{} completed (attempt {}){}",

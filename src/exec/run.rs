@@ -9,9 +9,9 @@
 //! attempt through [`super::decide::decide`]; the decision is recorded
 //! before anything follows from it.
 
-use super::backend::{Dispatch, Launch, Local};
+use super::backend::{Backends, Dispatch, Found as Seen, Launch, Local};
 use super::decide::{self, Audit, End, Facts, Sidecar, Status};
-use super::event::{Dispatched, Event, Head, RetryScheduled, Settled, Who};
+use super::event::{Dispatched, Event, Handle, Head, RetryScheduled, Settled, Who};
 use super::record::{Recorder, Then};
 use super::replay::{self, History, Next};
 use super::report::{JobReport, Notice, Reporter};
@@ -74,7 +74,7 @@ pub(super) struct Runner<'a> {
     /// Every job in plan order, with its stage.
     jobs: Vec<(usize, &'a Job)>,
     rec: Recorder,
-    backend: Local,
+    backend: Backends,
     reporters: Vec<Box<dyn Reporter>>,
     interrupt: Arc<AtomicBool>,
     interrupted: bool,
@@ -121,7 +121,7 @@ impl<'a> Runner<'a> {
             opts,
             jobs,
             rec,
-            backend: Local::new(opts.worker.clone()),
+            backend: Backends::new(Local::new(opts.worker.clone())),
             reporters,
             interrupt,
             interrupted: false,
@@ -157,7 +157,7 @@ impl<'a> Runner<'a> {
     pub(super) fn run(mut self) -> Outcomes {
         self.resume_records();
         if self.jobs.iter().any(|(_, j)| j.backend == Backend::Pane) {
-            let line = self.backend.detect_pane();
+            let line = self.backend.local.detect_pane();
             self.say(line);
         }
         let mut blocked: Option<&'static str> = None;
@@ -434,7 +434,7 @@ impl<'a> Runner<'a> {
     }
 
     fn head(&self, job: &Job, attempt: u64) -> Head {
-        let (mode, degraded) = self.backend.mode_of(job);
+        let (mode, degraded) = self.backend.local.mode_of(job);
         Head {
             ts: crate::fsutil::utc_now(),
             who: who(&job.identity),
@@ -493,7 +493,7 @@ impl<'a> Runner<'a> {
             // None of the batch was recorded or released: each held wrapper
             // exits at its closed gate, and the whole batch is cut.
             for (_, d) in &held {
-                self.backend.abandon(d.pid);
+                self.backend.abandon(d.handle);
             }
             return Err((reason, batch));
         }
@@ -507,7 +507,7 @@ impl<'a> Runner<'a> {
             // Not recorded, so not run: every held wrapper exits at its
             // closed gate without starting anything.
             for (_, d) in &held {
-                self.backend.abandon(d.pid);
+                self.backend.abandon(d.handle);
             }
             self.fatal = Some(format!("cannot record the dispatch of a batch: {e}"));
             return Err((
@@ -519,7 +519,7 @@ impl<'a> Runner<'a> {
         for (i, d) in held {
             crate::fault::point("release");
             // A wrapper that died at its gate is seen as its exit.
-            let _ = self.backend.release(d.pid);
+            let _ = self.backend.release(d.handle);
             self.tell(Notice::Recorded {
                 event: &Event::WorkerDispatched(d.clone()),
             });
@@ -568,7 +568,7 @@ impl<'a> Runner<'a> {
         })?;
         Ok(Dispatched {
             head: self.head(job, attempt),
-            pid: started.pid,
+            handle: started.handle,
             pid_start: started.pid_start,
             session_id,
             prompt_path: job.prompt_path.clone(),
@@ -594,14 +594,13 @@ impl<'a> Runner<'a> {
         let limit = self.opts.concurrency.unwrap_or(usize::MAX).max(1);
         let total = pending.len() + running.len();
         let mut queue: VecDeque<(usize, u64)> = pending.into();
-        let mut running: HashMap<u32, Running> =
-            running.into_iter().map(|r| (r.dispatched.pid, r)).collect();
+        let mut running: HashMap<Handle, Running> = running
+            .into_iter()
+            .map(|r| (r.dispatched.handle, r))
+            .collect();
         for r in running.values() {
-            self.backend.adopt(
-                r.dispatched.pid,
-                r.dispatched.pid_start,
-                &self.abs(&self.job(r.job).status_path()),
-            );
+            let status = self.abs(&self.job(r.job).status_path());
+            self.backend.adopt(&r.dispatched, &status);
         }
         let mut ended: Vec<Ended> = Vec::new();
         let mut retries = Vec::new();
@@ -622,7 +621,7 @@ impl<'a> Runner<'a> {
                     match self.launch_batch(batch) {
                         Ok(started) => {
                             for r in started {
-                                running.insert(r.dispatched.pid, r);
+                                running.insert(r.dispatched.handle, r);
                             }
                         }
                         Err((reason, never)) => {
@@ -661,8 +660,8 @@ impl<'a> Runner<'a> {
                 }
                 break;
             }
-            for (pid, code) in self.backend.exits(TICK) {
-                if let Some(r) = running.remove(&pid) {
+            for (handle, code) in self.backend.exits(TICK) {
+                if let Some(r) = running.remove(&handle) {
                     let label = self.job(r.job).label();
                     self.tell(Notice::Exited {
                         label,
@@ -680,11 +679,11 @@ impl<'a> Runner<'a> {
                     });
                 }
             }
-            let idle: Vec<u32> = running
+            let idle: Vec<Handle> = running
                 .iter_mut()
-                .filter_map(|(pid, r)| {
+                .filter_map(|(handle, r)| {
                     let limit = Duration::from_secs(self.jobs[r.job].1.idle_timeout_seconds);
-                    (r.started.elapsed() >= limit && r.watch.idle_for() >= limit).then_some(*pid)
+                    (r.started.elapsed() >= limit && r.watch.idle_for() >= limit).then_some(*handle)
                 })
                 .collect();
             if !idle.is_empty() {
@@ -714,8 +713,8 @@ impl<'a> Runner<'a> {
         if running.is_empty() {
             return Vec::new();
         }
-        let pids: Vec<u32> = running.iter().map(|r| r.dispatched.pid).collect();
-        self.backend.stop(&pids, self.opts.grace);
+        let handles: Vec<Handle> = running.iter().map(|r| r.dispatched.handle).collect();
+        self.backend.stop(&handles, self.opts.grace);
         running
             .into_iter()
             .map(|r| Ended {
@@ -733,7 +732,7 @@ impl<'a> Runner<'a> {
     fn cut_round(
         &mut self,
         reason: String,
-        running: HashMap<u32, Running>,
+        running: HashMap<Handle, Running>,
         never: Vec<(usize, u64)>,
         queue: VecDeque<(usize, u64)>,
         mut ended: Vec<Ended>,
@@ -777,10 +776,10 @@ impl Runner<'_> {
         let job = self.job(i);
         let status_path = self.abs(&job.status_path());
         let attempt = d.head.attempt;
-        let alive = || crate::process::same_process_alive(d.pid, d.pid_start);
+        let alive = |me: &mut Self| me.backend.find(&d) == Seen::Running;
         // A wrapper still at its gate sees its closed pipe and exits at once.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !status_exists(&status_path) && alive() && Instant::now() < deadline {
+        while !status_exists(&status_path) && alive(self) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
         let status = super::settle::read_status(&status_path);
@@ -823,18 +822,19 @@ impl Runner<'_> {
                 started: Instant::now(),
             });
         }
-        if status.is_none() && !alive() {
+        let running = alive(self);
+        if status.is_none() && !running {
             self.say(format!(
                 "{} (attempt {attempt}) was recorded but never started; starting it",
                 job.label()
             ));
             return Found::NeverStarted(attempt);
         }
-        if alive() {
+        if running {
             self.say(format!(
-                "{} (attempt {attempt}) still runs (pid {}); watching it",
+                "{} (attempt {attempt}) still runs ({}); watching it",
                 job.label(),
-                d.pid
+                d.handle
             ));
             let log = self.abs(&job.log_path());
             return Found::Running(Running {

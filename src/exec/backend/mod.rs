@@ -1,20 +1,21 @@
-//! How an attempt's wrapper is started, watched and stopped (SPEC §5.2).
-//! A backend only starts, watches and stops: every state rule lives in the
-//! runner, the same for all backends.
+//! How an attempt's wrapper is started, watched and stopped (SPEC §5.2,
+//! §10). A backend only starts, watches and stops: every state rule lives in
+//! the runner, the same for all backends.
 //!
 //! Every start is *held* (SPEC §5.8): the wrapper exists but waits at its
-//! gate, so the runner can record the dispatch, with the pid the backend
-//! reports, before anything of the worker runs; [`Backend::release`] lets it
-//! go, and [`Backend::abandon`] closes the gate instead, on which the
-//! wrapper exits without starting anything.
+//! gate, so the runner can record the dispatch, with the [`Handle`] the
+//! backend reports, before anything of the worker runs;
+//! [`Dispatch::release`] lets it go, and [`Dispatch::abandon`] closes the
+//! gate instead, on which the wrapper exits without starting anything.
 //!
-//! [`Local`] serves `cli-wrapper` (the wrapper as exec's child, in a
-//! process group of its own) and `pane` (the wrapper in a window of the
-//! terminal multiplexer exec runs in, degraded to `cli-wrapper` where none
-//! answers).
+//! [`Local`] serves `cli-wrapper` (the wrapper as exec's child, in a process
+//! group of its own) and `pane` (the wrapper in a window of the terminal
+//! multiplexer exec runs in, degraded to `cli-wrapper` where none answers).
+//! [`Backends`] routes each attempt to the backend its job names.
 
 pub mod pane;
 
+use super::event::{Dispatched, Handle};
 use super::notices::Notices;
 use crate::plan::Job;
 use crate::process::{self, Gate, SpawnSpec, StopTarget};
@@ -40,31 +41,41 @@ pub struct Launch<'a> {
 
 /// A wrapper started and held at its gate.
 pub struct Started {
-    /// The process exec watches and stops (the leader of its group).
-    pub pid: u32,
-    /// When it started (clock ticks since boot), to tell it from a later
-    /// process with the same pid.
+    pub handle: Handle,
+    /// When the wrapper's process started (clock ticks since boot), to tell
+    /// it from a later process with the same pid.
     pub pid_start: Option<u64>,
     /// The argv actually started.
     pub argv: Vec<String>,
+}
+
+/// What a later exec finds of an attempt an earlier one started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// The backend still runs it.
+    Running,
+    /// The backend has nothing of it any more (it ended, or never ran).
+    Gone,
 }
 
 pub trait Dispatch {
     /// Start the attempt's wrapper held at its gate.
     fn start(&mut self, launch: &Launch) -> io::Result<Started>;
     /// Let a held wrapper run.
-    fn release(&mut self, pid: u32) -> io::Result<()>;
+    fn release(&mut self, handle: Handle) -> io::Result<()>;
     /// Close a held wrapper's gate: it exits without starting anything.
-    fn abandon(&mut self, pid: u32);
+    fn abandon(&mut self, handle: Handle);
+    /// Whether an attempt an earlier exec dispatched still runs.
+    fn find(&mut self, dispatched: &Dispatched) -> Found;
     /// Watch a wrapper an earlier exec started and is no longer there to
     /// watch; its exit comes through [`Self::exits`] like any other.
-    fn adopt(&mut self, pid: u32, pid_start: Option<u64>, status: &Path);
+    fn adopt(&mut self, dispatched: &Dispatched, status: &Path);
     /// The exits that happened, waiting at most `timeout` for the first.
-    fn exits(&mut self, timeout: Duration) -> Vec<(u32, i32)>;
-    /// Stop these wrappers and everything they started, together: SIGTERM
-    /// to every group at once, one `grace` for all, then SIGKILL; each one's
+    fn exits(&mut self, timeout: Duration) -> Vec<(Handle, i32)>;
+    /// Stop these attempts and everything they started, together: SIGTERM
+    /// to every one at once, one `grace` for all, then SIGKILL; each one's
     /// exit code (SPEC §5.2: stopping N workers takes one grace period).
-    fn stop(&mut self, pids: &[u32], grace: Duration) -> Vec<(u32, i32)>;
+    fn stop(&mut self, handles: &[Handle], grace: Duration) -> Vec<(Handle, i32)>;
 }
 
 /// The wrapper executable exec starts for each attempt.
@@ -139,12 +150,12 @@ pub struct Local {
     /// The executable that plays the wrapper.
     worker: WorkerExe,
     notices: Option<Notices>,
-    gates: HashMap<u32, Gate>,
+    gates: HashMap<Handle, Gate>,
     /// The multiplexer `pane` jobs run in, detected once per exec; `None`
     /// degrades them to `cli-wrapper`.
     pane: Option<pane::Pane>,
     /// Exit notices already taken from their source.
-    stash: Vec<(u32, i32)>,
+    stash: Vec<(Handle, i32)>,
 }
 
 impl Local {
@@ -222,68 +233,165 @@ impl Dispatch for Local {
                 (pid, gate)
             }
         };
-        self.gates.insert(pid, gate);
+        let handle = Handle::Pid { pid };
+        self.gates.insert(handle, gate);
         Ok(Started {
-            pid,
+            handle,
             pid_start: process::start_time(pid),
             argv,
         })
     }
 
-    fn release(&mut self, pid: u32) -> io::Result<()> {
+    fn release(&mut self, handle: Handle) -> io::Result<()> {
         // The gate stays open until the attempt ends: a pane's gate is a
         // FIFO, whose byte would be lost if every end closed before the
         // pane's shell opened it.
-        match self.gates.get_mut(&pid) {
+        match self.gates.get_mut(&handle) {
             Some(gate) => gate.release(),
             None => Ok(()),
         }
     }
 
-    fn abandon(&mut self, pid: u32) {
-        self.gates.remove(&pid);
+    fn abandon(&mut self, handle: Handle) {
+        self.gates.remove(&handle);
     }
 
-    fn adopt(&mut self, pid: u32, pid_start: Option<u64>, status: &Path) {
+    fn find(&mut self, d: &Dispatched) -> Found {
+        match d.handle.pid() {
+            Some(pid) if process::same_process_alive(pid, d.pid_start) => Found::Running,
+            _ => Found::Gone,
+        }
+    }
+
+    fn adopt(&mut self, d: &Dispatched, status: &Path) {
+        let Some(pid) = d.handle.pid() else { return };
         let Ok(notices) = self.notices() else { return };
         let sender = notices.sender();
         let status: PathBuf = status.to_path_buf();
+        let pid_start = d.pid_start;
         std::thread::spawn(move || {
             let code = pane::watch_foreign(pid, pid_start, &status);
             sender.send(pid, code);
         });
     }
 
-    fn exits(&mut self, timeout: Duration) -> Vec<(u32, i32)> {
+    fn exits(&mut self, timeout: Duration) -> Vec<(Handle, i32)> {
         let mut out = std::mem::take(&mut self.stash);
         if let Ok(notices) = self.notices() {
-            if let Some(first) = notices.next(if out.is_empty() {
+            let wait = if out.is_empty() {
                 timeout
             } else {
                 Duration::ZERO
-            }) {
-                out.push(first);
-                while let Some(more) = notices.next(Duration::ZERO) {
-                    out.push(more);
+            };
+            if let Some((pid, code)) = notices.next(wait) {
+                out.push((Handle::Pid { pid }, code));
+                while let Some((pid, code)) = notices.next(Duration::ZERO) {
+                    out.push((Handle::Pid { pid }, code));
                 }
             }
         }
-        for (pid, _) in &out {
-            self.gates.remove(pid);
+        for (handle, _) in &out {
+            self.gates.remove(handle);
         }
         out
     }
 
-    fn stop(&mut self, pids: &[u32], grace: Duration) -> Vec<(u32, i32)> {
+    fn stop(&mut self, handles: &[Handle], grace: Duration) -> Vec<(Handle, i32)> {
         // Groups are looked up before their leaders can exit and be reaped.
-        let targets: Vec<StopTarget> = pids.iter().map(|&p| StopTarget::group_of(p)).collect();
+        let ours: Vec<(Handle, u32)> = handles
+            .iter()
+            .filter_map(|h| h.pid().map(|p| (*h, p)))
+            .collect();
+        let targets: Vec<StopTarget> = ours.iter().map(|(_, p)| StopTarget::group_of(*p)).collect();
         let codes = match self.notices() {
             Ok(notices) => process::stop_all(&targets, grace, notices),
             Err(_) => process::stop_all(&targets, grace, &mut process::NotOurChildren),
         };
-        pids.iter()
+        ours.iter()
             .zip(codes)
-            .map(|(p, c)| (*p, c.unwrap_or(137)))
+            .map(|((h, _), c)| (*h, c.unwrap_or(137)))
             .collect()
+    }
+}
+
+/// The backends of one exec, each attempt routed to its job's.
+pub struct Backends {
+    pub local: Local,
+    /// Backends for the other kinds, made when a job first asks for one.
+    others: Vec<(Backend, Box<dyn Dispatch>)>,
+}
+
+impl Backends {
+    pub fn new(local: Local) -> Backends {
+        Backends {
+            local,
+            others: Vec::new(),
+        }
+    }
+
+    /// Serve jobs of `kind` with `backend`.
+    pub fn add(&mut self, kind: Backend, backend: Box<dyn Dispatch>) {
+        self.others.push((kind, backend));
+    }
+
+    /// The backend serving handles like `handle`, or jobs of `kind`.
+    fn route(&mut self, kind: Option<Backend>, handle: Option<Handle>) -> &mut dyn Dispatch {
+        let local_kind = |k: Backend| matches!(k, Backend::CliWrapper | Backend::Pane);
+        let is_local = match (kind, handle) {
+            (_, Some(Handle::Pid { .. })) => true,
+            (Some(k), None) => local_kind(k),
+            _ => false,
+        };
+        if !is_local {
+            // A handle that is not a local pid belongs to the one backend
+            // that is not local; a job goes to the backend of its kind.
+            let found = self
+                .others
+                .iter_mut()
+                .find(|(k, _)| kind.map_or(!local_kind(*k), |want| *k == want));
+            if let Some((_, b)) = found {
+                return b.as_mut();
+            }
+        }
+        &mut self.local
+    }
+}
+
+impl Dispatch for Backends {
+    fn start(&mut self, launch: &Launch) -> io::Result<Started> {
+        self.route(Some(launch.job.backend), None).start(launch)
+    }
+    fn release(&mut self, handle: Handle) -> io::Result<()> {
+        self.route(None, Some(handle)).release(handle)
+    }
+    fn abandon(&mut self, handle: Handle) {
+        self.route(None, Some(handle)).abandon(handle)
+    }
+    fn find(&mut self, d: &Dispatched) -> Found {
+        self.route(None, Some(d.handle)).find(d)
+    }
+    fn adopt(&mut self, d: &Dispatched, status: &Path) {
+        self.route(None, Some(d.handle)).adopt(d, status)
+    }
+    fn exits(&mut self, timeout: Duration) -> Vec<(Handle, i32)> {
+        // The others are polled; the local one waits, woken by any exit.
+        let mut out = Vec::new();
+        for (_, b) in &mut self.others {
+            out.extend(b.exits(Duration::ZERO));
+        }
+        let wait = if out.is_empty() {
+            timeout
+        } else {
+            Duration::ZERO
+        };
+        out.extend(self.local.exits(wait));
+        out
+    }
+    fn stop(&mut self, handles: &[Handle], grace: Duration) -> Vec<(Handle, i32)> {
+        let mut out = self.local.stop(handles, grace);
+        for (_, b) in &mut self.others {
+            out.extend(b.stop(handles, grace));
+        }
+        out
     }
 }
