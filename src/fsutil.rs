@@ -50,6 +50,18 @@ pub enum Durability {
 /// the temporary is removed and `path` is left as it was. Missing parent
 /// directories are created.
 pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Result<()> {
+    write_atomic_with(path, durability, |out| out.write_all(bytes))
+}
+
+/// [`write_atomic`], the content streamed by `write` into the temporary
+/// (buffered) instead of handed over whole: for a large document made as it
+/// is written. If `write` fails, nothing is renamed and `path` stays as it
+/// was.
+pub fn write_atomic_with<T>(
+    path: &Path,
+    durability: Durability,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+) -> io::Result<T> {
     ensure_parent(path)?;
     let dir = parent_dir(path);
     let name = path
@@ -64,29 +76,36 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Re
 
     let result = (|| {
         crate::fault::point("atomic-write");
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(&tmp)?;
-        file.write_all(bytes)?;
+        let mut out = io::BufWriter::with_capacity(64 * 1024, file);
+        let value = write(&mut out)?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
         if durability == Durability::Fsync {
             file.sync_all()?;
         }
         drop(file);
         crate::fault::point("atomic-rename");
-        fs::rename(&tmp, path)
+        fs::rename(&tmp, path)?;
+        Ok(value)
     })();
-    if let Err(err) = result {
-        // Best effort: the original error is the one worth reporting.
-        let _ = fs::remove_file(&tmp);
-        return Err(err);
-    }
+    let value = match result {
+        Ok(value) => value,
+        Err(err) => {
+            // Best effort: the original error is the one worth reporting.
+            let _ = fs::remove_file(&tmp);
+            return Err(err);
+        }
+    };
     crate::fault::point("atomic-renamed");
     match durability {
-        Durability::Fsync => sync_dir(dir),
-        Durability::NoFsync => Ok(()),
+        Durability::Fsync => sync_dir(dir)?,
+        Durability::NoFsync => {}
     }
+    Ok(value)
 }
 
 /// Create `path`, which must not exist yet, holding `bytes`, written with one

@@ -25,7 +25,7 @@ pub const AGENT_RESULT_LINKS: &str = "agentResultLinks";
 pub const ATTEMPTS: &str = "attempts";
 
 /// Top-level keys that, when present, must hold arrays.
-const ARRAY_KEYS: [&str; 5] = [
+pub(crate) const ARRAY_KEYS: [&str; 5] = [
     WORKERS,
     WORKER_DISPATCHES,
     AGENT_DISPATCHES,
