@@ -90,7 +90,7 @@ fn run(files: usize, dirs: usize) {
     for _ in 0..ROUNDS {
         let (s, ts) = timed(|| audit::snapshot(&opts).unwrap());
         let (c, tc) = timed(|| audit::compare(&s, &opts).unwrap());
-        assert!(c.changed.is_empty(), "{:?}", c.changed);
+        assert!(c.changes.changed.is_empty(), "{:?}", c.changes.changed);
         let (out, tg) = timed(|| git_status(&root));
         assert!(out.is_empty(), "{out}");
         nc.push(ts, tc, tg);
@@ -108,7 +108,7 @@ fn run(files: usize, dirs: usize) {
         }
         let changed = change_ten(&root, files, dirs, round);
         let (c, tc) = timed(|| audit::compare(&s, &opts).unwrap());
-        assert_eq!(c.changed.len(), 10, "{:?}", c.changed);
+        assert_eq!(c.changes.changed.len(), 10, "{:?}", c.changes.changed);
         let (out, tg) = timed(|| git_status(&root));
         assert_eq!(out.lines().count(), 10, "{out}");
         ch.push(ts, tc, tg);

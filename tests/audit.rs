@@ -776,12 +776,12 @@ fn a_resumed_exec_compares_against_the_stored_stage_snapshot() {
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(snaps.len(), 1, "{snaps:?}");
-    let stored: Value = serde_json::from_slice(&std::fs::read(&snaps[0]).unwrap()).unwrap();
-    let top: Vec<String> = stored["dirs"][""]
-        .as_array()
+    let stored = okstra::audit::Snapshot::from_json(&std::fs::read(&snaps[0]).unwrap()).unwrap();
+    let top: Vec<String> = stored
+        .listing("")
         .unwrap()
         .iter()
-        .map(|e| e["n"].as_str().unwrap().to_string())
+        .map(|e| String::from_utf8(e.name.clone()).unwrap())
         .collect();
     assert!(!top.contains(&"stray.txt".to_string()), "{top:?}");
     assert!(!top.contains(&"results".to_string()), "{top:?}");
@@ -794,7 +794,7 @@ fn a_resumed_exec_compares_against_the_stored_stage_snapshot() {
     assert_eq!(fx.runs("a"), ["1"], "adopted, not run again");
     let audit = assert_blocked(&fx, "a", "contract-failed-unattributed", &["stray.txt"]);
     assert_eq!(
-        audit["beforeDigest"], stored["digest"],
+        audit["beforeDigest"], stored.digest,
         "compared against the stored snapshot"
     );
 }

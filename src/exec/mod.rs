@@ -867,7 +867,7 @@ impl<'a> Runner<'a> {
         let changes = snapshot.and_then(|s| {
             let compared = audit::compare(s, &self.audit_options());
             match compared {
-                Ok(c) => Some(c),
+                Ok(c) => Some(c.changes),
                 Err(e) => {
                     self.rec
                         .problems
@@ -1013,7 +1013,7 @@ impl<'a> Runner<'a> {
                 s.note.clear();
                 retry_allowed = false;
             } else {
-                retry_allowed &= verdict.retry_allowed || verdict.status == "ok";
+                retry_allowed &= verdict.retry_allowed || verdict.status == audit::Outcome::Ok;
             }
         }
         let last_allowed = job.first_attempt() + crate::plan::MAX_ATTEMPTS as u64 - 1;
