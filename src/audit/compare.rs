@@ -7,13 +7,15 @@
 //! snapshot ([`Compared::after`]), which the executor may keep as the next
 //! stage's baseline when nothing runs in between.
 
-use super::error::AuditError;
+use super::error::{AuditError, Step};
 use super::name;
 use super::snapshot::{Entry, Kind, Snapshot};
 use crate::canonical;
 use crate::policy;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -114,29 +116,54 @@ pub(crate) fn join(dir: &str, name: &[u8]) -> String {
     out
 }
 
-/// Where the changes of one directory are written, and how a link's target
-/// is resolved for display.
+/// At most this many bytes of changed paths are reported by one compare.
+/// Past it the compare fails closed rather than holding an unbounded list:
+/// a worker can make a tree whose paths, spelled out one by one, exhaust
+/// memory (thousands of levels of 255-byte names).
+pub(crate) const MAX_REPORT_BYTES: usize = 64 << 20;
+
+/// Where the changes of one directory are written, within the compare's
+/// budget, and how a link's target is resolved for display.
 pub(crate) struct Reporter<'a> {
     /// The escaped display path of the directory.
     pub dir: &'a str,
     /// The escaped absolute path of the project root.
     pub project: &'a str,
-    pub out: &'a mut Vec<ChangedPath>,
+    pub out: Vec<ChangedPath>,
+    /// Bytes of changed paths reported so far by the whole compare.
+    pub spent: &'a AtomicUsize,
 }
 
 impl Reporter<'_> {
+    fn push(&mut self, c: ChangedPath) -> Result<(), AuditError> {
+        let n = c.path.len();
+        if self.spent.fetch_add(n, Ordering::Relaxed) + n > MAX_REPORT_BYTES {
+            let shown = if self.dir.is_empty() { "." } else { self.dir };
+            return Err(AuditError::new(
+                Step::Report,
+                shown,
+                io::Error::other(format!(
+                    "the changed paths exceed {} MiB",
+                    MAX_REPORT_BYTES >> 20
+                )),
+            ));
+        }
+        self.out.push(c);
+        Ok(())
+    }
+
     /// A change to the entry `e` as it is now.
-    fn now(&mut self, e: &Entry, kind: ChangeKind, was_dir: bool) {
+    fn now(&mut self, e: &Entry, kind: ChangeKind, was_dir: bool) -> Result<(), AuditError> {
         let path = join(self.dir, &e.name);
         let target = e.target.as_deref().map(|t| name::escape(t).into_owned());
         let resolved = target.as_deref().map(|t| self.resolve(t));
-        self.out.push(ChangedPath {
+        self.push(ChangedPath {
             path,
             kind,
             target,
             resolved,
             is_dir: was_dir || e.kind == Kind::Dir,
-        });
+        })
     }
 
     /// A link target resolved lexically against the link's directory, in
@@ -159,33 +186,41 @@ impl Reporter<'_> {
             _ => clean,
         }
     }
-}
 
-/// Report `e` (a before entry) deleted and, for a directory, everything the
-/// snapshot held below it. Iterative: a deleted tree may be deep.
-pub(crate) fn deleted(before: &Snapshot, dir: &str, e: &Entry, out: &mut Vec<ChangedPath>) {
-    let path = join(dir, &e.name);
-    let mut c = change(path.clone(), ChangeKind::Deleted);
-    c.is_dir = e.kind == Kind::Dir;
-    out.push(c);
-    if let Some(d) = e.dir {
-        deleted_below(before, d, path, out);
+    /// Report `e` (an entry of the snapshot) deleted and, for a directory,
+    /// everything the snapshot held below it.
+    fn deleted(&mut self, before: &Snapshot, e: &Entry) -> Result<(), AuditError> {
+        let path = join(self.dir, &e.name);
+        let mut c = change(path.clone(), ChangeKind::Deleted);
+        c.is_dir = e.kind == Kind::Dir;
+        self.push(c)?;
+        match e.dir {
+            Some(d) => self.deleted_below(before, d, path),
+            None => Ok(()),
+        }
     }
-}
 
-/// Report everything the listing `d` (at display path `path`) held deleted.
-pub(crate) fn deleted_below(before: &Snapshot, d: u32, path: String, out: &mut Vec<ChangedPath>) {
-    let mut stack = vec![(d, path)];
-    while let Some((d, dir)) = stack.pop() {
-        for e in &before.dirs[d as usize] {
-            let path = join(&dir, &e.name);
-            let mut c = change(path.clone(), ChangeKind::Deleted);
-            c.is_dir = e.kind == Kind::Dir;
-            out.push(c);
-            if let Some(sub) = e.dir {
-                stack.push((sub, path));
+    /// Report everything the snapshot's listing `d` (at display path
+    /// `path`) held deleted. Iterative: a deleted tree may be deep.
+    pub(crate) fn deleted_below(
+        &mut self,
+        before: &Snapshot,
+        d: u32,
+        path: String,
+    ) -> Result<(), AuditError> {
+        let mut stack = vec![(d, path)];
+        while let Some((d, dir)) = stack.pop() {
+            for e in &before.dirs[d as usize] {
+                let path = join(&dir, &e.name);
+                let mut c = change(path.clone(), ChangeKind::Deleted);
+                c.is_dir = e.kind == Kind::Dir;
+                self.push(c)?;
+                if let Some(sub) = e.dir {
+                    stack.push((sub, path));
+                }
             }
         }
+        Ok(())
     }
 }
 
@@ -212,11 +247,11 @@ pub(crate) fn diff_listing(
         };
         match ord {
             Ordering::Less => {
-                deleted(before, rep.dir, &old[i], rep.out);
+                rep.deleted(before, &old[i])?;
                 i += 1;
             }
             Ordering::Greater => {
-                rep.now(&after[j], ChangeKind::Added, false);
+                rep.now(&after[j], ChangeKind::Added, false)?;
                 j += 1;
             }
             Ordering::Equal => {
@@ -232,11 +267,11 @@ pub(crate) fn diff_listing(
                 }
                 let a = &after[j];
                 if let Some(kind) = entry_change(b, a) {
-                    rep.now(a, kind, b.kind == Kind::Dir);
+                    rep.now(a, kind, b.kind == Kind::Dir)?;
                     if a.kind != Kind::Dir {
                         if let Some(d) = b.dir {
                             let path = join(rep.dir, &b.name);
-                            deleted_below(before, d, path, rep.out);
+                            rep.deleted_below(before, d, path)?;
                         }
                     }
                 }

@@ -20,7 +20,7 @@
 //! A `.git` *file* (the `gitdir:` pointer of a submodule or worktree
 //! checkout) is an ordinary file and audited as one.
 
-use super::snapshot::{Entry, Kind};
+use super::snapshot::Kind;
 
 /// How the walk treats a directory, by where it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,17 +86,13 @@ impl Area {
 
     /// A directory under `modules/` is a submodule's git directory when it
     /// looks like one to git: `HEAD`, and `objects/` or a `commondir`.
-    /// Decided once its entries are listed.
-    pub(crate) fn settle(self, entries: &[Entry]) -> Area {
+    /// Decided once its entries are listed (`kind_of` looks one up).
+    pub(crate) fn settle(self, kind_of: impl Fn(&[u8]) -> Option<Kind>) -> Area {
         if self != Area::Modules {
             return self;
         }
-        let has = |name: &[u8], dir: bool| {
-            entries
-                .binary_search_by(|e| e.name.as_slice().cmp(name))
-                .is_ok_and(|i| (entries[i].kind == Kind::Dir) == dir)
-        };
-        if has(b"HEAD", false) && (has(b"objects", true) || has(b"commondir", false)) {
+        let file = |name: &[u8]| kind_of(name).is_some_and(|k| k != Kind::Dir);
+        if file(b"HEAD") && (kind_of(b"objects") == Some(Kind::Dir) || file(b"commondir")) {
             Area::GitDir
         } else {
             Area::Modules
@@ -140,6 +136,16 @@ mod tests {
         assert!(!Area::Objects.keeps(b"pack") && !Area::Objects.keeps(b"ab"));
         assert_eq!(Area::Worktrees.child(b"w"), Area::GitDir);
         assert_eq!(Area::Modules.child(b"sub"), Area::Modules);
+        let listing = |names: &'static [(&'static [u8], Kind)]| {
+            move |n: &[u8]| names.iter().find(|(m, _)| *m == n).map(|(_, k)| *k)
+        };
+        let gitdir: &[(&[u8], Kind)] = &[(b"HEAD", Kind::File), (b"objects", Kind::Dir)];
+        let linked: &[(&[u8], Kind)] = &[(b"HEAD", Kind::File), (b"commondir", Kind::File)];
+        let namespace: &[(&[u8], Kind)] = &[(b"x", Kind::Dir), (b"objects", Kind::Dir)];
+        assert_eq!(Area::Modules.settle(listing(gitdir)), Area::GitDir);
+        assert_eq!(Area::Modules.settle(listing(linked)), Area::GitDir);
+        assert_eq!(Area::Modules.settle(listing(namespace)), Area::Modules);
+        assert_eq!(Area::Tree.settle(listing(gitdir)), Area::Tree);
         // A work tree inside a hook directory is still a work tree.
         assert_eq!(
             Area::Tree.child(b".git").child(b"hooks").child(b".git"),

@@ -210,7 +210,7 @@ impl Snapshot {
         let mut parts = rest.split('/').filter(|p| !p.is_empty()).peekable();
         while let Some(part) = parts.next() {
             let name = name::unescape(part)?;
-            let entries = &self.dirs[dir as usize];
+            let entries = self.dirs.get(dir as usize)?;
             let i = entries
                 .binary_search_by(|e| e.name.as_slice().cmp(&name))
                 .ok()?;
@@ -226,11 +226,12 @@ impl Snapshot {
     /// project root).
     pub fn listing(&self, path: &str) -> Option<&[Entry]> {
         let (root, rest) = self.locate(path)?;
-        if rest.trim_matches('/').is_empty() {
-            return Some(&self.dirs[root as usize]);
-        }
-        let d = self.entry(path)?.dir?;
-        Some(&self.dirs[d as usize])
+        let d = if rest.trim_matches('/').is_empty() {
+            root
+        } else {
+            self.entry(path)?.dir?
+        };
+        self.dirs.get(d as usize).map(Vec::as_slice)
     }
 
     /// The root holding a display path, and the path below it.
@@ -302,7 +303,10 @@ pub(crate) fn tree_digest(roots: &[Root], dirs: &[Vec<Entry>]) -> String {
                 h.update(e.ino.to_le_bytes());
                 h.update(e.mode.to_le_bytes());
                 match &e.hash {
-                    Some(x) => h.update([&[1u8][..], x].concat()),
+                    Some(x) => {
+                        h.update([1u8]);
+                        h.update(x);
+                    }
                     None => h.update([0u8]),
                 }
                 match &e.target {

@@ -931,3 +931,35 @@ fn the_same_tree_gives_the_same_digest() {
 fn tree_of(s: &Snapshot) -> (Vec<Root>, Vec<Vec<Entry>>) {
     (s.roots.clone(), s.dirs.clone())
 }
+
+#[test]
+fn a_change_list_too_large_to_hold_fails_closed() {
+    // A snapshot of 5,000 nested 250-byte names, all gone now: spelled out
+    // one path each, the deletions would take some 3 GB.
+    let t = Tree::new(&[]);
+    let mut before = aged(t.snap());
+    let long = vec![b'x'; 250];
+    let depth = 5000u32;
+    before.dirs = (0..=depth)
+        .map(|i| {
+            if i == depth {
+                return Vec::new();
+            }
+            vec![Entry {
+                name: long.clone(),
+                kind: Kind::Dir,
+                size: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                ino: u64::from(i) + 1,
+                mode: 0o40755,
+                hash: None,
+                target: None,
+                dir: Some(i + 1),
+            }]
+        })
+        .collect();
+    let e = t.try_compare(&before).unwrap_err();
+    assert_eq!(e.step, Step::Report, "{e}");
+    assert!(e.to_string().contains("64 MiB"), "{e}");
+}

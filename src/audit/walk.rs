@@ -41,12 +41,6 @@ use std::sync::{Arc, Mutex};
 /// keeps them, and only content can tell.
 const RACY_WINDOW_NS: i64 = 2_000_000_000;
 
-/// At most this many bytes of changed paths are reported by one compare.
-/// Past it the compare fails closed rather than holding an unbounded list
-/// (a worker can make a tree whose paths, reported one by one, exhaust
-/// memory: thousands of levels of 255-byte names).
-pub(crate) const MAX_REPORT_BYTES: usize = 64 << 20;
-
 /// The `getdents64` buffer of one directory read.
 const LIST_BUF: usize = 32 * 1024;
 
@@ -160,7 +154,13 @@ pub(crate) fn walk(
     };
     let mut roots = Vec::with_capacity(ctx.roots.len());
     let mut jobs = Vec::with_capacity(ctx.roots.len());
-    let mut changes = Vec::new();
+    // Roots gone since the snapshot: everything they held is deleted.
+    let mut gone = Reporter {
+        dir: "",
+        project: &ctx.project,
+        out: Vec::new(),
+        spent: &w.reported,
+    };
     for spec in &ctx.roots {
         let old = before.and_then(|b| b.roots.iter().find(|r| r.path == spec.disp));
         let shown = name::escape(&spec.disp).into_owned();
@@ -191,7 +191,7 @@ pub(crate) fn walk(
                     dir: None,
                 });
                 if let (Some(b), Some(d)) = (before, old.and_then(|r| r.dir)) {
-                    compare::deleted_below(b, d, shown, &mut changes);
+                    gone.deleted_below(b, d, shown)?;
                 }
             }
             Err(e) => {
@@ -207,7 +207,7 @@ pub(crate) fn walk(
                 .dir
                 .filter(|_| !ctx.roots.iter().any(|s| s.disp == r.path))
             {
-                compare::deleted_below(b, d, name::escape(&r.path).into_owned(), &mut changes);
+                gone.deleted_below(b, d, name::escape(&r.path).into_owned())?;
             }
         }
     }
@@ -227,6 +227,7 @@ pub(crate) fn walk(
         numbered[i as usize] = Some(entries);
     }
     let dirs = snapshot::into_preorder(&mut roots, numbered);
+    let mut changes = gone.out;
     changes.append(&mut w.changes.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(Walked {
         roots,
@@ -273,6 +274,21 @@ impl PathNode {
 
     fn child_display(&self, name: &[u8]) -> String {
         compare::join(&self.display(), name)
+    }
+}
+
+impl Drop for PathNode {
+    /// Unlink the chain one node at a time: the derived drop would recurse
+    /// once per level of a deep tree, on a worker thread's stack.
+    fn drop(&mut self) {
+        let mut up = self.parent.take();
+        while let Some(node) = up {
+            up = match Arc::try_unwrap(node) {
+                Ok(mut n) => n.parent.take(),
+                // Another directory below it still holds it.
+                Err(_) => None,
+            };
+        }
     }
 }
 
@@ -378,11 +394,15 @@ impl<'a> Walker<'a> {
             }
         };
         seam::hit(seam::Point::Opened, &path.name);
-        let (mut entries, devs) = self.list(fd.as_fd(), &path, area, excluded)?;
-        let area = area.settle(&entries);
-        if area == Area::GitDir {
-            entries.retain(|e| area.keeps(&e.name));
-        }
+        let listed = self.list(fd.as_fd(), &path, area, excluded)?;
+        let area = area.settle(|name| {
+            let i = listed.binary_search_by(|(e, _)| e.name.as_slice().cmp(name));
+            i.ok().map(|i| listed[i].0.kind)
+        });
+        let (mut entries, devs): (Vec<Entry>, Vec<u64>) = listed
+            .into_iter()
+            .filter(|(e, _)| area.keeps(&e.name))
+            .unzip();
 
         let hash = |e: &Entry| {
             hash_at(fd.as_fd(), &e.name, e.ino)
@@ -393,15 +413,20 @@ impl<'a> Walker<'a> {
             let old_entries: &[Entry] = old.map_or(&[], |d| &before.dirs[d as usize]);
             if !same_listing(old_entries, &entries) {
                 let dir = path.display();
-                let mut out = Vec::new();
                 let mut rep = Reporter {
                     dir: &dir,
                     project: &self.ctx.project,
-                    out: &mut out,
+                    out: Vec::new(),
+                    spent: &self.reported,
                 };
                 old_dirs =
-                    compare::diff_listing(before, old_entries, &mut entries, &mut rep, hash)?;
-                self.report(out, &dir)?;
+                    compare::diff_listing(before, old_entries, &mut entries, &mut rep, &hash)?;
+                if !rep.out.is_empty() {
+                    self.changes
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .append(&mut rep.out);
+                }
             } else {
                 for (slot, e) in old_dirs.iter_mut().zip(old_entries) {
                     *slot = e.dir;
@@ -462,7 +487,7 @@ impl<'a> Walker<'a> {
         path: &PathNode,
         area: Area,
         excluded: Option<&Excluded>,
-    ) -> Result<(Vec<Entry>, Vec<u64>), AuditError> {
+    ) -> Result<Vec<(Entry, u64)>, AuditError> {
         let mut entries: Vec<(Entry, u64)> = Vec::new();
         let mut buf: Vec<u8> = Vec::with_capacity(LIST_BUF);
         let spare: &mut [MaybeUninit<u8>] = buf.spare_capacity_mut();
@@ -519,30 +544,7 @@ impl<'a> Walker<'a> {
             entries.push((entry, st.st_dev as u64));
         }
         entries.sort_unstable_by(|a, b| a.0.name.cmp(&b.0.name));
-        Ok(entries.into_iter().unzip())
-    }
-
-    /// Add one directory's changes, within the report budget.
-    fn report(&self, out: Vec<ChangedPath>, dir: &str) -> Result<(), AuditError> {
-        if out.is_empty() {
-            return Ok(());
-        }
-        let bytes: usize = out.iter().map(|c| c.path.len()).sum();
-        if self.reported.fetch_add(bytes, Ordering::Relaxed) + bytes > MAX_REPORT_BYTES {
-            return Err(AuditError::new(
-                Step::Report,
-                dir,
-                io::Error::other(format!(
-                    "the changed paths exceed {} MiB",
-                    MAX_REPORT_BYTES >> 20
-                )),
-            ));
-        }
-        self.changes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(out);
-        Ok(())
+        Ok(entries)
     }
 }
 
@@ -626,4 +628,33 @@ pub(crate) mod seam {
     #[cfg(not(test))]
     #[inline(always)]
     pub(crate) fn hit(_: Point, _: &[u8]) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deep_path_chain_is_displayed_and_dropped_without_recursion() {
+        // A small stack: a recursive drop of a million links would overflow it.
+        std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(|| {
+                let mut node = Arc::new(PathNode {
+                    parent: None,
+                    name: b"".to_vec(),
+                });
+                for _ in 0..1_000_000 {
+                    node = Arc::new(PathNode {
+                        parent: Some(node),
+                        name: b"d".to_vec(),
+                    });
+                }
+                assert_eq!(node.display().len(), 2 * 1_000_000 - 1);
+                drop(node);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
 }
