@@ -16,9 +16,9 @@
 //! The audit fails closed: whatever stops the walk from seeing the whole
 //! tree is an [`AuditError`], never a pass. Names are bytes end to end
 //! ([`name`] escapes them for display), the walk is iterative and opens each
-//! directory relative to its parent ([`walk`]), `.git` internals are
-//! walked where git executes or configures anything ([`git`]), and okstra's
-//! own files are left to the executor's own check ([`own`]).
+//! directory relative to its parent (`walk`), `.git` internals are
+//! walked where git executes or configures anything (`git`), and okstra's
+//! own files are left to the executor's own check (`own`).
 //!
 //! Files: `walk` (the tree walk both sides share), `snapshot` (the recorded
 //! tree and its sidecar), `compare` (diffing a listing, the change list),
@@ -37,7 +37,7 @@ mod walk;
 pub use compare::{ChangeKind, ChangedPath, Changes, Compared};
 pub use error::{AuditError, Step};
 pub use judge::{attribute, judge, judge_in, out_of_plan_edits, Attributed, AuditResult, Outcome};
-pub use own::{file_fingerprint, Fingerprint};
+pub use own::{file_fingerprint, Fingerprint, RunningFingerprint};
 pub use snapshot::{Entry, Kind, Root, Snapshot, SNAPSHOT_VERSION};
 
 use std::path::{Path, PathBuf};

@@ -110,6 +110,29 @@ impl Fingerprint {
     }
 }
 
+/// The fingerprint of a file exec only appends to (the events log, the
+/// error log), kept up to date line by line so that checking it never
+/// means trusting the file's current content.
+#[derive(Debug, Clone, Default)]
+pub struct RunningFingerprint {
+    len: u64,
+    hasher: Sha256,
+}
+
+impl RunningFingerprint {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        self.hasher.update(bytes);
+    }
+
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint {
+            len: self.len,
+            sha256: self.hasher.clone().finalize().into(),
+        }
+    }
+}
+
 /// The fingerprint of the file at `path` now. The path is opened one
 /// component at a time, none followed if it is a symlink (SPEC §1: a
 /// symlink among okstra's own paths is an error, never a redirect), and
@@ -228,6 +251,18 @@ mod tests {
         assert_eq!(run.leaves_out(b".notes.md.123.abc.tmp"), Leave::In);
         assert_eq!(run.leaves_out(b"team-state.json.bak"), Leave::In);
         assert!(x.child(b"src").is_none());
+    }
+
+    #[test]
+    fn a_running_fingerprint_is_the_fingerprint_of_everything_appended() {
+        let mut r = RunningFingerprint::default();
+        assert_eq!(r.fingerprint(), Fingerprint::of(b""));
+        r.update(b"{\"type\":\"a\"}\n");
+        r.update(b"{\"type\":\"b\"}\n");
+        assert_eq!(
+            r.fingerprint(),
+            Fingerprint::of(b"{\"type\":\"a\"}\n{\"type\":\"b\"}\n")
+        );
     }
 
     #[test]
