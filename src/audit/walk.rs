@@ -296,13 +296,11 @@ impl Drop for PathNode {
 enum At {
     /// Already open (a root).
     Open(OwnedFd),
-    /// By name (`PathNode::name`) under the parent's descriptor; `dev` and
-    /// `ino` are what the parent's listing saw there.
-    Under {
-        parent: Arc<OwnedFd>,
-        dev: u64,
-        ino: u64,
-    },
+    /// By name (`PathNode::name`) under the parent's descriptor; `ino` is
+    /// what the parent's listing saw there. The inode number alone tells a
+    /// swapped-in directory apart: it got there by rename, and a rename
+    /// cannot cross file systems.
+    Under { parent: Arc<OwnedFd>, ino: u64 },
 }
 
 struct Job<'a> {
@@ -375,7 +373,7 @@ impl<'a> Walker<'a> {
         } = job;
         let fd = match at {
             At::Open(fd) => fd,
-            At::Under { parent, dev, ino } => {
+            At::Under { parent, ino } => {
                 seam::hit(seam::Point::BeforeOpen, &path.name);
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                 let fd = rfs::openat(&*parent, path.name.as_slice(), flags, Mode::empty())
@@ -383,7 +381,7 @@ impl<'a> Walker<'a> {
                 drop(parent);
                 let st = rfs::fstat(&fd)
                     .map_err(|e| AuditError::new(Step::OpenDir, path.shown(), e.into()))?;
-                if st.st_dev as u64 != dev || st.st_ino as u64 != ino {
+                if st.st_ino as u64 != ino {
                     return Err(AuditError::new(
                         Step::Changed,
                         path.shown(),
@@ -394,15 +392,14 @@ impl<'a> Walker<'a> {
             }
         };
         seam::hit(seam::Point::Opened, &path.name);
-        let listed = self.list(fd.as_fd(), &path, area, excluded)?;
+        let mut entries = self.list(fd.as_fd(), &path, area, excluded)?;
         let area = area.settle(|name| {
-            let i = listed.binary_search_by(|(e, _)| e.name.as_slice().cmp(name));
-            i.ok().map(|i| listed[i].0.kind)
+            let i = entries.binary_search_by(|e| e.name.as_slice().cmp(name));
+            i.ok().map(|i| entries[i].kind)
         });
-        let (mut entries, devs): (Vec<Entry>, Vec<u64>) = listed
-            .into_iter()
-            .filter(|(e, _)| area.keeps(&e.name))
-            .unzip();
+        if area == Area::GitDir {
+            entries.retain(|e| area.keeps(&e.name));
+        }
 
         let hash = |e: &Entry| {
             hash_at(fd.as_fd(), &e.name, e.ino)
@@ -458,7 +455,6 @@ impl<'a> Walker<'a> {
             children.push(Job {
                 at: At::Under {
                     parent: Arc::clone(&parent),
-                    dev: devs[k],
                     ino: e.ino,
                 },
                 path: Arc::new(PathNode {
@@ -478,8 +474,7 @@ impl<'a> Walker<'a> {
         Ok(children)
     }
 
-    /// The audited entries of one directory, sorted by name, with the
-    /// device each is on (to recognise a subdirectory when it is opened).
+    /// The audited entries of one directory, sorted by name.
     #[allow(clippy::unnecessary_cast)] // stat field types differ by target
     fn list(
         &self,
@@ -487,8 +482,8 @@ impl<'a> Walker<'a> {
         path: &PathNode,
         area: Area,
         excluded: Option<&Excluded>,
-    ) -> Result<Vec<(Entry, u64)>, AuditError> {
-        let mut entries: Vec<(Entry, u64)> = Vec::new();
+    ) -> Result<Vec<Entry>, AuditError> {
+        let mut entries: Vec<Entry> = Vec::new();
         let mut buf: Vec<u8> = Vec::with_capacity(LIST_BUF);
         let spare: &mut [MaybeUninit<u8>] = buf.spare_capacity_mut();
         let mut dir = RawDir::new(fd, spare);
@@ -525,7 +520,7 @@ impl<'a> Walker<'a> {
             } else {
                 None
             };
-            let entry = Entry {
+            entries.push(Entry {
                 name: bytes.to_vec(),
                 kind,
                 size: if kind == Kind::Dir {
@@ -540,10 +535,9 @@ impl<'a> Walker<'a> {
                 hash: None,
                 target,
                 dir: None,
-            };
-            entries.push((entry, st.st_dev as u64));
+            });
         }
-        entries.sort_unstable_by(|a, b| a.0.name.cmp(&b.0.name));
+        entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
     }
 }
