@@ -47,6 +47,8 @@ pub struct Outcomes {
     /// Jobs refused at their start because their model binding moved
     /// (`exec/binding-changed`); they were not run.
     pub refused: Vec<Diagnostic>,
+    /// What else went wrong, said once for the run (`audit/incomplete`).
+    pub problems: Vec<Diagnostic>,
     /// A record that could not be written stopped the run: why.
     pub fatal: Option<String>,
 }

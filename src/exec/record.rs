@@ -37,11 +37,16 @@ pub enum Then {
 pub struct Recorder {
     events: Journal,
     errors: PathBuf,
+    /// The error log as exec last left it (`None`: there was none).
+    errors_stamp: Option<Stamp>,
     ledger: Ledger,
     task_key: String,
     phase: String,
     /// The stage snapshots exec wrote, as it left them.
     snapshots: Vec<(PathBuf, Stamp)>,
+    /// The snapshots directory, and what it held when exec started (earlier
+    /// runs' baselines).
+    snapshot_dir: (PathBuf, std::collections::HashSet<PathBuf>),
 }
 
 impl Recorder {
@@ -58,13 +63,24 @@ impl Recorder {
             // Cut a torn record of a killed exec before the next append.
             Journal::open(&errors).map_err(|e| StateError::io(&errors, e))?;
         }
+        let snapshot_dir = store
+            .path()
+            .parent()
+            .map(|d| d.join("snapshots"))
+            .unwrap_or_default();
+        let before = std::fs::read_dir(&snapshot_dir)
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        let errors_stamp = Stamp::at(&errors).ok().flatten();
         Ok(Recorder {
             events,
             errors,
+            errors_stamp,
             ledger: Ledger::new(store, Duration::from_millis(250)),
             task_key: plan.run.task_key.clone(),
             phase: plan.run.workflow_phase.clone(),
             snapshots: Vec::new(),
+            snapshot_dir: (snapshot_dir, before),
         })
     }
 
@@ -241,6 +257,14 @@ impl Recorder {
         if let Some(why) = self.ledger.changed_by_others() {
             out.push(why);
         }
+        let now = Stamp::at(&self.errors).ok().flatten();
+        if now != self.errors_stamp {
+            out.push(format!(
+                "{} was changed outside okstra",
+                self.errors.display()
+            ));
+            self.errors_stamp = now;
+        }
         for (path, stamp) in &mut self.snapshots {
             match Stamp::at(path) {
                 Ok(Some(now)) if now == *stamp => {}
@@ -251,6 +275,20 @@ impl Recorder {
                     }
                 }
                 Err(e) => out.push(format!("{}: {e}", path.display())),
+            }
+        }
+        // A file in the snapshots directory that was not there when exec
+        // started and that exec did not write.
+        let (dir, before) = &mut self.snapshot_dir;
+        if let Ok(entries) = std::fs::read_dir(&*dir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let ours = self.snapshots.iter().any(|(p, _)| *p == path);
+                let temp = entry.file_name().to_string_lossy().starts_with('.');
+                if !ours && !temp && !before.contains(&path) {
+                    out.push(format!("{} appeared outside okstra", path.display()));
+                    before.insert(path);
+                }
             }
         }
         out
@@ -295,7 +333,9 @@ impl Recorder {
             crate::fault::point("error-log-append");
             let mut j = Journal::open(&self.errors).map_err(|e| e.to_string())?;
             j.push(&line);
-            j.commit(Sync::None).map_err(|e| e.to_string())
+            j.commit(Sync::None).map_err(|e| e.to_string())?;
+            self.errors_stamp = Some(j.stamp());
+            Ok(())
         });
         match appended {
             Ok(()) => json!({"ok": true, "path": path}),

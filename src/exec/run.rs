@@ -83,11 +83,16 @@ pub(super) struct Runner<'a> {
     forged: HashMap<usize, Vec<String>>,
     reports: Vec<Option<JobReport>>,
     refused: Vec<Diagnostic>,
+    /// Problems the run reports besides each job's reason (`audit/incomplete`).
+    problems: Vec<Diagnostic>,
     /// A record that could not be written: the run stops.
     fatal: Option<String>,
     audit_roots: Vec<PathBuf>,
     audit_exclude: Vec<PathBuf>,
     manifest_cache: Option<BindingVerdicts>,
+    /// The tree as the last compare of the stage found it: the next stage's
+    /// baseline when it starts right after.
+    last_after: Option<audit::Snapshot>,
 }
 
 /// Each job's binding verdict as of a manifest modification time and length
@@ -129,10 +134,12 @@ impl<'a> Runner<'a> {
             forged: HashMap::new(),
             reports: vec![None; n],
             refused: Vec::new(),
+            problems: Vec::new(),
             fatal: None,
             audit_roots,
             audit_exclude,
             manifest_cache: None,
+            last_after: None,
         }
     }
 
@@ -219,6 +226,7 @@ impl<'a> Runner<'a> {
             reports,
             interrupted: self.interrupted,
             refused: self.refused,
+            problems: self.problems,
             fatal: self.fatal,
         }
     }
@@ -862,20 +870,48 @@ impl Runner<'_> {
             return Ok(None);
         }
         let path = self.snapshot_path(si);
-        if let Ok(bytes) = std::fs::read(&path) {
-            if let Ok(s) = serde_json::from_slice::<audit::Snapshot>(&bytes) {
+        match std::fs::read(&path) {
+            // An earlier exec's baseline, read back. One that does not read
+            // is never replaced by a fresh walk: that would take in whatever
+            // the workers already changed.
+            Ok(bytes) => {
+                let s = audit::Snapshot::from_json(&bytes).map_err(|e| {
+                    format!(
+                        "the stage's audit baseline {} cannot be read back: {e}",
+                        path.display()
+                    )
+                })?;
                 self.rec.wrote_snapshot(&path);
                 return Ok(Some(s));
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot read the stage's audit baseline {}: {e}",
+                    path.display()
+                ))
+            }
         }
-        let taken = audit::snapshot(&self.audit_options())
-            .map_err(|e| format!("cannot snapshot the project for the mutation audit: {e}"))?;
-        let text = serde_json::to_vec(&taken).map_err(|e| e.to_string())?;
+        // The previous stage's last compare walked the tree as it was when
+        // that stage ended: nothing ran since, so it is this stage's
+        // baseline (and anything written in between is caught here).
+        let taken = match self.last_after.take() {
+            Some(after) => after,
+            None => audit::snapshot(&self.audit_options()).map_err(|e| self.incomplete(&e))?,
+        };
+        let text = taken.to_json();
         crate::fault::point("snapshot-write");
         crate::fsutil::write_atomic(&path, &text, crate::fsutil::Durability::Fsync)
             .map_err(|e| format!("cannot store the audit snapshot {}: {e}", path.display()))?;
         self.rec.wrote_snapshot(&path);
         Ok(Some(taken))
+    }
+
+    /// The audit could not vouch for the tree: said once as `audit/incomplete`
+    /// (SPEC §5.5); what the jobs it covers settle with.
+    fn incomplete(&mut self, e: &audit::AuditError) -> String {
+        self.problems.push(e.diagnostic());
+        e.to_string()
     }
 
     fn snapshot_path(&self, si: usize) -> PathBuf {
@@ -915,10 +951,11 @@ impl Runner<'_> {
         let round = match snapshot {
             None => RoundAudit::Off,
             Some(s) => match audit::compare(s, &self.audit_options()) {
-                Ok(c) => RoundAudit::Compared(c),
-                Err(e) => {
-                    RoundAudit::Incomplete(format!("the compare after the round failed: {e}"))
+                Ok(c) => {
+                    self.last_after = Some(c.after);
+                    RoundAudit::Compared(c.changes)
                 }
+                Err(e) => RoundAudit::Incomplete(self.incomplete(&e)),
             },
         };
         let mut own = self.rec.own_file_changes();
@@ -1026,7 +1063,7 @@ impl Runner<'_> {
                 let verdict = audit::judge_in(view, k, succeeded, facts.missing.is_empty());
                 summary = Some(verdict.change_summary());
                 Audit::Judged {
-                    status: verdict.status.clone(),
+                    status: verdict.status,
                     violations: verdict.violations.clone(),
                     retry_allowed: verdict.retry_allowed,
                 }
@@ -1034,7 +1071,7 @@ impl Runner<'_> {
         };
         if !own.is_empty() && !matches!(facts.audit, Audit::Incomplete(_)) {
             facts.audit = Audit::Judged {
-                status: "contract-failed-unattributed".into(),
+                status: audit::Outcome::ContractFailedUnattributed,
                 violations: own.to_vec(),
                 retry_allowed: false,
             };
