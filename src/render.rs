@@ -1,8 +1,17 @@
 //! Human renderings of a plan: the review summary `okstra plan` and
 //! `okstra show` print. Stable and plain, so it diffs well and snapshots
 //! well.
+//!
+//! The review shows what exec will run and nothing else: the wrapper line
+//! exec starts (the plan's `command`, with the per-attempt flags exec adds),
+//! the provider argv that wrapper line makes the wrapper run (read back from
+//! the wrapper line by the wrapper's own parser, never from the plan's
+//! `providerCommand`), and every `env` entry with its value, a secret-looking
+//! one as a short digest.
 
 use crate::plan::{Identity, Job, Plan};
+use crate::provider::{self, ArgvRequest, Provider, ProviderOptions};
+use std::ffi::OsString;
 use std::fmt::Write as _;
 
 /// Quote one argv word the way a POSIX shell would need it.
@@ -191,19 +200,40 @@ fn job_block(out: &mut String, job: &Job) {
     if let Some(w) = &job.worktree_path {
         let _ = writeln!(out, "      worktree  {w}");
     }
+    const FRESH: &str = "  (+ a fresh --session-id per attempt)";
     let _ = writeln!(
         out,
-        "      runs      {}{}",
-        shell_line(&job.provider_command),
-        if job.takes_session_id {
-            "  (+ a fresh --session-id per attempt)"
-        } else {
-            ""
-        }
+        "      wrapper   {}{}",
+        shell_line(&job.worker_argv(job.first_attempt(), None)),
+        if job.takes_session_id { FRESH } else { "" }
     );
-    if !job.env.is_empty() {
-        let env: Vec<String> = job.env.keys().cloned().collect();
-        let _ = writeln!(out, "      env       {}", env.join(", "));
+    match wrapper_runs(job) {
+        Ok((argv, takes_session_id)) => {
+            let fresh = job.takes_session_id && takes_session_id;
+            let _ = writeln!(
+                out,
+                "      runs      {}{}",
+                shell_line(&argv),
+                if fresh { FRESH } else { "" }
+            );
+            if argv != job.provider_command {
+                let _ = writeln!(
+                    out,
+                    "      note      the plan's providerCommand differs: shown is what the wrapper line runs"
+                );
+            }
+        }
+        Err(why) => {
+            let _ = writeln!(out, "      runs      ({why})");
+        }
+    }
+    for (i, (key, value)) in job.env.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "      {}{key}={}",
+            if i == 0 { "env       " } else { "          " },
+            env_value(key, value)
+        );
     }
     let _ = writeln!(
         out,
@@ -214,9 +244,96 @@ fn job_block(out: &mut String, job: &Job) {
     );
 }
 
+/// The provider argv the wrapper line of `job` makes `okstra worker` run,
+/// and whether that provider takes a session id; or why it runs none. Read
+/// with the wrapper's own parser and assembled as the wrapper assembles it
+/// (src/worker/mod.rs), with the project's git state as it is now.
+fn wrapper_runs(job: &Job) -> Result<(Vec<String>, bool), String> {
+    let line = job.worker_argv(job.first_attempt(), None);
+    if line.first().map(String::as_str) != Some("okstra")
+        || line.get(1).map(String::as_str) != Some("worker")
+    {
+        return Err(
+            "not an `okstra worker` line: exec starts the wrapper line itself, as shown".into(),
+        );
+    }
+    let os: Vec<OsString> = line.iter().map(OsString::from).collect();
+    let args = crate::cli::worker_args(&os).map_err(|e| {
+        let first = e.to_string().lines().next().unwrap_or_default().to_string();
+        format!("the wrapper refuses this line, so it runs nothing: {first}")
+    })?;
+    let provider: Provider = args
+        .provider
+        .parse()
+        .map_err(|e| format!("the wrapper refuses this line, so it runs nothing: {e}"))?;
+    if provider == Provider::Command && args.command.is_empty() {
+        return Err("the wrapper refuses a command job without an argv after `--`".into());
+    }
+    let root = std::path::absolute(&args.project_root).unwrap_or(args.project_root.clone());
+    let write_dirs: Vec<_> = args.write_dirs.iter().map(|d| root.join(d)).collect();
+    let options = ProviderOptions {
+        permission_mode: args.permission_mode.clone(),
+        sandbox_mode: args.sandbox_mode.clone(),
+        approval_mode: args.approval_mode.clone(),
+        extra_args: args.extra_args.clone(),
+    };
+    let argv = provider::build_argv(&ArgvRequest {
+        provider,
+        model: &args.model,
+        project_root: &root,
+        write_dirs: &write_dirs,
+        options: &options,
+        command: &args.command,
+        session_id: None,
+        project_is_git_repo: root.ancestors().any(|d| d.join(".git").exists()),
+    });
+    Ok((argv, provider.takes_session_id()))
+}
+
+/// Whether an environment name looks like it holds a secret.
+pub fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["TOKEN", "KEY", "SECRET", "PASSWORD"]
+        .iter()
+        .any(|w| upper.contains(w))
+}
+
+/// An `env` value as the review shows it: quoted for a shell, or for a
+/// secret-looking name a short digest (enough to tell two values apart,
+/// not to show one).
+pub fn env_value(name: &str, value: &str) -> String {
+    if looks_secret(name) {
+        let hex = crate::canonical::sha256_hex(value.as_bytes());
+        format!("sha256:{}…", &hex[..8])
+    } else {
+        shell_word(value)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_looking_names_show_a_digest() {
+        for name in [
+            "GITHUB_TOKEN",
+            "api_key",
+            "MySecret",
+            "DB_PASSWORD",
+            "KEYRING",
+        ] {
+            let shown = env_value(name, "hunter2");
+            assert!(
+                shown.starts_with("sha256:") && shown.ends_with('…'),
+                "{name}"
+            );
+            assert!(!shown.contains("hunter2"));
+        }
+        assert_ne!(env_value("TOKEN", "a"), env_value("TOKEN", "b"));
+        assert_eq!(env_value("PATH", "/opt/evil bin"), "'/opt/evil bin'");
+        assert_eq!(env_value("TOKENISH", ""), env_value("A_TOKEN", ""));
+    }
 
     #[test]
     fn tables_pad_every_column_but_the_last() {

@@ -101,27 +101,29 @@ const WORKER_ABOUT: &str = "The built-in worker wrapper (started by `okstra exec
 /// [`Cli`]). On glibc Linux the binary calls this before `main`
 /// (src/start.rs), which is why it returns instead of exiting.
 pub fn worker(argv: &[std::ffi::OsString]) -> i32 {
-    let args = match crate::worker::parse_canonical(argv.get(2..).unwrap_or_default()) {
-        Some(args) => args,
-        None => {
-            use clap::{Args, FromArgMatches};
-            let command = crate::worker::WorkerArgs::augment_args(clap::Command::new("worker"))
-                .bin_name("okstra worker")
-                .about(WORKER_ABOUT)
-                .long_about(None);
-            let parsed = command
-                .try_get_matches_from(argv.iter().skip(1))
-                .and_then(|m| crate::worker::WorkerArgs::from_arg_matches(&m));
-            match parsed {
-                Ok(args) => args,
-                Err(e) => {
-                    let _ = e.print();
-                    return e.exit_code();
-                }
-            }
+    match worker_args(argv) {
+        Ok(args) => crate::worker::run(&args),
+        Err(e) => {
+            let _ = e.print();
+            e.exit_code()
         }
-    };
-    crate::worker::run(&args)
+    }
+}
+
+/// How `okstra worker` reads its command line `argv` (program name first):
+/// the one reading, shared by the wrapper and the plan review.
+pub fn worker_args(argv: &[std::ffi::OsString]) -> Result<crate::worker::WorkerArgs, clap::Error> {
+    if let Some(args) = crate::worker::parse_canonical(argv.get(2..).unwrap_or_default()) {
+        return Ok(args);
+    }
+    use clap::{Args, FromArgMatches};
+    let command = crate::worker::WorkerArgs::augment_args(clap::Command::new("worker"))
+        .bin_name("okstra worker")
+        .about(WORKER_ABOUT)
+        .long_about(None);
+    command
+        .try_get_matches_from(argv.iter().skip(1))
+        .and_then(|m| crate::worker::WorkerArgs::from_arg_matches(&m))
 }
 
 /// Print diagnostics in the chosen format and return their exit status.
