@@ -90,6 +90,7 @@ fn identity_line(job: &Job) -> String {
 /// closing `okstra exec` line.
 pub fn summary(plan: &Plan, plan_path: &str) -> String {
     let mut out = String::new();
+    let mut git = GitRepos::default();
     let jobs = plan.jobs().count();
     let _ = writeln!(
         out,
@@ -127,7 +128,7 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
             }
         );
         for job in &stage.jobs {
-            job_block(&mut out, job);
+            job_block(&mut out, job, &mut git);
         }
     }
     let _ = writeln!(out);
@@ -151,7 +152,7 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
     out
 }
 
-fn job_block(out: &mut String, job: &Job) {
+fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
     let _ = writeln!(out, "  ● {} ({})", job.label(), job.key);
     let _ = writeln!(out, "      identity  {}", identity_line(job));
     let model = if job.model_execution_value.is_empty() {
@@ -201,13 +202,14 @@ fn job_block(out: &mut String, job: &Job) {
         let _ = writeln!(out, "      worktree  {w}");
     }
     const FRESH: &str = "  (+ a fresh --session-id per attempt)";
+    let line = job.worker_argv(job.first_attempt(), None);
     let _ = writeln!(
         out,
         "      wrapper   {}{}",
-        shell_line(&job.worker_argv(job.first_attempt(), None)),
+        shell_line(&line),
         if job.takes_session_id { FRESH } else { "" }
     );
-    match wrapper_runs(job) {
+    match wrapper_runs(&line, git) {
         Ok((argv, takes_session_id)) => {
             let fresh = job.takes_session_id && takes_session_id;
             let _ = writeln!(
@@ -244,12 +246,26 @@ fn job_block(out: &mut String, job: &Job) {
     );
 }
 
-/// The provider argv the wrapper line of `job` makes `okstra worker` run,
-/// and whether that provider takes a session id; or why it runs none. Read
-/// with the wrapper's own parser and assembled as the wrapper assembles it
-/// (src/worker/mod.rs), with the project's git state as it is now.
-fn wrapper_runs(job: &Job) -> Result<(Vec<String>, bool), String> {
-    let line = job.worker_argv(job.first_attempt(), None);
+/// Whether a project root lies in a git repository (any ancestor holds
+/// `.git`, as the wrapper asks), asked once per root.
+#[derive(Default)]
+struct GitRepos(std::collections::HashMap<std::path::PathBuf, bool>);
+
+impl GitRepos {
+    fn holds(&mut self, root: &std::path::Path) -> bool {
+        *self
+            .0
+            .entry(root.to_path_buf())
+            .or_insert_with(|| root.ancestors().any(|d| d.join(".git").exists()))
+    }
+}
+
+/// The provider argv a wrapper `line` (as exec starts it) makes
+/// `okstra worker` run, and whether that provider takes a session id; or
+/// why it runs none. Read with the wrapper's own parser and assembled as
+/// the wrapper assembles it (src/worker/mod.rs), with the project's git
+/// state as it is now.
+fn wrapper_runs(line: &[String], git: &mut GitRepos) -> Result<(Vec<String>, bool), String> {
     if line.first().map(String::as_str) != Some("okstra")
         || line.get(1).map(String::as_str) != Some("worker")
     {
@@ -285,7 +301,7 @@ fn wrapper_runs(job: &Job) -> Result<(Vec<String>, bool), String> {
         options: &options,
         command: &args.command,
         session_id: None,
-        project_is_git_repo: root.ancestors().any(|d| d.join(".git").exists()),
+        project_is_git_repo: git.holds(&root),
     });
     Ok((argv, provider.takes_session_id()))
 }

@@ -86,29 +86,21 @@ pub fn syntax_problem(value: &str, field: Field) -> Option<String> {
     // A leading `/` makes the path absolute; every segment after it must
     // name something.
     let body = value.strip_prefix('/').unwrap_or(value);
-    let segments: Vec<&str> = body.split('/').collect();
-    let last = segments.len() - 1;
-    for (i, segment) in segments.iter().enumerate() {
-        if !segment.is_empty() {
-            continue;
-        }
-        if i == last && field != Field::File {
-            // `dir/` names a directory, as a directory field expects.
-            continue;
-        }
-        return Some(if i == last {
-            "ends in `/`, which names a directory, where a file is expected".into()
-        } else {
-            "holds an empty segment (`//`)".into()
-        });
+    let (dirs, last) = body.rsplit_once('/').unwrap_or(("", body));
+    if body.contains('/') && dirs.split('/').any(str::is_empty) {
+        return Some("holds an empty segment (`//`)".into());
     }
-    if field == Field::File && matches!(segments[last], "." | "..") {
-        return Some(format!(
-            "ends in `{}`, which names a directory, where a file is expected",
-            segments[last]
-        ));
+    if field != Field::File {
+        // `dir/` names a directory, as a directory field expects.
+        return None;
     }
-    None
+    match last {
+        "" => Some("ends in `/`, which names a directory, where a file is expected".into()),
+        "." | ".." => Some(format!(
+            "ends in `{last}`, which names a directory, where a file is expected"
+        )),
+        _ => None,
+    }
 }
 
 /// Remove `.` and fold `..` without touching the disk.

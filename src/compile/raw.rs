@@ -171,27 +171,28 @@ fn check_paths(
     entry: &Map<String, Value>,
     reported: &mut Reported,
 ) {
+    let mut report = |ctx: &mut Ctx, ptr: String, value: &str, why: String| {
+        let d = invalid_path(ctx, src, value, &ptr, &why);
+        ctx.push(named(d, pointer, entry));
+        reported.paths.push(ptr);
+    };
     for (key, field, list) in PATH_KEYS {
-        let base = format!("{pointer}/{key}");
-        let values: Vec<(String, &str)> = match (entry.get(*key), list) {
-            (Some(Value::String(s)), false) => vec![(base, s.as_str())],
-            (Some(Value::Array(items)), true) => items
-                .iter()
-                .enumerate()
-                .filter_map(|(i, v)| v.as_str().map(|s| (format!("{base}/{i}"), s)))
-                .collect(),
-            _ => Vec::new(),
-        };
-        for (ptr, value) in values {
+        match (entry.get(*key), list) {
             // An empty single value reads as absent; whoever needs it says so.
-            if value.is_empty() && !list {
-                continue;
+            (Some(Value::String(value)), false) if !value.is_empty() => {
+                if let Some(why) = paths::syntax_problem(value, *field) {
+                    report(ctx, format!("{pointer}/{key}"), value, why);
+                }
             }
-            if let Some(why) = paths::syntax_problem(value, *field) {
-                let d = invalid_path(ctx, src, value, &ptr, &why);
-                ctx.push(named(d, pointer, entry));
-                reported.paths.push(ptr);
+            (Some(Value::Array(items)), true) => {
+                for (i, item) in items.iter().enumerate() {
+                    let Some(value) = item.as_str() else { continue };
+                    if let Some(why) = paths::syntax_problem(value, *field) {
+                        report(ctx, format!("{pointer}/{key}/{i}"), value, why);
+                    }
+                }
             }
+            _ => {}
         }
     }
 }
