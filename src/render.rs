@@ -12,18 +12,59 @@
 use crate::plan::{Identity, Job, Plan};
 use crate::provider::{self, ArgvRequest, Provider, ProviderOptions};
 use std::ffi::OsString;
-use std::fmt::Write as _;
 
-/// Quote one argv word the way a POSIX shell would need it.
+/// Quote one argv word the way a POSIX shell would need it. A word holding
+/// a control character (a newline, an escape) is written `$'...'` with the
+/// character escaped, so it can neither break a line of the review nor
+/// drive the terminal.
 pub fn shell_word(w: &str) -> String {
     if !w.is_empty()
         && w.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
     {
         w.to_string()
+    } else if w.chars().any(char::is_control) {
+        let mut out = String::from("$'");
+        for c in w.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_control() => {
+                    let mut buf = [0u8; 4];
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        out.push_str(&format!("\\x{b:02x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+        out
     } else {
         format!("'{}'", w.replace('\'', "'\\''"))
     }
+}
+
+/// One line of the review: control characters in what a plan says (a
+/// newline in a path or label) are shown escaped, so an edited plan cannot
+/// forge lines of the review or drive the terminal.
+fn say(out: &mut String, line: &str) {
+    // C0 controls and DEL are single bytes; C1 controls start with 0xC2.
+    if !line.bytes().any(|b| b < 0x20 || b == 0x7f || b == 0xc2) {
+        out.push_str(line);
+        out.push('\n');
+        return;
+    }
+    for c in line.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\n');
 }
 
 pub fn shell_line(argv: &[String]) -> String {
@@ -92,157 +133,199 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
     let mut out = String::new();
     let mut git = GitRepos::default();
     let jobs = plan.jobs().count();
-    let _ = writeln!(
-        out,
-        "Plan {} · {} stage{} · {} job{} · task {}",
-        short(&plan.digest),
-        plan.stages.len(),
-        if plan.stages.len() == 1 { "" } else { "s" },
-        jobs,
-        if jobs == 1 { "" } else { "s" },
-        plan.run.task_key
+    say(
+        &mut out,
+        &format!(
+            "Plan {} · {} stage{} · {} job{} · task {}",
+            short(&plan.digest),
+            plan.stages.len(),
+            if plan.stages.len() == 1 { "" } else { "s" },
+            jobs,
+            if jobs == 1 { "" } else { "s" },
+            plan.run.task_key
+        ),
     );
-    let _ = writeln!(out, "  project    {}", plan.project_root);
-    let _ = writeln!(out, "  manifest   {}", plan.run.manifest_path);
-    let _ = writeln!(out, "  team-state {}", plan.run.team_state_path);
-    let _ = writeln!(out, "  events     {}", plan.run.lead_events_path);
-    let _ = writeln!(out, "  error log  {}", plan.run.error_log_path);
-    let _ = writeln!(
-        out,
-        "  retries    at most {} attempts per job; backend default {}",
-        plan.policy.max_attempts, plan.run.terminal_backend
+    say(&mut out, &format!("  project    {}", plan.project_root));
+    say(
+        &mut out,
+        &format!("  manifest   {}", plan.run.manifest_path),
+    );
+    say(
+        &mut out,
+        &format!("  team-state {}", plan.run.team_state_path),
+    );
+    say(
+        &mut out,
+        &format!("  events     {}", plan.run.lead_events_path),
+    );
+    say(
+        &mut out,
+        &format!("  error log  {}", plan.run.error_log_path),
+    );
+    say(
+        &mut out,
+        &format!(
+            "  retries    at most {} attempts per job; backend default {}",
+            plan.policy.max_attempts, plan.run.terminal_backend
+        ),
     );
     for (i, stage) in plan.stages.iter().enumerate() {
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "Stage {}/{} `{}` · {} job{}",
-            i + 1,
-            plan.stages.len(),
-            stage.name,
-            stage.jobs.len(),
-            if stage.jobs.len() == 1 {
-                ""
-            } else {
-                "s, run concurrently"
-            }
+        out.push('\n');
+        say(
+            &mut out,
+            &format!(
+                "Stage {}/{} `{}` · {} job{}",
+                i + 1,
+                plan.stages.len(),
+                stage.name,
+                stage.jobs.len(),
+                if stage.jobs.len() == 1 {
+                    ""
+                } else {
+                    "s, run concurrently"
+                }
+            ),
         );
         for job in &stage.jobs {
             job_block(&mut out, job, &mut git);
         }
     }
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "Inputs ({}), each checked again by exec:",
-        plan.inputs.len()
+    out.push('\n');
+    say(
+        &mut out,
+        &format!(
+            "Inputs ({}), each checked again by exec:",
+            plan.inputs.len()
+        ),
     );
     for input in &plan.inputs {
-        let _ = writeln!(
-            out,
-            "  {:<10} {}  {}",
-            input.kind,
-            &input.sha256[..input.sha256.len().min(12)],
-            input.path
+        say(
+            &mut out,
+            &format!(
+                "  {:<10} {}  {}",
+                input.kind,
+                &input.sha256[..input.sha256.len().min(12)],
+                input.path
+            ),
         );
     }
-    let _ = writeln!(out);
-    let _ = writeln!(out, "To run this plan:");
-    let _ = writeln!(out, "  okstra exec {}", shell_word(plan_path));
+    out.push('\n');
+    say(&mut out, "To run this plan:");
+    say(
+        &mut out,
+        &format!("  okstra exec {}", shell_word(plan_path)),
+    );
     out
 }
 
 fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
-    let _ = writeln!(out, "  ● {} ({})", job.label(), job.key);
-    let _ = writeln!(out, "      identity  {}", identity_line(job));
+    say(out, &format!("  ● {} ({})", job.label(), job.key));
+    say(out, &format!("      identity  {}", identity_line(job)));
     let model = if job.model_execution_value.is_empty() {
         "-"
     } else {
         &job.model_execution_value
     };
-    let _ = writeln!(
+    say(
         out,
-        "      provider  {} · model {} · backend {} · idle timeout {}s{}",
-        job.provider,
-        model,
-        job.backend,
-        job.idle_timeout_seconds,
-        job.timeout_seconds
-            .map(|t| format!(" · wall clock {t}s"))
-            .unwrap_or_default()
+        &format!(
+            "      provider  {} · model {} · backend {} · idle timeout {}s{}",
+            job.provider,
+            model,
+            job.backend,
+            job.idle_timeout_seconds,
+            job.timeout_seconds
+                .map(|t| format!(" · wall clock {t}s"))
+                .unwrap_or_default()
+        ),
     );
     let audience = job.audience.as_ref().map_or("-", |a| a.as_str());
-    let _ = writeln!(
+    say(
         out,
-        "      role      {} · audience {} · dispatch {} (round {}){}",
-        job.role,
-        audience,
-        job.dispatch_kind,
-        job.round,
-        job.dispatch_id
-            .as_ref()
-            .map(|d| format!(" · id {d}"))
-            .unwrap_or_default()
+        &format!(
+            "      role      {} · audience {} · dispatch {} (round {}){}",
+            job.role,
+            audience,
+            job.dispatch_kind,
+            job.round,
+            job.dispatch_id
+                .as_ref()
+                .map(|d| format!(" · id {d}"))
+                .unwrap_or_default()
+        ),
     );
-    let _ = writeln!(out, "      prompt    {}", job.prompt_path);
+    say(out, &format!("      prompt    {}", job.prompt_path));
     if let Some(m) = &job.metadata_path {
-        let _ = writeln!(out, "      metadata  {m}");
+        say(out, &format!("      metadata  {m}"));
     }
     if job.worker_result_path == job.result_path {
-        let _ = writeln!(out, "      result    {}", job.result_path);
+        say(out, &format!("      result    {}", job.result_path));
     } else {
-        let _ = writeln!(
+        say(
             out,
-            "      result    {} (worker result {})",
-            job.result_path, job.worker_result_path
+            &format!(
+                "      result    {} (worker result {})",
+                job.result_path, job.worker_result_path
+            ),
         );
     }
-    let _ = writeln!(out, "      done when {}", job.completion_paths.join(", "));
+    say(
+        out,
+        &format!("      done when {}", job.completion_paths.join(", ")),
+    );
     if let Some(w) = &job.worktree_path {
-        let _ = writeln!(out, "      worktree  {w}");
+        say(out, &format!("      worktree  {w}"));
     }
     const FRESH: &str = "  (+ a fresh --session-id per attempt)";
     let line = job.worker_argv(job.first_attempt(), None);
-    let _ = writeln!(
+    say(
         out,
-        "      wrapper   {}{}",
-        shell_line(&line),
-        if job.takes_session_id { FRESH } else { "" }
+        &format!(
+            "      wrapper   {}{}",
+            shell_line(&line),
+            if job.takes_session_id { FRESH } else { "" }
+        ),
     );
     match wrapper_runs(&line, git) {
         Ok((argv, takes_session_id)) => {
             let fresh = job.takes_session_id && takes_session_id;
-            let _ = writeln!(
+            say(
                 out,
-                "      runs      {}{}",
-                shell_line(&argv),
-                if fresh { FRESH } else { "" }
+                &format!(
+                    "      runs      {}{}",
+                    shell_line(&argv),
+                    if fresh { FRESH } else { "" }
+                ),
             );
             if argv != job.provider_command {
-                let _ = writeln!(
+                say(
                     out,
-                    "      note      the plan's providerCommand differs: shown is what the wrapper line runs"
+                    "      note      the plan's providerCommand differs: shown is what the wrapper line runs",
                 );
             }
         }
         Err(why) => {
-            let _ = writeln!(out, "      runs      ({why})");
+            say(out, &format!("      runs      ({why})"));
         }
     }
     for (i, (key, value)) in job.env.iter().enumerate() {
-        let _ = writeln!(
+        say(
             out,
-            "      {}{key}={}",
-            if i == 0 { "env       " } else { "          " },
-            env_value(key, value)
+            &format!(
+                "      {}{key}={}",
+                if i == 0 { "env       " } else { "          " },
+                env_value(key, value)
+            ),
         );
     }
-    let _ = writeln!(
+    say(
         out,
-        "      may write {} (policy {}, audit {})",
-        job.write_policy.allow.join(", "),
-        short(&job.write_policy.digest),
-        job.write_enforcement.mutation_audit
+        &format!(
+            "      may write {} (policy {}, audit {})",
+            job.write_policy.allow.join(", "),
+            short(&job.write_policy.digest),
+            job.write_enforcement.mutation_audit
+        ),
     );
 }
 
@@ -372,5 +455,23 @@ mod tests {
         assert_eq!(shell_word("two words"), "'two words'");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("a\nb'c\\"), "$'a\\nb\\'c\\\\'");
+        assert_eq!(shell_word("\u{1b}[2J"), "$'\\x1b[2J'");
+    }
+
+    #[test]
+    fn a_review_line_never_breaks_or_drives_the_terminal() {
+        let mut out = String::new();
+        say(
+            &mut out,
+            "  prompt    a\n      runs      fake\u{1b}[2J\u{85}é",
+        );
+        assert_eq!(
+            out,
+            "  prompt    a\\n      runs      fake\\u{1b}[2J\\u{85}é\n"
+        );
+        let mut out = String::new();
+        say(&mut out, "plain · é");
+        assert_eq!(out, "plain · é\n");
     }
 }

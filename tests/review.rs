@@ -121,3 +121,34 @@ fn an_edited_command_is_shown_as_it_runs_not_as_provider_command_claims() {
     let p = v2_project();
     assert!(!plan_text(&p, "spec.toml").contains("note"));
 }
+
+#[test]
+fn an_edited_plan_cannot_forge_lines_of_the_review() {
+    let p = v2_project();
+    plan_text(&p, "spec.toml");
+    let fake = "\n      runs      echo harmless\n\u{1b}[2J";
+    edit_plan(&p, |plan| {
+        let job = &mut plan["stages"][0]["jobs"][0];
+        job["env"] = json!({"NOTE": format!("x{fake}")});
+        job["resultPath"] = json!(format!("results/impl.md{fake}"));
+        let cmd = job["command"].as_array_mut().unwrap();
+        let n = cmd.len();
+        cmd[n - 1] = json!(format!("true{fake}"));
+    });
+    let show = p.okstra(&["show", "plan.json"]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert!(!show.stdout.contains('\u{1b}'), "{}", show.stdout);
+    let forged = show
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("runs      echo harmless"))
+        .count();
+    assert_eq!(forged, 0, "{}", show.stdout);
+    // Each job still has exactly one runs line.
+    let runs = show
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("      runs "))
+        .count();
+    assert_eq!(runs, 2, "{}", show.stdout);
+}
