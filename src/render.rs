@@ -47,21 +47,33 @@ pub fn shell_word(w: &str) -> String {
     }
 }
 
-/// One line of the review: control characters in what a plan says (a
-/// newline in a path or label) are shown escaped, so an edited plan cannot
-/// forge lines of the review or drive the terminal.
-fn say(out: &mut String, line: &str) {
+/// One line of the review, written into `out`: control characters in what
+/// a plan says (a newline in a path or label) are shown escaped, so an
+/// edited plan cannot forge lines of the review or drive the terminal.
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        let out: &mut String = $out;
+        let start = out.len();
+        let _ = std::fmt::Write::write_fmt(out, format_args!($($arg)*));
+        end_line(out, start);
+    }};
+}
+
+/// End the line begun at `start`, escaping its control characters.
+fn end_line(out: &mut String, start: usize) {
     // C0 controls and DEL are single bytes; C1 controls start with 0xC2.
-    if !line.bytes().any(|b| b < 0x20 || b == 0x7f || b == 0xc2) {
-        out.push_str(line);
-        out.push('\n');
-        return;
-    }
-    for c in line.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
+    // Scanned without stopping early, which the compiler vectorises.
+    let suspect = out.as_bytes()[start..].iter().fold(false, |hit, &b| {
+        hit | (b < 0x20) | (b == 0x7f) | (b == 0xc2)
+    });
+    if suspect {
+        let line = out.split_off(start);
+        for c in line.chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
         }
     }
     out.push('\n');
@@ -133,199 +145,156 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
     let mut out = String::new();
     let mut git = GitRepos::default();
     let jobs = plan.jobs().count();
-    say(
+    say!(
         &mut out,
-        &format!(
-            "Plan {} · {} stage{} · {} job{} · task {}",
-            short(&plan.digest),
-            plan.stages.len(),
-            if plan.stages.len() == 1 { "" } else { "s" },
-            jobs,
-            if jobs == 1 { "" } else { "s" },
-            plan.run.task_key
-        ),
+        "Plan {} · {} stage{} · {} job{} · task {}",
+        short(&plan.digest),
+        plan.stages.len(),
+        if plan.stages.len() == 1 { "" } else { "s" },
+        jobs,
+        if jobs == 1 { "" } else { "s" },
+        plan.run.task_key
     );
-    say(&mut out, &format!("  project    {}", plan.project_root));
-    say(
+    say!(&mut out, "  project    {}", plan.project_root);
+    say!(&mut out, "  manifest   {}", plan.run.manifest_path);
+    say!(&mut out, "  team-state {}", plan.run.team_state_path);
+    say!(&mut out, "  events     {}", plan.run.lead_events_path);
+    say!(&mut out, "  error log  {}", plan.run.error_log_path);
+    say!(
         &mut out,
-        &format!("  manifest   {}", plan.run.manifest_path),
-    );
-    say(
-        &mut out,
-        &format!("  team-state {}", plan.run.team_state_path),
-    );
-    say(
-        &mut out,
-        &format!("  events     {}", plan.run.lead_events_path),
-    );
-    say(
-        &mut out,
-        &format!("  error log  {}", plan.run.error_log_path),
-    );
-    say(
-        &mut out,
-        &format!(
-            "  retries    at most {} attempts per job; backend default {}",
-            plan.policy.max_attempts, plan.run.terminal_backend
-        ),
+        "  retries    at most {} attempts per job; backend default {}",
+        plan.policy.max_attempts,
+        plan.run.terminal_backend
     );
     for (i, stage) in plan.stages.iter().enumerate() {
         out.push('\n');
-        say(
+        say!(
             &mut out,
-            &format!(
-                "Stage {}/{} `{}` · {} job{}",
-                i + 1,
-                plan.stages.len(),
-                stage.name,
-                stage.jobs.len(),
-                if stage.jobs.len() == 1 {
-                    ""
-                } else {
-                    "s, run concurrently"
-                }
-            ),
+            "Stage {}/{} `{}` · {} job{}",
+            i + 1,
+            plan.stages.len(),
+            stage.name,
+            stage.jobs.len(),
+            if stage.jobs.len() == 1 {
+                ""
+            } else {
+                "s, run concurrently"
+            }
         );
         for job in &stage.jobs {
             job_block(&mut out, job, &mut git);
         }
     }
     out.push('\n');
-    say(
+    say!(
         &mut out,
-        &format!(
-            "Inputs ({}), each checked again by exec:",
-            plan.inputs.len()
-        ),
+        "Inputs ({}), each checked again by exec:",
+        plan.inputs.len()
     );
     for input in &plan.inputs {
-        say(
+        say!(
             &mut out,
-            &format!(
-                "  {:<10} {}  {}",
-                input.kind,
-                &input.sha256[..input.sha256.len().min(12)],
-                input.path
-            ),
+            "  {:<10} {}  {}",
+            input.kind,
+            &input.sha256[..input.sha256.len().min(12)],
+            input.path
         );
     }
     out.push('\n');
-    say(&mut out, "To run this plan:");
-    say(
-        &mut out,
-        &format!("  okstra exec {}", shell_word(plan_path)),
-    );
+    say!(&mut out, "To run this plan:");
+    say!(&mut out, "  okstra exec {}", shell_word(plan_path));
     out
 }
 
 fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
-    say(out, &format!("  ● {} ({})", job.label(), job.key));
-    say(out, &format!("      identity  {}", identity_line(job)));
+    say!(out, "  ● {} ({})", job.label(), job.key);
+    say!(out, "      identity  {}", identity_line(job));
     let model = if job.model_execution_value.is_empty() {
         "-"
     } else {
         &job.model_execution_value
     };
-    say(
+    say!(
         out,
-        &format!(
-            "      provider  {} · model {} · backend {} · idle timeout {}s{}",
-            job.provider,
-            model,
-            job.backend,
-            job.idle_timeout_seconds,
-            job.timeout_seconds
-                .map(|t| format!(" · wall clock {t}s"))
-                .unwrap_or_default()
-        ),
+        "      provider  {} · model {} · backend {} · idle timeout {}s{}",
+        job.provider,
+        model,
+        job.backend,
+        job.idle_timeout_seconds,
+        job.timeout_seconds
+            .map(|t| format!(" · wall clock {t}s"))
+            .unwrap_or_default()
     );
     let audience = job.audience.as_ref().map_or("-", |a| a.as_str());
-    say(
+    say!(
         out,
-        &format!(
-            "      role      {} · audience {} · dispatch {} (round {}){}",
-            job.role,
-            audience,
-            job.dispatch_kind,
-            job.round,
-            job.dispatch_id
-                .as_ref()
-                .map(|d| format!(" · id {d}"))
-                .unwrap_or_default()
-        ),
+        "      role      {} · audience {} · dispatch {} (round {}){}",
+        job.role,
+        audience,
+        job.dispatch_kind,
+        job.round,
+        job.dispatch_id
+            .as_ref()
+            .map(|d| format!(" · id {d}"))
+            .unwrap_or_default()
     );
-    say(out, &format!("      prompt    {}", job.prompt_path));
+    say!(out, "      prompt    {}", job.prompt_path);
     if let Some(m) = &job.metadata_path {
-        say(out, &format!("      metadata  {m}"));
+        say!(out, "      metadata  {m}");
     }
     if job.worker_result_path == job.result_path {
-        say(out, &format!("      result    {}", job.result_path));
+        say!(out, "      result    {}", job.result_path);
     } else {
-        say(
+        say!(
             out,
-            &format!(
-                "      result    {} (worker result {})",
-                job.result_path, job.worker_result_path
-            ),
+            "      result    {} (worker result {})",
+            job.result_path,
+            job.worker_result_path
         );
     }
-    say(
-        out,
-        &format!("      done when {}", job.completion_paths.join(", ")),
-    );
+    say!(out, "      done when {}", job.completion_paths.join(", "));
     if let Some(w) = &job.worktree_path {
-        say(out, &format!("      worktree  {w}"));
+        say!(out, "      worktree  {w}");
     }
     const FRESH: &str = "  (+ a fresh --session-id per attempt)";
     let line = job.worker_argv(job.first_attempt(), None);
-    say(
+    say!(
         out,
-        &format!(
-            "      wrapper   {}{}",
-            shell_line(&line),
-            if job.takes_session_id { FRESH } else { "" }
-        ),
+        "      wrapper   {}{}",
+        shell_line(&line),
+        if job.takes_session_id { FRESH } else { "" }
     );
     match wrapper_runs(&line, git) {
         Ok((argv, takes_session_id)) => {
             let fresh = job.takes_session_id && takes_session_id;
-            say(
+            say!(
                 out,
-                &format!(
-                    "      runs      {}{}",
-                    shell_line(&argv),
-                    if fresh { FRESH } else { "" }
-                ),
+                "      runs      {}{}",
+                shell_line(&argv),
+                if fresh { FRESH } else { "" }
             );
             if argv != job.provider_command {
-                say(
-                    out,
-                    "      note      the plan's providerCommand differs: shown is what the wrapper line runs",
-                );
+                say!(out, "      note      the plan's providerCommand differs: shown is what the wrapper line runs");
             }
         }
         Err(why) => {
-            say(out, &format!("      runs      ({why})"));
+            say!(out, "      runs      ({why})");
         }
     }
     for (i, (key, value)) in job.env.iter().enumerate() {
-        say(
+        say!(
             out,
-            &format!(
-                "      {}{key}={}",
-                if i == 0 { "env       " } else { "          " },
-                env_value(key, value)
-            ),
+            "      {}{key}={}",
+            if i == 0 { "env       " } else { "          " },
+            env_value(key, value)
         );
     }
-    say(
+    say!(
         out,
-        &format!(
-            "      may write {} (policy {}, audit {})",
-            job.write_policy.allow.join(", "),
-            short(&job.write_policy.digest),
-            job.write_enforcement.mutation_audit
-        ),
+        "      may write {} (policy {}, audit {})",
+        job.write_policy.allow.join(", "),
+        short(&job.write_policy.digest),
+        job.write_enforcement.mutation_audit
     );
 }
 
@@ -462,16 +431,16 @@ mod tests {
     #[test]
     fn a_review_line_never_breaks_or_drives_the_terminal() {
         let mut out = String::new();
-        say(
+        say!(
             &mut out,
-            "  prompt    a\n      runs      fake\u{1b}[2J\u{85}é",
+            "  prompt    a\n      runs      fake\u{1b}[2J\u{85}é"
         );
         assert_eq!(
             out,
             "  prompt    a\\n      runs      fake\\u{1b}[2J\\u{85}é\n"
         );
         let mut out = String::new();
-        say(&mut out, "plain · é");
+        say!(&mut out, "plain · é");
         assert_eq!(out, "plain · é\n");
     }
 }
