@@ -116,10 +116,10 @@ fn a_worker_that_hides_a_write_behind_an_unreadable_directory_is_never_completed
 
 #[test]
 fn a_baseline_that_does_not_read_back_is_never_replaced_by_a_fresh_walk() {
-    // The first exec takes stage 1's baseline and dies before the stage
-    // settles (the worker kills it); the baseline is then corrupted.
-    let kill = "kill -9 $PPID_EXEC; sleep 1; echo done > \"$OKSTRA_RESULT_PATH\"";
-    let p = project(&[("only", &[("a", kill)])]);
+    // The first exec takes stage 1's baseline and is killed while its
+    // worker runs; the baseline is then corrupted.
+    let slow = "sleep 1; echo done > \"$OKSTRA_RESULT_PATH\"";
+    let p = project(&[("only", &[("a", slow)])]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_okstra"))
         .current_dir(p.root())
         .args(["exec", "plan.json"])
@@ -127,26 +127,24 @@ fn a_baseline_that_does_not_read_back_is_never_replaced_by_a_fresh_walk() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // The worker cannot know exec's pid; kill exec from here once the
-    // baseline exists instead.
-    let snapshots = p.path("run/snapshots");
+    // Once the worker was dispatched, its stage's baseline is whole.
+    let events = p.path("run/lead-events.jsonl");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::fs::read_dir(&snapshots)
-        .map(|d| d.count())
-        .unwrap_or(0)
-        == 0
+    while !std::fs::read_to_string(&events)
+        .unwrap_or_default()
+        .contains("worker-dispatched")
     {
-        assert!(std::time::Instant::now() < deadline, "no baseline written");
+        assert!(std::time::Instant::now() < deadline, "nothing dispatched");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let _ = child.kill();
     let _ = child.wait();
-    let sidecar = std::fs::read_dir(&snapshots)
+    let sidecar = std::fs::read_dir(p.path("run/snapshots"))
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .expect("the stage's baseline");
     std::fs::write(&sidecar, "{\"version\": 1, \"broken\": true}").unwrap();
     let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);

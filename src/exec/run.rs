@@ -59,6 +59,15 @@ enum Judge<'v> {
     In(&'v audit::Attributed<'v>, usize),
 }
 
+/// A stage's audit baseline.
+enum Baseline {
+    /// No job of the stage is audited.
+    Off,
+    Taken(audit::Snapshot),
+    /// It could not be taken or read back: why.
+    Broken(String),
+}
+
 /// What a round's audit found, for each attempt it settles.
 enum RoundAudit {
     /// No batch audit in this stage.
@@ -328,34 +337,38 @@ impl<'a> Runner<'a> {
                 },
             }
         }
-        let snapshot = self.stage_snapshot(si, indices);
-        if let Err(why) = &snapshot {
-            // Nothing new starts in a tree the audit cannot vouch for.
-            for (i, attempt) in pending.drain(..) {
-                let reason = format!("audit/incomplete: {why}");
-                let job = self.job(i);
-                self.rec.refused(job, &reason);
-                let first = job.first_attempt();
-                self.report(
-                    i,
-                    "error",
-                    attempt.saturating_sub(first),
-                    &reason,
-                    Duration::ZERO,
-                );
+        let baseline = match self.stage_snapshot(si, indices) {
+            Ok(None) => Baseline::Off,
+            Ok(Some(s)) => Baseline::Taken(s),
+            Err(why) => {
+                // Nothing new starts in a tree the audit cannot vouch for.
+                for (i, attempt) in pending.drain(..) {
+                    let reason = format!("audit/incomplete: {why}");
+                    let job = self.job(i);
+                    self.rec.unstarted_error(job, &reason);
+                    let first = job.first_attempt();
+                    self.report(
+                        i,
+                        "error",
+                        attempt.saturating_sub(first),
+                        &reason,
+                        Duration::ZERO,
+                    );
+                }
+                Baseline::Broken(why)
             }
-        }
-        let snapshot = snapshot.ok().flatten();
+        };
+        let settle_now = matches!(baseline, Baseline::Off);
         if !ended.is_empty() || !adopted.is_empty() {
-            let (more, retries) = self.wait_round(si, Vec::new(), adopted, snapshot.is_none());
+            let (more, retries) = self.wait_round(si, Vec::new(), adopted, settle_now);
             ended.extend(more);
             pending.extend(retries);
-            pending.extend(self.settle_round(si, ended, snapshot.as_ref(), indices));
+            pending.extend(self.settle_round(si, ended, &baseline, indices));
         }
         while !pending.is_empty() && !self.interrupted && self.fatal.is_none() {
-            let (ended, retries) = self.wait_round(si, pending, Vec::new(), snapshot.is_none());
+            let (ended, retries) = self.wait_round(si, pending, Vec::new(), settle_now);
             pending = retries;
-            pending.extend(self.settle_round(si, ended, snapshot.as_ref(), indices));
+            pending.extend(self.settle_round(si, ended, &baseline, indices));
         }
         let why = if self.interrupted {
             "interrupted before it started"
@@ -942,15 +955,16 @@ impl Runner<'_> {
         &mut self,
         si: usize,
         ended: Vec<Ended>,
-        snapshot: Option<&audit::Snapshot>,
+        baseline: &Baseline,
         indices: &[usize],
     ) -> Vec<(usize, u64)> {
         if ended.is_empty() {
             return Vec::new();
         }
-        let round = match snapshot {
-            None => RoundAudit::Off,
-            Some(s) => match audit::compare(s, &self.audit_options()) {
+        let round = match baseline {
+            Baseline::Off => RoundAudit::Off,
+            Baseline::Broken(why) => RoundAudit::Incomplete(why.clone()),
+            Baseline::Taken(s) => match audit::compare(s, &self.audit_options()) {
                 Ok(c) => {
                     self.last_after = Some(c.after);
                     RoundAudit::Compared(c.changes)
