@@ -43,6 +43,8 @@ pub enum Resolver {
 pub enum WriteMode {
     /// Append; for line logs.
     Append,
+    /// Append, and read (a journal checks its last byte for a torn line).
+    ReadAppend,
     /// Truncate to empty; for a file rewritten whole.
     Truncate,
     /// The file must not exist yet (`AlreadyExists` otherwise).
@@ -150,12 +152,16 @@ impl Beneath {
     /// Open `rel` for writing, creating it and its missing directories.
     pub fn open_file(&self, rel: &Path, mode: WriteMode) -> Result<File> {
         let (dirs, name) = self.split(rel)?;
-        let flags = OFlags::WRONLY
+        let access = match mode {
+            WriteMode::ReadAppend => OFlags::RDWR,
+            _ => OFlags::WRONLY,
+        };
+        let flags = access
             | OFlags::CREATE
             | OFlags::CLOEXEC
             | OFlags::NOFOLLOW
             | match mode {
-                WriteMode::Append => OFlags::APPEND,
+                WriteMode::Append | WriteMode::ReadAppend => OFlags::APPEND,
                 WriteMode::Truncate => OFlags::TRUNC,
                 WriteMode::CreateNew => OFlags::EXCL,
             };
@@ -204,6 +210,18 @@ impl Beneath {
     /// content or the new. A symlink at `rel` is an error (a rename would
     /// replace it, but a planted link means something is wrong).
     pub fn write_atomic(&self, rel: &Path, bytes: &[u8], durability: Durability) -> Result<()> {
+        self.write_atomic_with(rel, durability, |out| out.write_all(bytes))
+    }
+
+    /// [`Self::write_atomic`], the content streamed by `write` into the
+    /// temporary (buffered) instead of handed over whole. If `write` fails,
+    /// nothing is renamed and `rel` stays as it was.
+    pub fn write_atomic_with<T>(
+        &self,
+        rel: &Path,
+        durability: Durability,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+    ) -> Result<T> {
         let (dirs, name) = self.split(rel)?;
         let abs = self.path.join(rel);
         let dir = self.dir(&dirs, true, rel)?;
@@ -215,31 +233,49 @@ impl Beneath {
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
-        let result = (|| -> io::Result<()> {
+        let result = (|| -> io::Result<T> {
+            crate::fault::point("atomic-write");
             let fd = rustix::fs::openat(
                 dir.fd(),
                 &tmp,
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::from_raw_mode(FILE_MODE),
             )?;
-            let mut file = File::from(fd);
-            file.write_all(bytes)?;
+            let mut out = io::BufWriter::with_capacity(64 * 1024, File::from(fd));
+            let value = write(&mut out)?;
+            let file = out.into_inner().map_err(|e| e.into_error())?;
             if durability == Durability::Fsync {
                 file.sync_all()?;
             }
             drop(file);
+            crate::fault::point("atomic-rename");
             rustix::fs::renameat(dir.fd(), &tmp, dir.fd(), name)?;
-            Ok(())
+            Ok(value)
         })();
-        if let Err(source) = result {
-            // Best effort: the original error is the one worth reporting.
-            let _ = rustix::fs::unlinkat(dir.fd(), &tmp, AtFlags::empty());
-            return Err(BeneathError::Io { path: abs, source });
-        }
+        let value = match result {
+            Ok(value) => value,
+            Err(source) => {
+                // Best effort: the original error is the one worth reporting.
+                let _ = rustix::fs::unlinkat(dir.fd(), &tmp, AtFlags::empty());
+                return Err(BeneathError::Io { path: abs, source });
+            }
+        };
+        crate::fault::point("atomic-renamed");
         if durability == Durability::Fsync {
             rustix::fs::fsync(dir.fd()).map_err(|e| io_error(&abs, e))?;
         }
-        Ok(())
+        Ok(value)
+    }
+
+    /// `path` (absolute, or relative to the root) as a path below the root,
+    /// for the other calls; `NotBeneath` when it is not below it.
+    pub fn relative<'p>(&self, path: &'p Path) -> std::result::Result<&'p Path, BeneathError> {
+        if path.is_absolute() {
+            path.strip_prefix(&self.path)
+                .map_err(|_| self.not_beneath(path))
+        } else {
+            Ok(path)
+        }
     }
 
     /// The directory components and the final name of a plain relative path.

@@ -277,3 +277,51 @@ fn a_write_landing_between_two_stages_is_caught_in_the_next() {
         "{jobs:?}"
     );
 }
+
+#[test]
+fn okstra_never_writes_through_a_symlink_it_finds_in_the_project() {
+    // A log planted as a link to a file outside: exec refuses to open it,
+    // the job does not start, and the outside file is untouched.
+    let p = project(&[("only", &[("a", WRITE)])]);
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("victim.txt");
+    std::fs::write(&target, "keep\n").unwrap();
+    std::os::unix::fs::symlink(&target, p.path("prompts/a.md.log")).unwrap();
+    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let reason = run.json()["jobs"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(reason.contains("symlink"), "{reason}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep\n");
+    assert!(!p.exists("results/a.md"), "the job started");
+    // Near miss: the same plan with a plain log runs.
+    std::fs::remove_file(p.path("prompts/a.md.log")).unwrap();
+    assert_eq!(p.okstra(&["exec", "plan.json"]).code, 0);
+
+    // The run directory swapped for a link to elsewhere after planning:
+    // exec refuses the run before writing anything there.
+    let p = project(&[("only", &[("a", WRITE)])]);
+    let elsewhere = outside.path().join("run");
+    std::fs::rename(p.path("run"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, p.path("run")).unwrap();
+    let before: Vec<_> = std::fs::read_dir(&elsewhere)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    assert_ne!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("symlink"), "{}", run.stdout);
+    let after: Vec<_> = std::fs::read_dir(&elsewhere)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        before.len(),
+        after.len(),
+        "exec wrote through the link: {after:?}"
+    );
+}

@@ -15,14 +15,16 @@
 
 use super::event::{Dispatched, Event, Settled};
 use super::replay::History;
+use crate::beneath::Beneath;
 use crate::plan::{Job, Plan};
 use crate::state::attempts::{AttemptId, AttemptOutcome};
 use crate::state::error_log::{self, ErrorRecord};
-use crate::state::journal::{self, Journal, Stamp, Sync};
+use crate::state::journal::{self, Journal, Opener, Stamp, Sync};
 use crate::state::team_state::{TeamStateStore, WorkerStatus};
 use crate::state::{Ledger, StateError};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What follows a failed attempt: its row and the worker's differ.
@@ -36,6 +38,8 @@ pub enum Then {
 
 pub struct Recorder {
     events: Journal,
+    /// How okstra's own files are opened: below the root, no symlink.
+    opener: Opener,
     errors: PathBuf,
     /// The error log as exec last left it (`None`: there was none).
     errors_stamp: Option<Stamp>,
@@ -52,16 +56,18 @@ pub struct Recorder {
 impl Recorder {
     /// Open the run's state. Team-state is read first: one that cannot be
     /// read refuses the run before anything is written (SPEC §5.8).
-    pub fn open(root: &Path, plan: &Plan) -> Result<Recorder, StateError> {
+    pub fn open(root: &Path, plan: &Plan, own: Arc<Beneath>) -> Result<Recorder, StateError> {
         let abs = |p: &str| crate::compile::paths::abs_of(root, p);
-        let store = TeamStateStore::open(abs(&plan.run.team_state_path));
+        let store = TeamStateStore::open(abs(&plan.run.team_state_path)).below(Arc::clone(&own));
         store.read()?;
         let events_path = abs(&plan.run.lead_events_path);
-        let events = Journal::open(&events_path).map_err(|e| StateError::io(&events_path, e))?;
+        let opener = Opener::Beneath(Arc::clone(&own));
+        let events = Journal::open_with(&events_path, opener.clone())
+            .map_err(|e| StateError::io(&events_path, e))?;
         let errors = abs(&plan.run.error_log_path);
         if errors.exists() {
             // Cut a torn record of a killed exec before the next append.
-            Journal::open(&errors).map_err(|e| StateError::io(&errors, e))?;
+            Journal::open_with(&errors, opener.clone()).map_err(|e| StateError::io(&errors, e))?;
         }
         let snapshot_dir = store
             .path()
@@ -74,9 +80,10 @@ impl Recorder {
         let errors_stamp = Stamp::at(&errors).ok().flatten();
         Ok(Recorder {
             events,
+            opener,
             errors,
             errors_stamp,
-            ledger: Ledger::new(store, Duration::from_millis(250)),
+            ledger: Ledger::new(store, Duration::from_millis(250)).below(Arc::clone(&own)),
             task_key: plan.run.task_key.clone(),
             phase: plan.run.workflow_phase.clone(),
             snapshots: Vec::new(),
@@ -331,7 +338,8 @@ impl Recorder {
         let path = self.errors.display().to_string();
         let appended = error_log::fit_record(record.to_map()).and_then(|line| {
             crate::fault::point("error-log-append");
-            let mut j = Journal::open(&self.errors).map_err(|e| e.to_string())?;
+            let mut j =
+                Journal::open_with(&self.errors, self.opener.clone()).map_err(|e| e.to_string())?;
             j.push(&line);
             j.commit(Sync::None).map_err(|e| e.to_string())?;
             self.errors_stamp = Some(j.stamp());

@@ -17,6 +17,7 @@ use super::replay::{self, History, Next};
 use super::report::{JobReport, Notice, Reporter};
 use super::{Options, Outcomes};
 use crate::audit;
+use crate::beneath::{Beneath, WriteMode};
 use crate::compile::paths;
 use crate::diag::{Code, Diagnostic};
 use crate::plan::{Identity, Job, Plan, MAX_ATTEMPTS};
@@ -102,6 +103,8 @@ pub(super) struct Runner<'a> {
     /// The tree as the last compare of the stage found it: the next stage's
     /// baseline when it starts right after.
     last_after: Option<audit::Snapshot>,
+    /// The project root, for okstra's own writes below it.
+    own: std::sync::Arc<Beneath>,
 }
 
 /// Each job's binding verdict as of a manifest modification time and length
@@ -118,6 +121,7 @@ impl<'a> Runner<'a> {
         plan: &'a Plan,
         opts: &'a Options,
         rec: Recorder,
+        own: std::sync::Arc<Beneath>,
         reporters: Vec<Box<dyn Reporter>>,
         interrupt: Arc<AtomicBool>,
     ) -> Runner<'a> {
@@ -149,6 +153,7 @@ impl<'a> Runner<'a> {
             audit_exclude,
             manifest_cache: None,
             last_after: None,
+            own,
         }
     }
 
@@ -563,11 +568,23 @@ impl<'a> Runner<'a> {
             .then(|| uuid::Uuid::new_v4().to_string());
         let argv = self.worker_argv(job, attempt, session_id.as_deref());
         let status = self.abs(&job.status_path());
-        // The sidecar of an earlier attempt must not speak for this one.
-        match std::fs::remove_file(&status) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        // okstra's own writes never go through a symlink (SPEC §1): the log
+        // is opened here, below the root, and handed to the wrapper; the
+        // sidecar of an earlier attempt, which must not speak for this one,
+        // is removed the same way.
+        match self
+            .own
+            .relative(&status)
+            .and_then(|rel| self.own.remove_file(rel))
+        {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
+        let log = self.abs(&job.log_path());
+        let log_file = self
+            .own
+            .relative(&log)
+            .and_then(|rel| self.own.open_file(rel, WriteMode::Append))?;
         let env: Vec<(String, String)> = job
             .env
             .iter()
@@ -584,6 +601,7 @@ impl<'a> Runner<'a> {
             cwd: &self.root,
             env: &env,
             log: &self.abs(&job.log_path()),
+            log_file: &log_file,
             status: &status,
             title: &title,
         })?;
@@ -717,7 +735,8 @@ impl<'a> Runner<'a> {
                     });
                 }
                 for e in self.stop(stopped, End::Idle) {
-                    super::settle::mark_idle_timeout(&self.abs(&self.job(e.job).status_path()));
+                    let status = self.abs(&self.job(e.job).status_path());
+                    super::settle::mark_idle_timeout(&self.own, &status);
                     ended.push(e);
                 }
             }
@@ -914,7 +933,12 @@ impl Runner<'_> {
         };
         let text = taken.to_json();
         crate::fault::point("snapshot-write");
-        crate::fsutil::write_atomic(&path, &text, crate::fsutil::Durability::Fsync)
+        self.own
+            .relative(&path)
+            .and_then(|rel| {
+                self.own
+                    .write_atomic(rel, &text, crate::fsutil::Durability::Fsync)
+            })
             .map_err(|e| format!("cannot store the audit snapshot {}: {e}", path.display()))?;
         self.rec.wrote_snapshot(&path);
         Ok(Some(taken))

@@ -104,6 +104,9 @@ pub struct Ledger {
     /// The file's identity as this ledger last wrote it: while the file
     /// still has it, nobody else wrote it ([`Self::changed_by_others`]).
     written: Option<FileStamp>,
+    /// Where the file is written from, when no symlink may be followed on
+    /// the way (exec's own writes, SPEC §1).
+    below: Option<std::sync::Arc<crate::beneath::Beneath>>,
 }
 
 /// What tells one version of a file from another: a write through
@@ -139,7 +142,14 @@ impl Ledger {
             pending: Pending::default(),
             settled: HashMap::new(),
             written: None,
+            below: None,
         }
+    }
+
+    /// Write the file below `root`, never through a symlink.
+    pub fn below(mut self, root: std::sync::Arc<crate::beneath::Beneath>) -> Ledger {
+        self.below = Some(root);
+        self
     }
 
     pub fn store(&self) -> &TeamStateStore {
@@ -276,10 +286,15 @@ impl Ledger {
             }
         })?;
         let merged = super::merge::merge(&path, &old, &empty, &changes)?;
-        crate::fsutil::write_atomic_with(&path, crate::fsutil::Durability::Fsync, |out| {
-            merged.write_to(out)
-        })
-        .map_err(|e| StateError::io(&path, e))?;
+        let durability = crate::fsutil::Durability::Fsync;
+        match &self.below {
+            Some(root) => root
+                .relative(&path)
+                .and_then(|rel| root.write_atomic_with(rel, durability, |out| merged.write_to(out)))
+                .map_err(|e| StateError::io(&path, e.into()))?,
+            None => crate::fsutil::write_atomic_with(&path, durability, |out| merged.write_to(out))
+                .map_err(|e| StateError::io(&path, e))?,
+        }
         let drift = merged.drift;
         self.written = stamp_of(&path);
         self.pending = Pending::default();
