@@ -12,6 +12,7 @@
 //! canonical text made for the digest and its typed `Job` taken from the
 //! same parse, in parallel.
 
+use super::jobs::Jobs;
 use crate::canonical;
 use crate::diag::{Code, Diagnostic};
 use crate::plan::{self, Job, Plan, Stage};
@@ -33,6 +34,39 @@ type RawObject<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
 
 /// Read, check and parse the plan at `path`.
 pub fn load(path: &Path) -> Result<Loaded, Diagnostic> {
+    let (mut plan, stages) = read(path, |_text, job| job)?;
+    for (stage, jobs) in plan.stages.iter_mut().zip(stages) {
+        stage.jobs = jobs;
+    }
+    Ok(Loaded { plan })
+}
+
+/// A plan as exec holds it: the plan without its jobs, and the jobs as a
+/// compact [`Jobs`] table, each parsed when it is needed. A run of 10,000
+/// jobs then holds a few kilobytes of text a job, not a tree of strings.
+pub struct Lean {
+    pub plan: Plan,
+    pub jobs: Jobs,
+}
+
+/// [`load`], keeping each job as its canonical text.
+pub fn load_lean(path: &Path) -> Result<Lean, Diagnostic> {
+    let (plan, stages) = read(path, |text, job| {
+        (text.into_boxed_str(), job.key.into_boxed_str())
+    })?;
+    Ok(Lean {
+        plan,
+        jobs: Jobs::from_stages(stages),
+    })
+}
+
+/// Read and check the plan at `path`: its head (stages named, jobs empty),
+/// and what `keep` makes of each job (its canonical text and typed form),
+/// stage by stage.
+fn read<T: Send>(
+    path: &Path,
+    keep: impl Fn(String, Job) -> T + Sync,
+) -> Result<(Plan, Vec<Vec<T>>), Diagnostic> {
     let shown = path.display().to_string();
     let refuse = |code: Code, message: String| {
         let help = match code {
@@ -65,7 +99,7 @@ pub fn load(path: &Path) -> Result<Loaded, Diagnostic> {
         .get("digest")
         .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
         .unwrap_or_default();
-    let read = digest_and_jobs(&top)
+    let read = digest_and_jobs(&top, &keep)
         .map_err(|m| refuse(Code::PlanUnreadable, format!("plan {shown}: {m}")))?;
     if let Some((at, n)) = read.inexact {
         return Err(refuse(
@@ -90,13 +124,12 @@ pub fn load(path: &Path) -> Result<Loaded, Diagnostic> {
             format!("the plan records digest {recorded}, but its content digests to {actual}: it was edited after `okstra plan` wrote it"),
         ));
     }
-    let plan = typed(&top, stages).map_err(|m| {
+    typed(&top, stages).map_err(|m| {
         refuse(
             Code::PlanUnreadable,
             format!("plan {shown} does not have the plan shape: {m}"),
         )
-    })?;
-    Ok(Loaded { plan })
+    })
 }
 
 fn check_version(top: &RawObject) -> Result<(), String> {
@@ -117,13 +150,13 @@ const MARK: &str = "\u{0}okstra:splice\u{0}";
 
 /// A stage as read: its name, its other keys, and each job or why it does
 /// not have the job shape.
-type ParsedStage = (Value, Vec<String>, Vec<Result<Job, String>>);
+type ParsedStage<T> = (Value, Vec<String>, Vec<Result<T, String>>);
 
 /// What [`digest_and_jobs`] read: the digest, the stages, and the first
 /// integer canonical JSON cannot keep exact (its pointer and text).
-struct Read {
+struct Read<T> {
     digest: String,
-    stages: Vec<ParsedStage>,
+    stages: Vec<ParsedStage<T>>,
     inexact: Option<(String, String)>,
 }
 
@@ -134,7 +167,10 @@ struct Read {
 ///
 /// The canonical text is never held whole: it is hashed as it is made, the
 /// jobs a chunk at a time (each chunk canonicalised in parallel).
-fn digest_and_jobs(top: &RawObject) -> Result<Read, String> {
+fn digest_and_jobs<T: Send>(
+    top: &RawObject,
+    keep: &(impl Fn(String, Job) -> T + Sync),
+) -> Result<Read<T>, String> {
     use sha2::{Digest, Sha256};
     const CHUNK: usize = 512;
     let stages_raw: Vec<RawObject> = match top.get("stages") {
@@ -233,7 +269,7 @@ fn digest_and_jobs(top: &RawObject) -> Result<Read, String> {
                 if inexact.is_none() {
                     inexact = wide;
                 }
-                jobs.push(job);
+                jobs.push(job.map(|job| keep(text, job)));
             }
         }
         if stage.contains_key("jobs") {
@@ -277,8 +313,9 @@ fn around_mark(value: &Value) -> (String, String) {
     }
 }
 
-/// The typed plan: the head fields from the document, the stages as parsed.
-fn typed(top: &RawObject, stages: Vec<ParsedStage>) -> Result<Plan, String> {
+/// The typed plan head (each stage named, no jobs) and each stage's jobs.
+#[allow(clippy::type_complexity)]
+fn typed<T>(top: &RawObject, stages: Vec<ParsedStage<T>>) -> Result<(Plan, Vec<Vec<T>>), String> {
     let mut head = Map::new();
     for (k, v) in top {
         if k != "stages" {
@@ -290,19 +327,20 @@ fn typed(top: &RawObject, stages: Vec<ParsedStage>) -> Result<Plan, String> {
     }
     head.insert("stages".into(), Value::Array(Vec::new()));
     let mut plan: Plan = serde_json::from_value(Value::Object(head)).map_err(|e| e.to_string())?;
-    plan.stages = stages
-        .into_iter()
-        .map(|(name, extra, jobs)| {
-            if let Some(k) = extra.first() {
-                return Err(format!("a stage holds an unknown key `{k}`"));
-            }
-            let name = name
-                .as_str()
-                .map(str::to_string)
-                .ok_or("a stage without a string `name`")?;
-            let jobs = jobs.into_iter().collect::<Result<Vec<Job>, String>>()?;
-            Ok(Stage { name, jobs })
-        })
-        .collect::<Result<_, String>>()?;
-    Ok(plan)
+    let mut all = Vec::with_capacity(stages.len());
+    for (name, extra, jobs) in stages {
+        if let Some(k) = extra.first() {
+            return Err(format!("a stage holds an unknown key `{k}`"));
+        }
+        let name = name
+            .as_str()
+            .map(str::to_string)
+            .ok_or("a stage without a string `name`")?;
+        plan.stages.push(Stage {
+            name,
+            jobs: Vec::new(),
+        });
+        all.push(jobs.into_iter().collect::<Result<Vec<T>, String>>()?);
+    }
+    Ok((plan, all))
 }

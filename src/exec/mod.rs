@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod decide;
 pub mod event;
+pub mod jobs;
 pub mod load;
 pub mod notices;
 pub mod preflight;
@@ -56,17 +57,30 @@ pub struct Outcomes {
 /// A plan read by [`load`], whose inputs and bindings were checked against
 /// the world as it is now (SPEC §5.1).
 pub struct Verified {
+    /// The plan without its jobs (its stages keep their names).
     pub plan: Plan,
+    pub jobs: jobs::Jobs,
     pub root: PathBuf,
+}
+
+impl Verified {
+    /// A plan made or loaded in this process, checked against the world as
+    /// [`verify`] checks a plan file.
+    pub fn check(mut plan: Plan) -> Result<Verified, Diagnostics> {
+        let jobs = jobs::Jobs::take(&mut plan);
+        let root = PathBuf::from(&plan.project_root);
+        preflight::verify(&plan, &jobs, &root)?;
+        Ok(Verified { plan, jobs, root })
+    }
 }
 
 /// Read and verify the plan at `path`: refused with every reason, nothing
 /// started and nothing written.
 pub fn verify(path: &Path) -> Result<Verified, Diagnostics> {
-    let plan = load::load(path)?.plan;
+    let load::Lean { plan, jobs } = load::load_lean(path)?;
     let root = PathBuf::from(&plan.project_root);
-    preflight::verify(&plan, &root)?;
-    Ok(Verified { plan, root })
+    preflight::verify(&plan, &jobs, &root)?;
+    Ok(Verified { plan, jobs, root })
 }
 
 /// `okstra exec PLAN`: verify, then run with the reporters for `opts.format`.
@@ -82,7 +96,7 @@ pub fn run(
     opts: &Options,
     reporters: Vec<Box<dyn report::Reporter>>,
 ) -> Result<Outcomes, Diagnostics> {
-    let Verified { plan, root } = verified;
+    let Verified { plan, jobs, root } = verified;
     crate::fault::arm();
     let team_state = paths::abs_of(root, &plan.run.team_state_path);
     let store = crate::state::TeamStateStore::open(team_state.clone());
@@ -128,7 +142,7 @@ pub fn run(
             format!("cannot install signal handlers: {e}"),
         ))
     })?;
-    let outcomes = run::Runner::new(root, plan, opts, rec, own, reporters, interrupt).run();
+    let outcomes = run::Runner::new(root, plan, jobs, opts, rec, own, reporters, interrupt).run();
     drop(lock);
     Ok(outcomes)
 }

@@ -2,6 +2,7 @@
 //! started and nothing written, when its format is unknown, it was edited,
 //! an input changed or vanished, or a v2 job's authority moved.
 
+use super::jobs::Jobs;
 use crate::canonical::sha256_hex;
 use crate::compile::paths;
 use crate::diag::{Code, Diagnostic, Diagnostics};
@@ -71,11 +72,12 @@ pub fn binding_change(manifest: &Manifest, job: &plan::Job) -> Option<String> {
     binding_problem(manifest, re).map(|p| format!("role execution `{}` {p}", id.role_execution_ref))
 }
 
-pub fn binding_changes(plan: &Plan, manifest_doc: &Value) -> Vec<Diagnostic> {
+pub fn binding_changes(plan: &Plan, jobs: &Jobs, manifest_doc: &Value) -> Vec<Diagnostic> {
     let manifest = Manifest::new(manifest_doc);
-    plan.jobs()
+    jobs.each()
+        .map(|(_, job)| job)
         .filter_map(|job| {
-            binding_change(&manifest, job).map(|why| {
+            binding_change(&manifest, &job).map(|why| {
                 Diagnostic::new(Code::ExecBindingChanged, format!("{}: {why}", job.label()))
                     .worker(job.label().to_string())
                     .in_file(plan.run.manifest_path.clone())
@@ -87,7 +89,7 @@ pub fn binding_changes(plan: &Plan, manifest_doc: &Value) -> Vec<Diagnostic> {
 
 /// All of §5.1 but the lock and what [`super::load`] checks (format and
 /// digest).
-pub fn verify(plan: &Plan, root: &Path) -> Result<Option<Value>, Diagnostics> {
+pub fn verify(plan: &Plan, jobs: &Jobs, root: &Path) -> Result<Option<Value>, Diagnostics> {
     let mut diags = Diagnostics::default();
     diags.extend(stale_inputs(plan, root));
     let manifest_path = paths::abs_of(root, &plan.run.manifest_path);
@@ -95,7 +97,7 @@ pub fn verify(plan: &Plan, root: &Path) -> Result<Option<Value>, Diagnostics> {
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
     if let Some(doc) = &manifest {
-        diags.extend(binding_changes(plan, doc));
+        diags.extend(binding_changes(plan, jobs, doc));
     }
     if diags.is_empty() {
         Ok(manifest)

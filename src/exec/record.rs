@@ -166,31 +166,28 @@ impl Recorder {
     /// the jobs whose rows a dead executor never wrote (SPEC §5.8). A job
     /// whose rows already agree with its events is left alone, so what the
     /// lead wrote on it since stands.
-    pub fn reconcile(&mut self, plan: &Plan, histories: &[History]) -> Result<usize, StateError> {
-        use crate::state::team_state::{
-            dispatch_row_key, rows as rows_of, WORKERS, WORKER_DISPATCHES,
+    pub fn reconcile(
+        &mut self,
+        jobs: &super::jobs::Jobs,
+        histories: &[History],
+    ) -> Result<usize, StateError> {
+        use crate::state::team_state::dispatch_row_key;
+        // What team-state holds, read as a stream: the status of each
+        // dispatch row and worker row, never the document as a tree.
+        let path = self.ledger.store().path().to_path_buf();
+        let index = match std::fs::File::open(&path) {
+            Ok(f) => crate::state::merge::index(&path, std::io::BufReader::new(f))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+            Err(e) => return Err(StateError::io(&path, e)),
         };
-        let doc = self.ledger.store().read()?;
-        let recorded: std::collections::HashMap<String, String> = rows_of(&doc, WORKER_DISPATCHES)
-            .iter()
-            .filter_map(|r| {
-                let status = r.get("status").and_then(Value::as_str)?.to_string();
-                Some((dispatch_row_key(r)?, status))
-            })
-            .collect();
-        let worker_status = |key: &str| {
-            rows_of(&doc, WORKERS)
-                .iter()
-                .find(|r| r.get("workerId").and_then(Value::as_str) == Some(key))
-                .map(|r| {
-                    r.get("status")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string()
-                })
-        };
+        let recorded = &index.dispatches;
+        let worker_status = |key: &str| index.workers.get(key).cloned();
         let mut filled = 0;
-        for (job, history) in plan.jobs().zip(histories) {
+        for ((_, job), history) in jobs.each().zip(histories) {
+            let job = &job;
+            if history.attempts.is_empty() {
+                continue;
+            }
             let behind = history.attempts.iter().any(|a| {
                 let Some(d) = &a.dispatched else { return false };
                 let want = a.settled.as_ref().map_or("running", |s| s.status.as_str());

@@ -15,6 +15,7 @@
 //! judged for them (SPEC §5.5).
 
 use super::event::{Dispatched, Event, Settled};
+use super::jobs::Jobs;
 use crate::plan::{Plan, MAX_ATTEMPTS};
 use std::collections::HashMap;
 
@@ -150,21 +151,18 @@ pub struct Replay {
 
 /// Fold `events` (the whole log, any plan) into the histories of `plan`'s
 /// jobs.
-pub fn replay(plan: &Plan, events: impl IntoIterator<Item = Event>) -> Replay {
-    let jobs: Vec<(usize, &crate::plan::Job)> = plan
-        .stages
-        .iter()
-        .enumerate()
-        .flat_map(|(si, s)| s.jobs.iter().map(move |j| (si, j)))
-        .collect();
+pub fn replay(plan: &Plan, jobs: &Jobs, events: impl IntoIterator<Item = Event>) -> Replay {
     // A state key is unique within a stage; across stages the same key may
     // appear again, so events are matched to the stage being worked on.
     let mut index_of: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, (_, job)) in jobs.iter().enumerate() {
-        index_of.entry(job.key.as_str()).or_default().push(i);
+    for i in 0..jobs.len() {
+        index_of.entry(jobs.key(i)).or_default().push(i);
     }
-    let stage_of: Vec<usize> = jobs.iter().map(|(s, _)| *s).collect();
-    let stage_sizes: Vec<usize> = plan.stages.iter().map(|s| s.jobs.len()).collect();
+    let stage_of: Vec<usize> = (0..jobs.len()).map(|i| jobs.stage_of(i)).collect();
+    let mut stage_sizes: Vec<usize> = vec![0; plan.stages.len()];
+    for &s in &stage_of {
+        stage_sizes[s] += 1;
+    }
     let mut replay = Replay {
         histories: vec![History::default(); jobs.len()],
         forged: Vec::new(),
@@ -353,6 +351,13 @@ mod tests {
             reason: "missing".into(),
             next_attempt: attempt + 1,
         })
+    }
+
+    /// Replay `events` over `plan` as exec does: its jobs in a table.
+    fn replay(plan: &Plan, events: impl IntoIterator<Item = Event>) -> Replay {
+        let mut plan = plan.clone();
+        let jobs = Jobs::take(&mut plan);
+        super::replay(&plan, &jobs, events)
     }
 
     fn nexts(r: &Replay) -> Vec<Next> {

@@ -12,6 +12,7 @@
 use super::backend::{Backends, Dispatch, Found as Seen, Launch, Local};
 use super::decide::{self, Audit, End, Facts, Sidecar, Status};
 use super::event::{Dispatched, Event, Handle, Head, RetryScheduled, Settled, Who};
+use super::jobs::Jobs;
 use super::record::{Recorder, Then};
 use super::replay::{self, History, Next};
 use super::report::{JobReport, Notice, Reporter};
@@ -26,6 +27,7 @@ use crate::vocab::{Backend, MutationAudit, Role};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,8 +83,8 @@ pub(super) struct Runner<'a> {
     root: PathBuf,
     plan: &'a Plan,
     opts: &'a Options,
-    /// Every job in plan order, with its stage.
-    jobs: Vec<(usize, &'a Job)>,
+    /// Every job in plan order.
+    jobs: &'a Jobs,
     rec: Recorder,
     backend: Backends,
     reporters: Vec<Box<dyn Reporter>>,
@@ -119,19 +121,14 @@ impl<'a> Runner<'a> {
     pub(super) fn new(
         root: &Path,
         plan: &'a Plan,
+        jobs: &'a Jobs,
         opts: &'a Options,
         rec: Recorder,
         own: std::sync::Arc<Beneath>,
         reporters: Vec<Box<dyn Reporter>>,
         interrupt: Arc<AtomicBool>,
     ) -> Runner<'a> {
-        let jobs: Vec<(usize, &Job)> = plan
-            .stages
-            .iter()
-            .enumerate()
-            .flat_map(|(si, s)| s.jobs.iter().map(move |j| (si, j)))
-            .collect();
-        let (audit_roots, audit_exclude) = audit_walk(root, plan, &rec);
+        let (audit_roots, audit_exclude) = audit_walk(root, plan, jobs, &rec);
         let n = jobs.len();
         Runner {
             root: root.to_path_buf(),
@@ -171,20 +168,20 @@ impl<'a> Runner<'a> {
         paths::abs_of(&self.root, p)
     }
 
-    fn job(&self, i: usize) -> &'a Job {
-        self.jobs[i].1
+    fn job(&self, i: usize) -> Rc<Job> {
+        self.jobs.get(i)
     }
 
     pub(super) fn run(mut self) -> Outcomes {
         self.resume_records();
-        if self.jobs.iter().any(|(_, j)| j.backend == Backend::Pane) {
+        if self.jobs.each().any(|(_, j)| j.backend == Backend::Pane) {
             let line = self.backend.local.detect_pane();
             self.say(line);
         }
         let mut blocked: Option<&'static str> = None;
         for si in 0..self.plan.stages.len() {
             let indices: Vec<usize> = (0..self.jobs.len())
-                .filter(|&i| self.jobs[i].0 == si)
+                .filter(|&i| self.jobs.stage_of(i) == si)
                 .collect();
             if self.interrupt.load(Ordering::Relaxed) {
                 self.interrupted = true;
@@ -220,15 +217,16 @@ impl<'a> Runner<'a> {
         if let Err(e) = self.rec.flush_if_dirty() {
             self.fatal.get_or_insert(format!("team-state: {e}"));
         }
+        let jobs = self.jobs;
         let reports = self
             .reports
             .into_iter()
-            .zip(&self.jobs)
-            .map(|(r, (si, job))| {
+            .enumerate()
+            .map(|(i, r)| {
                 r.unwrap_or_else(|| JobReport {
-                    stage: self.plan.stages[*si].name.clone(),
-                    key: job.key.clone(),
-                    label: job.label().to_string(),
+                    stage: self.plan.stages[jobs.stage_of(i)].name.clone(),
+                    key: jobs.key(i).to_string(),
+                    label: jobs.get(i).label().to_string(),
                     status: "not-run".into(),
                     attempts: 0,
                     reason: "not reached".into(),
@@ -258,7 +256,7 @@ impl<'a> Runner<'a> {
                 return;
             }
         };
-        let replayed = replay::replay(self.plan, events);
+        let replayed = replay::replay(self.plan, self.jobs, events);
         for f in &replayed.forged {
             let text = format!(
                 "{}: a record of {} attempt {} that okstra did not write ({})",
@@ -270,7 +268,7 @@ impl<'a> Runner<'a> {
             self.forged.entry(f.stage).or_default().push(text);
         }
         self.histories = replayed.histories;
-        match self.rec.reconcile(self.plan, &self.histories) {
+        match self.rec.reconcile(self.jobs, &self.histories) {
             Ok(0) => {}
             Ok(n) => {
                 self.say(format!(
@@ -286,9 +284,9 @@ impl<'a> Runner<'a> {
     }
 
     fn report(&mut self, i: usize, status: &str, attempts: u64, reason: &str, duration: Duration) {
-        let (si, job) = self.jobs[i];
+        let job = self.job(i);
         let report = JobReport {
-            stage: self.plan.stages[si].name.clone(),
+            stage: self.plan.stages[self.jobs.stage_of(i)].name.clone(),
             key: job.key.clone(),
             label: job.label().to_string(),
             status: status.to_string(),
@@ -298,13 +296,14 @@ impl<'a> Runner<'a> {
         };
         self.tell(Notice::Finished { report: &report });
         self.reports[i] = Some(report);
+        self.jobs.forget(i);
     }
 
     /// A job that ends this exec without running: reported, and given a
     /// `workers[]` row if it has none.
     fn not_run(&mut self, i: usize, reason: &str) {
         let job = self.job(i);
-        self.rec.not_run(job, reason);
+        self.rec.not_run(&job, reason);
         self.report(i, "not-run", 0, reason, Duration::ZERO);
     }
 
@@ -350,7 +349,7 @@ impl<'a> Runner<'a> {
                 for (i, attempt) in pending.drain(..) {
                     let reason = format!("audit/incomplete: {why}");
                     let job = self.job(i);
-                    self.rec.unstarted_error(job, &reason);
+                    self.rec.unstarted_error(&job, &reason);
                     let first = job.first_attempt();
                     self.report(
                         i,
@@ -418,8 +417,8 @@ impl<'a> Runner<'a> {
                 .map(|doc| {
                     let manifest = crate::model::Manifest::new(&doc);
                     self.jobs
-                        .iter()
-                        .map(|(_, job)| super::preflight::binding_change(&manifest, job))
+                        .each()
+                        .map(|(_, job)| super::preflight::binding_change(&manifest, &job))
                         .collect()
                 });
             self.manifest_cache = Some((stamp.0, stamp.1, verdicts));
@@ -443,7 +442,7 @@ impl<'a> Runner<'a> {
         let job = self.job(i);
         let reason = format!("exec/binding-changed: {why}");
         self.say(format!("{} refused at start: {why}", job.label()));
-        self.rec.refused(job, &reason);
+        self.rec.refused(&job, &reason);
         self.report(
             i,
             "not-run",
@@ -526,7 +525,7 @@ impl<'a> Runner<'a> {
         for (i, d) in &held {
             let job = self.job(*i);
             self.rec
-                .record(job, &Event::WorkerDispatched(d.clone()), Then::End);
+                .record(&job, &Event::WorkerDispatched(d.clone()), Then::End);
         }
         crate::fault::point("dispatch-commit");
         if let Err(e) = self.rec.commit(Sync::Data) {
@@ -566,7 +565,7 @@ impl<'a> Runner<'a> {
         let session_id = job
             .takes_session_id
             .then(|| uuid::Uuid::new_v4().to_string());
-        let argv = self.worker_argv(job, attempt, session_id.as_deref());
+        let argv = self.worker_argv(&job, attempt, session_id.as_deref());
         let status = self.abs(&job.status_path());
         // okstra's own writes never go through a symlink (SPEC §1): the log
         // is opened here, below the root, and handed to the wrapper; the
@@ -596,7 +595,7 @@ impl<'a> Runner<'a> {
         };
         crate::fault::point("spawn");
         let started = self.backend.start(&Launch {
-            job,
+            job: &job,
             argv: &argv,
             cwd: &self.root,
             env: &env,
@@ -606,7 +605,7 @@ impl<'a> Runner<'a> {
             title: &title,
         })?;
         Ok(Dispatched {
-            head: self.head(job, attempt),
+            head: self.head(&job, attempt),
             handle: started.handle,
             pid_start: started.pid_start,
             session_id,
@@ -675,7 +674,8 @@ impl<'a> Runner<'a> {
                     retries.extend(self.settle_one(si, e));
                 }
             }
-            let labels: Vec<&str> = running.values().map(|r| self.job(r.job).label()).collect();
+            let held: Vec<Rc<Job>> = running.values().map(|r| self.job(r.job)).collect();
+            let labels: Vec<&str> = held.iter().map(|j| j.label()).collect();
             self.tell(Notice::Running {
                 labels,
                 settled: settled + ended.len(),
@@ -701,9 +701,9 @@ impl<'a> Runner<'a> {
             }
             for (handle, code) in self.backend.exits(TICK) {
                 if let Some(r) = running.remove(&handle) {
-                    let label = self.job(r.job).label();
+                    let job = self.job(r.job);
                     self.tell(Notice::Exited {
-                        label,
+                        label: job.label(),
                         attempt: r.dispatched.head.attempt,
                         code,
                         elapsed: r.started.elapsed(),
@@ -721,16 +721,16 @@ impl<'a> Runner<'a> {
             let idle: Vec<Handle> = running
                 .iter_mut()
                 .filter_map(|(handle, r)| {
-                    let limit = Duration::from_secs(self.jobs[r.job].1.idle_timeout_seconds);
+                    let limit = Duration::from_secs(self.job(r.job).idle_timeout_seconds);
                     (r.started.elapsed() >= limit && r.watch.idle_for() >= limit).then_some(*handle)
                 })
                 .collect();
             if !idle.is_empty() {
                 let stopped: Vec<Running> = idle.iter().filter_map(|p| running.remove(p)).collect();
                 for r in &stopped {
-                    let label = self.job(r.job).label();
+                    let job = self.job(r.job);
                     self.tell(Notice::WentIdle {
-                        label,
+                        label: job.label(),
                         attempt: r.dispatched.head.attempt,
                     });
                 }
@@ -785,7 +785,7 @@ impl<'a> Runner<'a> {
         ));
         for (i, attempt) in never.into_iter().chain(queue) {
             let job = self.job(i);
-            self.rec.unstarted_error(job, &reason);
+            self.rec.unstarted_error(&job, &reason);
             let first = job.first_attempt();
             self.report(
                 i,
@@ -1127,7 +1127,7 @@ impl Runner<'_> {
             let code = d.exit_code.or(wrapper_code).unwrap_or(1);
             let log = self.abs(&job.log_path());
             self.rec
-                .error_log(job, attempt, i64::from(code), duration_ms, &d.reason, &log)
+                .error_log(&job, attempt, i64::from(code), duration_ms, &d.reason, &log)
         });
         let settled = Settled {
             head: self.head_from(&e.dispatched),
@@ -1157,7 +1157,7 @@ impl Runner<'_> {
         } else {
             Then::End
         };
-        self.rec.record_settled(job, &e.dispatched, &event, then);
+        self.rec.record_settled(&job, &e.dispatched, &event, then);
         self.tell(Notice::Recorded { event: &event });
         if d.retry {
             let retry = Event::WorkerRetryScheduled(RetryScheduled {
@@ -1166,7 +1166,7 @@ impl Runner<'_> {
                 reason: d.reason.clone(),
                 next_attempt: attempt + 1,
             });
-            self.rec.record(job, &retry, Then::Retry);
+            self.rec.record(&job, &retry, Then::Retry);
             self.tell(Notice::Recorded { event: &retry });
         }
         if d.resumable {
@@ -1246,10 +1246,15 @@ pub fn who(identity: &Identity) -> Who {
 /// What every audit walk of the run covers and leaves out: the project root
 /// and every worktree outside it, minus okstra's own files (which are
 /// checked against what exec wrote instead).
-fn audit_walk(root: &Path, plan: &Plan, rec: &Recorder) -> (Vec<PathBuf>, Vec<PathBuf>) {
+fn audit_walk(
+    root: &Path,
+    plan: &Plan,
+    jobs: &Jobs,
+    rec: &Recorder,
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let abs = |p: &str| paths::abs_of(root, p);
     let mut roots = vec![root.to_path_buf()];
-    for job in plan.jobs() {
+    for (_, job) in jobs.each() {
         if let Some(w) = &job.worktree_path {
             let w = abs(w);
             if !w.starts_with(root) && !roots.contains(&w) {

@@ -260,9 +260,9 @@ impl Ledger {
         let started = Instant::now();
         let _lock = self.store.lock()?;
         let path = self.store.path().to_path_buf();
-        let old = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        let mut old: Box<dyn std::io::BufRead> = match std::fs::File::open(&path) {
+            Ok(file) => Box::new(std::io::BufReader::with_capacity(64 * 1024, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Box::new(std::io::empty()),
             Err(e) => return Err(StateError::io(&path, e)),
         };
         let pending = &self.pending;
@@ -277,25 +277,36 @@ impl Ledger {
             dispatches: &pending.dispatches,
             attempts: pending.attempts.rows.iter().map(|(k, p)| (k, p)).collect(),
         };
-        // The file's text and the merged text streamed to the new file: no
-        // tree of the whole document is ever built.
-        let empty = serde_json::value::RawValue::from_string("[]".into()).map_err(|source| {
-            StateError::Parse {
-                path: path.clone(),
-                source,
-            }
-        })?;
-        let merged = super::merge::merge(&path, &old, &empty, &changes)?;
+        // The old file streamed through the merge into the new one: one
+        // row in memory at a time. A document that is not team-state fails
+        // the merge, and nothing is renamed.
         let durability = crate::fsutil::Durability::Fsync;
-        match &self.below {
+        let mut failure = None;
+        let mut drift = Ok(());
+        let mut write = |out: &mut dyn std::io::Write| -> std::io::Result<()> {
+            match super::merge::merge(&path, &mut old, &changes, out) {
+                Ok(d) => {
+                    drift = d;
+                    Ok(())
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    Err(std::io::Error::other("team-state merge"))
+                }
+            }
+        };
+        let written = match &self.below {
             Some(root) => root
                 .relative(&path)
-                .and_then(|rel| root.write_atomic_with(rel, durability, |out| merged.write_to(out)))
-                .map_err(|e| StateError::io(&path, e.into()))?,
-            None => crate::fsutil::write_atomic_with(&path, durability, |out| merged.write_to(out))
-                .map_err(|e| StateError::io(&path, e))?,
+                .and_then(|rel| root.write_atomic_with(rel, durability, &mut write))
+                .map_err(std::io::Error::from),
+            None => crate::fsutil::write_atomic_with(&path, durability, &mut write),
+        };
+        if let Some(e) = failure {
+            return Err(e);
         }
-        let drift = merged.drift;
+        written.map_err(|e| StateError::io(&path, e))?;
+
         self.written = stamp_of(&path);
         self.pending = Pending::default();
         self.last_flush = Instant::now();
