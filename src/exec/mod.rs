@@ -96,7 +96,7 @@ pub fn run(
     opts: &Options,
     reporters: Vec<Box<dyn report::Reporter>>,
 ) -> Result<Outcomes, Diagnostics> {
-    let Verified { plan, jobs, root } = verified;
+    let Verified { plan, root, .. } = verified;
     crate::fault::arm();
     let team_state = paths::abs_of(root, &plan.run.team_state_path);
     let store = crate::state::TeamStateStore::open(team_state.clone());
@@ -142,7 +142,7 @@ pub fn run(
             format!("cannot install signal handlers: {e}"),
         ))
     })?;
-    let outcomes = run::Runner::new(root, plan, jobs, opts, rec, own, reporters, interrupt).run();
+    let outcomes = run::Runner::new(verified, opts, rec, own, reporters, interrupt).run();
     drop(lock);
     Ok(outcomes)
 }

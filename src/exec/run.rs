@@ -119,15 +119,14 @@ type BindingVerdicts = (
 
 impl<'a> Runner<'a> {
     pub(super) fn new(
-        root: &Path,
-        plan: &'a Plan,
-        jobs: &'a Jobs,
+        verified: &'a super::Verified,
         opts: &'a Options,
         rec: Recorder,
         own: std::sync::Arc<Beneath>,
         reporters: Vec<Box<dyn Reporter>>,
         interrupt: Arc<AtomicBool>,
     ) -> Runner<'a> {
+        let super::Verified { plan, jobs, root } = verified;
         let (audit_roots, audit_exclude) = audit_walk(root, plan, jobs, &rec);
         let n = jobs.len();
         Runner {
