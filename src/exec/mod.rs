@@ -61,6 +61,9 @@ pub struct Verified {
     pub plan: Plan,
     pub jobs: jobs::Jobs,
     pub root: PathBuf,
+    /// The manifest's modification time and length when every binding was
+    /// found intact.
+    pub manifest_stamp: Option<(std::time::SystemTime, u64)>,
 }
 
 impl Verified {
@@ -69,8 +72,13 @@ impl Verified {
     pub fn check(mut plan: Plan) -> Result<Verified, Diagnostics> {
         let jobs = jobs::Jobs::take(&mut plan);
         let root = PathBuf::from(&plan.project_root);
-        preflight::verify(&plan, &jobs, &root)?;
-        Ok(Verified { plan, jobs, root })
+        let manifest_stamp = preflight::verify(&plan, &jobs, &root)?;
+        Ok(Verified {
+            plan,
+            jobs,
+            root,
+            manifest_stamp,
+        })
     }
 }
 
@@ -79,8 +87,13 @@ impl Verified {
 pub fn verify(path: &Path) -> Result<Verified, Diagnostics> {
     let load::Lean { plan, jobs } = load::load_lean(path)?;
     let root = PathBuf::from(&plan.project_root);
-    preflight::verify(&plan, &jobs, &root)?;
-    Ok(Verified { plan, jobs, root })
+    let manifest_stamp = preflight::verify(&plan, &jobs, &root)?;
+    Ok(Verified {
+        plan,
+        jobs,
+        root,
+        manifest_stamp,
+    })
 }
 
 /// `okstra exec PLAN`: verify, then run with the reporters for `opts.format`.

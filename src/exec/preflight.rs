@@ -89,10 +89,20 @@ pub fn binding_changes(plan: &Plan, jobs: &Jobs, manifest_doc: &Value) -> Vec<Di
 
 /// All of §5.1 but the lock and what [`super::load`] checks (format and
 /// digest).
-pub fn verify(plan: &Plan, jobs: &Jobs, root: &Path) -> Result<Option<Value>, Diagnostics> {
+/// Returns the manifest's identity (modification time and length) as it
+/// was when every binding was found intact, so the runner checks again only
+/// once the manifest moved; `None` when it could not be read.
+pub fn verify(
+    plan: &Plan,
+    jobs: &Jobs,
+    root: &Path,
+) -> Result<Option<(std::time::SystemTime, u64)>, Diagnostics> {
     let mut diags = Diagnostics::default();
     diags.extend(stale_inputs(plan, root));
     let manifest_path = paths::abs_of(root, &plan.run.manifest_path);
+    let stamp = std::fs::metadata(&manifest_path)
+        .ok()
+        .and_then(|m| Some((m.modified().ok()?, m.len())));
     let manifest = std::fs::read(&manifest_path)
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
@@ -100,7 +110,7 @@ pub fn verify(plan: &Plan, jobs: &Jobs, root: &Path) -> Result<Option<Value>, Di
         diags.extend(binding_changes(plan, jobs, doc));
     }
     if diags.is_empty() {
-        Ok(manifest)
+        Ok(stamp.filter(|_| manifest.is_some()))
     } else {
         Err(diags)
     }

@@ -126,7 +126,12 @@ impl<'a> Runner<'a> {
         reporters: Vec<Box<dyn Reporter>>,
         interrupt: Arc<AtomicBool>,
     ) -> Runner<'a> {
-        let super::Verified { plan, jobs, root } = verified;
+        let super::Verified {
+            plan,
+            jobs,
+            root,
+            manifest_stamp,
+        } = verified;
         let (audit_roots, audit_exclude) = audit_walk(root, plan, jobs, &rec);
         let n = jobs.len();
         Runner {
@@ -147,7 +152,9 @@ impl<'a> Runner<'a> {
             fatal: None,
             audit_roots,
             audit_exclude,
-            manifest_cache: None,
+            // Every binding held when the plan was verified: the manifest is
+            // read again only once it moved.
+            manifest_cache: manifest_stamp.map(|(t, l)| (Some(t), l, Some(vec![None; jobs.len()]))),
             last_after: None,
             own,
         }
