@@ -7,56 +7,142 @@ use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-/// Every stable error code okstra emits. The string form is the wire name; the
-/// exit status and the one-line description live here too, so the README table,
-/// the exit code and the code itself cannot drift apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Code {
-    IdentityMixedVersions,
-    IdentityUnsupportedVersion,
-    IdentityBadAttempt,
-    IdentityMissingField,
-    IdentityNoStateKey,
-    IdentityDuplicate,
-    MetadataIncomplete,
-    MetadataInvalid,
-    AuthorityMetadataVersion,
-    AuthorityInvocationMismatch,
-    AuthorityIdentityMismatch,
-    AuthorityPromptMismatch,
-    AuthorityRoleExecution,
-    AuthorityAssignment,
-    AuthorityBinding,
-    RulesTranslatorNeedsReservation,
-    RulesPhaseOrder,
-    RulesReportWriterIsolation,
-    RulesWriteConflict,
-    RulesReverifyKind,
-    RosterEmpty,
-    RosterUnknownWorker,
-    TranslatorNoCanonicalExecution,
-    TranslatorReservationCount,
-    TranslatorMetadataPath,
-    TranslatorReservationMismatch,
-    TranslatorPromptHeaders,
-    PlanStagesMalformedConformance,
-    PathEscapesRoot,
-    PathInvalid,
-    PathTooBroad,
-    SchemaViolation,
-    InputSyntax,
-    InputMissing,
-    InputUnreadable,
-    InputInvalid,
-    PlanVersion,
-    PlanDigestMismatch,
-    PlanStale,
-    PlanUnreadable,
-    ExecBindingChanged,
-    ExecLocked,
-    ExecState,
-    ExecConfinementUnavailable,
-    AuditIncomplete,
+/// Declares [`Code`] from one table: each code once, with its wire name, the
+/// exit status it ends a command with, and the one line the README's
+/// error-code table shows. Nothing else lists the codes.
+macro_rules! codes {
+    ($($variant:ident = $wire:literal, $exit:ident, $summary:literal;)*) => {
+        /// Every stable error code okstra emits.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Code {
+            $($variant,)*
+        }
+
+        impl Code {
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            /// The wire name (`identity/bad-attempt`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $wire,)*
+                }
+            }
+
+            /// One line for the README's error-code table and for `--help` texts.
+            pub fn summary(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $summary,)*
+                }
+            }
+
+            pub fn exit_status(self) -> ExitStatus {
+                match self {
+                    $(Code::$variant => ExitStatus::$exit,)*
+                }
+            }
+
+            /// The code with this wire name.
+            pub fn from_wire(name: &str) -> Option<Code> {
+                match name {
+                    $($wire => Some(Code::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    IdentityMixedVersions = "identity/mixed-versions", InvalidInput,
+        "a worker entry or its metadata mixes v1 and v2 identity fields";
+    IdentityUnsupportedVersion = "identity/unsupported-version", InvalidInput,
+        "a schemaVersion / executionIdentityVersion pair okstra does not know";
+    IdentityBadAttempt = "identity/bad-attempt", InvalidInput,
+        "a v2 `attempt` that is missing, not an integer, a boolean, or below 1";
+    IdentityMissingField = "identity/missing-field", InvalidInput,
+        "a required identity field is missing or empty";
+    IdentityNoStateKey = "identity/no-state-key", InvalidInput,
+        "a v2 `assignmentRef` whose last `/` segment is empty";
+    IdentityDuplicate = "identity/duplicate", InvalidInput,
+        "two jobs share a state key in one stage, or a dispatch id anywhere";
+    MetadataIncomplete = "metadata/incomplete", InvalidInput,
+        "invocation metadata without `digests` or `modelAssignment`";
+    MetadataInvalid = "metadata/invalid", InvalidInput,
+        "invocation metadata with a malformed field (e.g. `hostModelValue`)";
+    AuthorityMetadataVersion = "authority/metadata-version", InvalidInput,
+        "a v2 job whose metadata is v1 or absent";
+    AuthorityInvocationMismatch = "authority/invocation-mismatch", InvalidInput,
+        "the job's `invocationRef` differs from its metadata";
+    AuthorityIdentityMismatch = "authority/identity-mismatch", InvalidInput,
+        "participant, role execution, label, duty or attempt differs from the metadata";
+    AuthorityPromptMismatch = "authority/prompt-mismatch", InvalidInput,
+        "`promptPath` and the metadata's `prompt.path` name different files";
+    AuthorityRoleExecution = "authority/role-execution", InvalidInput,
+        "the role execution or participant is missing or disagrees with the job or its duty";
+    AuthorityAssignment = "authority/assignment", InvalidInput,
+        "model execution value or dispatch kind differs from the metadata";
+    AuthorityBinding = "authority/binding", InvalidInput,
+        "the role execution's model binding is missing or does not match the catalog";
+    RulesTranslatorNeedsReservation = "rules/translator-needs-reservation", InvalidInput,
+        "a translator given as a job; translators come only from reservations";
+    RulesPhaseOrder = "rules/phase-order", InvalidInput,
+        "an implementation executor and a verifier in one batch, or verifiers before their executor";
+    RulesReportWriterIsolation = "rules/report-writer-isolation", InvalidInput,
+        "report-writer shares its batch, or is not in the last stage";
+    RulesWriteConflict = "rules/write-conflict", InvalidInput,
+        "two jobs of one batch may write the same path";
+    RulesReverifyKind = "rules/reverify-kind", InvalidInput,
+        "a `reverify-r...` dispatch kind without a round number >= 1";
+    RosterEmpty = "roster/empty", InvalidInput,
+        "the manifest's `recommendedWorkers` is empty";
+    RosterUnknownWorker = "roster/unknown-worker", InvalidInput,
+        "a `--workers` name that is not in the roster";
+    TranslatorNoCanonicalExecution = "translator/no-canonical-execution", InvalidInput,
+        "no single translator role execution matches the translator assignment";
+    TranslatorReservationCount = "translator/reservation-count", InvalidInput,
+        "not exactly one candidate translator reservation";
+    TranslatorMetadataPath = "translator/metadata-path", InvalidInput,
+        "a reservation whose `metadataPath` is not `<promptPath>.meta.json`";
+    TranslatorReservationMismatch = "translator/reservation-mismatch", InvalidInput,
+        "a reservation that disagrees with its invocation metadata";
+    TranslatorPromptHeaders = "translator/prompt-headers", InvalidInput,
+        "a translator prompt without exactly one distinct Result / Worker Result header each";
+    PlanStagesMalformedConformance = "plan-stages/malformed-conformance", InvalidInput,
+        "a stage's `conformanceTests` declaration does not parse";
+    PathEscapesRoot = "path/escapes-root", InvalidInput,
+        "a path that resolves outside the project root";
+    PathInvalid = "path/invalid", InvalidInput,
+        "a path holding `\\`, a NUL byte or an empty segment";
+    PathTooBroad = "path/too-broad", InvalidInput,
+        "a worktree or auxiliary root that is `/`, an ancestor of the project root, or under /proc, /sys or /dev";
+    SchemaViolation = "schema/violation", InvalidInput,
+        "a value the JSON Schema refuses (unknown key, wrong type, ...)";
+    InputSyntax = "input/syntax", InvalidInput,
+        "a TOML or JSON syntax error";
+    InputMissing = "input/missing", InvalidInput,
+        "a file the input names does not exist";
+    InputUnreadable = "input/unreadable", InvalidInput,
+        "a file exists but cannot be read";
+    InputInvalid = "input/invalid", InvalidInput,
+        "an input whose content is unusable for a reason no more specific code covers";
+    PlanVersion = "plan/version", PlanRefused,
+        "a plan whose `formatVersion` this okstra does not support";
+    PlanDigestMismatch = "plan/digest-mismatch", PlanRefused,
+        "a plan edited after `okstra plan` wrote it";
+    PlanStale = "plan/stale", PlanRefused,
+        "an input changed or vanished since the plan was made";
+    PlanUnreadable = "plan/unreadable", PlanRefused,
+        "a plan file that cannot be read or parsed";
+    ExecBindingChanged = "exec/binding-changed", PlanRefused,
+        "a v2 job's role execution or model binding changed since planning";
+    ExecLocked = "exec/locked", Locked,
+        "another `okstra exec` holds this run";
+    ExecState = "exec/state", InvalidInput,
+        "a run state file that cannot be read, parsed or written";
+    ExecConfinementUnavailable = "exec/confinement-unavailable", PlanRefused,
+        "a job requires kernel confinement (`confinement = \"required\"`) that this machine cannot apply";
+    AuditIncomplete = "audit/incomplete", JobsFailed,
+        "the mutation audit could not walk or compare the tree; the jobs it covers settle `error`";
 }
 
 /// How a command ends. Mapped to a process exit code in exactly one place.
@@ -86,172 +172,6 @@ impl ExitStatus {
 impl From<ExitStatus> for ExitCode {
     fn from(status: ExitStatus) -> ExitCode {
         ExitCode::from(status.code())
-    }
-}
-
-impl Code {
-    pub const ALL: &'static [Code] = &[
-        Code::IdentityMixedVersions,
-        Code::IdentityUnsupportedVersion,
-        Code::IdentityBadAttempt,
-        Code::IdentityMissingField,
-        Code::IdentityNoStateKey,
-        Code::IdentityDuplicate,
-        Code::MetadataIncomplete,
-        Code::MetadataInvalid,
-        Code::AuthorityMetadataVersion,
-        Code::AuthorityInvocationMismatch,
-        Code::AuthorityIdentityMismatch,
-        Code::AuthorityPromptMismatch,
-        Code::AuthorityRoleExecution,
-        Code::AuthorityAssignment,
-        Code::AuthorityBinding,
-        Code::RulesTranslatorNeedsReservation,
-        Code::RulesPhaseOrder,
-        Code::RulesReportWriterIsolation,
-        Code::RulesWriteConflict,
-        Code::RulesReverifyKind,
-        Code::RosterEmpty,
-        Code::RosterUnknownWorker,
-        Code::TranslatorNoCanonicalExecution,
-        Code::TranslatorReservationCount,
-        Code::TranslatorMetadataPath,
-        Code::TranslatorReservationMismatch,
-        Code::TranslatorPromptHeaders,
-        Code::PlanStagesMalformedConformance,
-        Code::PathEscapesRoot,
-        Code::PathInvalid,
-        Code::PathTooBroad,
-        Code::SchemaViolation,
-        Code::InputSyntax,
-        Code::InputMissing,
-        Code::InputUnreadable,
-        Code::InputInvalid,
-        Code::PlanVersion,
-        Code::PlanDigestMismatch,
-        Code::PlanStale,
-        Code::PlanUnreadable,
-        Code::ExecBindingChanged,
-        Code::ExecLocked,
-        Code::ExecState,
-        Code::ExecConfinementUnavailable,
-        Code::AuditIncomplete,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::IdentityMixedVersions => "identity/mixed-versions",
-            Code::IdentityUnsupportedVersion => "identity/unsupported-version",
-            Code::IdentityBadAttempt => "identity/bad-attempt",
-            Code::IdentityMissingField => "identity/missing-field",
-            Code::IdentityNoStateKey => "identity/no-state-key",
-            Code::IdentityDuplicate => "identity/duplicate",
-            Code::MetadataIncomplete => "metadata/incomplete",
-            Code::MetadataInvalid => "metadata/invalid",
-            Code::AuthorityMetadataVersion => "authority/metadata-version",
-            Code::AuthorityInvocationMismatch => "authority/invocation-mismatch",
-            Code::AuthorityIdentityMismatch => "authority/identity-mismatch",
-            Code::AuthorityPromptMismatch => "authority/prompt-mismatch",
-            Code::AuthorityRoleExecution => "authority/role-execution",
-            Code::AuthorityAssignment => "authority/assignment",
-            Code::AuthorityBinding => "authority/binding",
-            Code::RulesTranslatorNeedsReservation => "rules/translator-needs-reservation",
-            Code::RulesPhaseOrder => "rules/phase-order",
-            Code::RulesReportWriterIsolation => "rules/report-writer-isolation",
-            Code::RulesWriteConflict => "rules/write-conflict",
-            Code::RulesReverifyKind => "rules/reverify-kind",
-            Code::RosterEmpty => "roster/empty",
-            Code::RosterUnknownWorker => "roster/unknown-worker",
-            Code::TranslatorNoCanonicalExecution => "translator/no-canonical-execution",
-            Code::TranslatorReservationCount => "translator/reservation-count",
-            Code::TranslatorMetadataPath => "translator/metadata-path",
-            Code::TranslatorReservationMismatch => "translator/reservation-mismatch",
-            Code::TranslatorPromptHeaders => "translator/prompt-headers",
-            Code::PlanStagesMalformedConformance => "plan-stages/malformed-conformance",
-            Code::PathEscapesRoot => "path/escapes-root",
-            Code::PathInvalid => "path/invalid",
-            Code::PathTooBroad => "path/too-broad",
-            Code::SchemaViolation => "schema/violation",
-            Code::InputSyntax => "input/syntax",
-            Code::InputMissing => "input/missing",
-            Code::InputUnreadable => "input/unreadable",
-            Code::InputInvalid => "input/invalid",
-            Code::PlanVersion => "plan/version",
-            Code::PlanDigestMismatch => "plan/digest-mismatch",
-            Code::PlanStale => "plan/stale",
-            Code::PlanUnreadable => "plan/unreadable",
-            Code::ExecBindingChanged => "exec/binding-changed",
-            Code::ExecLocked => "exec/locked",
-            Code::ExecState => "exec/state",
-            Code::ExecConfinementUnavailable => "exec/confinement-unavailable",
-            Code::AuditIncomplete => "audit/incomplete",
-        }
-    }
-
-    /// One line for the README's error-code table and for `--help` texts.
-    pub fn summary(self) -> &'static str {
-        match self {
-            Code::IdentityMixedVersions => "a worker entry or its metadata mixes v1 and v2 identity fields",
-            Code::IdentityUnsupportedVersion => "a schemaVersion / executionIdentityVersion pair okstra does not know",
-            Code::IdentityBadAttempt => "a v2 `attempt` that is missing, not an integer, a boolean, or below 1",
-            Code::IdentityMissingField => "a required identity field is missing or empty",
-            Code::IdentityNoStateKey => "a v2 `assignmentRef` whose last `/` segment is empty",
-            Code::IdentityDuplicate => "two jobs share a state key in one stage, or a dispatch id anywhere",
-            Code::MetadataIncomplete => "invocation metadata without `digests` or `modelAssignment`",
-            Code::MetadataInvalid => "invocation metadata with a malformed field (e.g. `hostModelValue`)",
-            Code::AuthorityMetadataVersion => "a v2 job whose metadata is v1 or absent",
-            Code::AuthorityInvocationMismatch => "the job's `invocationRef` differs from its metadata",
-            Code::AuthorityIdentityMismatch => "participant, role execution, label, duty or attempt differs from the metadata",
-            Code::AuthorityPromptMismatch => "`promptPath` and the metadata's `prompt.path` name different files",
-            Code::AuthorityRoleExecution => "the role execution or participant is missing or disagrees with the job or its duty",
-            Code::AuthorityAssignment => "model execution value or dispatch kind differs from the metadata",
-            Code::AuthorityBinding => "the role execution's model binding is missing or does not match the catalog",
-            Code::RulesTranslatorNeedsReservation => "a translator given as a job; translators come only from reservations",
-            Code::RulesPhaseOrder => "an implementation executor and a verifier in one batch, or verifiers before their executor",
-            Code::RulesReportWriterIsolation => "report-writer shares its batch, or is not in the last stage",
-            Code::RulesWriteConflict => "two jobs of one batch may write the same path",
-            Code::RulesReverifyKind => "a `reverify-r...` dispatch kind without a round number >= 1",
-            Code::RosterEmpty => "the manifest's `recommendedWorkers` is empty",
-            Code::RosterUnknownWorker => "a `--workers` name that is not in the roster",
-            Code::TranslatorNoCanonicalExecution => "no single translator role execution matches the translator assignment",
-            Code::TranslatorReservationCount => "not exactly one candidate translator reservation",
-            Code::TranslatorMetadataPath => "a reservation whose `metadataPath` is not `<promptPath>.meta.json`",
-            Code::TranslatorReservationMismatch => "a reservation that disagrees with its invocation metadata",
-            Code::TranslatorPromptHeaders => "a translator prompt without exactly one distinct Result / Worker Result header each",
-            Code::PlanStagesMalformedConformance => "a stage's `conformanceTests` declaration does not parse",
-            Code::PathEscapesRoot => "a path that resolves outside the project root",
-            Code::PathInvalid => "a path holding `\\`, a NUL byte or an empty segment",
-            Code::PathTooBroad => "a worktree or auxiliary root that is `/`, an ancestor of the project root, or under /proc, /sys or /dev",
-            Code::SchemaViolation => "a value the JSON Schema refuses (unknown key, wrong type, ...)",
-            Code::InputSyntax => "a TOML or JSON syntax error",
-            Code::InputMissing => "a file the input names does not exist",
-            Code::InputUnreadable => "a file exists but cannot be read",
-            Code::InputInvalid => "an input whose content is unusable for a reason no more specific code covers",
-            Code::PlanVersion => "a plan whose `formatVersion` this okstra does not support",
-            Code::PlanDigestMismatch => "a plan edited after `okstra plan` wrote it",
-            Code::PlanStale => "an input changed or vanished since the plan was made",
-            Code::PlanUnreadable => "a plan file that cannot be read or parsed",
-            Code::ExecBindingChanged => "a v2 job's role execution or model binding changed since planning",
-            Code::ExecLocked => "another `okstra exec` holds this run",
-            Code::ExecState => "a run state file that cannot be read, parsed or written",
-            Code::ExecConfinementUnavailable => "a job requires kernel confinement (`confinement = \"required\"`) that this machine cannot apply",
-            Code::AuditIncomplete => "the mutation audit could not walk or compare the tree; the jobs it covers settle `error`",
-        }
-    }
-
-    pub fn exit_status(self) -> ExitStatus {
-        match self {
-            Code::PlanVersion
-            | Code::PlanDigestMismatch
-            | Code::PlanStale
-            | Code::PlanUnreadable
-            | Code::ExecBindingChanged
-            | Code::ExecConfinementUnavailable => ExitStatus::PlanRefused,
-            Code::ExecLocked => ExitStatus::Locked,
-            Code::AuditIncomplete => ExitStatus::JobsFailed,
-            Code::ExecState => ExitStatus::InvalidInput,
-            _ => ExitStatus::InvalidInput,
-        }
     }
 }
 
@@ -490,18 +410,66 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_readme_documents_every_code() {
+    /// The README's error-code table, as (code, exit, meaning) rows.
+    fn readme_code_rows() -> Vec<(String, String, String)> {
         let readme = include_str!("../README.md");
-        for code in Code::ALL {
-            let row = format!(
-                "| `{}` | {} | {} |",
-                code.as_str(),
-                code.exit_status().code(),
-                code.summary().replace('|', "\\|")
+        let mut lines = readme
+            .lines()
+            .skip_while(|l| l.trim() != "| code | exit | meaning |");
+        assert!(lines.next().is_some(), "README has no error-code table");
+        assert!(lines.next().is_some_and(|l| l.starts_with("| ---")));
+        lines
+            .take_while(|l| l.starts_with('|'))
+            .map(|row| {
+                let inner = row
+                    .strip_prefix("| `")
+                    .and_then(|r| r.strip_suffix(" |"))
+                    .unwrap_or_else(|| panic!("malformed README row: {row}"));
+                let (code, rest) = inner
+                    .split_once("` | ")
+                    .unwrap_or_else(|| panic!("malformed README row: {row}"));
+                let (exit, meaning) = rest
+                    .split_once(" | ")
+                    .unwrap_or_else(|| panic!("malformed README row: {row}"));
+                (code.to_string(), exit.to_string(), meaning.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_table_is_exactly_the_codes() {
+        let rows = readme_code_rows();
+        let mut seen = std::collections::HashSet::new();
+        for (name, exit, meaning) in &rows {
+            let code = Code::from_wire(name)
+                .unwrap_or_else(|| panic!("README names `{name}`, which is not a code"));
+            assert!(seen.insert(code), "README lists `{name}` twice");
+            assert_eq!(
+                exit,
+                &code.exit_status().code().to_string(),
+                "exit code of `{name}`"
             );
-            assert!(readme.contains(&row), "README lacks the row: {row}");
+            assert_eq!(
+                meaning,
+                &code.summary().replace('|', "\\|"),
+                "meaning of `{name}`"
+            );
         }
+        let missing: Vec<&str> = Code::ALL
+            .iter()
+            .filter(|c| !seen.contains(*c))
+            .map(|c| c.as_str())
+            .collect();
+        assert!(missing.is_empty(), "README lacks rows for {missing:?}");
+        assert_eq!(rows.len(), Code::ALL.len());
+    }
+
+    #[test]
+    fn wire_names_round_trip() {
+        for &code in Code::ALL {
+            assert_eq!(Code::from_wire(code.as_str()), Some(code));
+        }
+        assert_eq!(Code::from_wire("identity/nope"), None);
     }
 
     #[test]
