@@ -1,10 +1,16 @@
 //! Diagnostics: one user-facing problem each, with a stable code from SPEC.md,
 //! a place in a file where there is one, and a hint. Rendered like rustc in
-//! text, or as the `{"ok": false, "errors": [...]}` document in JSON.
+//! text (through `annotate-snippets`, see [`render`]), or as the
+//! `{"ok": false, "errors": [...]}` document in JSON.
+
+mod location;
+mod render;
+
+pub use location::{Location, SourceText};
+pub use render::WINDOW;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::fmt::Write as _;
 use std::process::ExitCode;
 
 /// Declares [`Code`] from one table: each code once, with its wire name, the
@@ -181,26 +187,25 @@ impl std::fmt::Display for Code {
     }
 }
 
-/// Where in a file a diagnostic points. Line and column are 1-based.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Location {
-    pub file: String,
-    pub line: Option<usize>,
-    pub column: Option<usize>,
-    /// The text of the line, for the caret display.
-    pub source_line: Option<String>,
-    /// How many characters the caret underlines (at least 1).
-    pub width: usize,
+/// A secondary place a diagnostic involves, drawn with `-` under it and
+/// its text beside (the other job of a write conflict, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label {
+    pub location: Location,
+    pub text: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
     pub code: Code,
     pub message: String,
+    /// The primary place, drawn with `^`.
     pub location: Option<Location>,
     pub pointer: Option<String>,
     pub worker: Option<String>,
     pub help: Option<String>,
+    /// Other places, in the text form only.
+    pub labels: Vec<Label>,
 }
 
 impl Diagnostic {
@@ -212,6 +217,7 @@ impl Diagnostic {
             pointer: None,
             worker: None,
             help: None,
+            labels: Vec::new(),
         }
     }
 
@@ -237,56 +243,27 @@ impl Diagnostic {
 
     /// A diagnostic about a whole file, with no line to point at.
     pub fn in_file(mut self, file: impl Into<String>) -> Self {
-        self.location = Some(Location {
-            file: file.into(),
-            ..Location::default()
+        self.location = Some(Location::file(file));
+        self
+    }
+
+    /// Adds a secondary place, in this file or another.
+    pub fn label(mut self, location: Location, text: impl Into<String>) -> Self {
+        self.labels.push(Label {
+            location,
+            text: text.into(),
         });
         self
     }
 
-    /// The rustc-like text block.
+    /// The rustc-like text block, without colour.
     pub fn render_text(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "error[{}]: {}", self.code, self.message);
-        let gutter = self
-            .location
-            .as_ref()
-            .and_then(|l| l.line)
-            .map(|n| n.to_string().len())
-            .unwrap_or(1);
-        let pad = " ".repeat(gutter);
-        if let Some(loc) = &self.location {
-            match (loc.line, loc.column) {
-                (Some(line), Some(col)) => {
-                    let _ = writeln!(out, "{pad}--> {}:{line}:{col}", loc.file);
-                }
-                (Some(line), None) => {
-                    let _ = writeln!(out, "{pad}--> {}:{line}", loc.file);
-                }
-                _ => {
-                    let _ = writeln!(out, "{pad}--> {}", loc.file);
-                }
-            }
-            if let (Some(line), Some(text)) = (loc.line, &loc.source_line) {
-                let col = loc.column.unwrap_or(1);
-                let shown = text.trim_end();
-                let _ = writeln!(out, "{pad} |");
-                let _ = writeln!(out, "{line} | {shown}");
-                let lead: String = shown
-                    .chars()
-                    .take(col.saturating_sub(1))
-                    .map(|c| if c == '\t' { '\t' } else { ' ' })
-                    .collect();
-                let _ = writeln!(out, "{pad} | {lead}{}", "^".repeat(loc.width.max(1)));
-            }
-        }
-        if let Some(worker) = &self.worker {
-            let _ = writeln!(out, "{pad} = worker: {worker}");
-        }
-        if let Some(help) = &self.help {
-            let _ = writeln!(out, "{pad} = help: {help}");
-        }
-        out
+        render::render(self, false)
+    }
+
+    /// The text block, with ANSI colour when `color`.
+    pub fn render_styled(&self, color: bool) -> String {
+        render::render(self, color)
     }
 
     pub fn to_json(&self) -> Value {
@@ -294,11 +271,11 @@ impl Diagnostic {
         obj.insert("code".into(), json!(self.code.as_str()));
         obj.insert("message".into(), json!(self.message));
         if let Some(loc) = &self.location {
-            obj.insert("file".into(), json!(loc.file));
-            if let Some(line) = loc.line {
+            obj.insert("file".into(), json!(loc.file_name()));
+            if let Some(line) = loc.line() {
                 obj.insert("line".into(), json!(line));
             }
-            if let Some(col) = loc.column {
+            if let Some(col) = loc.column() {
                 obj.insert("column".into(), json!(col));
             }
         }
@@ -352,17 +329,21 @@ impl Diagnostics {
     }
 
     pub fn render_text(&self) -> String {
+        self.render_styled(false)
+    }
+
+    /// Every block, then the count, with ANSI colour when `color`.
+    pub fn render_styled(&self, color: bool) -> String {
         let mut out = String::new();
         for d in &self.0 {
-            out.push_str(&d.render_text());
+            out.push_str(&d.render_styled(color));
             out.push('\n');
         }
         let n = self.0.len();
-        let _ = writeln!(
-            out,
-            "error: {n} problem{} found",
-            if n == 1 { "" } else { "s" }
-        );
+        out.push_str(&render::render_summary(
+            &format!("{n} problem{} found", if n == 1 { "" } else { "s" }),
+            color,
+        ));
         out
     }
 
@@ -481,21 +462,210 @@ mod tests {
         assert_eq!(ds.exit_status(), ExitStatus::PlanRefused);
     }
 
+    fn source(name: &str, text: &str) -> std::sync::Arc<SourceText> {
+        SourceText::new(name, text.to_string())
+    }
+
+    fn span_of(src: &std::sync::Arc<SourceText>, needle: &str) -> Location {
+        let at = src.text().find(needle).unwrap();
+        Location::span(src, at..at + needle.len())
+    }
+
     #[test]
     fn text_rendering_points_at_the_column() {
+        let src = source("spec.toml", "[[workers]]\nworkerId = \"a\"\nattempt = 0\n");
         let d = Diagnostic::new(Code::IdentityBadAttempt, "attempt must be >= 1")
-            .at(Location {
-                file: "spec.toml".into(),
-                line: Some(3),
-                column: Some(11),
-                source_line: Some("attempt = 0".into()),
-                width: 1,
-            })
+            .at(span_of(&src, "0"))
+            .worker("a")
             .help("use 1 for a first attempt");
+        assert_eq!(
+            d.render_text(),
+            "error[identity/bad-attempt]: attempt must be >= 1\n \
+             --> spec.toml:3:11\n  \
+             |\n\
+             3 | attempt = 0\n  \
+             |           ^\n  \
+             = worker: a\n  \
+             = help: use 1 for a first attempt\n"
+        );
+        let json = d.to_json();
+        assert_eq!(json["line"], 3);
+        assert_eq!(json["column"], 11);
+        assert_eq!(json["file"], "spec.toml");
+    }
+
+    #[test]
+    fn file_only_and_unlocated_diagnostics() {
+        let d = Diagnostic::new(Code::PlanStale, "changed")
+            .in_file("p.md")
+            .help("replan");
+        assert_eq!(
+            d.render_text(),
+            "error[plan/stale]: changed\n--> p.md\n = help: replan\n"
+        );
+        let j = d.to_json();
+        assert_eq!(j["file"], "p.md");
+        assert!(j.get("line").is_none() && j.get("column").is_none());
+        let d = Diagnostic::new(Code::ExecLocked, "held").help("wait");
+        assert_eq!(d.render_text(), "error[exec/locked]: held\n = help: wait\n");
+        assert!(d.to_json().get("file").is_none());
+        let all = Diagnostics(vec![d.clone(), d]).render_text();
+        assert!(all.ends_with("\n\nerror: 2 problems found\n"), "{all}");
+    }
+
+    /// Carets sit under the span as a terminal draws the line: a CJK
+    /// character or an emoji takes two columns.
+    #[test]
+    fn carets_align_under_wide_characters() {
+        let src = source("s.toml", "名前 = \"値\" # 🎉 x\nrole = \"é\"\n");
+        let text = Diagnostic::new(Code::SchemaViolation, "x")
+            .at(span_of(&src, "x"))
+            .render_text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], " --> s.toml:1:14", "{text}");
+        assert_eq!(lines[3], "1 | 名前 = \"値\" # 🎉 x");
+        // 名前 (4) + ` = "` (4) + 値 (2) + `" # ` (4) + 🎉 (2) + ` ` (1) = 17.
+        assert_eq!(lines[4], format!("  | {}^", " ".repeat(17)));
+        let text = Diagnostic::new(Code::SchemaViolation, "x")
+            .at(span_of(&src, "値"))
+            .render_text();
+        assert!(text.contains("\n  |         ^^\n"), "{text}");
+    }
+
+    #[test]
+    fn a_long_line_is_shown_as_a_window_around_the_span() {
+        let mut line = String::from("[");
+        for i in 0..2000 {
+            line.push_str(&format!("{{\"workerId\":\"w{i}\"}},"));
+        }
+        line.push_str("{\"workerId\":\"BAD\"}]");
+        let src = source("big.json", &line);
+        let loc = span_of(&src, "\"BAD\"");
+        let column = loc.column().unwrap();
+        let text = Diagnostic::new(Code::IdentityDuplicate, "twice")
+            .at(loc)
+            .render_text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], format!(" --> big.json:1:{column}"), "{text}");
+        let shown = lines[3].strip_prefix("1 | ").unwrap();
+        assert!(
+            shown.starts_with("...") && !shown.ends_with("..."),
+            "{shown}"
+        );
+        assert!(shown.chars().count() <= WINDOW, "{shown}");
+        let caret = lines[4].find('^').unwrap() - 4;
+        assert_eq!(&shown[caret..caret + 5], "\"BAD\"", "{text}");
+        assert_eq!(lines[4].matches('^').count(), 5);
+
+        // Near the start of the line: cut on the right only.
+        let loc = span_of(&src, "\"w1\"");
+        let text = Diagnostic::new(Code::IdentityDuplicate, "x")
+            .at(loc)
+            .render_text();
+        let shown = text.lines().nth(3).unwrap().strip_prefix("1 | ").unwrap();
+        assert!(
+            !shown.starts_with("...") && shown.ends_with("..."),
+            "{shown}"
+        );
+        assert!(text.contains(" --> big.json:1:32\n"), "{text}");
+
+        // A span longer than the window is cut with it.
+        let text = Diagnostic::new(Code::SchemaViolation, "x")
+            .at(Location::span(&src, 0..line.len()))
+            .render_text();
+        assert!(
+            text.lines().all(|l| l.chars().count() <= WINDOW + 8),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn secondary_labels_point_at_other_places() {
+        let src = source(
+            "spec.toml",
+            "[[workers]]\nworkerId = \"a\"\nresultPath = \"r.md\"\n\n[[workers]]\nworkerId = \"b\"\nresultPath = \"r.md\"\n",
+        );
+        let second = src.text().rfind("\"r.md\"").unwrap();
+        let d = Diagnostic::new(Code::RulesWriteConflict, "both write r.md")
+            .at(Location::span(&src, second..second + 6))
+            .label(span_of(&src, "\"r.md\""), "`a` writes it too")
+            .worker("b");
         let text = d.render_text();
-        assert!(text.contains("error[identity/bad-attempt]: attempt must be >= 1"));
-        assert!(text.contains(" --> spec.toml:3:11"));
-        assert!(text.contains("3 | attempt = 0"));
-        assert!(text.contains("  |           ^"));
+        assert_eq!(
+            text,
+            "error[rules/write-conflict]: both write r.md\n \
+             --> spec.toml:7:14\n  \
+             |\n\
+             7 | resultPath = \"r.md\"\n  \
+             |              ^^^^^^\n  \
+             |\n \
+             ::: spec.toml:3:14\n  \
+             |\n\
+             3 | resultPath = \"r.md\"\n  \
+             |              ------ `a` writes it too\n  \
+             = worker: b\n"
+        );
+        // Labels stay out of the JSON form.
+        assert_eq!(d.to_json().as_object().unwrap().len(), 6);
+
+        // Another file, and a label on the primary's own short line.
+        let other = source("other.json", "{\"resultPath\": \"r.md\"}");
+        let line = source("s.json", "[{\"r\":\"x\"},{\"r\":\"x\"}]");
+        let d = Diagnostic::new(Code::RulesWriteConflict, "m")
+            .at(Location::span(&line, 16..19))
+            .label(Location::span(&line, 6..9), "first")
+            .label(span_of(&other, "\"r.md\""), "there");
+        let text = d.render_text();
+        assert!(
+            text.contains("1 | [{\"r\":\"x\"},{\"r\":\"x\"}]\n  |       --- first ^^^\n"),
+            "{text}"
+        );
+        assert!(text.contains("::: other.json:1:16\n"), "{text}");
+    }
+
+    #[test]
+    fn colour_only_when_asked() {
+        let src = source("s.toml", "a = 1\n");
+        let ds = Diagnostics::from(
+            Diagnostic::new(Code::SchemaViolation, "x")
+                .at(span_of(&src, "1"))
+                .help("h"),
+        );
+        assert!(!ds.render_text().contains('\x1b'));
+        let styled = ds.render_styled(true);
+        assert!(styled.contains("\x1b["), "{styled}");
+        // The same text once the escapes are gone.
+        let plain: String = strip_ansi(&styled);
+        assert_eq!(plain, ds.render_text());
+    }
+
+    fn strip_ansi(s: &str) -> String {
+        let mut out = String::new();
+        let mut chars = s.chars();
+        while let Some(c) = chars.next() {
+            if c == '\x1b' {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn user_text_cannot_drive_the_terminal() {
+        let src = source("s\x1b[2J.toml", "a = \"\x1b[31mred\u{202e}\"\n");
+        let text = Diagnostic::new(Code::SchemaViolation, "bad \x1b[1m")
+            .at(span_of(&src, "red"))
+            .worker("w\x1b]0;title\x07")
+            .help("two\nlines")
+            .render_text();
+        assert!(!text.contains('\x1b'), "{text:?}");
+        assert!(!text.contains('\u{202e}'), "{text:?}");
+        assert!(text.contains(" = help: two\n          lines\n"), "{text}");
     }
 }

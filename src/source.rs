@@ -2,10 +2,11 @@
 //! where every key and value sits, so that a JSON pointer found by schema or
 //! rule checks can be shown as `file:line:column` with the offending line.
 
-use crate::diag::{Code, Diagnostic, Location};
+use crate::diag::{Code, Diagnostic, Location, SourceText};
 use serde_json::{Map, Number, Value};
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
@@ -32,27 +33,37 @@ impl Format {
     }
 }
 
-/// A parsed input: its name for messages, its text, and an index from JSON
-/// pointer to source position.
+/// A parsed input: its name for messages, its text (shared with every
+/// diagnostic that points into it), and an index from JSON pointer to
+/// source position.
 #[derive(Clone, Debug)]
 pub struct SourceFile {
     pub display: String,
-    pub text: String,
+    source: Arc<SourceText>,
     /// Where each value and key is. A JSON file's index is built on first
     /// use: most files (thousands of metadata files in a large plan) are
     /// never asked where anything is.
     index: std::cell::OnceCell<Index>,
     format: Format,
-    line_starts: Vec<usize>,
 }
 
 impl SourceFile {
     fn index(&self) -> &Index {
         self.index.get_or_init(|| match self.format {
-            Format::Json => json_index(&self.text),
+            Format::Json => json_index(self.text()),
             // A TOML file's index is made while parsing.
             Format::Toml => Index::default(),
         })
+    }
+
+    /// The file's text, as read.
+    pub fn text(&self) -> &str {
+        self.source.text()
+    }
+
+    /// The text and its name, as diagnostics hold it.
+    pub fn source(&self) -> &Arc<SourceText> {
+        &self.source
     }
 
     /// Read and parse a file.
@@ -104,23 +115,22 @@ impl SourceFile {
         text: String,
         format: Format,
     ) -> Result<(Value, SourceFile), Diagnostic> {
-        let mut file = SourceFile {
+        let file = SourceFile {
             display: display.to_string(),
-            line_starts: line_starts(&text),
-            text: String::new(),
+            source: SourceText::new(display, text),
             index: std::cell::OnceCell::new(),
             format,
         };
+        let text = file.text();
         let parsed = match format {
             Format::Toml => {
                 let mut index = Index::default();
-                let parsed = toml_value(&text, &mut index);
+                let parsed = toml_value(text, &mut index);
                 let _ = file.index.set(index);
                 parsed
             }
-            Format::Json => json_value(&text, &file.line_starts),
+            Format::Json => json_value(text, file.source.line_starts()),
         };
-        file.text = text;
         match parsed {
             Ok(value) => Ok((value, file)),
             Err(Problem {
@@ -158,14 +168,14 @@ impl SourceFile {
     /// Location of the value at a JSON pointer (RFC 6901, "" = root), or of
     /// the nearest ancestor present in the file.
     pub fn locate(&self, pointer: &str) -> Location {
-        let (node, _) = self.index().find(&self.text, pointer);
+        let (node, _) = self.index().find(self.text(), pointer);
         self.location_of(node.map(|n| n.value.clone()).unwrap_or(0..0))
     }
 
     /// Location of the key at a pointer (an unknown key, say); the value's
     /// location where there is no key (array items, the root).
     pub fn locate_key(&self, pointer: &str) -> Location {
-        match self.index().find(&self.text, pointer) {
+        match self.index().find(self.text(), pointer) {
             (Some(node), true) if node.key.is_some() => {
                 self.location_of(node.key.clone().unwrap_or(0..0))
             }
@@ -174,47 +184,8 @@ impl SourceFile {
     }
 
     fn location_of(&self, span: Range<usize>) -> Location {
-        let text = &self.text;
-        let start = floor_char_boundary(text, span.start.min(text.len()));
-        let line_idx = match self.line_starts.binary_search(&start) {
-            Ok(i) => i,
-            Err(i) => i - 1,
-        };
-        let line_start = self.line_starts[line_idx];
-        let line_end = text[line_start..]
-            .find('\n')
-            .map(|i| line_start + i)
-            .unwrap_or(text.len());
-        let line_text = text[line_start..line_end].trim_end_matches('\r');
-        let column = text[line_start..start].chars().count() + 1;
-        let end = floor_char_boundary(text, span.end.clamp(start, line_start + line_text.len()));
-        let width = text[start..end].chars().count().max(1);
-        Location {
-            file: self.display.clone(),
-            line: Some(line_idx + 1),
-            column: Some(column),
-            source_line: Some(line_text.to_string()),
-            width,
-        }
+        Location::span(&self.source, span)
     }
-}
-
-fn floor_char_boundary(text: &str, mut i: usize) -> usize {
-    while i > 0 && !text.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-fn line_starts(text: &str) -> Vec<usize> {
-    let mut v = vec![0];
-    v.extend(
-        text.bytes()
-            .enumerate()
-            .filter(|(_, b)| *b == b'\n')
-            .map(|(i, _)| i + 1),
-    );
-    v
 }
 
 /// Why a text could not be turned into a value, and where.
@@ -579,7 +550,11 @@ mod tests {
     }
 
     fn at(loc: &Location) -> (usize, usize, usize) {
-        (loc.line.unwrap(), loc.column.unwrap(), loc.width)
+        (
+            loc.line().unwrap(),
+            loc.column().unwrap(),
+            loc.width().unwrap(),
+        )
     }
 
     const SPEC: &str = r#"#:schema ./schemas/jobs.schema.json
@@ -621,26 +596,26 @@ attempt = 0
         assert_eq!(v["workers"][2]["env"]["X"], "1");
         assert_eq!(at(&f.locate("/workers/3/attempt")), (21, 11, 1));
         assert_eq!(at(&f.locate_key("/workers/3/attempt")), (21, 1, 7));
-        assert_eq!(f.locate("/workers/3").line, Some(19));
-        assert_eq!(f.locate("/workers/0").line, Some(6));
+        assert_eq!(f.locate("/workers/3").line(), Some(19));
+        assert_eq!(f.locate("/workers/0").line(), Some(6));
         assert_eq!(at(&f.locate("/workers/1/command/2")), (12, 24, 6));
-        assert_eq!(f.locate("/workers/2/env/X").line, Some(17));
+        assert_eq!(f.locate("/workers/2/env/X").line(), Some(17));
         assert_eq!(at(&f.locate_key("/defaults/env/MODE")), (4, 5, 4));
-        assert_eq!(f.locate("/defaults/idleTimeoutSeconds").line, Some(3));
+        assert_eq!(f.locate("/defaults/idleTimeoutSeconds").line(), Some(3));
         let loc = f.locate("/workers/3/attempt");
-        assert_eq!(loc.file, "spec.toml");
-        assert_eq!(loc.source_line.as_deref(), Some("attempt = 0"));
+        assert_eq!(loc.file_name(), "spec.toml");
+        assert_eq!(loc.line_text(), Some("attempt = 0"));
     }
 
     #[test]
     fn missing_pointers_fall_back_to_the_nearest_ancestor() {
         let (_, f) = toml(SPEC);
-        assert_eq!(f.locate("/workers/3/role").line, Some(19));
-        assert_eq!(f.locate_key("/workers/3/role").line, Some(19));
-        assert_eq!(f.locate("/workers/9/role").line, Some(6));
+        assert_eq!(f.locate("/workers/3/role").line(), Some(19));
+        assert_eq!(f.locate_key("/workers/3/role").line(), Some(19));
+        assert_eq!(f.locate("/workers/9/role").line(), Some(6));
         let root = f.locate("/nope");
-        assert_eq!((root.line, root.column), (Some(1), Some(1)));
-        assert!(root.width >= 1);
+        assert_eq!((root.line(), root.column()), (Some(1), Some(1)));
+        assert!(root.width().unwrap() >= 1);
         let (_, f) = json("{\n  \"workers\": [\n    {\"role\": \"r\"}\n  ]\n}\n");
         assert_eq!(at(&f.locate("/workers/0/promptPath")), (3, 5, 13));
         assert_eq!(at(&f.locate("")), (1, 1, 1));
@@ -655,8 +630,8 @@ attempt = 0
         assert_eq!(at(&f.locate_key("/workers/0/attempt")), (3, 23, 9));
         assert_eq!(at(&f.locate("/workers/1/a~0b~1c/3")), (4, 30, 4));
         assert_eq!(at(&f.locate("/workers/1/esc\"aped/k")), (4, 56, 3));
-        assert_eq!(f.locate("/workers").line, Some(2));
-        assert_eq!(f.locate("/workers/1").width, 56);
+        assert_eq!(f.locate("/workers").line(), Some(2));
+        assert_eq!(f.locate("/workers/1").width(), Some(56));
     }
 
     #[test]
@@ -675,8 +650,8 @@ attempt = 0
         let err = SourceFile::parse("s.toml", "a = 1\nb = \n".into(), Format::Toml).unwrap_err();
         assert_eq!(err.code, Code::InputSyntax);
         let loc = err.location.clone().unwrap();
-        assert_eq!(loc.file, "s.toml");
-        assert_eq!(loc.line, Some(2));
+        assert_eq!(loc.file_name(), "s.toml");
+        assert_eq!(loc.line(), Some(2));
         assert!(err.help.is_some());
         assert!(
             err.message.starts_with("TOML syntax error"),
@@ -692,14 +667,58 @@ attempt = 0
         .unwrap_err();
         assert_eq!(err.code, Code::InputSyntax);
         let loc = err.location.clone().unwrap();
-        assert_eq!((loc.line, loc.column), (Some(3), Some(8)));
-        assert_eq!(loc.source_line.as_deref(), Some("  \"é\": x"));
+        assert_eq!((loc.line(), loc.column()), (Some(3), Some(8)));
+        assert_eq!(loc.line_text(), Some("  \"é\": x"));
         assert!(!err.message.contains("at line"), "{}", err.message);
 
         let err = SourceFile::parse("s.toml", "a = 1\na = 2\n".into(), Format::Toml).unwrap_err();
-        assert_eq!(err.location.unwrap().line, Some(2));
+        assert_eq!(err.location.unwrap().line(), Some(2));
         let err = SourceFile::parse("s.toml", "a = nan\n".into(), Format::Toml).unwrap_err();
         assert_eq!(err.code, Code::InputInvalid);
+    }
+
+    /// An unterminated string ending in CRLF: the parser's error span
+    /// starts in the line break, past the line shown (once a panic).
+    #[test]
+    fn an_unterminated_string_before_crlf_is_a_located_syntax_error() {
+        for (name, text, format) in [
+            ("s.toml", "x = \"a\r\n", Format::Toml),
+            ("s.toml", "x = \"a\r", Format::Toml),
+            ("s.toml", "a = 1\r\nx = \"a\r\nb = 2\r\n", Format::Toml),
+            ("s.json", "{\"x\": \"a\r\n", Format::Json),
+            ("s.json", "{\"x\": 1,\r\n\r\n", Format::Json),
+        ] {
+            let err = SourceFile::parse(name, text.into(), format).unwrap_err();
+            assert_eq!(err.code, Code::InputSyntax, "{text:?}");
+            let loc = err.location.clone().unwrap();
+            assert!(loc.line().is_some() && loc.column().is_some(), "{text:?}");
+            assert!(!loc.line_text().unwrap().contains('\r'), "{text:?}");
+            let shown = err.render_text();
+            assert!(shown.contains('^'), "{shown}");
+            let json = err.to_json();
+            assert_eq!(json["line"].as_u64(), loc.line().map(|l| l as u64));
+        }
+        let err = SourceFile::parse("s.toml", "x = \"a\r\n".into(), Format::Toml).unwrap_err();
+        let loc = err.location.unwrap();
+        assert_eq!(
+            (loc.line(), loc.column(), loc.line_text()),
+            (Some(1), Some(7), Some("x = \"a"))
+        );
+    }
+
+    /// The near misses: the same lines, terminated, parse.
+    #[test]
+    fn terminated_strings_before_crlf_parse() {
+        let (v, f) = toml("x = \"a\"\r\ny = \"b\"\r\n");
+        assert_eq!((v["x"].as_str(), v["y"].as_str()), (Some("a"), Some("b")));
+        let loc = f.locate("/y");
+        assert_eq!(
+            (loc.line(), loc.column(), loc.line_text()),
+            (Some(2), Some(5), Some("y = \"b\""))
+        );
+        let (v, f) = json("{\"x\": \"a\"\r\n}\r\n");
+        assert_eq!(v["x"], "a");
+        assert_eq!(f.locate("/x").line_text(), Some("{\"x\": \"a\""));
     }
 
     #[test]
@@ -714,7 +733,7 @@ attempt = 0
         std::fs::write(&p, "{\"a\": [1]}").unwrap();
         let (v, f) = SourceFile::load("x.json", &p, Format::for_path(&p)).unwrap();
         assert_eq!(v["a"][0], 1);
-        assert_eq!(f.locate("/a/0").column, Some(8));
+        assert_eq!(f.locate("/a/0").column(), Some(8));
     }
 
     /// Every pointer of a generated document, in TOML and JSON, locates to a
@@ -745,10 +764,11 @@ attempt = 0
                     for k in r.keys() {
                         let ptr = format!("/workers/{i}/{k}");
                         prop_assert!(value.pointer(&ptr).is_some());
-                        let line = f.locate(&ptr).source_line.unwrap();
+                        let loc = f.locate(&ptr);
+                        let line = loc.line_text().unwrap();
                         prop_assert!(line.contains(k.as_str()), "{ptr} -> {line:?} in\n{text}");
-                        let kline = f.locate_key(&ptr).source_line.unwrap();
-                        prop_assert_eq!(&kline, &line);
+                        let kloc = f.locate_key(&ptr);
+                        prop_assert_eq!(kloc.line_text().unwrap(), line);
                     }
                 }
             }
@@ -775,7 +795,11 @@ mod render_tests {
                 } else {
                     f.locate(&e.pointer)
                 };
-                (e.message.clone(), loc.line.unwrap(), loc.column.unwrap())
+                (
+                    e.message.clone(),
+                    loc.line().unwrap(),
+                    loc.column().unwrap(),
+                )
             })
             .collect();
         assert_eq!(

@@ -172,7 +172,7 @@ impl Ctx {
     ) -> Option<Loaded> {
         match SourceFile::load(display, path, format) {
             Ok((doc, src)) => {
-                self.record_input(kind, display, src.text.as_bytes());
+                self.record_input(kind, display, src.text().as_bytes());
                 Some(Loaded { doc, src })
             }
             Err(d) => {

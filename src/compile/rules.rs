@@ -201,6 +201,7 @@ pub fn check(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Bu
                     ),
                     None,
                 )
+                .label(src.locate(&a.entry_pointer), format!("`{}` is declared here", a.job.label()))
                 .help("give each job its own result paths and worktree, or put them in different stages"),
             );
         }

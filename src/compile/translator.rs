@@ -4,7 +4,7 @@
 //! authority checks) as any spec entry.
 
 use super::{build_job, identity, paths, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
-use crate::diag::{Code, Diagnostic, Location};
+use crate::diag::{Code, Diagnostic};
 use crate::model::{int_of, str_of, Manifest, CLI_WRAPPER};
 use crate::plan::{self, Stage};
 use crate::provider;
@@ -367,13 +367,7 @@ fn translator_job(
     };
     let headers = |message: String| {
         Diagnostic::new(Code::TranslatorPromptHeaders, message)
-            .at(Location {
-                file: prompt.display.clone(),
-                line: None,
-                column: None,
-                source_line: None,
-                width: 1,
-            })
+            .in_file(prompt.display.clone())
             .help("the translator prompt holds exactly one `**Result Path:** <file>` and one `**Worker Result Path:** <other file>` line")
     };
     let (result, worker_result) = match prompt_outputs(&text) {
