@@ -1,8 +1,122 @@
-//! How errors look from the command line: secondary labels, wide
-//! characters, minified input, and inputs that once crashed the reader.
+//! How errors look from the command line: colour (`--color`, NO_COLOR,
+//! CLICOLOR_FORCE), secondary labels, wide characters, minified input, and
+//! inputs that once crashed the reader.
 
 mod common;
 use common::*;
+
+fn run_env(p: &Project, env: &[(&str, &str)], args: &[&str]) -> Run {
+    let mut cmd = assert_cmd::Command::cargo_bin("okstra").unwrap();
+    cmd.current_dir(p.root())
+        .env_remove("NO_COLOR")
+        .env_remove("CLICOLOR_FORCE")
+        .env_remove("CLICOLOR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.args(args).output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn bad_spec() -> Project {
+    let p = Project::new();
+    p.write(
+        "spec.toml",
+        "[[workers]]\nworkerId = \"a\"\nrole = \"r\"\npromptPth = \"p.md\"\n",
+    );
+    p
+}
+
+const ESC: char = '\x1b';
+
+#[test]
+fn color_always_colours_and_never_does_not() {
+    let p = bad_spec();
+    for args in [
+        &["--color", "always", "validate", "spec.toml"][..],
+        &["validate", "spec.toml", "--color", "always"][..],
+        &["validate", "spec.toml", "--color=always"][..],
+    ] {
+        let run = run_env(&p, &[], args);
+        assert_eq!(run.code, 2);
+        assert!(run.stderr.contains(ESC), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains("promptPth"), "{}", run.stderr);
+    }
+    // A pipe is no terminal: auto means plain, and so does never even
+    // when colour is forced from the environment.
+    let run = run_env(&p, &[], &["validate", "spec.toml"]);
+    assert_eq!(run.code, 2);
+    assert!(!run.stderr.contains(ESC), "{}", run.stderr);
+    let run = run_env(
+        &p,
+        &[("CLICOLOR_FORCE", "1")],
+        &["validate", "spec.toml", "--color", "never"],
+    );
+    assert!(!run.stderr.contains(ESC), "{}", run.stderr);
+    // JSON is never coloured.
+    let run = run_env(
+        &p,
+        &[],
+        &[
+            "validate",
+            "spec.toml",
+            "--color",
+            "always",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(!run.stdout.contains(ESC), "{}", run.stdout);
+    assert!(run.codes().contains(&"schema/violation".to_string()));
+}
+
+#[test]
+fn no_color_wins_over_a_forced_auto() {
+    let p = bad_spec();
+    let run = run_env(&p, &[("CLICOLOR_FORCE", "1")], &["validate", "spec.toml"]);
+    assert!(run.stderr.contains(ESC), "CLICOLOR_FORCE colours auto");
+    let run = run_env(
+        &p,
+        &[("NO_COLOR", "1"), ("CLICOLOR_FORCE", "1")],
+        &["validate", "spec.toml"],
+    );
+    assert_eq!(run.code, 2);
+    assert!(!run.stderr.contains(ESC), "{}", run.stderr);
+    assert!(run.stderr.contains("error[schema/violation]"));
+    // An explicit --color always is the user's word, over the environment.
+    let run = run_env(
+        &p,
+        &[("NO_COLOR", "1")],
+        &["--color", "always", "validate", "spec.toml"],
+    );
+    assert!(run.stderr.contains(ESC));
+}
+
+#[test]
+fn every_command_takes_color() {
+    let p = Project::new();
+    for args in [
+        &["schema", "--color", "never"][..],
+        &["--color", "never", "schema"][..],
+        &["show", "missing.json", "--color", "never"][..],
+        &["doctor", "--color", "never"][..],
+        &["status", "--manifest", "m.json", "--color", "never"][..],
+    ] {
+        let run = run_env(&p, &[], args);
+        assert!(
+            !run.stderr.contains("unexpected argument"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    let run = run_env(&p, &[], &["validate", "x.toml", "--color", "sometimes"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("sometimes"), "{}", run.stderr);
+}
 
 #[test]
 fn a_write_conflict_points_at_both_entries() {

@@ -19,8 +19,51 @@ use std::path::PathBuf;
     long_about = "okstra compiles a job spec (or a run's roster) into a frozen, digested plan you can review (`okstra plan`), then runs it crash-safely (`okstra exec`)."
 )]
 pub struct Cli {
+    /// When to colour diagnostics on stderr: `auto` colours only a terminal
+    /// (and honours NO_COLOR and CLICOLOR_FORCE); `always`; `never`.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = ColorChoice::Auto,
+        value_name = "WHEN"
+    )]
+    pub color: ColorChoice,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The `--color` choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorChoice {
+    /// Whether what goes to stderr gets ANSI colour. `auto` decides as
+    /// anstream (and so clap) does: not when NO_COLOR is set, yes when
+    /// CLICOLOR_FORCE is, otherwise only on a terminal that takes colour.
+    pub fn for_stderr(self) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never
+            }
+        }
+    }
+}
+
+/// Set once from `--color` before any command runs; read by whatever
+/// renders diagnostics to stderr.
+static STDERR_COLOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether diagnostics written to stderr are coloured (see `--color`).
+pub fn stderr_color() -> bool {
+    STDERR_COLOR.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[derive(Subcommand, Debug)]
@@ -65,6 +108,7 @@ pub fn main() -> ExitStatus {
         std::process::exit(worker(&std::env::args_os().collect::<Vec<_>>()));
     }
     let cli = Cli::parse();
+    STDERR_COLOR.store(cli.color.for_stderr(), std::sync::atomic::Ordering::Relaxed);
     if !matches!(
         cli.command,
         Command::Exec(_) | Command::Run(_) | Command::Worker(_)
@@ -106,6 +150,15 @@ pub fn worker(argv: &[std::ffi::OsString]) -> i32 {
         None => {
             use clap::{Args, FromArgMatches};
             let command = crate::worker::WorkerArgs::augment_args(clap::Command::new("worker"))
+                // Every command takes `--color`; the wrapper prints no
+                // diagnostics, so it only accepts it.
+                .arg(
+                    clap::Arg::new("color")
+                        .long("color")
+                        .value_name("WHEN")
+                        .value_parser(["auto", "always", "never"])
+                        .help("Accepted for symmetry with every other command; the wrapper prints no diagnostics"),
+                )
                 .bin_name("okstra worker")
                 .about(WORKER_ABOUT)
                 .long_about(None);
@@ -127,7 +180,7 @@ pub fn worker(argv: &[std::ffi::OsString]) -> i32 {
 /// Print diagnostics in the chosen format and return their exit status.
 pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
     match format {
-        Format::Text => eprint!("{}", diags.render_text()),
+        Format::Text => eprint!("{}", diags.render_styled(stderr_color())),
         Format::Json => println!(
             "{}",
             serde_json::to_string_pretty(&diags.to_json()).unwrap_or_default()
