@@ -11,6 +11,7 @@ pub use render::WINDOW;
 
 use serde::Serialize;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::process::ExitCode;
 
 /// Declares [`Code`] from one table: each code once, with its wire name, the
@@ -203,7 +204,8 @@ pub struct Diagnostic {
     pub location: Option<Location>,
     pub pointer: Option<String>,
     pub worker: Option<String>,
-    pub help: Option<String>,
+    /// Mostly a fixed sentence: borrowed, not copied into every diagnostic.
+    pub help: Option<Cow<'static, str>>,
     /// Other places, in the text form only.
     pub labels: Vec<Label>,
 }
@@ -221,7 +223,7 @@ impl Diagnostic {
         }
     }
 
-    pub fn help(mut self, help: impl Into<String>) -> Self {
+    pub fn help(mut self, help: impl Into<Cow<'static, str>>) -> Self {
         self.help = Some(help.into());
         self
     }
@@ -334,17 +336,9 @@ impl Diagnostics {
 
     /// Every block, then the count, with ANSI colour when `color`.
     pub fn render_styled(&self, color: bool) -> String {
-        let mut out = String::new();
-        for d in &self.0 {
-            out.push_str(&d.render_styled(color));
-            out.push('\n');
-        }
-        let n = self.0.len();
-        out.push_str(&render::render_summary(
-            &format!("{n} problem{} found", if n == 1 { "" } else { "s" }),
-            color,
-        ));
-        out
+        let mut out = Vec::new();
+        let _ = self.write_text(&mut out, color);
+        String::from_utf8(out).unwrap_or_default()
     }
 
     pub fn to_json(&self) -> Value {
@@ -352,6 +346,42 @@ impl Diagnostics {
             "ok": false,
             "errors": self.0.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
         })
+    }
+
+    /// [`Self::render_styled`], written block by block: a report of many
+    /// thousand problems is never held whole in memory.
+    pub fn write_text(&self, out: &mut impl std::io::Write, color: bool) -> std::io::Result<()> {
+        for d in &self.0 {
+            out.write_all(d.render_styled(color).as_bytes())?;
+            out.write_all(b"\n")?;
+        }
+        let n = self.0.len();
+        out.write_all(
+            render::render_summary(
+                &format!("{n} problem{} found", if n == 1 { "" } else { "s" }),
+                color,
+            )
+            .as_bytes(),
+        )
+    }
+
+    /// [`Self::to_json`] pretty-printed, with a newline, written error by
+    /// error (the same bytes as `to_string_pretty` of the whole document).
+    pub fn write_json(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        out.write_all(b"{\n  \"errors\": [")?;
+        for (i, d) in self.0.iter().enumerate() {
+            out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+            let one = serde_json::to_string_pretty(&d.to_json()).unwrap_or_default();
+            for (j, line) in one.lines().enumerate() {
+                if j > 0 {
+                    out.write_all(b"\n")?;
+                }
+                out.write_all(b"    ")?;
+                out.write_all(line.as_bytes())?;
+            }
+        }
+        out.write_all(if self.0.is_empty() { b"]" } else { b"\n  ]" })?;
+        out.write_all(b",\n  \"ok\": false\n}\n")
     }
 }
 
@@ -451,6 +481,28 @@ mod tests {
             assert_eq!(Code::from_wire(code.as_str()), Some(code));
         }
         assert_eq!(Code::from_wire("identity/nope"), None);
+    }
+
+    #[test]
+    fn streamed_json_is_the_pretty_document() {
+        let src = source("s.toml", "a = 1\nb = [\"x\"]\n");
+        for ds in [
+            Diagnostics::default(),
+            Diagnostics::from(Diagnostic::new(Code::PlanStale, "y \"q\"\n").in_file("p")),
+            Diagnostics(vec![
+                Diagnostic::new(Code::SchemaViolation, "x")
+                    .at(span_of(&src, "\"x\""))
+                    .pointer("/b/0")
+                    .worker("w")
+                    .help("h"),
+                Diagnostic::new(Code::ExecLocked, "z"),
+            ]),
+        ] {
+            let mut out = Vec::new();
+            ds.write_json(&mut out).unwrap();
+            let want = serde_json::to_string_pretty(&ds.to_json()).unwrap() + "\n";
+            assert_eq!(String::from_utf8(out).unwrap(), want);
+        }
     }
 
     #[test]

@@ -126,6 +126,9 @@ impl SourceFile {
             Format::Toml => {
                 let mut index = Index::default();
                 let parsed = toml_value(text, &mut index);
+                if text.len() > MAX_INDEXED {
+                    index = Index::default();
+                }
                 let _ = file.index.set(index);
                 parsed
             }
@@ -169,7 +172,7 @@ impl SourceFile {
     /// the nearest ancestor present in the file.
     pub fn locate(&self, pointer: &str) -> Location {
         let (node, _) = self.index().find(self.text(), pointer);
-        self.location_of(node.map(|n| n.value.clone()).unwrap_or(0..0))
+        self.location_of(node.map(Node::value).unwrap_or(0..0))
     }
 
     /// Location of the key at a pointer (an unknown key, say); the value's
@@ -177,9 +180,9 @@ impl SourceFile {
     pub fn locate_key(&self, pointer: &str) -> Location {
         match self.index().find(self.text(), pointer) {
             (Some(node), true) if node.key.is_some() => {
-                self.location_of(node.key.clone().unwrap_or(0..0))
+                self.location_of(node.key().unwrap_or(0..0))
             }
-            (node, _) => self.location_of(node.map(|n| n.value.clone()).unwrap_or(0..0)),
+            (node, _) => self.location_of(node.map(Node::value).unwrap_or(0..0)),
         }
     }
 
@@ -199,25 +202,62 @@ struct Problem {
 /// nodes in a flat vector, each container's children contiguous in
 /// `children`, object member names as ranges into the text (or, when the
 /// name had escapes, into `names`). Building it allocates almost nothing per
-/// value, which keeps a 10,000-worker spec cheap.
+/// value, and a node is 36 bytes (offsets are `u32`), so the index of a
+/// minified spec full of errors stays a small multiple of the text. A text
+/// of 4 GiB or more gets an empty index: every place falls back to 1:1.
 #[derive(Clone, Debug, Default)]
 struct Index {
     nodes: Vec<Node>,
-    children: Vec<usize>,
+    children: Vec<u32>,
     names: String,
-    pending: Vec<usize>,
+    pending: Vec<u32>,
 }
 
-#[derive(Clone, Debug)]
+/// The largest text an index covers.
+const MAX_INDEXED: usize = u32::MAX as usize;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Span32 {
+    start: u32,
+    end: u32,
+}
+
+impl Span32 {
+    fn of(r: &Range<usize>) -> Span32 {
+        let cut = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        Span32 {
+            start: cut(r.start),
+            end: cut(r.end),
+        }
+    }
+
+    fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
 struct Node {
-    value: Range<usize>,
-    key: Option<Range<usize>>,
-    name: Name,
-    kids: Range<usize>,
+    value: Span32,
+    /// The member's key as written (quotes included), if any.
+    key: Option<Span32>,
+    /// The member's name: into the text, or into `names` when `own_name`.
+    name: Span32,
+    kids: Span32,
     is_array: bool,
+    own_name: bool,
 }
 
-#[derive(Clone, Debug)]
+impl Node {
+    fn value(&self) -> Range<usize> {
+        self.value.range()
+    }
+
+    fn key(&self) -> Option<Range<usize>> {
+        self.key.map(Span32::range)
+    }
+}
+
 enum Name {
     None,
     Text(Range<usize>),
@@ -226,26 +266,32 @@ enum Name {
 
 impl Index {
     /// Adds a node; its children are the nodes `close` collects after it.
-    fn open(&mut self, value: Range<usize>, key: Option<Range<usize>>, name: Name) -> usize {
-        let id = self.nodes.len();
+    fn open(&mut self, value: Range<usize>, key: Option<Range<usize>>, name: Name) -> u32 {
+        let id = self.nodes.len() as u32;
+        let (name, own_name) = match name {
+            Name::None => (Span32::default(), false),
+            Name::Text(r) => (Span32::of(&r), false),
+            Name::Own(r) => (Span32::of(&r), true),
+        };
         self.nodes.push(Node {
-            value,
-            key,
+            value: Span32::of(&value),
+            key: key.as_ref().map(Span32::of),
             name,
-            kids: 0..0,
+            kids: Span32::default(),
             is_array: false,
+            own_name,
         });
         id
     }
 
-    fn close(&mut self, id: usize, mark: usize, end: Option<usize>, is_array: bool) {
+    fn close(&mut self, id: u32, mark: usize, end: Option<usize>, is_array: bool) {
         let start = self.children.len();
         self.children.extend(self.pending.drain(mark..));
-        let node = &mut self.nodes[id];
-        node.kids = start..self.children.len();
+        let node = &mut self.nodes[id as usize];
+        node.kids = Span32::of(&(start..self.children.len()));
         node.is_array = is_array;
         if let Some(end) = end {
-            node.value.end = end;
+            node.value.end = Span32::of(&(end..end)).end;
         }
     }
 
@@ -264,11 +310,12 @@ impl Index {
     }
 
     fn name_of<'a>(&'a self, text: &'a str, node: &Node) -> &'a str {
-        match &node.name {
-            Name::None => "",
-            Name::Text(r) => &text[r.clone()],
-            Name::Own(r) => &self.names[r.clone()],
-        }
+        let within = if node.own_name {
+            self.names.as_str()
+        } else {
+            text
+        };
+        within.get(node.name.range()).unwrap_or("")
     }
 
     /// The node at `pointer`, or its nearest ancestor in the file, and
@@ -286,17 +333,17 @@ impl Index {
             } else {
                 raw.into()
             };
-            let kids = &self.children[node.kids.clone()];
+            let kids = self.children.get(node.kids.range()).unwrap_or_default();
             let next = if node.is_array {
                 token.parse::<usize>().ok().and_then(|i| kids.get(i))
             } else {
                 // The last of duplicate JSON keys wins, as in serde_json.
                 kids.iter()
                     .rev()
-                    .find(|&&k| self.name_of(text, &self.nodes[k]) == token)
+                    .find(|&&k| self.name_of(text, &self.nodes[k as usize]) == token)
             };
             match next {
-                Some(&k) => node = &self.nodes[k],
+                Some(&k) => node = &self.nodes[k as usize],
                 None => return (Some(node), false),
             }
         }
@@ -319,7 +366,7 @@ fn toml_value(text: &str, index: &mut Index) -> Result<Value, Problem> {
 fn toml_table(
     text: &str,
     table: &DeTable<'_>,
-    id: usize,
+    id: u32,
     index: &mut Index,
 ) -> Result<Value, Problem> {
     let mark = index.pending.len();
@@ -338,7 +385,7 @@ fn toml_table(
 fn toml_item(
     text: &str,
     item: &Spanned<DeValue<'_>>,
-    id: usize,
+    id: u32,
     index: &mut Index,
 ) -> Result<Value, Problem> {
     let invalid = |message: String| Problem {
@@ -410,6 +457,9 @@ fn json_value(text: &str, line_starts: &[usize]) -> Result<Value, Problem> {
 /// The positions of every key and value of JSON text serde_json accepted.
 fn json_index(text: &str) -> Index {
     let mut index = Index::default();
+    if text.len() > MAX_INDEXED {
+        return index;
+    }
     let mut scanner = Scanner {
         bytes: text.as_bytes(),
         text,
@@ -457,7 +507,7 @@ impl Scanner<'_, '_> {
         escaped
     }
 
-    fn value(&mut self, key: Option<Range<usize>>, name: Name) -> usize {
+    fn value(&mut self, key: Option<Range<usize>>, name: Name) -> u32 {
         self.ws();
         let start = self.pos;
         let id = self.index.open(start..start, key, name);
@@ -579,6 +629,12 @@ X = "1"
 workerId = "d"
 attempt = 0
 "#;
+
+    /// The index stays a small multiple of the text: see `Index`.
+    #[test]
+    fn index_nodes_are_small() {
+        assert!(std::mem::size_of::<Node>() <= 40);
+    }
 
     #[test]
     fn format_by_extension() {

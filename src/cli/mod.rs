@@ -180,11 +180,19 @@ pub fn worker(argv: &[std::ffi::OsString]) -> i32 {
 /// Print diagnostics in the chosen format and return their exit status.
 pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
     match format {
-        Format::Text => eprint!("{}", diags.render_styled(stderr_color())),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&diags.to_json()).unwrap_or_default()
-        ),
+        // Written as rendered: thousands of problems are never one string.
+        Format::Text => {
+            let mut err = std::io::BufWriter::new(std::io::stderr().lock());
+            let _ = diags
+                .write_text(&mut err, stderr_color())
+                .and_then(|_| std::io::Write::flush(&mut err));
+        }
+        Format::Json => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let _ = diags
+                .write_json(&mut out)
+                .and_then(|_| std::io::Write::flush(&mut out));
+        }
     }
     diags.exit_status()
 }

@@ -192,7 +192,7 @@ pub fn check_v2_job(
 ) {
     let Some(id) = job.identity.v2() else { return };
     let doc = &meta.loaded.doc;
-    let push = |ctx: &mut Ctx, code: Code, key: &str, message: String, help: &str| {
+    let push = |ctx: &mut Ctx, code: Code, key: &str, message: String, help: &'static str| {
         let d = ctx.at(src, code, message, &entry.ptr(key)).help(help);
         ctx.push(with_worker(d, entry));
     };
