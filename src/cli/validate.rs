@@ -78,13 +78,13 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         let mut ctx = Ctx::new(root.clone());
         let display = file.display().to_string();
         let format = SourceFormat::for_path(file);
-        let Some(loaded) = ctx.load("input", &display, file, format) else {
+        let Some(mut loaded) = ctx.load("input", &display, file, format) else {
             all.extend(ctx.diags.0);
             continue;
         };
         let kind = args.kind.unwrap_or_else(|| guess(file, Some(&loaded.doc)));
         match kind {
-            Kind::Jobs => compile::check_spec_alone(&mut ctx, &loaded),
+            Kind::Jobs => compile::check_spec_alone(&mut ctx, &mut loaded),
             Kind::Manifest => ctx.schema_check(SchemaKind::Manifest, &loaded, &|_| false),
             Kind::Metadata => ctx.schema_check(SchemaKind::Metadata, &loaded, &|_| false),
             Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, &loaded, &|_| false),

@@ -20,7 +20,7 @@ use crate::schema::{self, SchemaKind};
 use crate::source::{Format, SourceFile};
 use paths::{PathProblem, Resolved};
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// What `okstra plan` was asked to do.
@@ -40,10 +40,23 @@ pub struct Entry {
     pub stage: usize,
     pub pointer: String,
     pub values: Map<String, Value>,
-    origin: HashMap<String, String>,
+    /// Where each key of `values` (in its order) points. Pointers are made
+    /// when asked for: a string per key of every entry was once most of a
+    /// large spec's memory.
+    origin: Vec<Origin>,
     /// Built from a translator reservation (SPEC §3.5), the one way a
     /// translator job may be planned.
     pub reserved: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// `pointer/<key>`.
+    Own,
+    /// `/defaults/<key>`.
+    Default,
+    /// `pointer` itself (a derived value).
+    Entry,
 }
 
 impl Entry {
@@ -58,8 +71,13 @@ impl Entry {
     ) -> Entry {
         let origin = values
             .keys()
-            .filter(|k| located.contains(&k.as_str()))
-            .map(|k| (k.clone(), format!("{pointer}/{}", escape(k))))
+            .map(|k| {
+                if located.contains(&k.as_str()) {
+                    Origin::Own
+                } else {
+                    Origin::Entry
+                }
+            })
             .collect();
         Entry {
             stage: 0,
@@ -73,10 +91,17 @@ impl Entry {
     /// The pointer of a key's value (its own or the default's), or of the
     /// entry itself when the key is absent.
     pub fn ptr(&self, key: &str) -> String {
-        self.origin
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| self.pointer.clone())
+        let origin = self
+            .values
+            .keys()
+            .position(|k| k == key)
+            .and_then(|i| self.origin.get(i).copied())
+            .unwrap_or(Origin::Entry);
+        match origin {
+            Origin::Own => format!("{}/{}", self.pointer, escape(key)),
+            Origin::Default => format!("/defaults/{}", escape(key)),
+            Origin::Entry => self.pointer.clone(),
+        }
     }
 
     pub fn str(&self, key: &str) -> &str {
@@ -190,7 +215,20 @@ impl Ctx {
         loaded: &Loaded,
         covered: &dyn Fn(&schema::SchemaError) -> bool,
     ) {
-        for err in schema::validate(kind, &loaded.doc) {
+        let errors = schema::validate(kind, &loaded.doc);
+        self.report_schema(kind, &loaded.src, errors, covered);
+    }
+
+    /// Schema complaints found earlier (the document may have been taken
+    /// apart since), as diagnostics pointing into `src`.
+    pub fn report_schema(
+        &mut self,
+        kind: SchemaKind,
+        src: &SourceFile,
+        errors: Vec<schema::SchemaError>,
+        covered: &dyn Fn(&schema::SchemaError) -> bool,
+    ) {
+        for err in errors {
             if covered(&err) {
                 continue;
             }
@@ -200,14 +238,11 @@ impl Ctx {
                 Code::SchemaViolation
             };
             let d = if err.keyword == "additionalProperties" {
-                self.at_key(&loaded.src, code, &err.message, &err.pointer)
+                self.at_key(src, code, err.message, &err.pointer)
             } else {
-                self.at(&loaded.src, code, &err.message, &err.pointer)
+                self.at(src, code, err.message, &err.pointer)
             };
-            self.push(d.help(format!(
-                "`okstra schema {}` prints the schema; editors apply it through `#:schema` / `$schema`",
-                kind.name()
-            )));
+            self.push(d.help(schema_help(kind)));
         }
     }
 
@@ -239,6 +274,17 @@ impl Ctx {
                 None
             }
         }
+    }
+}
+
+/// The hint of every schema complaint about a `kind` document.
+fn schema_help(kind: SchemaKind) -> &'static str {
+    match kind {
+        SchemaKind::Jobs => "`okstra schema jobs` prints the schema; editors apply it through `#:schema` / `$schema`",
+        SchemaKind::Manifest => "`okstra schema manifest` prints the schema; editors apply it through `#:schema` / `$schema`",
+        SchemaKind::Metadata => "`okstra schema metadata` prints the schema; editors apply it through `#:schema` / `$schema`",
+        SchemaKind::Plan => "`okstra schema plan` prints the schema; editors apply it through `#:schema` / `$schema`",
+        SchemaKind::TeamState => "`okstra schema team-state` prints the schema; editors apply it through `#:schema` / `$schema`",
     }
 }
 
@@ -400,10 +446,10 @@ pub struct Built {
 
 fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> Vec<Stage> {
     let display = paths::display_for(&ctx.root, spec);
-    let Some(loaded) = ctx.load("spec", &display, spec, Format::for_path(spec)) else {
+    let Some(mut loaded) = ctx.load("spec", &display, spec, Format::for_path(spec)) else {
         return Vec::new();
     };
-    let (entries, parsed) = check_entries(ctx, &loaded);
+    let (entries, parsed) = check_entries(ctx, &mut loaded);
     let manifest = Manifest::new(&run.manifest.doc);
     let mut stage_jobs: Vec<Vec<Built>> = (0..stage_names(&loaded.doc).len())
         .map(|_| Vec::new())
@@ -469,21 +515,26 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
 /// Identity and schema checks of a spec's entries. Identity goes first: its
 /// refusals carry their own codes, and the schema's complaints about the
 /// same keys would only repeat them.
-fn check_entries(ctx: &mut Ctx, loaded: &Loaded) -> (Vec<Entry>, Vec<Option<identity::Parsed>>) {
-    let entries = collect_entries(&loaded.doc);
+fn check_entries(
+    ctx: &mut Ctx,
+    loaded: &mut Loaded,
+) -> (Vec<Entry>, Vec<Option<identity::Parsed>>) {
+    // The schema sees the document whole, before the entries take it apart.
+    let schema_errors = schema::validate(SchemaKind::Jobs, &loaded.doc);
+    let entries = take_entries(&mut loaded.doc);
     let mut parsed = Vec::with_capacity(entries.len());
-    let mut covered: Vec<String> = Vec::new();
+    let mut covered: HashSet<String> = HashSet::new();
     for entry in &entries {
         match identity::parse(&entry.values) {
             Ok(p) => parsed.push(Some(p)),
             Err(problems) => {
                 report_identity(ctx, &loaded.src, entry, problems);
-                covered.push(entry.pointer.clone());
+                covered.insert(entry.pointer.clone());
                 parsed.push(None);
             }
         }
     }
-    ctx.schema_check(SchemaKind::Jobs, loaded, &|err| {
+    ctx.report_schema(SchemaKind::Jobs, &loaded.src, schema_errors, &|err| {
         schema_covered_by_identity(err, &covered)
     });
     (entries, parsed)
@@ -508,7 +559,8 @@ pub fn report_identity(
 
 /// `okstra validate --kind jobs`: the checks a spec passes on its own,
 /// without a manifest or the files it names.
-pub fn check_spec_alone(ctx: &mut Ctx, loaded: &Loaded) {
+/// The document's workers are moved into the entries (see [`take_entries`]).
+pub fn check_spec_alone(ctx: &mut Ctx, loaded: &mut Loaded) {
     let (entries, _) = check_entries(ctx, loaded);
     for entry in &entries {
         let kind = entry.str("dispatchKind");
@@ -540,19 +592,21 @@ pub fn with_worker(d: Diagnostic, entry: &Entry) -> Diagnostic {
     }
 }
 
-fn schema_covered_by_identity(err: &schema::SchemaError, refused_entries: &[String]) -> bool {
-    refused_entries.iter().any(|entry| {
-        if err.pointer == *entry {
-            // Whole-entry complaints (required / conditional / not) are what
-            // the identity rules already said.
-            return err.keyword != "additionalProperties";
-        }
-        err.pointer
-            .strip_prefix(entry.as_str())
-            .and_then(|rest| rest.strip_prefix('/'))
-            .map(|key| identity::IDENTITY_KEYS.contains(&key.split('/').next().unwrap_or("")))
-            .unwrap_or(false)
-    })
+/// Whether an entry the identity rules refused already covers a schema
+/// complaint. Looked up by the complaint's pointer prefixes, so a spec with
+/// thousands of refused entries and complaints costs a set lookup each.
+fn schema_covered_by_identity(
+    err: &schema::SchemaError,
+    refused_entries: &HashSet<String>,
+) -> bool {
+    let p = err.pointer.as_str();
+    // Whole-entry complaints (required / conditional / not) are what the
+    // identity rules already said.
+    (refused_entries.contains(p) && err.keyword != "additionalProperties")
+        || p.match_indices('/').any(|(i, _)| {
+            refused_entries.contains(&p[..i])
+                && identity::IDENTITY_KEYS.contains(&p[i + 1..].split('/').next().unwrap_or(""))
+        })
 }
 
 fn stage_names(doc: &Value) -> Vec<String> {
@@ -572,24 +626,39 @@ fn stage_names(doc: &Value) -> Vec<String> {
     }
 }
 
-/// Every worker entry of a spec, `defaults` applied.
-pub fn collect_entries(doc: &Value) -> Vec<Entry> {
-    let defaults = doc.get("defaults").and_then(Value::as_object);
+/// Every worker entry of a spec, `defaults` applied. Each worker's own
+/// values are moved out of `doc` (its object is left empty), not copied:
+/// a spec is held once, however many workers it has.
+pub fn take_entries(doc: &mut Value) -> Vec<Entry> {
+    let defaults = doc
+        .get("defaults")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     let mut out = Vec::new();
-    let mut push = |stage: usize, pointer: String, item: &Value| {
-        let Some(own) = item.as_object() else { return };
-        let mut values = Map::new();
-        let mut origin = HashMap::new();
-        if let Some(defaults) = defaults {
-            for (k, v) in defaults {
+    let mut push = |stage: usize, pointer: String, item: &mut Value| {
+        let Some(own) = item.as_object_mut() else {
+            return;
+        };
+        let mut values = std::mem::take(own);
+        // An entry's own value wins over the default.
+        let mut defaulted: Vec<&str> = Vec::new();
+        for (k, v) in &defaults {
+            if !values.contains_key(k) {
                 values.insert(k.clone(), v.clone());
-                origin.insert(k.clone(), format!("/defaults/{}", escape(k)));
+                defaulted.push(k);
             }
         }
-        for (k, v) in own {
-            values.insert(k.clone(), v.clone());
-            origin.insert(k.clone(), format!("{pointer}/{}", escape(k)));
-        }
+        let origin = values
+            .keys()
+            .map(|k| {
+                if defaulted.contains(&k.as_str()) {
+                    Origin::Default
+                } else {
+                    Origin::Own
+                }
+            })
+            .collect();
         out.push(Entry {
             stage,
             pointer,
@@ -598,16 +667,16 @@ pub fn collect_entries(doc: &Value) -> Vec<Entry> {
             reserved: false,
         });
     };
-    if let Some(stages) = doc.get("stages").and_then(Value::as_array) {
-        for (si, stage) in stages.iter().enumerate() {
-            if let Some(workers) = stage.get("workers").and_then(Value::as_array) {
-                for (wi, item) in workers.iter().enumerate() {
+    if let Some(stages) = doc.get_mut("stages").and_then(Value::as_array_mut) {
+        for (si, stage) in stages.iter_mut().enumerate() {
+            if let Some(workers) = stage.get_mut("workers").and_then(Value::as_array_mut) {
+                for (wi, item) in workers.iter_mut().enumerate() {
                     push(si, format!("/stages/{si}/workers/{wi}"), item);
                 }
             }
         }
-    } else if let Some(workers) = doc.get("workers").and_then(Value::as_array) {
-        for (wi, item) in workers.iter().enumerate() {
+    } else if let Some(workers) = doc.get_mut("workers").and_then(Value::as_array_mut) {
+        for (wi, item) in workers.iter_mut().enumerate() {
             push(0, format!("/workers/{wi}"), item);
         }
     }
@@ -1112,4 +1181,67 @@ fn wrapper_command(
         argv.extend(command.iter().cloned());
     }
     argv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn entries_point_at_their_own_keys_or_the_defaults() {
+        let mut doc = json!({
+            "defaults": {"role": "analyst", "idleTimeoutSeconds": 30, "a/b": 1},
+            "stages": [{"name": "s", "workers": [
+                {"workerId": "w", "role": "verifier", "x~y": 2},
+                "not an object",
+            ]}]
+        });
+        let entries = take_entries(&mut doc);
+        assert_eq!(entries.len(), 1);
+        let e = &entries[0];
+        assert_eq!(e.pointer, "/stages/0/workers/0");
+        assert_eq!(e.str("role"), "verifier");
+        assert_eq!(e.ptr("role"), "/stages/0/workers/0/role");
+        assert_eq!(e.ptr("x~y"), "/stages/0/workers/0/x~0y");
+        assert_eq!(e.ptr("idleTimeoutSeconds"), "/defaults/idleTimeoutSeconds");
+        assert_eq!(e.ptr("a/b"), "/defaults/a~1b");
+        assert_eq!(e.ptr("absent"), "/stages/0/workers/0");
+        // The worker was moved out of the document, not copied.
+        assert_eq!(doc["stages"][0]["workers"][0], json!({}));
+        assert_eq!(doc["stages"][0]["name"], "s");
+
+        let values = json!({"provider": "codex", "derived": 1});
+        let e = Entry::synthetic(
+            "/workers/3",
+            values.as_object().unwrap().clone(),
+            &["provider"],
+            false,
+        );
+        assert_eq!(e.ptr("provider"), "/workers/3/provider");
+        assert_eq!(e.ptr("derived"), "/workers/3");
+    }
+
+    #[test]
+    fn schema_complaints_covered_by_refused_entries() {
+        let refused: HashSet<String> =
+            ["/workers/1".to_string(), "/stages/0/workers/2".to_string()]
+                .into_iter()
+                .collect();
+        let err = |pointer: &str, keyword: &str| schema::SchemaError {
+            pointer: pointer.into(),
+            message: String::new(),
+            keyword: keyword.into(),
+        };
+        let covered = |p: &str, k: &str| schema_covered_by_identity(&err(p, k), &refused);
+        assert!(covered("/workers/1", "required"));
+        assert!(!covered("/workers/1", "additionalProperties"));
+        assert!(covered("/workers/1/attempt", "minimum"));
+        assert!(covered("/workers/1/schemaVersion/x", "type"));
+        assert!(covered("/stages/0/workers/2/workerId", "not"));
+        assert!(!covered("/workers/12/attempt", "minimum"));
+        assert!(!covered("/workers/1/idleTimeoutSeconds", "type"));
+        assert!(!covered("/workers/3/attempt", "minimum"));
+        assert!(!covered("", "oneOf"));
+    }
 }
