@@ -4,6 +4,7 @@
 
 use crate::diag::{Code, Diagnostic, Location, SourceText};
 use serde_json::{Map, Number, Value};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
@@ -94,6 +95,17 @@ impl SourceFile {
                 .help("check that the file is a readable regular file"));
             }
         };
+        Self::from_bytes(display, bytes, format)
+    }
+
+    /// Parse a file's bytes, as [`Self::load`] does once it has read them
+    /// (the fuzz targets start here).
+    #[allow(clippy::result_large_err)]
+    pub fn from_bytes(
+        display: &str,
+        bytes: Vec<u8>,
+        format: Format,
+    ) -> Result<(Value, SourceFile), Diagnostic> {
         let text = String::from_utf8(bytes).map_err(|e| {
             Diagnostic::new(
                 Code::InputUnreadable,
@@ -211,6 +223,18 @@ struct Index {
     children: Vec<u32>,
     names: String,
     pending: Vec<u32>,
+    /// Members of large objects by (object, hash of name), made on the
+    /// first lookup: finding each of thousands of members of one object by
+    /// a scan of its members was quadratic.
+    members: std::cell::OnceCell<HashMap<(u32, u64), u32>>,
+}
+
+/// Objects with more members than this are looked up through a hash.
+const SCANNED_MEMBERS: usize = 16;
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(name)
 }
 
 /// The largest text an index covers.
@@ -318,12 +342,40 @@ impl Index {
         within.get(node.name.range()).unwrap_or("")
     }
 
+    /// The member of `kids` named `name`; the last of duplicate keys wins,
+    /// as in serde_json.
+    fn scan(&self, text: &str, kids: &[u32], name: &str) -> Option<u32> {
+        kids.iter()
+            .rev()
+            .find(|&&k| self.name_of(text, &self.nodes[k as usize]) == name)
+            .copied()
+    }
+
+    fn members(&self, text: &str) -> &HashMap<(u32, u64), u32> {
+        self.members.get_or_init(|| {
+            let mut map = HashMap::new();
+            for (id, node) in self.nodes.iter().enumerate() {
+                let kids = self.children.get(node.kids.range()).unwrap_or_default();
+                if node.is_array || kids.len() <= SCANNED_MEMBERS {
+                    continue;
+                }
+                // In document order, so the last of duplicate keys wins.
+                for &k in kids {
+                    let name = self.name_of(text, &self.nodes[k as usize]);
+                    map.insert((id as u32, name_hash(name)), k);
+                }
+            }
+            map
+        })
+    }
+
     /// The node at `pointer`, or its nearest ancestor in the file, and
     /// whether the node is the one asked for.
     fn find<'a>(&'a self, text: &str, pointer: &str) -> (Option<&'a Node>, bool) {
         let Some(mut node) = self.nodes.first() else {
             return (None, false);
         };
+        let mut id = 0u32;
         if pointer.is_empty() {
             return (Some(node), true);
         }
@@ -335,15 +387,26 @@ impl Index {
             };
             let kids = self.children.get(node.kids.range()).unwrap_or_default();
             let next = if node.is_array {
-                token.parse::<usize>().ok().and_then(|i| kids.get(i))
+                token
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| kids.get(i))
+                    .copied()
+            } else if kids.len() > SCANNED_MEMBERS {
+                match self.members(text).get(&(id, name_hash(&token))) {
+                    Some(&k) if self.name_of(text, &self.nodes[k as usize]) == token => Some(k),
+                    // Another name with the same hash: scan, as for a small object.
+                    Some(_) => self.scan(text, kids, &token),
+                    None => None,
+                }
             } else {
-                // The last of duplicate JSON keys wins, as in serde_json.
-                kids.iter()
-                    .rev()
-                    .find(|&&k| self.name_of(text, &self.nodes[k as usize]) == token)
+                self.scan(text, kids, &token)
             };
             match next {
-                Some(&k) => node = &self.nodes[k as usize],
+                Some(k) => {
+                    id = k;
+                    node = &self.nodes[k as usize];
+                }
                 None => return (Some(node), false),
             }
         }
@@ -731,6 +794,40 @@ attempt = 0
         assert_eq!(err.location.unwrap().line(), Some(2));
         let err = SourceFile::parse("s.toml", "a = nan\n".into(), Format::Toml).unwrap_err();
         assert_eq!(err.code, Code::InputInvalid);
+    }
+
+    /// Large objects are looked up through a hash: every member found, the
+    /// last of duplicates winning, escaped names too, a missing member
+    /// falling back to the object.
+    #[test]
+    fn members_of_large_objects() {
+        let mut members: Vec<String> = (0..100).map(|i| format!("\"k{i}\": {i}")).collect();
+        members.push("\"k5\": \"again\"".into());
+        members.push("\"esc\\\"aped\": 7".into());
+        let text = format!("{{\"o\": {{{}}}}}", members.join(", "));
+        let (v, f) = json(&text);
+        assert_eq!(v["o"]["k5"], "again");
+        for i in [0, 1, 17, 99] {
+            let at = text.find(&format!("\"k{i}\": {i}")).unwrap() + format!("\"k{i}\": ").len();
+            assert_eq!(f.locate(&format!("/o/k{i}")).column(), Some(at + 1), "k{i}");
+        }
+        let again = text.find("\"again\"").unwrap();
+        assert_eq!(f.locate("/o/k5").column(), Some(again + 1));
+        let esc = text.find("\"esc").unwrap();
+        assert_eq!(f.locate_key("/o/esc\"aped").column(), Some(esc + 1));
+        let o = text.find("{\"k0").unwrap();
+        assert_eq!(f.locate("/o/nope").column(), Some(o + 1));
+        assert_eq!(f.locate("/o/nope/deeper").column(), Some(o + 1));
+
+        let mut toml_text = String::from("[t]\n");
+        for i in 0..40 {
+            toml_text.push_str(&format!("k{i} = {i}\n"));
+        }
+        toml_text.push_str("\"q u\" = 1\n");
+        let (_, f) = toml(&toml_text);
+        assert_eq!(f.locate("/t/k39").line(), Some(41));
+        assert_eq!(f.locate_key("/t/q u").line(), Some(42));
+        assert_eq!(f.locate("/t/zz").line(), Some(1));
     }
 
     /// An unterminated string ending in CRLF: the parser's error span

@@ -6,6 +6,7 @@ mod plan;
 mod validate;
 
 pub use plan::read_plan;
+pub use validate::{check_document, Kind as DocumentKind};
 
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};

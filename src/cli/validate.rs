@@ -1,7 +1,7 @@
 //! `okstra validate` and `okstra schema`.
 
 use super::report;
-use crate::compile::{self, conformance, Ctx};
+use crate::compile::{self, conformance, Ctx, Loaded};
 use crate::diag::{Code, Diagnostics, ExitStatus, Format};
 use crate::schema::SchemaKind;
 use crate::source::Format as SourceFormat;
@@ -83,36 +83,7 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
             continue;
         };
         let kind = args.kind.unwrap_or_else(|| guess(file, Some(&loaded.doc)));
-        match kind {
-            Kind::Jobs => compile::check_spec_alone(&mut ctx, &mut loaded),
-            Kind::Manifest => ctx.schema_check(SchemaKind::Manifest, &loaded, &|_| false),
-            Kind::Metadata => ctx.schema_check(SchemaKind::Metadata, &loaded, &|_| false),
-            Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, &loaded, &|_| false),
-            Kind::Plan => {
-                ctx.schema_check(SchemaKind::Plan, &loaded, &|_| false);
-                if let Some(d) = crate::plan::digest_problem(&loaded.doc) {
-                    let diag = ctx
-                        .at(&loaded.src, Code::PlanDigestMismatch, d, "/digest")
-                        .help("a plan must not be edited; make a new one with `okstra plan`");
-                    ctx.push(diag);
-                }
-            }
-            Kind::ImplementationPlan => {
-                for (index, stage) in conformance::malformed_stages(&loaded.doc) {
-                    let pointer =
-                        format!("/implementationPlanning/stages/{index}/conformanceTests");
-                    let d = ctx
-                        .at(
-                            &loaded.src,
-                            Code::PlanStagesMalformedConformance,
-                            format!("stage {stage}: conformanceTests is not `<script> (requires=[cap,...])`"),
-                            &pointer,
-                        )
-                        .help("write e.g. `<task_root>/tests/stage-1.sh (requires=[db,io])`; capabilities: db, io, http, external, each once");
-                    ctx.push(d);
-                }
-            }
-        }
+        check_document(&mut ctx, &mut loaded, kind);
         if ctx.diags.is_empty() {
             checked.push((display, kind));
         }
@@ -133,6 +104,40 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         ),
     }
     ExitStatus::Success
+}
+
+/// The checks `okstra validate` runs on one parsed file of `kind`; problems
+/// go to `ctx`. (A jobs document's workers are moved out of `loaded.doc`.)
+pub fn check_document(ctx: &mut Ctx, loaded: &mut Loaded, kind: Kind) {
+    match kind {
+        Kind::Jobs => compile::check_spec_alone(ctx, loaded),
+        Kind::Manifest => ctx.schema_check(SchemaKind::Manifest, loaded, &|_| false),
+        Kind::Metadata => ctx.schema_check(SchemaKind::Metadata, loaded, &|_| false),
+        Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, loaded, &|_| false),
+        Kind::Plan => {
+            ctx.schema_check(SchemaKind::Plan, loaded, &|_| false);
+            if let Some(d) = crate::plan::digest_problem(&loaded.doc) {
+                let diag = ctx
+                    .at(&loaded.src, Code::PlanDigestMismatch, d, "/digest")
+                    .help("a plan must not be edited; make a new one with `okstra plan`");
+                ctx.push(diag);
+            }
+        }
+        Kind::ImplementationPlan => {
+            for (index, stage) in conformance::malformed_stages(&loaded.doc) {
+                let pointer = format!("/implementationPlanning/stages/{index}/conformanceTests");
+                let d = ctx
+                    .at(
+                        &loaded.src,
+                        Code::PlanStagesMalformedConformance,
+                        format!("stage {stage}: conformanceTests is not `<script> (requires=[cap,...])`"),
+                        &pointer,
+                    )
+                    .help("write e.g. `<task_root>/tests/stage-1.sh (requires=[db,io])`; capabilities: db, io, http, external, each once");
+                ctx.push(d);
+            }
+        }
+    }
 }
 
 fn kind_name(kind: Kind) -> &'static str {
