@@ -631,6 +631,20 @@ mod tests {
         );
     }
 
+    /// Zero-width characters count toward the window: a line of combining
+    /// marks is cut like any other.
+    #[test]
+    fn a_window_of_zero_width_characters_is_bounded() {
+        let line = format!("x = \"{}\" y", "e\u{301}".repeat(50_000));
+        let src = source("s.toml", &line);
+        let text = Diagnostic::new(Code::SchemaViolation, "x")
+            .at(span_of(&src, "y"))
+            .render_text();
+        let shown = text.lines().nth(3).unwrap();
+        assert!(shown.chars().count() <= WINDOW + 8, "{}", shown.len());
+        assert!(text.contains(&format!(":1:{}\n", 100_008)), "{text}");
+    }
+
     #[test]
     fn secondary_labels_point_at_other_places() {
         let src = source(

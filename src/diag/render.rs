@@ -236,11 +236,13 @@ fn forward(line: &str, from: usize, columns: usize) -> (usize, usize) {
     (line.len(), used)
 }
 
-/// Columns a character takes once drawn (the crate draws a tab as 4).
+/// Columns a character takes once drawn (the crate draws a tab as 4). A
+/// zero-width character counts as one, so that a window is also at most
+/// [`WINDOW`] characters, however many combining marks a line holds.
 fn columns_of(c: char) -> usize {
     match c {
         '\t' => 4,
-        c => c.width().unwrap_or(1),
+        c => c.width().unwrap_or(1).max(1),
     }
 }
 
