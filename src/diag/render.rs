@@ -113,8 +113,9 @@ pub(super) fn render(d: &Diagnostic, color: bool) -> String {
     } else {
         Renderer::plain()
     }
-    // Lines are already cut to WINDOW columns; a narrower terminal wraps.
-    .term_width(usize::MAX / 4);
+    // Lines are already cut to WINDOW columns: the crate is not to cut
+    // them again (a narrower terminal wraps them).
+    .term_width(1 << 16);
     let mut out = renderer.render(&[group]);
     fix_columns(&mut out, &renderer, d, &parts);
     out.push('\n');
