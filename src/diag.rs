@@ -1,62 +1,155 @@
 //! Diagnostics: one user-facing problem each, with a stable code from SPEC.md,
 //! a place in a file where there is one, and a hint. Rendered like rustc in
-//! text, or as the `{"ok": false, "errors": [...]}` document in JSON.
+//! text (through `annotate-snippets`, see [`render`]), or as the
+//! `{"ok": false, "errors": [...]}` document in JSON.
+
+mod location;
+mod render;
+
+pub use location::{Location, SourceText};
+pub use render::WINDOW;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::fmt::Write as _;
+use std::borrow::Cow;
 use std::process::ExitCode;
 
-/// Every stable error code okstra emits. The string form is the wire name; the
-/// exit status and the one-line description live here too, so the README table,
-/// the exit code and the code itself cannot drift apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Code {
-    IdentityMixedVersions,
-    IdentityUnsupportedVersion,
-    IdentityBadAttempt,
-    IdentityMissingField,
-    IdentityNoStateKey,
-    IdentityDuplicate,
-    MetadataIncomplete,
-    MetadataInvalid,
-    AuthorityMetadataVersion,
-    AuthorityInvocationMismatch,
-    AuthorityIdentityMismatch,
-    AuthorityPromptMismatch,
-    AuthorityRoleExecution,
-    AuthorityAssignment,
-    AuthorityBinding,
-    RulesTranslatorNeedsReservation,
-    RulesPhaseOrder,
-    RulesReportWriterIsolation,
-    RulesWriteConflict,
-    RulesReverifyKind,
-    RosterEmpty,
-    RosterUnknownWorker,
-    TranslatorNoCanonicalExecution,
-    TranslatorReservationCount,
-    TranslatorMetadataPath,
-    TranslatorReservationMismatch,
-    TranslatorPromptHeaders,
-    PlanStagesMalformedConformance,
-    PathEscapesRoot,
-    PathInvalid,
-    PathTooBroad,
-    SchemaViolation,
-    InputSyntax,
-    InputMissing,
-    InputUnreadable,
-    InputInvalid,
-    PlanVersion,
-    PlanDigestMismatch,
-    PlanStale,
-    PlanUnreadable,
-    ExecBindingChanged,
-    ExecLocked,
-    ExecState,
-    ExecConfinementUnavailable,
-    AuditIncomplete,
+/// Declares [`Code`] from one table: each code once, with its wire name, the
+/// exit status it ends a command with, and the one line the README's
+/// error-code table shows. Nothing else lists the codes.
+macro_rules! codes {
+    ($($variant:ident = $wire:literal, $exit:ident, $summary:literal;)*) => {
+        /// Every stable error code okstra emits.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Code {
+            $($variant,)*
+        }
+
+        impl Code {
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            /// The wire name (`identity/bad-attempt`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $wire,)*
+                }
+            }
+
+            /// One line for the README's error-code table and for `--help` texts.
+            pub fn summary(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $summary,)*
+                }
+            }
+
+            pub fn exit_status(self) -> ExitStatus {
+                match self {
+                    $(Code::$variant => ExitStatus::$exit,)*
+                }
+            }
+
+            /// The code with this wire name.
+            pub fn from_wire(name: &str) -> Option<Code> {
+                match name {
+                    $($wire => Some(Code::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    IdentityMixedVersions = "identity/mixed-versions", InvalidInput,
+        "a worker entry or its metadata mixes v1 and v2 identity fields";
+    IdentityUnsupportedVersion = "identity/unsupported-version", InvalidInput,
+        "a schemaVersion / executionIdentityVersion pair okstra does not know";
+    IdentityBadAttempt = "identity/bad-attempt", InvalidInput,
+        "a v2 `attempt` that is missing, not an integer, a boolean, or below 1";
+    IdentityMissingField = "identity/missing-field", InvalidInput,
+        "a required identity field is missing or empty";
+    IdentityNoStateKey = "identity/no-state-key", InvalidInput,
+        "a v2 `assignmentRef` whose last `/` segment is empty";
+    IdentityDuplicate = "identity/duplicate", InvalidInput,
+        "two jobs share a state key in one stage, or a dispatch id anywhere";
+    MetadataIncomplete = "metadata/incomplete", InvalidInput,
+        "invocation metadata without `digests` or `modelAssignment`";
+    MetadataInvalid = "metadata/invalid", InvalidInput,
+        "invocation metadata with a malformed field (e.g. `hostModelValue`)";
+    AuthorityMetadataVersion = "authority/metadata-version", InvalidInput,
+        "a v2 job whose metadata is v1 or absent";
+    AuthorityInvocationMismatch = "authority/invocation-mismatch", InvalidInput,
+        "the job's `invocationRef` differs from its metadata";
+    AuthorityIdentityMismatch = "authority/identity-mismatch", InvalidInput,
+        "participant, role execution, label, duty or attempt differs from the metadata";
+    AuthorityPromptMismatch = "authority/prompt-mismatch", InvalidInput,
+        "`promptPath` and the metadata's `prompt.path` name different files";
+    AuthorityRoleExecution = "authority/role-execution", InvalidInput,
+        "the role execution or participant is missing or disagrees with the job or its duty";
+    AuthorityAssignment = "authority/assignment", InvalidInput,
+        "model execution value or dispatch kind differs from the metadata";
+    AuthorityBinding = "authority/binding", InvalidInput,
+        "the role execution's model binding is missing or does not match the catalog";
+    RulesTranslatorNeedsReservation = "rules/translator-needs-reservation", InvalidInput,
+        "a translator given as a job; translators come only from reservations";
+    RulesPhaseOrder = "rules/phase-order", InvalidInput,
+        "an implementation executor and a verifier in one batch, or verifiers before their executor";
+    RulesReportWriterIsolation = "rules/report-writer-isolation", InvalidInput,
+        "report-writer shares its batch, or is not in the last stage";
+    RulesWriteConflict = "rules/write-conflict", InvalidInput,
+        "two jobs of one batch may write the same path";
+    RulesReverifyKind = "rules/reverify-kind", InvalidInput,
+        "a `reverify-r...` dispatch kind without a round number >= 1";
+    RosterEmpty = "roster/empty", InvalidInput,
+        "the manifest's `recommendedWorkers` is empty";
+    RosterUnknownWorker = "roster/unknown-worker", InvalidInput,
+        "a `--workers` name that is not in the roster";
+    TranslatorNoCanonicalExecution = "translator/no-canonical-execution", InvalidInput,
+        "no single translator role execution matches the translator assignment";
+    TranslatorReservationCount = "translator/reservation-count", InvalidInput,
+        "not exactly one candidate translator reservation";
+    TranslatorMetadataPath = "translator/metadata-path", InvalidInput,
+        "a reservation whose `metadataPath` is not `<promptPath>.meta.json`";
+    TranslatorReservationMismatch = "translator/reservation-mismatch", InvalidInput,
+        "a reservation that disagrees with its invocation metadata";
+    TranslatorPromptHeaders = "translator/prompt-headers", InvalidInput,
+        "a translator prompt without exactly one distinct Result / Worker Result header each";
+    PlanStagesMalformedConformance = "plan-stages/malformed-conformance", InvalidInput,
+        "a stage's `conformanceTests` declaration does not parse";
+    PathEscapesRoot = "path/escapes-root", InvalidInput,
+        "a path that resolves outside the project root";
+    PathInvalid = "path/invalid", InvalidInput,
+        "a path holding `\\`, a NUL byte or an empty segment";
+    PathTooBroad = "path/too-broad", InvalidInput,
+        "a worktree or auxiliary root that is `/`, an ancestor of the project root, or under /proc, /sys or /dev";
+    SchemaViolation = "schema/violation", InvalidInput,
+        "a value the JSON Schema refuses (unknown key, wrong type, ...)";
+    InputSyntax = "input/syntax", InvalidInput,
+        "a TOML or JSON syntax error";
+    InputMissing = "input/missing", InvalidInput,
+        "a file the input names does not exist";
+    InputUnreadable = "input/unreadable", InvalidInput,
+        "a file exists but cannot be read";
+    InputInvalid = "input/invalid", InvalidInput,
+        "an input whose content is unusable for a reason no more specific code covers";
+    PlanVersion = "plan/version", PlanRefused,
+        "a plan whose `formatVersion` this okstra does not support";
+    PlanDigestMismatch = "plan/digest-mismatch", PlanRefused,
+        "a plan edited after `okstra plan` wrote it";
+    PlanStale = "plan/stale", PlanRefused,
+        "an input changed or vanished since the plan was made";
+    PlanUnreadable = "plan/unreadable", PlanRefused,
+        "a plan file that cannot be read or parsed";
+    ExecBindingChanged = "exec/binding-changed", PlanRefused,
+        "a v2 job's role execution or model binding changed since planning";
+    ExecLocked = "exec/locked", Locked,
+        "another `okstra exec` holds this run";
+    ExecState = "exec/state", InvalidInput,
+        "a run state file that cannot be read, parsed or written";
+    ExecConfinementUnavailable = "exec/confinement-unavailable", PlanRefused,
+        "a job requires kernel confinement (`confinement = \"required\"`) that this machine cannot apply";
+    AuditIncomplete = "audit/incomplete", JobsFailed,
+        "the mutation audit could not walk or compare the tree; the jobs it covers settle `error`";
 }
 
 /// How a command ends. Mapped to a process exit code in exactly one place.
@@ -89,198 +182,32 @@ impl From<ExitStatus> for ExitCode {
     }
 }
 
-impl Code {
-    pub const ALL: &'static [Code] = &[
-        Code::IdentityMixedVersions,
-        Code::IdentityUnsupportedVersion,
-        Code::IdentityBadAttempt,
-        Code::IdentityMissingField,
-        Code::IdentityNoStateKey,
-        Code::IdentityDuplicate,
-        Code::MetadataIncomplete,
-        Code::MetadataInvalid,
-        Code::AuthorityMetadataVersion,
-        Code::AuthorityInvocationMismatch,
-        Code::AuthorityIdentityMismatch,
-        Code::AuthorityPromptMismatch,
-        Code::AuthorityRoleExecution,
-        Code::AuthorityAssignment,
-        Code::AuthorityBinding,
-        Code::RulesTranslatorNeedsReservation,
-        Code::RulesPhaseOrder,
-        Code::RulesReportWriterIsolation,
-        Code::RulesWriteConflict,
-        Code::RulesReverifyKind,
-        Code::RosterEmpty,
-        Code::RosterUnknownWorker,
-        Code::TranslatorNoCanonicalExecution,
-        Code::TranslatorReservationCount,
-        Code::TranslatorMetadataPath,
-        Code::TranslatorReservationMismatch,
-        Code::TranslatorPromptHeaders,
-        Code::PlanStagesMalformedConformance,
-        Code::PathEscapesRoot,
-        Code::PathInvalid,
-        Code::PathTooBroad,
-        Code::SchemaViolation,
-        Code::InputSyntax,
-        Code::InputMissing,
-        Code::InputUnreadable,
-        Code::InputInvalid,
-        Code::PlanVersion,
-        Code::PlanDigestMismatch,
-        Code::PlanStale,
-        Code::PlanUnreadable,
-        Code::ExecBindingChanged,
-        Code::ExecLocked,
-        Code::ExecState,
-        Code::ExecConfinementUnavailable,
-        Code::AuditIncomplete,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::IdentityMixedVersions => "identity/mixed-versions",
-            Code::IdentityUnsupportedVersion => "identity/unsupported-version",
-            Code::IdentityBadAttempt => "identity/bad-attempt",
-            Code::IdentityMissingField => "identity/missing-field",
-            Code::IdentityNoStateKey => "identity/no-state-key",
-            Code::IdentityDuplicate => "identity/duplicate",
-            Code::MetadataIncomplete => "metadata/incomplete",
-            Code::MetadataInvalid => "metadata/invalid",
-            Code::AuthorityMetadataVersion => "authority/metadata-version",
-            Code::AuthorityInvocationMismatch => "authority/invocation-mismatch",
-            Code::AuthorityIdentityMismatch => "authority/identity-mismatch",
-            Code::AuthorityPromptMismatch => "authority/prompt-mismatch",
-            Code::AuthorityRoleExecution => "authority/role-execution",
-            Code::AuthorityAssignment => "authority/assignment",
-            Code::AuthorityBinding => "authority/binding",
-            Code::RulesTranslatorNeedsReservation => "rules/translator-needs-reservation",
-            Code::RulesPhaseOrder => "rules/phase-order",
-            Code::RulesReportWriterIsolation => "rules/report-writer-isolation",
-            Code::RulesWriteConflict => "rules/write-conflict",
-            Code::RulesReverifyKind => "rules/reverify-kind",
-            Code::RosterEmpty => "roster/empty",
-            Code::RosterUnknownWorker => "roster/unknown-worker",
-            Code::TranslatorNoCanonicalExecution => "translator/no-canonical-execution",
-            Code::TranslatorReservationCount => "translator/reservation-count",
-            Code::TranslatorMetadataPath => "translator/metadata-path",
-            Code::TranslatorReservationMismatch => "translator/reservation-mismatch",
-            Code::TranslatorPromptHeaders => "translator/prompt-headers",
-            Code::PlanStagesMalformedConformance => "plan-stages/malformed-conformance",
-            Code::PathEscapesRoot => "path/escapes-root",
-            Code::PathInvalid => "path/invalid",
-            Code::PathTooBroad => "path/too-broad",
-            Code::SchemaViolation => "schema/violation",
-            Code::InputSyntax => "input/syntax",
-            Code::InputMissing => "input/missing",
-            Code::InputUnreadable => "input/unreadable",
-            Code::InputInvalid => "input/invalid",
-            Code::PlanVersion => "plan/version",
-            Code::PlanDigestMismatch => "plan/digest-mismatch",
-            Code::PlanStale => "plan/stale",
-            Code::PlanUnreadable => "plan/unreadable",
-            Code::ExecBindingChanged => "exec/binding-changed",
-            Code::ExecLocked => "exec/locked",
-            Code::ExecState => "exec/state",
-            Code::ExecConfinementUnavailable => "exec/confinement-unavailable",
-            Code::AuditIncomplete => "audit/incomplete",
-        }
-    }
-
-    /// One line for the README's error-code table and for `--help` texts.
-    pub fn summary(self) -> &'static str {
-        match self {
-            Code::IdentityMixedVersions => "a worker entry or its metadata mixes v1 and v2 identity fields",
-            Code::IdentityUnsupportedVersion => "a schemaVersion / executionIdentityVersion pair okstra does not know",
-            Code::IdentityBadAttempt => "a v2 `attempt` that is missing, not an integer, a boolean, or below 1",
-            Code::IdentityMissingField => "a required identity field is missing or empty",
-            Code::IdentityNoStateKey => "a v2 `assignmentRef` whose last `/` segment is empty",
-            Code::IdentityDuplicate => "two jobs share a state key in one stage, or a dispatch id anywhere",
-            Code::MetadataIncomplete => "invocation metadata without `digests` or `modelAssignment`",
-            Code::MetadataInvalid => "invocation metadata with a malformed field (e.g. `hostModelValue`)",
-            Code::AuthorityMetadataVersion => "a v2 job whose metadata is v1 or absent",
-            Code::AuthorityInvocationMismatch => "the job's `invocationRef` differs from its metadata",
-            Code::AuthorityIdentityMismatch => "participant, role execution, label, duty or attempt differs from the metadata",
-            Code::AuthorityPromptMismatch => "`promptPath` and the metadata's `prompt.path` name different files",
-            Code::AuthorityRoleExecution => "the role execution or participant is missing or disagrees with the job or its duty",
-            Code::AuthorityAssignment => "model execution value or dispatch kind differs from the metadata",
-            Code::AuthorityBinding => "the role execution's model binding is missing or does not match the catalog",
-            Code::RulesTranslatorNeedsReservation => "a translator given as a job; translators come only from reservations",
-            Code::RulesPhaseOrder => "an implementation executor and a verifier in one batch, or verifiers before their executor",
-            Code::RulesReportWriterIsolation => "report-writer shares its batch, or is not in the last stage",
-            Code::RulesWriteConflict => "two jobs of one batch may write the same path",
-            Code::RulesReverifyKind => "a `reverify-r...` dispatch kind without a round number >= 1",
-            Code::RosterEmpty => "the manifest's `recommendedWorkers` is empty",
-            Code::RosterUnknownWorker => "a `--workers` name that is not in the roster",
-            Code::TranslatorNoCanonicalExecution => "no single translator role execution matches the translator assignment",
-            Code::TranslatorReservationCount => "not exactly one candidate translator reservation",
-            Code::TranslatorMetadataPath => "a reservation whose `metadataPath` is not `<promptPath>.meta.json`",
-            Code::TranslatorReservationMismatch => "a reservation that disagrees with its invocation metadata",
-            Code::TranslatorPromptHeaders => "a translator prompt without exactly one distinct Result / Worker Result header each",
-            Code::PlanStagesMalformedConformance => "a stage's `conformanceTests` declaration does not parse",
-            Code::PathEscapesRoot => "a path that resolves outside the project root",
-            Code::PathInvalid => "a path holding `\\`, a NUL byte or an empty segment",
-            Code::PathTooBroad => "a worktree or auxiliary root that is `/`, an ancestor of the project root, or under /proc, /sys or /dev",
-            Code::SchemaViolation => "a value the JSON Schema refuses (unknown key, wrong type, ...)",
-            Code::InputSyntax => "a TOML or JSON syntax error",
-            Code::InputMissing => "a file the input names does not exist",
-            Code::InputUnreadable => "a file exists but cannot be read",
-            Code::InputInvalid => "an input whose content is unusable for a reason no more specific code covers",
-            Code::PlanVersion => "a plan whose `formatVersion` this okstra does not support",
-            Code::PlanDigestMismatch => "a plan edited after `okstra plan` wrote it",
-            Code::PlanStale => "an input changed or vanished since the plan was made",
-            Code::PlanUnreadable => "a plan file that cannot be read or parsed",
-            Code::ExecBindingChanged => "a v2 job's role execution or model binding changed since planning",
-            Code::ExecLocked => "another `okstra exec` holds this run",
-            Code::ExecState => "a run state file that cannot be read, parsed or written",
-            Code::ExecConfinementUnavailable => "a job requires kernel confinement (`confinement = \"required\"`) that this machine cannot apply",
-            Code::AuditIncomplete => "the mutation audit could not walk or compare the tree; the jobs it covers settle `error`",
-        }
-    }
-
-    pub fn exit_status(self) -> ExitStatus {
-        match self {
-            Code::PlanVersion
-            | Code::PlanDigestMismatch
-            | Code::PlanStale
-            | Code::PlanUnreadable
-            | Code::ExecBindingChanged
-            | Code::ExecConfinementUnavailable => ExitStatus::PlanRefused,
-            Code::ExecLocked => ExitStatus::Locked,
-            Code::AuditIncomplete => ExitStatus::JobsFailed,
-            Code::ExecState => ExitStatus::InvalidInput,
-            _ => ExitStatus::InvalidInput,
-        }
-    }
-}
-
 impl std::fmt::Display for Code {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// Where in a file a diagnostic points. Line and column are 1-based.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Location {
-    pub file: String,
-    pub line: Option<usize>,
-    pub column: Option<usize>,
-    /// The text of the line, for the caret display.
-    pub source_line: Option<String>,
-    /// How many characters the caret underlines (at least 1).
-    pub width: usize,
+/// A secondary place a diagnostic involves, drawn with `-` under it and
+/// its text beside (the other job of a write conflict, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label {
+    pub location: Location,
+    pub text: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
     pub code: Code,
     pub message: String,
+    /// The primary place, drawn with `^`.
     pub location: Option<Location>,
     pub pointer: Option<String>,
     pub worker: Option<String>,
-    pub help: Option<String>,
+    /// Mostly a fixed sentence: borrowed, not copied into every diagnostic.
+    pub help: Option<Cow<'static, str>>,
+    /// Other places, in the text form only.
+    pub labels: Vec<Label>,
 }
 
 impl Diagnostic {
@@ -292,10 +219,11 @@ impl Diagnostic {
             pointer: None,
             worker: None,
             help: None,
+            labels: Vec::new(),
         }
     }
 
-    pub fn help(mut self, help: impl Into<String>) -> Self {
+    pub fn help(mut self, help: impl Into<Cow<'static, str>>) -> Self {
         self.help = Some(help.into());
         self
     }
@@ -317,56 +245,27 @@ impl Diagnostic {
 
     /// A diagnostic about a whole file, with no line to point at.
     pub fn in_file(mut self, file: impl Into<String>) -> Self {
-        self.location = Some(Location {
-            file: file.into(),
-            ..Location::default()
+        self.location = Some(Location::file(file));
+        self
+    }
+
+    /// Adds a secondary place, in this file or another.
+    pub fn label(mut self, location: Location, text: impl Into<String>) -> Self {
+        self.labels.push(Label {
+            location,
+            text: text.into(),
         });
         self
     }
 
-    /// The rustc-like text block.
+    /// The rustc-like text block, without colour.
     pub fn render_text(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "error[{}]: {}", self.code, self.message);
-        let gutter = self
-            .location
-            .as_ref()
-            .and_then(|l| l.line)
-            .map(|n| n.to_string().len())
-            .unwrap_or(1);
-        let pad = " ".repeat(gutter);
-        if let Some(loc) = &self.location {
-            match (loc.line, loc.column) {
-                (Some(line), Some(col)) => {
-                    let _ = writeln!(out, "{pad}--> {}:{line}:{col}", loc.file);
-                }
-                (Some(line), None) => {
-                    let _ = writeln!(out, "{pad}--> {}:{line}", loc.file);
-                }
-                _ => {
-                    let _ = writeln!(out, "{pad}--> {}", loc.file);
-                }
-            }
-            if let (Some(line), Some(text)) = (loc.line, &loc.source_line) {
-                let col = loc.column.unwrap_or(1);
-                let shown = text.trim_end();
-                let _ = writeln!(out, "{pad} |");
-                let _ = writeln!(out, "{line} | {shown}");
-                let lead: String = shown
-                    .chars()
-                    .take(col.saturating_sub(1))
-                    .map(|c| if c == '\t' { '\t' } else { ' ' })
-                    .collect();
-                let _ = writeln!(out, "{pad} | {lead}{}", "^".repeat(loc.width.max(1)));
-            }
-        }
-        if let Some(worker) = &self.worker {
-            let _ = writeln!(out, "{pad} = worker: {worker}");
-        }
-        if let Some(help) = &self.help {
-            let _ = writeln!(out, "{pad} = help: {help}");
-        }
-        out
+        render::render(self, false)
+    }
+
+    /// The text block, with ANSI colour when `color`.
+    pub fn render_styled(&self, color: bool) -> String {
+        render::render(self, color)
     }
 
     pub fn to_json(&self) -> Value {
@@ -374,11 +273,11 @@ impl Diagnostic {
         obj.insert("code".into(), json!(self.code.as_str()));
         obj.insert("message".into(), json!(self.message));
         if let Some(loc) = &self.location {
-            obj.insert("file".into(), json!(loc.file));
-            if let Some(line) = loc.line {
+            obj.insert("file".into(), json!(loc.file_name()));
+            if let Some(line) = loc.line() {
                 obj.insert("line".into(), json!(line));
             }
-            if let Some(col) = loc.column {
+            if let Some(col) = loc.column() {
                 obj.insert("column".into(), json!(col));
             }
         }
@@ -432,18 +331,14 @@ impl Diagnostics {
     }
 
     pub fn render_text(&self) -> String {
-        let mut out = String::new();
-        for d in &self.0 {
-            out.push_str(&d.render_text());
-            out.push('\n');
-        }
-        let n = self.0.len();
-        let _ = writeln!(
-            out,
-            "error: {n} problem{} found",
-            if n == 1 { "" } else { "s" }
-        );
-        out
+        self.render_styled(false)
+    }
+
+    /// Every block, then the count, with ANSI colour when `color`.
+    pub fn render_styled(&self, color: bool) -> String {
+        let mut out = Vec::new();
+        let _ = self.write_text(&mut out, color);
+        String::from_utf8(out).unwrap_or_default()
     }
 
     pub fn to_json(&self) -> Value {
@@ -451,6 +346,42 @@ impl Diagnostics {
             "ok": false,
             "errors": self.0.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
         })
+    }
+
+    /// [`Self::render_styled`], written block by block: a report of many
+    /// thousand problems is never held whole in memory.
+    pub fn write_text(&self, out: &mut impl std::io::Write, color: bool) -> std::io::Result<()> {
+        for d in &self.0 {
+            out.write_all(d.render_styled(color).as_bytes())?;
+            out.write_all(b"\n")?;
+        }
+        let n = self.0.len();
+        out.write_all(
+            render::render_summary(
+                &format!("{n} problem{} found", if n == 1 { "" } else { "s" }),
+                color,
+            )
+            .as_bytes(),
+        )
+    }
+
+    /// [`Self::to_json`] pretty-printed, with a newline, written error by
+    /// error (the same bytes as `to_string_pretty` of the whole document).
+    pub fn write_json(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        out.write_all(b"{\n  \"errors\": [")?;
+        for (i, d) in self.0.iter().enumerate() {
+            out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+            let one = serde_json::to_string_pretty(&d.to_json()).unwrap_or_default();
+            for (j, line) in one.lines().enumerate() {
+                if j > 0 {
+                    out.write_all(b"\n")?;
+                }
+                out.write_all(b"    ")?;
+                out.write_all(line.as_bytes())?;
+            }
+        }
+        out.write_all(if self.0.is_empty() { b"]" } else { b"\n  ]" })?;
+        out.write_all(b",\n  \"ok\": false\n}\n")
     }
 }
 
@@ -490,17 +421,87 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_readme_documents_every_code() {
+    /// The README's error-code table, as (code, exit, meaning) rows.
+    fn readme_code_rows() -> Vec<(String, String, String)> {
         let readme = include_str!("../README.md");
-        for code in Code::ALL {
-            let row = format!(
-                "| `{}` | {} | {} |",
-                code.as_str(),
-                code.exit_status().code(),
-                code.summary().replace('|', "\\|")
+        let mut lines = readme
+            .lines()
+            .skip_while(|l| l.trim() != "| code | exit | meaning |");
+        assert!(lines.next().is_some(), "README has no error-code table");
+        assert!(lines.next().is_some_and(|l| l.starts_with("| ---")));
+        lines
+            .take_while(|l| l.starts_with('|'))
+            .map(|row| {
+                let inner = row
+                    .strip_prefix("| `")
+                    .and_then(|r| r.strip_suffix(" |"))
+                    .unwrap_or_else(|| panic!("malformed README row: {row}"));
+                let (code, rest) = inner
+                    .split_once("` | ")
+                    .unwrap_or_else(|| panic!("malformed README row: {row}"));
+                let (exit, meaning) = rest
+                    .split_once(" | ")
+                    .unwrap_or_else(|| panic!("malformed README row: {row}"));
+                (code.to_string(), exit.to_string(), meaning.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_table_is_exactly_the_codes() {
+        let rows = readme_code_rows();
+        let mut seen = std::collections::HashSet::new();
+        for (name, exit, meaning) in &rows {
+            let code = Code::from_wire(name)
+                .unwrap_or_else(|| panic!("README names `{name}`, which is not a code"));
+            assert!(seen.insert(code), "README lists `{name}` twice");
+            assert_eq!(
+                exit,
+                &code.exit_status().code().to_string(),
+                "exit code of `{name}`"
             );
-            assert!(readme.contains(&row), "README lacks the row: {row}");
+            assert_eq!(
+                meaning,
+                &code.summary().replace('|', "\\|"),
+                "meaning of `{name}`"
+            );
+        }
+        let missing: Vec<&str> = Code::ALL
+            .iter()
+            .filter(|c| !seen.contains(*c))
+            .map(|c| c.as_str())
+            .collect();
+        assert!(missing.is_empty(), "README lacks rows for {missing:?}");
+        assert_eq!(rows.len(), Code::ALL.len());
+    }
+
+    #[test]
+    fn wire_names_round_trip() {
+        for &code in Code::ALL {
+            assert_eq!(Code::from_wire(code.as_str()), Some(code));
+        }
+        assert_eq!(Code::from_wire("identity/nope"), None);
+    }
+
+    #[test]
+    fn streamed_json_is_the_pretty_document() {
+        let src = source("s.toml", "a = 1\nb = [\"x\"]\n");
+        for ds in [
+            Diagnostics::default(),
+            Diagnostics::from(Diagnostic::new(Code::PlanStale, "y \"q\"\n").in_file("p")),
+            Diagnostics(vec![
+                Diagnostic::new(Code::SchemaViolation, "x")
+                    .at(span_of(&src, "\"x\""))
+                    .pointer("/b/0")
+                    .worker("w")
+                    .help("h"),
+                Diagnostic::new(Code::ExecLocked, "z"),
+            ]),
+        ] {
+            let mut out = Vec::new();
+            ds.write_json(&mut out).unwrap();
+            let want = serde_json::to_string_pretty(&ds.to_json()).unwrap() + "\n";
+            assert_eq!(String::from_utf8(out).unwrap(), want);
         }
     }
 
@@ -513,21 +514,224 @@ mod tests {
         assert_eq!(ds.exit_status(), ExitStatus::PlanRefused);
     }
 
+    fn source(name: &str, text: &str) -> std::sync::Arc<SourceText> {
+        SourceText::new(name, text.to_string())
+    }
+
+    fn span_of(src: &std::sync::Arc<SourceText>, needle: &str) -> Location {
+        let at = src.text().find(needle).unwrap();
+        Location::span(src, at..at + needle.len())
+    }
+
     #[test]
     fn text_rendering_points_at_the_column() {
+        let src = source("spec.toml", "[[workers]]\nworkerId = \"a\"\nattempt = 0\n");
         let d = Diagnostic::new(Code::IdentityBadAttempt, "attempt must be >= 1")
-            .at(Location {
-                file: "spec.toml".into(),
-                line: Some(3),
-                column: Some(11),
-                source_line: Some("attempt = 0".into()),
-                width: 1,
-            })
+            .at(span_of(&src, "0"))
+            .worker("a")
             .help("use 1 for a first attempt");
+        assert_eq!(
+            d.render_text(),
+            "error[identity/bad-attempt]: attempt must be >= 1\n \
+             --> spec.toml:3:11\n  \
+             |\n\
+             3 | attempt = 0\n  \
+             |           ^\n  \
+             = worker: a\n  \
+             = help: use 1 for a first attempt\n"
+        );
+        let json = d.to_json();
+        assert_eq!(json["line"], 3);
+        assert_eq!(json["column"], 11);
+        assert_eq!(json["file"], "spec.toml");
+    }
+
+    #[test]
+    fn file_only_and_unlocated_diagnostics() {
+        let d = Diagnostic::new(Code::PlanStale, "changed")
+            .in_file("p.md")
+            .help("replan");
+        assert_eq!(
+            d.render_text(),
+            "error[plan/stale]: changed\n--> p.md\n = help: replan\n"
+        );
+        let j = d.to_json();
+        assert_eq!(j["file"], "p.md");
+        assert!(j.get("line").is_none() && j.get("column").is_none());
+        let d = Diagnostic::new(Code::ExecLocked, "held").help("wait");
+        assert_eq!(d.render_text(), "error[exec/locked]: held\n = help: wait\n");
+        assert!(d.to_json().get("file").is_none());
+        let all = Diagnostics(vec![d.clone(), d]).render_text();
+        assert!(all.ends_with("\n\nerror: 2 problems found\n"), "{all}");
+    }
+
+    /// Carets sit under the span as a terminal draws the line: a CJK
+    /// character or an emoji takes two columns.
+    #[test]
+    fn carets_align_under_wide_characters() {
+        let src = source("s.toml", "名前 = \"値\" # 🎉 x\nrole = \"é\"\n");
+        let text = Diagnostic::new(Code::SchemaViolation, "x")
+            .at(span_of(&src, "x"))
+            .render_text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], " --> s.toml:1:14", "{text}");
+        assert_eq!(lines[3], "1 | 名前 = \"値\" # 🎉 x");
+        // 名前 (4) + ` = "` (4) + 値 (2) + `" # ` (4) + 🎉 (2) + ` ` (1) = 17.
+        assert_eq!(lines[4], format!("  | {}^", " ".repeat(17)));
+        let text = Diagnostic::new(Code::SchemaViolation, "x")
+            .at(span_of(&src, "値"))
+            .render_text();
+        assert!(text.contains("\n  |         ^^\n"), "{text}");
+    }
+
+    #[test]
+    fn a_long_line_is_shown_as_a_window_around_the_span() {
+        let mut line = String::from("[");
+        for i in 0..2000 {
+            line.push_str(&format!("{{\"workerId\":\"w{i}\"}},"));
+        }
+        line.push_str("{\"workerId\":\"BAD\"}]");
+        let src = source("big.json", &line);
+        let loc = span_of(&src, "\"BAD\"");
+        let column = loc.column().unwrap();
+        let text = Diagnostic::new(Code::IdentityDuplicate, "twice")
+            .at(loc)
+            .render_text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], format!(" --> big.json:1:{column}"), "{text}");
+        let shown = lines[3].strip_prefix("1 | ").unwrap();
+        assert!(
+            shown.starts_with("...") && !shown.ends_with("..."),
+            "{shown}"
+        );
+        assert!(shown.chars().count() <= WINDOW, "{shown}");
+        let caret = lines[4].find('^').unwrap() - 4;
+        assert_eq!(&shown[caret..caret + 5], "\"BAD\"", "{text}");
+        assert_eq!(lines[4].matches('^').count(), 5);
+
+        // Near the start of the line: cut on the right only.
+        let loc = span_of(&src, "\"w1\"");
+        let text = Diagnostic::new(Code::IdentityDuplicate, "x")
+            .at(loc)
+            .render_text();
+        let shown = text.lines().nth(3).unwrap().strip_prefix("1 | ").unwrap();
+        assert!(
+            !shown.starts_with("...") && shown.ends_with("..."),
+            "{shown}"
+        );
+        assert!(text.contains(" --> big.json:1:32\n"), "{text}");
+
+        // A span longer than the window is cut with it.
+        let text = Diagnostic::new(Code::SchemaViolation, "x")
+            .at(Location::span(&src, 0..line.len()))
+            .render_text();
+        assert!(
+            text.lines().all(|l| l.chars().count() <= WINDOW + 8),
+            "{text}"
+        );
+    }
+
+    /// Zero-width characters count toward the window: a line of combining
+    /// marks is cut like any other.
+    #[test]
+    fn a_window_of_zero_width_characters_is_bounded() {
+        let line = format!("x = \"{}\" y", "e\u{301}".repeat(50_000));
+        let src = source("s.toml", &line);
+        let text = Diagnostic::new(Code::SchemaViolation, "x")
+            .at(span_of(&src, "y"))
+            .render_text();
+        let shown = text.lines().nth(3).unwrap();
+        assert!(shown.chars().count() <= WINDOW + 8, "{}", shown.len());
+        assert!(text.contains(&format!(":1:{}\n", 100_008)), "{text}");
+    }
+
+    #[test]
+    fn secondary_labels_point_at_other_places() {
+        let src = source(
+            "spec.toml",
+            "[[workers]]\nworkerId = \"a\"\nresultPath = \"r.md\"\n\n[[workers]]\nworkerId = \"b\"\nresultPath = \"r.md\"\n",
+        );
+        let second = src.text().rfind("\"r.md\"").unwrap();
+        let d = Diagnostic::new(Code::RulesWriteConflict, "both write r.md")
+            .at(Location::span(&src, second..second + 6))
+            .label(span_of(&src, "\"r.md\""), "`a` writes it too")
+            .worker("b");
         let text = d.render_text();
-        assert!(text.contains("error[identity/bad-attempt]: attempt must be >= 1"));
-        assert!(text.contains(" --> spec.toml:3:11"));
-        assert!(text.contains("3 | attempt = 0"));
-        assert!(text.contains("  |           ^"));
+        assert_eq!(
+            text,
+            "error[rules/write-conflict]: both write r.md\n \
+             --> spec.toml:7:14\n  \
+             |\n\
+             7 | resultPath = \"r.md\"\n  \
+             |              ^^^^^^\n  \
+             |\n \
+             ::: spec.toml:3:14\n  \
+             |\n\
+             3 | resultPath = \"r.md\"\n  \
+             |              ------ `a` writes it too\n  \
+             = worker: b\n"
+        );
+        // Labels stay out of the JSON form.
+        assert_eq!(d.to_json().as_object().unwrap().len(), 6);
+
+        // Another file, and a label on the primary's own short line.
+        let other = source("other.json", "{\"resultPath\": \"r.md\"}");
+        let line = source("s.json", "[{\"r\":\"x\"},{\"r\":\"x\"}]");
+        let d = Diagnostic::new(Code::RulesWriteConflict, "m")
+            .at(Location::span(&line, 16..19))
+            .label(Location::span(&line, 6..9), "first")
+            .label(span_of(&other, "\"r.md\""), "there");
+        let text = d.render_text();
+        assert!(
+            text.contains("1 | [{\"r\":\"x\"},{\"r\":\"x\"}]\n  |       --- first ^^^\n"),
+            "{text}"
+        );
+        assert!(text.contains("::: other.json:1:16\n"), "{text}");
+    }
+
+    #[test]
+    fn colour_only_when_asked() {
+        let src = source("s.toml", "a = 1\n");
+        let ds = Diagnostics::from(
+            Diagnostic::new(Code::SchemaViolation, "x")
+                .at(span_of(&src, "1"))
+                .help("h"),
+        );
+        assert!(!ds.render_text().contains('\x1b'));
+        let styled = ds.render_styled(true);
+        assert!(styled.contains("\x1b["), "{styled}");
+        // The same text once the escapes are gone.
+        let plain: String = strip_ansi(&styled);
+        assert_eq!(plain, ds.render_text());
+    }
+
+    fn strip_ansi(s: &str) -> String {
+        let mut out = String::new();
+        let mut chars = s.chars();
+        while let Some(c) = chars.next() {
+            if c == '\x1b' {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn user_text_cannot_drive_the_terminal() {
+        let src = source("s\x1b[2J.toml", "a = \"\x1b[31mred\u{202e}\"\n");
+        let text = Diagnostic::new(Code::SchemaViolation, "bad \x1b[1m")
+            .at(span_of(&src, "red"))
+            .worker("w\x1b]0;title\x07")
+            .help("two\nlines")
+            .render_text();
+        assert!(!text.contains('\x1b'), "{text:?}");
+        assert!(!text.contains('\u{202e}'), "{text:?}");
+        assert!(text.contains(" = help: two\n          lines\n"), "{text}");
     }
 }

@@ -2,10 +2,12 @@
 //! where every key and value sits, so that a JSON pointer found by schema or
 //! rule checks can be shown as `file:line:column` with the offending line.
 
-use crate::diag::{Code, Diagnostic, Location};
+use crate::diag::{Code, Diagnostic, Location, SourceText};
 use serde_json::{Map, Number, Value};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
@@ -32,27 +34,37 @@ impl Format {
     }
 }
 
-/// A parsed input: its name for messages, its text, and an index from JSON
-/// pointer to source position.
+/// A parsed input: its name for messages, its text (shared with every
+/// diagnostic that points into it), and an index from JSON pointer to
+/// source position.
 #[derive(Clone, Debug)]
 pub struct SourceFile {
     pub display: String,
-    pub text: String,
+    source: Arc<SourceText>,
     /// Where each value and key is. A JSON file's index is built on first
     /// use: most files (thousands of metadata files in a large plan) are
     /// never asked where anything is.
     index: std::cell::OnceCell<Index>,
     format: Format,
-    line_starts: Vec<usize>,
 }
 
 impl SourceFile {
     fn index(&self) -> &Index {
         self.index.get_or_init(|| match self.format {
-            Format::Json => json_index(&self.text),
+            Format::Json => json_index(self.text()),
             // A TOML file's index is made while parsing.
             Format::Toml => Index::default(),
         })
+    }
+
+    /// The file's text, as read.
+    pub fn text(&self) -> &str {
+        self.source.text()
+    }
+
+    /// The text and its name, as diagnostics hold it.
+    pub fn source(&self) -> &Arc<SourceText> {
+        &self.source
     }
 
     /// Read and parse a file.
@@ -83,6 +95,17 @@ impl SourceFile {
                 .help("check that the file is a readable regular file"));
             }
         };
+        Self::from_bytes(display, bytes, format)
+    }
+
+    /// Parse a file's bytes, as [`Self::load`] does once it has read them
+    /// (the fuzz targets start here).
+    #[allow(clippy::result_large_err)]
+    pub fn from_bytes(
+        display: &str,
+        bytes: Vec<u8>,
+        format: Format,
+    ) -> Result<(Value, SourceFile), Diagnostic> {
         let text = String::from_utf8(bytes).map_err(|e| {
             Diagnostic::new(
                 Code::InputUnreadable,
@@ -104,23 +127,25 @@ impl SourceFile {
         text: String,
         format: Format,
     ) -> Result<(Value, SourceFile), Diagnostic> {
-        let mut file = SourceFile {
+        let file = SourceFile {
             display: display.to_string(),
-            line_starts: line_starts(&text),
-            text: String::new(),
+            source: SourceText::new(display, text),
             index: std::cell::OnceCell::new(),
             format,
         };
+        let text = file.text();
         let parsed = match format {
             Format::Toml => {
                 let mut index = Index::default();
-                let parsed = toml_value(&text, &mut index);
+                let parsed = toml_value(text, &mut index);
+                if text.len() > MAX_INDEXED {
+                    index = Index::default();
+                }
                 let _ = file.index.set(index);
                 parsed
             }
-            Format::Json => json_value(&text, &file.line_starts),
+            Format::Json => json_value(text, file.source.line_starts()),
         };
-        file.text = text;
         match parsed {
             Ok(value) => Ok((value, file)),
             Err(Problem {
@@ -158,63 +183,24 @@ impl SourceFile {
     /// Location of the value at a JSON pointer (RFC 6901, "" = root), or of
     /// the nearest ancestor present in the file.
     pub fn locate(&self, pointer: &str) -> Location {
-        let (node, _) = self.index().find(&self.text, pointer);
-        self.location_of(node.map(|n| n.value.clone()).unwrap_or(0..0))
+        let (node, _) = self.index().find(self.text(), pointer);
+        self.location_of(node.map(Node::value).unwrap_or(0..0))
     }
 
     /// Location of the key at a pointer (an unknown key, say); the value's
     /// location where there is no key (array items, the root).
     pub fn locate_key(&self, pointer: &str) -> Location {
-        match self.index().find(&self.text, pointer) {
+        match self.index().find(self.text(), pointer) {
             (Some(node), true) if node.key.is_some() => {
-                self.location_of(node.key.clone().unwrap_or(0..0))
+                self.location_of(node.key().unwrap_or(0..0))
             }
-            (node, _) => self.location_of(node.map(|n| n.value.clone()).unwrap_or(0..0)),
+            (node, _) => self.location_of(node.map(Node::value).unwrap_or(0..0)),
         }
     }
 
     fn location_of(&self, span: Range<usize>) -> Location {
-        let text = &self.text;
-        let start = floor_char_boundary(text, span.start.min(text.len()));
-        let line_idx = match self.line_starts.binary_search(&start) {
-            Ok(i) => i,
-            Err(i) => i - 1,
-        };
-        let line_start = self.line_starts[line_idx];
-        let line_end = text[line_start..]
-            .find('\n')
-            .map(|i| line_start + i)
-            .unwrap_or(text.len());
-        let line_text = text[line_start..line_end].trim_end_matches('\r');
-        let column = text[line_start..start].chars().count() + 1;
-        let end = floor_char_boundary(text, span.end.clamp(start, line_start + line_text.len()));
-        let width = text[start..end].chars().count().max(1);
-        Location {
-            file: self.display.clone(),
-            line: Some(line_idx + 1),
-            column: Some(column),
-            source_line: Some(line_text.to_string()),
-            width,
-        }
+        Location::span(&self.source, span)
     }
-}
-
-fn floor_char_boundary(text: &str, mut i: usize) -> usize {
-    while i > 0 && !text.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-fn line_starts(text: &str) -> Vec<usize> {
-    let mut v = vec![0];
-    v.extend(
-        text.bytes()
-            .enumerate()
-            .filter(|(_, b)| *b == b'\n')
-            .map(|(i, _)| i + 1),
-    );
-    v
 }
 
 /// Why a text could not be turned into a value, and where.
@@ -228,25 +214,74 @@ struct Problem {
 /// nodes in a flat vector, each container's children contiguous in
 /// `children`, object member names as ranges into the text (or, when the
 /// name had escapes, into `names`). Building it allocates almost nothing per
-/// value, which keeps a 10,000-worker spec cheap.
+/// value, and a node is 36 bytes (offsets are `u32`), so the index of a
+/// minified spec full of errors stays a small multiple of the text. A text
+/// of 4 GiB or more gets an empty index: every place falls back to 1:1.
 #[derive(Clone, Debug, Default)]
 struct Index {
     nodes: Vec<Node>,
-    children: Vec<usize>,
+    children: Vec<u32>,
     names: String,
-    pending: Vec<usize>,
+    pending: Vec<u32>,
+    /// Members of large objects by (object, hash of name), made on the
+    /// first lookup: finding each of thousands of members of one object by
+    /// a scan of its members was quadratic.
+    members: std::cell::OnceCell<HashMap<(u32, u64), u32>>,
 }
 
-#[derive(Clone, Debug)]
+/// Objects with more members than this are looked up through a hash.
+const SCANNED_MEMBERS: usize = 16;
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(name)
+}
+
+/// The largest text an index covers.
+const MAX_INDEXED: usize = u32::MAX as usize;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Span32 {
+    start: u32,
+    end: u32,
+}
+
+impl Span32 {
+    fn of(r: &Range<usize>) -> Span32 {
+        let cut = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        Span32 {
+            start: cut(r.start),
+            end: cut(r.end),
+        }
+    }
+
+    fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
 struct Node {
-    value: Range<usize>,
-    key: Option<Range<usize>>,
-    name: Name,
-    kids: Range<usize>,
+    value: Span32,
+    /// The member's key as written (quotes included), if any.
+    key: Option<Span32>,
+    /// The member's name: into the text, or into `names` when `own_name`.
+    name: Span32,
+    kids: Span32,
     is_array: bool,
+    own_name: bool,
 }
 
-#[derive(Clone, Debug)]
+impl Node {
+    fn value(&self) -> Range<usize> {
+        self.value.range()
+    }
+
+    fn key(&self) -> Option<Range<usize>> {
+        self.key.map(Span32::range)
+    }
+}
+
 enum Name {
     None,
     Text(Range<usize>),
@@ -255,26 +290,32 @@ enum Name {
 
 impl Index {
     /// Adds a node; its children are the nodes `close` collects after it.
-    fn open(&mut self, value: Range<usize>, key: Option<Range<usize>>, name: Name) -> usize {
-        let id = self.nodes.len();
+    fn open(&mut self, value: Range<usize>, key: Option<Range<usize>>, name: Name) -> u32 {
+        let id = self.nodes.len() as u32;
+        let (name, own_name) = match name {
+            Name::None => (Span32::default(), false),
+            Name::Text(r) => (Span32::of(&r), false),
+            Name::Own(r) => (Span32::of(&r), true),
+        };
         self.nodes.push(Node {
-            value,
-            key,
+            value: Span32::of(&value),
+            key: key.as_ref().map(Span32::of),
             name,
-            kids: 0..0,
+            kids: Span32::default(),
             is_array: false,
+            own_name,
         });
         id
     }
 
-    fn close(&mut self, id: usize, mark: usize, end: Option<usize>, is_array: bool) {
+    fn close(&mut self, id: u32, mark: usize, end: Option<usize>, is_array: bool) {
         let start = self.children.len();
         self.children.extend(self.pending.drain(mark..));
-        let node = &mut self.nodes[id];
-        node.kids = start..self.children.len();
+        let node = &mut self.nodes[id as usize];
+        node.kids = Span32::of(&(start..self.children.len()));
         node.is_array = is_array;
         if let Some(end) = end {
-            node.value.end = end;
+            node.value.end = Span32::of(&(end..end)).end;
         }
     }
 
@@ -293,11 +334,39 @@ impl Index {
     }
 
     fn name_of<'a>(&'a self, text: &'a str, node: &Node) -> &'a str {
-        match &node.name {
-            Name::None => "",
-            Name::Text(r) => &text[r.clone()],
-            Name::Own(r) => &self.names[r.clone()],
-        }
+        let within = if node.own_name {
+            self.names.as_str()
+        } else {
+            text
+        };
+        within.get(node.name.range()).unwrap_or("")
+    }
+
+    /// The member of `kids` named `name`; the last of duplicate keys wins,
+    /// as in serde_json.
+    fn scan(&self, text: &str, kids: &[u32], name: &str) -> Option<u32> {
+        kids.iter()
+            .rev()
+            .find(|&&k| self.name_of(text, &self.nodes[k as usize]) == name)
+            .copied()
+    }
+
+    fn members(&self, text: &str) -> &HashMap<(u32, u64), u32> {
+        self.members.get_or_init(|| {
+            let mut map = HashMap::new();
+            for (id, node) in self.nodes.iter().enumerate() {
+                let kids = self.children.get(node.kids.range()).unwrap_or_default();
+                if node.is_array || kids.len() <= SCANNED_MEMBERS {
+                    continue;
+                }
+                // In document order, so the last of duplicate keys wins.
+                for &k in kids {
+                    let name = self.name_of(text, &self.nodes[k as usize]);
+                    map.insert((id as u32, name_hash(name)), k);
+                }
+            }
+            map
+        })
     }
 
     /// The node at `pointer`, or its nearest ancestor in the file, and
@@ -306,6 +375,7 @@ impl Index {
         let Some(mut node) = self.nodes.first() else {
             return (None, false);
         };
+        let mut id = 0u32;
         if pointer.is_empty() {
             return (Some(node), true);
         }
@@ -315,17 +385,28 @@ impl Index {
             } else {
                 raw.into()
             };
-            let kids = &self.children[node.kids.clone()];
+            let kids = self.children.get(node.kids.range()).unwrap_or_default();
             let next = if node.is_array {
-                token.parse::<usize>().ok().and_then(|i| kids.get(i))
+                token
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| kids.get(i))
+                    .copied()
+            } else if kids.len() > SCANNED_MEMBERS {
+                match self.members(text).get(&(id, name_hash(&token))) {
+                    Some(&k) if self.name_of(text, &self.nodes[k as usize]) == token => Some(k),
+                    // Another name with the same hash: scan, as for a small object.
+                    Some(_) => self.scan(text, kids, &token),
+                    None => None,
+                }
             } else {
-                // The last of duplicate JSON keys wins, as in serde_json.
-                kids.iter()
-                    .rev()
-                    .find(|&&k| self.name_of(text, &self.nodes[k]) == token)
+                self.scan(text, kids, &token)
             };
             match next {
-                Some(&k) => node = &self.nodes[k],
+                Some(k) => {
+                    id = k;
+                    node = &self.nodes[k as usize];
+                }
                 None => return (Some(node), false),
             }
         }
@@ -348,7 +429,7 @@ fn toml_value(text: &str, index: &mut Index) -> Result<Value, Problem> {
 fn toml_table(
     text: &str,
     table: &DeTable<'_>,
-    id: usize,
+    id: u32,
     index: &mut Index,
 ) -> Result<Value, Problem> {
     let mark = index.pending.len();
@@ -367,7 +448,7 @@ fn toml_table(
 fn toml_item(
     text: &str,
     item: &Spanned<DeValue<'_>>,
-    id: usize,
+    id: u32,
     index: &mut Index,
 ) -> Result<Value, Problem> {
     let invalid = |message: String| Problem {
@@ -439,6 +520,9 @@ fn json_value(text: &str, line_starts: &[usize]) -> Result<Value, Problem> {
 /// The positions of every key and value of JSON text serde_json accepted.
 fn json_index(text: &str) -> Index {
     let mut index = Index::default();
+    if text.len() > MAX_INDEXED {
+        return index;
+    }
     let mut scanner = Scanner {
         bytes: text.as_bytes(),
         text,
@@ -486,7 +570,7 @@ impl Scanner<'_, '_> {
         escaped
     }
 
-    fn value(&mut self, key: Option<Range<usize>>, name: Name) -> usize {
+    fn value(&mut self, key: Option<Range<usize>>, name: Name) -> u32 {
         self.ws();
         let start = self.pos;
         let id = self.index.open(start..start, key, name);
@@ -579,7 +663,11 @@ mod tests {
     }
 
     fn at(loc: &Location) -> (usize, usize, usize) {
-        (loc.line.unwrap(), loc.column.unwrap(), loc.width)
+        (
+            loc.line().unwrap(),
+            loc.column().unwrap(),
+            loc.width().unwrap(),
+        )
     }
 
     const SPEC: &str = r#"#:schema ./schemas/jobs.schema.json
@@ -605,6 +693,12 @@ workerId = "d"
 attempt = 0
 "#;
 
+    /// The index stays a small multiple of the text: see `Index`.
+    #[test]
+    fn index_nodes_are_small() {
+        assert!(std::mem::size_of::<Node>() <= 40);
+    }
+
     #[test]
     fn format_by_extension() {
         assert_eq!(Format::for_path(Path::new("a/b.json")), Format::Json);
@@ -621,26 +715,26 @@ attempt = 0
         assert_eq!(v["workers"][2]["env"]["X"], "1");
         assert_eq!(at(&f.locate("/workers/3/attempt")), (21, 11, 1));
         assert_eq!(at(&f.locate_key("/workers/3/attempt")), (21, 1, 7));
-        assert_eq!(f.locate("/workers/3").line, Some(19));
-        assert_eq!(f.locate("/workers/0").line, Some(6));
+        assert_eq!(f.locate("/workers/3").line(), Some(19));
+        assert_eq!(f.locate("/workers/0").line(), Some(6));
         assert_eq!(at(&f.locate("/workers/1/command/2")), (12, 24, 6));
-        assert_eq!(f.locate("/workers/2/env/X").line, Some(17));
+        assert_eq!(f.locate("/workers/2/env/X").line(), Some(17));
         assert_eq!(at(&f.locate_key("/defaults/env/MODE")), (4, 5, 4));
-        assert_eq!(f.locate("/defaults/idleTimeoutSeconds").line, Some(3));
+        assert_eq!(f.locate("/defaults/idleTimeoutSeconds").line(), Some(3));
         let loc = f.locate("/workers/3/attempt");
-        assert_eq!(loc.file, "spec.toml");
-        assert_eq!(loc.source_line.as_deref(), Some("attempt = 0"));
+        assert_eq!(loc.file_name(), "spec.toml");
+        assert_eq!(loc.line_text(), Some("attempt = 0"));
     }
 
     #[test]
     fn missing_pointers_fall_back_to_the_nearest_ancestor() {
         let (_, f) = toml(SPEC);
-        assert_eq!(f.locate("/workers/3/role").line, Some(19));
-        assert_eq!(f.locate_key("/workers/3/role").line, Some(19));
-        assert_eq!(f.locate("/workers/9/role").line, Some(6));
+        assert_eq!(f.locate("/workers/3/role").line(), Some(19));
+        assert_eq!(f.locate_key("/workers/3/role").line(), Some(19));
+        assert_eq!(f.locate("/workers/9/role").line(), Some(6));
         let root = f.locate("/nope");
-        assert_eq!((root.line, root.column), (Some(1), Some(1)));
-        assert!(root.width >= 1);
+        assert_eq!((root.line(), root.column()), (Some(1), Some(1)));
+        assert!(root.width().unwrap() >= 1);
         let (_, f) = json("{\n  \"workers\": [\n    {\"role\": \"r\"}\n  ]\n}\n");
         assert_eq!(at(&f.locate("/workers/0/promptPath")), (3, 5, 13));
         assert_eq!(at(&f.locate("")), (1, 1, 1));
@@ -655,8 +749,8 @@ attempt = 0
         assert_eq!(at(&f.locate_key("/workers/0/attempt")), (3, 23, 9));
         assert_eq!(at(&f.locate("/workers/1/a~0b~1c/3")), (4, 30, 4));
         assert_eq!(at(&f.locate("/workers/1/esc\"aped/k")), (4, 56, 3));
-        assert_eq!(f.locate("/workers").line, Some(2));
-        assert_eq!(f.locate("/workers/1").width, 56);
+        assert_eq!(f.locate("/workers").line(), Some(2));
+        assert_eq!(f.locate("/workers/1").width(), Some(56));
     }
 
     #[test]
@@ -675,8 +769,8 @@ attempt = 0
         let err = SourceFile::parse("s.toml", "a = 1\nb = \n".into(), Format::Toml).unwrap_err();
         assert_eq!(err.code, Code::InputSyntax);
         let loc = err.location.clone().unwrap();
-        assert_eq!(loc.file, "s.toml");
-        assert_eq!(loc.line, Some(2));
+        assert_eq!(loc.file_name(), "s.toml");
+        assert_eq!(loc.line(), Some(2));
         assert!(err.help.is_some());
         assert!(
             err.message.starts_with("TOML syntax error"),
@@ -692,14 +786,92 @@ attempt = 0
         .unwrap_err();
         assert_eq!(err.code, Code::InputSyntax);
         let loc = err.location.clone().unwrap();
-        assert_eq!((loc.line, loc.column), (Some(3), Some(8)));
-        assert_eq!(loc.source_line.as_deref(), Some("  \"é\": x"));
+        assert_eq!((loc.line(), loc.column()), (Some(3), Some(8)));
+        assert_eq!(loc.line_text(), Some("  \"é\": x"));
         assert!(!err.message.contains("at line"), "{}", err.message);
 
         let err = SourceFile::parse("s.toml", "a = 1\na = 2\n".into(), Format::Toml).unwrap_err();
-        assert_eq!(err.location.unwrap().line, Some(2));
+        assert_eq!(err.location.unwrap().line(), Some(2));
         let err = SourceFile::parse("s.toml", "a = nan\n".into(), Format::Toml).unwrap_err();
         assert_eq!(err.code, Code::InputInvalid);
+    }
+
+    /// Large objects are looked up through a hash: every member found, the
+    /// last of duplicates winning, escaped names too, a missing member
+    /// falling back to the object.
+    #[test]
+    fn members_of_large_objects() {
+        let mut members: Vec<String> = (0..100).map(|i| format!("\"k{i}\": {i}")).collect();
+        members.push("\"k5\": \"again\"".into());
+        members.push("\"esc\\\"aped\": 7".into());
+        let text = format!("{{\"o\": {{{}}}}}", members.join(", "));
+        let (v, f) = json(&text);
+        assert_eq!(v["o"]["k5"], "again");
+        for i in [0, 1, 17, 99] {
+            let at = text.find(&format!("\"k{i}\": {i}")).unwrap() + format!("\"k{i}\": ").len();
+            assert_eq!(f.locate(&format!("/o/k{i}")).column(), Some(at + 1), "k{i}");
+        }
+        let again = text.find("\"again\"").unwrap();
+        assert_eq!(f.locate("/o/k5").column(), Some(again + 1));
+        let esc = text.find("\"esc").unwrap();
+        assert_eq!(f.locate_key("/o/esc\"aped").column(), Some(esc + 1));
+        let o = text.find("{\"k0").unwrap();
+        assert_eq!(f.locate("/o/nope").column(), Some(o + 1));
+        assert_eq!(f.locate("/o/nope/deeper").column(), Some(o + 1));
+
+        let mut toml_text = String::from("[t]\n");
+        for i in 0..40 {
+            toml_text.push_str(&format!("k{i} = {i}\n"));
+        }
+        toml_text.push_str("\"q u\" = 1\n");
+        let (_, f) = toml(&toml_text);
+        assert_eq!(f.locate("/t/k39").line(), Some(41));
+        assert_eq!(f.locate_key("/t/q u").line(), Some(42));
+        assert_eq!(f.locate("/t/zz").line(), Some(1));
+    }
+
+    /// An unterminated string ending in CRLF: the parser's error span
+    /// starts in the line break, past the line shown (once a panic).
+    #[test]
+    fn an_unterminated_string_before_crlf_is_a_located_syntax_error() {
+        for (name, text, format) in [
+            ("s.toml", "x = \"a\r\n", Format::Toml),
+            ("s.toml", "x = \"a\r", Format::Toml),
+            ("s.toml", "a = 1\r\nx = \"a\r\nb = 2\r\n", Format::Toml),
+            ("s.json", "{\"x\": \"a\r\n", Format::Json),
+            ("s.json", "{\"x\": 1,\r\n\r\n", Format::Json),
+        ] {
+            let err = SourceFile::parse(name, text.into(), format).unwrap_err();
+            assert_eq!(err.code, Code::InputSyntax, "{text:?}");
+            let loc = err.location.clone().unwrap();
+            assert!(loc.line().is_some() && loc.column().is_some(), "{text:?}");
+            assert!(!loc.line_text().unwrap().contains('\r'), "{text:?}");
+            let shown = err.render_text();
+            assert!(shown.contains('^'), "{shown}");
+            let json = err.to_json();
+            assert_eq!(json["line"].as_u64(), loc.line().map(|l| l as u64));
+        }
+        let err = SourceFile::parse("s.toml", "x = \"a\r\n".into(), Format::Toml).unwrap_err();
+        let loc = err.location.unwrap();
+        assert_eq!(
+            (loc.line(), loc.column(), loc.line_text()),
+            (Some(1), Some(7), Some("x = \"a"))
+        );
+    }
+
+    /// The near misses: the same lines, terminated, parse.
+    #[test]
+    fn terminated_strings_before_crlf_parse() {
+        let (v, f) = toml("x = \"a\"\r\ny = \"b\"\r\n");
+        assert_eq!((v["x"].as_str(), v["y"].as_str()), (Some("a"), Some("b")));
+        let loc = f.locate("/y");
+        assert_eq!(
+            (loc.line(), loc.column(), loc.line_text()),
+            (Some(2), Some(5), Some("y = \"b\""))
+        );
+        let (v, f) = json("{\"x\": \"a\"\r\n}\r\n");
+        assert_eq!(v["x"], "a");
+        assert_eq!(f.locate("/x").line_text(), Some("{\"x\": \"a\""));
     }
 
     #[test]
@@ -714,7 +886,7 @@ attempt = 0
         std::fs::write(&p, "{\"a\": [1]}").unwrap();
         let (v, f) = SourceFile::load("x.json", &p, Format::for_path(&p)).unwrap();
         assert_eq!(v["a"][0], 1);
-        assert_eq!(f.locate("/a/0").column, Some(8));
+        assert_eq!(f.locate("/a/0").column(), Some(8));
     }
 
     /// Every pointer of a generated document, in TOML and JSON, locates to a
@@ -745,10 +917,11 @@ attempt = 0
                     for k in r.keys() {
                         let ptr = format!("/workers/{i}/{k}");
                         prop_assert!(value.pointer(&ptr).is_some());
-                        let line = f.locate(&ptr).source_line.unwrap();
+                        let loc = f.locate(&ptr);
+                        let line = loc.line_text().unwrap();
                         prop_assert!(line.contains(k.as_str()), "{ptr} -> {line:?} in\n{text}");
-                        let kline = f.locate_key(&ptr).source_line.unwrap();
-                        prop_assert_eq!(&kline, &line);
+                        let kloc = f.locate_key(&ptr);
+                        prop_assert_eq!(kloc.line_text().unwrap(), line);
                     }
                 }
             }
@@ -775,7 +948,11 @@ mod render_tests {
                 } else {
                     f.locate(&e.pointer)
                 };
-                (e.message.clone(), loc.line.unwrap(), loc.column.unwrap())
+                (
+                    e.message.clone(),
+                    loc.line().unwrap(),
+                    loc.column().unwrap(),
+                )
             })
             .collect();
         assert_eq!(

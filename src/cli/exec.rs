@@ -116,7 +116,7 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
         Format::Text => {
             let _ = std::io::stdout().write_all(summary_table(o).as_bytes());
             if !refused.is_empty() {
-                let _ = std::io::stderr().write_all(refused.render_text().as_bytes());
+                let _ = std::io::stderr().write_all(refused.render_styled(super::stderr_color()).as_bytes());
             }
             if let Some(why) = &o.fatal {
                 let _ = writeln!(

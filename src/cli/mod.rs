@@ -20,6 +20,8 @@ mod exec;
 mod plan;
 mod validate;
 
+pub use validate::{check_document, Kind as DocumentKind};
+
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};
 use std::io::{self, Write};
@@ -33,8 +35,51 @@ use std::path::PathBuf;
     long_about = "okstra compiles a job spec (or a run's roster) into a frozen, digested plan you can review (`okstra plan`), then runs it crash-safely (`okstra exec`)."
 )]
 pub struct Cli {
+    /// When to colour diagnostics on stderr: `auto` colours only a terminal
+    /// (and honours NO_COLOR and CLICOLOR_FORCE); `always`; `never`.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = ColorChoice::Auto,
+        value_name = "WHEN"
+    )]
+    pub color: ColorChoice,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The `--color` choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorChoice {
+    /// Whether what goes to stderr gets ANSI colour. `auto` decides as
+    /// anstream (and so clap) does: not when NO_COLOR is set, yes when
+    /// CLICOLOR_FORCE is, otherwise only on a terminal that takes colour.
+    pub fn for_stderr(self) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never
+            }
+        }
+    }
+}
+
+/// Set once from `--color` before any command runs; read by whatever
+/// renders diagnostics to stderr.
+static STDERR_COLOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether diagnostics written to stderr are coloured (see `--color`).
+pub fn stderr_color() -> bool {
+    STDERR_COLOR.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[derive(Subcommand, Debug)]
@@ -76,6 +121,7 @@ pub struct RunTarget {
 /// Parse the command line, run the command, and return the exit status.
 pub fn main() -> ExitStatus {
     let cli = Cli::parse();
+    STDERR_COLOR.store(cli.color.for_stderr(), std::sync::atomic::Ordering::Relaxed);
     match cli.command {
         Command::Plan(args) => plan::plan(&args),
         Command::Show(args) => plan::show(&args),
@@ -133,15 +179,23 @@ pub fn worker_args(argv: &[std::ffi::OsString]) -> Result<crate::worker::WorkerA
 /// Print diagnostics in the chosen format and return their exit status.
 pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
     match format {
-        Format::Text => eprint!("{}", diags.render_text()),
+        // Written as rendered: thousands of problems are never one string.
+        Format::Text => {
+            let mut err = io::BufWriter::new(io::stderr().lock());
+            let _ = diags
+                .write_text(&mut err, stderr_color())
+                .and_then(|_| err.flush());
+        }
         // Refused input keeps its exit status when nobody reads the report.
-        Format::Json => write_out_or(
-            format_args!(
-                "{}\n",
-                serde_json::to_string_pretty(&diags.to_json()).unwrap_or_default()
-            ),
-            diags.exit_status(),
-        ),
+        Format::Json => {
+            let mut out = io::BufWriter::new(io::stdout().lock());
+            match diags.write_json(&mut out).and_then(|_| out.flush()) {
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                    std::process::exit(diags.exit_status().code().into())
+                }
+                _ => {}
+            }
+        }
     }
     diags.exit_status()
 }

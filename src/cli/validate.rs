@@ -1,7 +1,7 @@
 //! `okstra validate` and `okstra schema`.
 
 use super::report;
-use crate::compile::{self, conformance, Ctx};
+use crate::compile::{self, conformance, Ctx, Loaded};
 use crate::diag::{Code, Diagnostics, ExitStatus, Format};
 use crate::schema::SchemaKind;
 use crate::source::Format as SourceFormat;
@@ -78,46 +78,12 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         let mut ctx = Ctx::new(root.clone());
         let display = file.display().to_string();
         let format = SourceFormat::for_path(file);
-        let Some(loaded) = ctx.load("input", &display, file, format) else {
+        let Some(mut loaded) = ctx.load("input", &display, file, format) else {
             all.extend(ctx.diags.0);
             continue;
         };
         let kind = args.kind.unwrap_or_else(|| guess(file, Some(&loaded.doc)));
-        match kind {
-            Kind::Jobs => compile::check_spec_alone(&mut ctx, &loaded),
-            Kind::Manifest => ctx.schema_check(SchemaKind::Manifest, &loaded, &|_| false),
-            Kind::Metadata => ctx.schema_check(SchemaKind::Metadata, &loaded, &|_| false),
-            Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, &loaded, &|_| false),
-            // The same reading as exec's, so both refuse a plan alike.
-            Kind::Plan => {
-                if let Err(d) = crate::exec::load::load(file) {
-                    let pointer = match (&d.pointer, d.code) {
-                        (Some(p), _) => p.clone(),
-                        (None, Code::PlanVersion) => "/formatVersion".into(),
-                        (None, Code::PlanDigestMismatch) => "/digest".into(),
-                        _ => String::new(),
-                    };
-                    let mut located = ctx.at(&loaded.src, d.code, d.message, &pointer);
-                    located.help = d.help;
-                    ctx.push(located);
-                }
-            }
-            Kind::ImplementationPlan => {
-                for (index, stage) in conformance::malformed_stages(&loaded.doc) {
-                    let pointer =
-                        format!("/implementationPlanning/stages/{index}/conformanceTests");
-                    let d = ctx
-                        .at(
-                            &loaded.src,
-                            Code::PlanStagesMalformedConformance,
-                            format!("stage {stage}: conformanceTests is not `<script> (requires=[cap,...])`"),
-                            &pointer,
-                        )
-                        .help("write e.g. `<task_root>/tests/stage-1.sh (requires=[db,io])`; capabilities: db, io, http, external, each once");
-                    ctx.push(d);
-                }
-            }
-        }
+        check_document(&mut ctx, &mut loaded, kind, file);
         if ctx.diags.is_empty() {
             checked.push((display, kind));
         }
@@ -138,6 +104,46 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         ),
     }
     ExitStatus::Success
+}
+
+/// The checks `okstra validate` runs on one parsed file of `kind`; problems
+/// go to `ctx`. (A jobs document's workers are moved out of `loaded.doc`;
+/// a plan is read again from `file`, as exec reads it.)
+pub fn check_document(ctx: &mut Ctx, loaded: &mut Loaded, kind: Kind, file: &Path) {
+    match kind {
+        Kind::Jobs => compile::check_spec_alone(ctx, loaded),
+        Kind::Manifest => ctx.schema_check(SchemaKind::Manifest, loaded, &|_| false),
+        Kind::Metadata => ctx.schema_check(SchemaKind::Metadata, loaded, &|_| false),
+        Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, loaded, &|_| false),
+        // The same reading as exec's, so both refuse a plan alike.
+        Kind::Plan => {
+            if let Err(d) = crate::exec::load::load(file) {
+                let pointer = match (&d.pointer, d.code) {
+                    (Some(p), _) => p.clone(),
+                    (None, Code::PlanVersion) => "/formatVersion".into(),
+                    (None, Code::PlanDigestMismatch) => "/digest".into(),
+                    _ => String::new(),
+                };
+                let mut located = ctx.at(&loaded.src, d.code, d.message, &pointer);
+                located.help = d.help;
+                ctx.push(located);
+            }
+        }
+        Kind::ImplementationPlan => {
+            for (index, stage) in conformance::malformed_stages(&loaded.doc) {
+                let pointer = format!("/implementationPlanning/stages/{index}/conformanceTests");
+                let d = ctx
+                    .at(
+                        &loaded.src,
+                        Code::PlanStagesMalformedConformance,
+                        format!("stage {stage}: conformanceTests is not `<script> (requires=[cap,...])`"),
+                        &pointer,
+                    )
+                    .help("write e.g. `<task_root>/tests/stage-1.sh (requires=[db,io])`; capabilities: db, io, http, external, each once");
+                ctx.push(d);
+            }
+        }
+    }
 }
 
 fn kind_name(kind: Kind) -> &'static str {

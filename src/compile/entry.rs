@@ -12,17 +12,29 @@
 use crate::vocab::{Backend, MutationAudit};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One worker entry and where each of its values came from.
 pub struct Entry {
     pub stage: usize,
     pub pointer: String,
     pub fields: WorkerFields,
-    origin: HashMap<String, String>,
+    /// Where its keys' values were written. Pointers are made when asked
+    /// for: a string per key of every entry was once most of a large
+    /// spec's memory.
+    origin: Origin,
     /// Built from a translator reservation (SPEC §3.5), the one way a
     /// translator job may be planned.
     pub reserved: bool,
+}
+
+/// Which keys an entry wrote itself (`pointer/<key>`) and which it took
+/// from `defaults` (`/defaults/<key>`); any other key points at the entry.
+struct Origin {
+    own: Box<[Box<str>]>,
+    /// The spec's `defaults` keys, shared by every entry of the spec.
+    defaults: Arc<[Box<str>]>,
 }
 
 /// The keys of a worker entry, typed. Wire names are the JSON keys.
@@ -151,16 +163,19 @@ impl Entry {
         located: &[&str],
         reserved: bool,
     ) -> Entry {
-        let origin = values
+        let own = values
             .keys()
             .filter(|k| located.contains(&k.as_str()))
-            .map(|k| (k.clone(), format!("{pointer}/{}", escape(k))))
+            .map(|k| k.as_str().into())
             .collect();
         Entry {
             stage: 0,
             pointer: pointer.to_string(),
             fields: WorkerFields::read(values),
-            origin,
+            origin: Origin {
+                own,
+                defaults: Arc::new([]),
+            },
             reserved,
         }
     }
@@ -168,49 +183,61 @@ impl Entry {
     /// The pointer of a key's value (its own or the default's), or of the
     /// entry itself when the key is absent.
     pub fn ptr(&self, key: &str) -> String {
-        self.origin
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| self.pointer.clone())
+        let has = |keys: &[Box<str>]| keys.iter().any(|k| &**k == key);
+        if has(&self.origin.own) {
+            format!("{}/{}", self.pointer, escape(key))
+        } else if has(&self.origin.defaults) {
+            format!("/defaults/{}", escape(key))
+        } else {
+            self.pointer.clone()
+        }
     }
 }
 
-/// Every worker entry of a spec, `defaults` applied.
-pub fn collect_entries(doc: &Value) -> Vec<Entry> {
-    let defaults = doc.get("defaults").and_then(Value::as_object);
+/// Every worker entry of a spec, `defaults` applied. Each worker's own
+/// values are moved out of `doc` (its object is left empty), not copied:
+/// a spec is held once, however many workers it has.
+pub fn take_entries(doc: &mut Value) -> Vec<Entry> {
+    let defaults = doc
+        .get("defaults")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let default_keys: Arc<[Box<str>]> = defaults.keys().map(|k| k.as_str().into()).collect();
     let mut out = Vec::new();
-    let mut push = |stage: usize, pointer: String, item: &Value| {
-        let Some(own) = item.as_object() else { return };
-        let mut values = Map::new();
-        let mut origin = HashMap::new();
-        if let Some(defaults) = defaults {
-            for (k, v) in defaults {
+    let mut push = |stage: usize, pointer: String, item: &mut Value| {
+        let Some(own) = item.as_object_mut() else {
+            return;
+        };
+        let mut values = std::mem::take(own);
+        let own_keys = values.keys().map(|k| k.as_str().into()).collect();
+        // An entry's own value wins over the default.
+        for (k, v) in &defaults {
+            if !values.contains_key(k) {
                 values.insert(k.clone(), v.clone());
-                origin.insert(k.clone(), format!("/defaults/{}", escape(k)));
             }
-        }
-        for (k, v) in own {
-            values.insert(k.clone(), v.clone());
-            origin.insert(k.clone(), format!("{pointer}/{}", escape(k)));
         }
         out.push(Entry {
             stage,
             pointer,
             fields: WorkerFields::read(values),
-            origin,
+            origin: Origin {
+                own: own_keys,
+                defaults: Arc::clone(&default_keys),
+            },
             reserved: false,
         });
     };
-    if let Some(stages) = doc.get("stages").and_then(Value::as_array) {
-        for (si, stage) in stages.iter().enumerate() {
-            if let Some(workers) = stage.get("workers").and_then(Value::as_array) {
-                for (wi, item) in workers.iter().enumerate() {
+    if let Some(stages) = doc.get_mut("stages").and_then(Value::as_array_mut) {
+        for (si, stage) in stages.iter_mut().enumerate() {
+            if let Some(workers) = stage.get_mut("workers").and_then(Value::as_array_mut) {
+                for (wi, item) in workers.iter_mut().enumerate() {
                     push(si, format!("/stages/{si}/workers/{wi}"), item);
                 }
             }
         }
-    } else if let Some(workers) = doc.get("workers").and_then(Value::as_array) {
-        for (wi, item) in workers.iter().enumerate() {
+    } else if let Some(workers) = doc.get_mut("workers").and_then(Value::as_array_mut) {
+        for (wi, item) in workers.iter_mut().enumerate() {
             push(0, format!("/workers/{wi}"), item);
         }
     }
@@ -353,11 +380,11 @@ mod tests {
 
     #[test]
     fn defaults_apply_and_own_values_win_with_their_pointers() {
-        let doc = json!({
+        let mut doc = json!({
             "defaults": {"provider": "command", "role": "analyst"},
             "stages": [{"name": "a", "workers": [{"workerId": "x", "role": "verifier", "a/b": 1}, 7]}]
         });
-        let entries = collect_entries(&doc);
+        let entries = take_entries(&mut doc);
         assert_eq!(entries.len(), 1);
         let e = &entries[0];
         assert_eq!(e.pointer, "/stages/0/workers/0");
@@ -367,5 +394,18 @@ mod tests {
         assert_eq!(e.ptr("role"), "/stages/0/workers/0/role");
         assert_eq!(e.ptr("a/b"), "/stages/0/workers/0/a~1b");
         assert_eq!(e.ptr("resultPath"), "/stages/0/workers/0");
+        // The worker was moved out of the document, not copied.
+        assert_eq!(doc["stages"][0]["workers"][0], json!({}));
+        assert_eq!(doc["stages"][0]["name"], "a");
+
+        let values = json!({"provider": "codex", "derived": 1});
+        let e = Entry::synthetic(
+            "/workers/3",
+            values.as_object().unwrap().clone(),
+            &["provider"],
+            false,
+        );
+        assert_eq!(e.ptr("provider"), "/workers/3/provider");
+        assert_eq!(e.ptr("derived"), "/workers/3");
     }
 }

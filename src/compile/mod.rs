@@ -13,7 +13,7 @@ pub mod roster;
 pub mod rules;
 pub mod translator;
 
-pub use entry::{collect_entries, Entry};
+pub use entry::{take_entries, Entry};
 pub use job::{artifact_paths, build_job};
 
 use crate::canonical::sha256_hex;
@@ -99,9 +99,9 @@ impl Ctx {
         let key = format!(
             "{}\0{}\0{:?}\0{:?}\0{}\0{}",
             d.code,
-            loc.map(|l| l.file.as_str()).unwrap_or(""),
-            loc.and_then(|l| l.line),
-            loc.and_then(|l| l.column),
+            loc.map(|l| l.file_name()).unwrap_or(""),
+            loc.and_then(|l| l.line()),
+            loc.and_then(|l| l.column()),
             d.pointer.as_deref().unwrap_or(""),
             d.message
         );
@@ -134,7 +134,7 @@ impl Ctx {
     ) -> Option<Loaded> {
         match SourceFile::load(display, path, format) {
             Ok((doc, src)) => {
-                self.record_input(kind, display, src.text.as_bytes());
+                self.record_input(kind, display, src.text().as_bytes());
                 Some(Loaded { doc, src })
             }
             Err(d) => {
@@ -152,7 +152,20 @@ impl Ctx {
         loaded: &Loaded,
         covered: &dyn Fn(&schema::SchemaError) -> bool,
     ) {
-        for err in schema::validate(kind, &loaded.doc) {
+        let errors = schema::validate(kind, &loaded.doc);
+        self.report_schema(kind, &loaded.src, errors, covered);
+    }
+
+    /// Schema complaints found earlier (the document may have been taken
+    /// apart since), as diagnostics pointing into `src`.
+    pub fn report_schema(
+        &mut self,
+        kind: SchemaKind,
+        src: &SourceFile,
+        errors: Vec<schema::SchemaError>,
+        covered: &dyn Fn(&schema::SchemaError) -> bool,
+    ) {
+        for err in errors {
             if covered(&err) {
                 continue;
             }
@@ -162,14 +175,11 @@ impl Ctx {
                 Code::SchemaViolation
             };
             let d = if err.keyword == "additionalProperties" {
-                self.at_key(&loaded.src, code, &err.message, &err.pointer)
+                self.at_key(src, code, err.message, &err.pointer)
             } else {
-                self.at(&loaded.src, code, &err.message, &err.pointer)
+                self.at(src, code, err.message, &err.pointer)
             };
-            self.push(d.help(format!(
-                "`okstra schema {}` prints the schema; editors apply it through `#:schema` / `$schema`",
-                kind.name()
-            )));
+            self.push(d.help(schema_help(kind)));
         }
     }
 
@@ -241,6 +251,17 @@ impl Ctx {
             return None;
         }
         self.resolve(src, value, pointer, Field::File)
+    }
+}
+
+/// The hint of every schema complaint about a `kind` document.
+fn schema_help(kind: SchemaKind) -> &'static str {
+    match kind {
+        SchemaKind::Jobs => "`okstra schema jobs` prints the schema; editors apply it through `#:schema` / `$schema`",
+        SchemaKind::Manifest => "`okstra schema manifest` prints the schema; editors apply it through `#:schema` / `$schema`",
+        SchemaKind::Metadata => "`okstra schema metadata` prints the schema; editors apply it through `#:schema` / `$schema`",
+        SchemaKind::Plan => "`okstra schema plan` prints the schema; editors apply it through `#:schema` / `$schema`",
+        SchemaKind::TeamState => "`okstra schema team-state` prints the schema; editors apply it through `#:schema` / `$schema`",
     }
 }
 
@@ -465,10 +486,10 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
     let Some(display) = command_line_display(ctx, "spec", spec) else {
         return Vec::new();
     };
-    let Some(loaded) = ctx.load("spec", &display, spec, Format::for_path(spec)) else {
+    let Some(mut loaded) = ctx.load("spec", &display, spec, Format::for_path(spec)) else {
         return Vec::new();
     };
-    let (entries, parsed) = check_entries(ctx, &loaded);
+    let (entries, parsed) = check_entries(ctx, &mut loaded);
     let manifest = Manifest::new(&run.manifest.doc);
     let mut stage_jobs: Vec<Vec<Built>> = (0..stage_names(&loaded.doc).len())
         .map(|_| Vec::new())
@@ -538,22 +559,28 @@ fn check_requested(ctx: &mut Ctx, display: &str, only: &[String], known: &[Strin
 /// Identity and schema checks of a spec's entries. Identity goes first: its
 /// refusals carry their own codes, and the schema's complaints about the
 /// same keys would only repeat them.
-fn check_entries(ctx: &mut Ctx, loaded: &Loaded) -> (Vec<Entry>, Vec<Option<identity::Parsed>>) {
-    let entries = collect_entries(&loaded.doc);
+fn check_entries(
+    ctx: &mut Ctx,
+    loaded: &mut Loaded,
+) -> (Vec<Entry>, Vec<Option<identity::Parsed>>) {
+    // The schema and the raw path checks see the document whole, before the
+    // entries take it apart.
+    let schema_errors = schema::validate(SchemaKind::Jobs, &loaded.doc);
+    let reported = raw::check(ctx, &loaded.src, &loaded.doc);
+    let entries = take_entries(&mut loaded.doc);
     let mut parsed = Vec::with_capacity(entries.len());
-    let mut covered: Vec<String> = Vec::new();
+    let mut covered: HashSet<String> = HashSet::new();
     for entry in &entries {
         match identity::parse(&entry.fields) {
             Ok(p) => parsed.push(Some(p)),
             Err(problems) => {
                 report_identity(ctx, &loaded.src, entry, problems);
-                covered.push(entry.pointer.clone());
+                covered.insert(entry.pointer.clone());
                 parsed.push(None);
             }
         }
     }
-    let reported = raw::check(ctx, &loaded.src, &loaded.doc);
-    ctx.schema_check(SchemaKind::Jobs, loaded, &|err| {
+    ctx.report_schema(SchemaKind::Jobs, &loaded.src, schema_errors, &|err| {
         schema_covered_by_identity(err, &covered) || reported.covers(err)
     });
     (entries, parsed)
@@ -578,7 +605,8 @@ pub fn report_identity(
 
 /// `okstra validate --kind jobs`: the checks a spec passes on its own,
 /// without a manifest or the files it names.
-pub fn check_spec_alone(ctx: &mut Ctx, loaded: &Loaded) {
+/// The document's workers are moved into the entries (see [`take_entries`]).
+pub fn check_spec_alone(ctx: &mut Ctx, loaded: &mut Loaded) {
     let (entries, _) = check_entries(ctx, loaded);
     for entry in &entries {
         let kind = entry.fields.dispatch_kind.as_deref().unwrap_or_default();
@@ -596,19 +624,21 @@ pub fn with_worker(d: Diagnostic, entry: &Entry) -> Diagnostic {
     }
 }
 
-fn schema_covered_by_identity(err: &schema::SchemaError, refused_entries: &[String]) -> bool {
-    refused_entries.iter().any(|entry| {
-        if err.pointer == *entry {
-            // Whole-entry complaints (required / conditional / not) are what
-            // the identity rules already said.
-            return err.keyword != "additionalProperties";
-        }
-        err.pointer
-            .strip_prefix(entry.as_str())
-            .and_then(|rest| rest.strip_prefix('/'))
-            .map(|key| identity::IDENTITY_KEYS.contains(&key.split('/').next().unwrap_or("")))
-            .unwrap_or(false)
-    })
+/// Whether an entry the identity rules refused already covers a schema
+/// complaint. Looked up by the complaint's pointer prefixes, so a spec with
+/// thousands of refused entries and complaints costs a set lookup each.
+fn schema_covered_by_identity(
+    err: &schema::SchemaError,
+    refused_entries: &HashSet<String>,
+) -> bool {
+    let p = err.pointer.as_str();
+    // Whole-entry complaints (required / conditional / not) are what the
+    // identity rules already said.
+    (refused_entries.contains(p) && err.keyword != "additionalProperties")
+        || p.match_indices('/').any(|(i, _)| {
+            refused_entries.contains(&p[..i])
+                && identity::IDENTITY_KEYS.contains(&p[i + 1..].split('/').next().unwrap_or(""))
+        })
 }
 
 fn stage_names(doc: &Value) -> Vec<String> {

@@ -223,6 +223,10 @@ fn write_conflicts(at: &At, name: &str, stage: &[Built]) -> Vec<Diagnostic> {
                 ),
                 None,
             )
+            .label(
+                at.src.locate(&a.entry_pointer),
+                format!("`{}` is declared here", a.job.label()),
+            )
             .help(
                 "give each job its own result paths and worktree, or put them in different stages",
             )

@@ -5,7 +5,7 @@
 
 use super::paths::{self, Field, PathProblem, Resolved};
 use super::{build_job, identity, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
-use crate::diag::{Code, Diagnostic, Location};
+use crate::diag::{Code, Diagnostic, Location, SourceText};
 use crate::model::{int_of, str_of, Manifest};
 use crate::plan::{self, Stage};
 use crate::provider::Provider;
@@ -445,13 +445,7 @@ fn prompt_results(ctx: &mut Ctx, prompt: &Resolved) -> Option<(String, String)> 
     };
     let headers = |message: String| {
         Diagnostic::new(Code::TranslatorPromptHeaders, message)
-            .at(Location {
-                file: prompt.display.clone(),
-                line: None,
-                column: None,
-                source_line: None,
-                width: 1,
-            })
+            .in_file(prompt.display.clone())
             .help("the translator prompt holds exactly one `**Result Path:** <file>` and one `**Worker Result Path:** <other file>` line")
     };
     let (result, worker_result) = match prompt_outputs(&text) {
@@ -504,7 +498,24 @@ fn header_path(
         ),
         Err(PathProblem::TooBroad(why)) => (Code::PathTooBroad, why),
     };
-    let line = text.lines().position(|l| l.starts_with(header));
+    // The value's bytes on its header line, when the line is found.
+    let mut start = 0;
+    let mut span = None;
+    for line in text.split_inclusive('\n') {
+        if let Some(rest) = line.strip_prefix(header) {
+            let at = start + header.len() + rest.find(value).unwrap_or(0);
+            span = Some(at..at + value.len());
+            break;
+        }
+        start += line.len();
+    }
+    let location = match span {
+        Some(span) => Location::span(
+            &SourceText::new(prompt.display.clone(), text.to_string()),
+            span,
+        ),
+        None => Location::file(prompt.display.clone()),
+    };
     let d = Diagnostic::new(
         code,
         format!(
@@ -513,13 +524,7 @@ fn header_path(
             super::raw::shown(value)
         ),
     )
-    .at(Location {
-        file: prompt.display.clone(),
-        line: line.map(|i| i + 1),
-        column: line.map(|_| header.chars().count() + 1),
-        source_line: line.and_then(|i| text.lines().nth(i)).map(str::to_string),
-        width: value.chars().count().max(1),
-    })
+    .at(location)
     .help("name a file inside the project root, written with `/` between non-empty segments (e.g. `out/translation.md`)");
     ctx.push(d);
     None
