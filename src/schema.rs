@@ -771,7 +771,11 @@ mod tests {
             key: "k".into(),
             identity,
             provider: crate::provider::Provider::Codex,
-            backend: crate::vocab::Backend::CliWrapper,
+            backend: if full {
+                crate::vocab::Backend::Slurm
+            } else {
+                crate::vocab::Backend::CliWrapper
+            },
             role: crate::vocab::Role::Verifier,
             audience: full.then_some(crate::vocab::Audience::ImplementationVerifier),
             dispatch_kind: crate::vocab::DispatchKind::initial(),
@@ -810,6 +814,14 @@ mod tests {
             write_enforcement: WriteEnforcement {
                 mutation_audit: crate::vocab::MutationAudit::Batch,
             },
+            slurm: full.then(|| SlurmOptions {
+                partition: Some("debug".into()),
+                account: Some("lab".into()),
+                time_limit: Some("1:00:00".into()),
+                cpus: Some(2),
+                memory: Some("4G".into()),
+                extra_args: vec!["--qos=short".into()],
+            }),
         };
         let mut plan = Plan {
             format_version: FORMAT_VERSION,

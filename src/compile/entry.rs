@@ -9,6 +9,7 @@
 //! identity keys are kept raw: `identity::parse` judges their presence,
 //! types and versions together and reports every problem at once.
 
+use crate::plan::SlurmOptions;
 use crate::vocab::{Backend, MutationAudit};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
@@ -101,6 +102,10 @@ pub struct WorkerFields {
     pub approval_mode: Option<String>,
     #[serde(default, deserialize_with = "texts")]
     pub extra_args: Vec<String>,
+    /// The `sbatch` options of a `slurm` job: the defaults' table with the
+    /// entry's own keys over it.
+    #[serde(default, deserialize_with = "slurm_table")]
+    pub slurm: Option<SlurmOptions>,
 }
 
 impl WorkerFields {
@@ -190,8 +195,28 @@ pub fn collect_entries(doc: &Value) -> Vec<Entry> {
             }
         }
         for (k, v) in own {
-            values.insert(k.clone(), v.clone());
+            let merged = match (values.get(k), v) {
+                // A worker's `slurm` table adds to the defaults' one, key by
+                // key: `cpus` for one worker keeps the run's partition.
+                (Some(Value::Object(base)), Value::Object(over)) if k == SLURM => {
+                    let mut table = base.clone();
+                    table.extend(over.clone());
+                    Value::Object(table)
+                }
+                _ => v.clone(),
+            };
+            values.insert(k.clone(), merged);
             origin.insert(k.clone(), format!("{pointer}/{}", escape(k)));
+        }
+        // Each `slurm` key points where its value came from.
+        for (source, table) in [("/defaults", defaults), (pointer.as_str(), Some(own))] {
+            let sub = table.and_then(|t| t.get(SLURM)).and_then(Value::as_object);
+            for k in sub.into_iter().flat_map(|m| m.keys()) {
+                origin.insert(
+                    format!("{SLURM}/{}", escape(k)),
+                    format!("{source}/{SLURM}/{}", escape(k)),
+                );
+            }
         }
         out.push(Entry {
             stage,
@@ -216,6 +241,10 @@ pub fn collect_entries(doc: &Value) -> Vec<Entry> {
     }
     out
 }
+
+/// The key of the `sbatch` options; `Entry::ptr("slurm/partition")` points
+/// at one of them.
+pub const SLURM: &str = "slurm";
 
 /// A key as a JSON pointer segment.
 fn escape(key: &str) -> String {
@@ -277,6 +306,30 @@ fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
 /// names the words it allows).
 fn word<'de, D: Deserializer<'de>, T: std::str::FromStr>(d: D) -> Result<Option<T>, D::Error> {
     Ok(text(d)?.and_then(|s| s.parse().ok()))
+}
+
+/// The `slurm` table, each key read on its own (one of the wrong type reads
+/// as absent); anything but a table reads as no table.
+fn slurm_table<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SlurmOptions>, D::Error> {
+    let Value::Object(m) = Value::deserialize(d)? else {
+        return Ok(None);
+    };
+    let text = |k: &str| match m.get(k) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    };
+    Ok(Some(SlurmOptions {
+        partition: text("partition"),
+        account: text("account"),
+        time_limit: text("timeLimit"),
+        cpus: m.get("cpus").and_then(Value::as_u64).filter(|n| *n >= 1),
+        memory: text("memory"),
+        extra_args: m
+            .get("extraArgs")
+            .cloned()
+            .map(strings_of)
+            .unwrap_or_default(),
+    }))
 }
 
 #[cfg(test)]
@@ -367,5 +420,36 @@ mod tests {
         assert_eq!(e.ptr("role"), "/stages/0/workers/0/role");
         assert_eq!(e.ptr("a/b"), "/stages/0/workers/0/a~1b");
         assert_eq!(e.ptr("resultPath"), "/stages/0/workers/0");
+    }
+
+    #[test]
+    fn a_workers_slurm_table_adds_to_the_defaults_key_by_key() {
+        let doc = json!({
+            "defaults": {"backend": "slurm", "slurm": {"partition": "gpu", "cpus": 2, "timeLimit": "10"}},
+            "workers": [
+                {"workerId": "x", "slurm": {"cpus": 8, "memory": "4G", "extraArgs": ["--qos=x", 3]}},
+                {"workerId": "y"},
+                {"workerId": "z", "slurm": {"cpus": "many", "account": ""}}
+            ]
+        });
+        let entries = collect_entries(&doc);
+        let x = entries[0].fields.slurm.clone().unwrap();
+        assert_eq!(x.partition.as_deref(), Some("gpu"));
+        assert_eq!(x.time_limit.as_deref(), Some("10"));
+        assert_eq!(x.cpus, Some(8));
+        assert_eq!(x.memory.as_deref(), Some("4G"));
+        assert_eq!(x.extra_args, ["--qos=x"]);
+        assert_eq!(entries[0].ptr("slurm/cpus"), "/workers/0/slurm/cpus");
+        assert_eq!(
+            entries[0].ptr("slurm/partition"),
+            "/defaults/slurm/partition"
+        );
+        assert_eq!(entries[1].fields.slurm.as_ref().unwrap().cpus, Some(2));
+        assert_eq!(entries[1].ptr("slurm/cpus"), "/defaults/slurm/cpus");
+        // Ill-typed values read as absent; the schema reports them.
+        let z = entries[2].fields.slurm.clone().unwrap();
+        assert_eq!((z.cpus, z.account), (None, None));
+        assert_eq!(z.partition.as_deref(), Some("gpu"));
+        assert_eq!(fields(json!({"slurm": "gpu"})).slurm, None);
     }
 }

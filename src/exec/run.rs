@@ -115,13 +115,20 @@ impl<'a> Runner<'a> {
             .collect();
         let (audit_roots, audit_exclude) = audit_walk(root, plan, &rec);
         let n = jobs.len();
+        let mut backend = Backends::new(Local::new(opts.worker.clone()));
+        if plan.jobs().any(|j| j.backend == Backend::Slurm) {
+            backend.add(
+                Backend::Slurm,
+                Box::new(super::backend::slurm::Slurm::new(opts.worker.clone(), plan)),
+            );
+        }
         Runner {
             root: root.to_path_buf(),
             plan,
             opts,
             jobs,
             rec,
-            backend: Backends::new(Local::new(opts.worker.clone())),
+            backend,
             reporters,
             interrupt,
             interrupted: false,
@@ -670,7 +677,10 @@ impl<'a> Runner<'a> {
                         elapsed: r.started.elapsed(),
                     });
                     let status = self.abs(&self.job(r.job).status_path());
-                    let end = wrapper_end(code, &status);
+                    let end = self
+                        .backend
+                        .ended(handle)
+                        .unwrap_or_else(|| wrapper_end(code, &status));
                     ended.push(Ended {
                         job: r.job,
                         dispatched: r.dispatched,
@@ -682,6 +692,11 @@ impl<'a> Runner<'a> {
             let idle: Vec<Handle> = running
                 .iter_mut()
                 .filter_map(|(handle, r)| {
+                    if self.backend.queued(*handle) {
+                        // The idle clock starts when the job does.
+                        r.watch = crate::process::LogWatch::new(r.watch.path().to_path_buf());
+                        return None;
+                    }
                     let limit = Duration::from_secs(self.jobs[r.job].1.idle_timeout_seconds);
                     (r.started.elapsed() >= limit && r.watch.idle_for() >= limit).then_some(*handle)
                 })
@@ -777,9 +792,14 @@ impl Runner<'_> {
         let status_path = self.abs(&job.status_path());
         let attempt = d.head.attempt;
         let alive = |me: &mut Self| me.backend.find(&d) == Seen::Running;
-        // A wrapper still at its gate sees its closed pipe and exits at once.
+        // A local wrapper still at its gate sees its closed pipe and exits
+        // at once. (A Slurm job may pend for hours: no wait for it.)
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !status_exists(&status_path) && alive(self) && Instant::now() < deadline {
+        while d.handle.pid().is_some()
+            && !status_exists(&status_path)
+            && alive(self)
+            && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         let status = super::settle::read_status(&status_path);
