@@ -816,6 +816,24 @@ impl Runner<'_> {
                 started: Instant::now(),
             })
         };
+        // A backend may know better than the sidecar how an attempt that
+        // ran ended: Slurm signals the worker too when it cancels a job or
+        // stops it at its time limit.
+        if status.is_some() && !alive(self) {
+            if let Some(end) = self.backend.ended(d.handle) {
+                self.say(format!(
+                    "{} (attempt {attempt}) ended while no exec watched it ({}); settling it",
+                    job.label(),
+                    d.handle
+                ));
+                return Found::Ended(Ended {
+                    job: i,
+                    dispatched: d,
+                    end,
+                    started: Instant::now(),
+                });
+            }
+        }
         if state == "exited" {
             let s = status.as_ref();
             let stopped = s

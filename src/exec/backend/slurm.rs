@@ -22,8 +22,9 @@
 //!   job Slurm no longer knows (older than `MinJobAge`) is finished, its
 //!   state unknown, and settles from the sidecar alone.
 //! - Stopping: `scancel --full --signal=TERM` to every running job at once,
-//!   one grace period, then `--signal=KILL` and a plain `scancel`; a job
-//!   still queued is simply cancelled. `scancel` succeeds silently for ids
+//!   one grace period, then `scancel --batch --signal=KILL` (and a plain
+//!   `scancel` for what still runs); a job still queued is simply
+//!   cancelled. `scancel` succeeds silently for ids
 //!   it does not know, so the end is always confirmed by `squeue`.
 //! - Resume: a recorded job id is looked up again ([`Dispatch::find`]); a
 //!   job still held (its exec died between recording and releasing it) is
@@ -52,9 +53,13 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(250);
 /// How often the jobs being stopped are polled within the grace period.
 const STOP_POLL: Duration = Duration::from_millis(100);
-/// How long a stopped job may take to leave Slurm's running states after
-/// SIGKILL and a plain `scancel`, before it is given up on (exit 137).
-const KILL_WAIT: Duration = Duration::from_secs(15);
+/// How long a job may take to end after SIGKILL to its batch step before it
+/// is cancelled outright (its steps may outlive the batch step).
+const KILL_SETTLE: Duration = Duration::from_secs(2);
+/// How long a cancelled job may take to leave Slurm's running states (the
+/// cluster's KillWait, 30 s by default, among it) before it is given up
+/// on (exit 137).
+const KILL_WAIT: Duration = Duration::from_secs(45);
 /// A Slurm client that does not answer within this long is killed and its
 /// call counted as failed: a hung controller must not hang the run.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -402,52 +407,52 @@ fn sidecar_end(status: &Path) -> SidecarEnd {
 /// the code does not say it all, the end itself. `state`: Slurm's last word
 /// (`None`: Slurm no longer knows the job).
 pub fn conclude(id: u64, state: Option<&JobState>, sidecar: SidecarEnd) -> (i32, Option<End>) {
-    // The wrapper's own record of an exit it chose comes first: it is what
-    // the worker did, whatever Slurm says of the job around it.
-    if let SidecarEnd::Exited {
-        code,
-        stopped: false,
-    } = sidecar
-    {
-        return (code, None);
-    }
     let recorded = match sidecar {
         SidecarEnd::Exited { code, .. } => Some(code),
         SidecarEnd::Unrecorded => None,
     };
-    let Some(state) = state else {
-        let code = recorded.unwrap_or(1);
-        return (
-            code,
-            Some(End::Lost(format!(
-                "Slurm job {id} ended while unwatched and Slurm no longer knows how (older than MinJobAge); the wrapper recorded no exit of its own"
-            ))),
-        );
+    let clean = |code| SidecarEnd::Exited {
+        code,
+        stopped: false,
     };
-    let code = state.exit_code.or(recorded).unwrap_or(1);
-    match state.state.as_str() {
+    let Some(state) = state else {
+        // Finished, its state unknown: the sidecar alone says how.
+        return match recorded {
+            Some(code) if sidecar == clean(code) => (code, None),
+            _ => (
+                recorded.unwrap_or(1),
+                Some(End::Lost(format!(
+                    "Slurm job {id} ended while unwatched and Slurm no longer knows how (older than MinJobAge); the wrapper recorded no exit of its own"
+                ))),
+            ),
+        };
+    };
+    let code = recorded.or(state.exit_code).unwrap_or(1);
+    let slurm_ended = match state.state.as_str() {
         // The batch script (the wrapper) ended by itself: its exit code
         // says how, as locally (74 and 75 included).
-        "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" => (code, None),
-        "CANCELLED" => (
-            code,
-            Some(End::Cancelled(format!(
-                "Slurm job {id} was cancelled by someone other than this exec (an operator's scancel?) before the worker finished; the next `okstra exec` starts a new attempt"
-            ))),
-        ),
-        "TIMEOUT" | "DEADLINE" => (
-            crate::provider::TIMEOUT_EXIT_CODE,
-            Some(End::TimeLimit(format!(
-                "Slurm job {id} reached its time limit (slurm.timeLimit) and Slurm stopped it"
-            ))),
-        ),
-        other => (
-            code,
-            Some(End::Lost(format!(
-                "Slurm job {id} ended {other} before the worker finished (its node failed, or it was preempted)"
-            ))),
-        ),
+        "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" => return (code, None),
+        "CANCELLED" => End::Cancelled(format!(
+            "Slurm job {id} was cancelled by someone other than this exec (an operator's scancel?) before the worker finished; the next `okstra exec` starts a new attempt"
+        )),
+        "TIMEOUT" | "DEADLINE" => End::TimeLimit(format!(
+            "Slurm job {id} reached its time limit (slurm.timeLimit) and Slurm stopped it"
+        )),
+        other => End::Lost(format!(
+            "Slurm job {id} ended {other} before the worker finished (its node failed, or it was preempted)"
+        )),
+    };
+    // Slurm signals every process of a job it ends, the worker too, which
+    // may then exit by itself: only a clean exit recorded before that is
+    // the worker's own doing.
+    if sidecar == clean(0) {
+        return (0, None);
     }
+    let code = match slurm_ended {
+        End::TimeLimit(_) => crate::provider::TIMEOUT_EXIT_CODE,
+        _ => code,
+    };
+    (code, Some(slurm_ended))
 }
 
 /// A job this exec watches.
@@ -465,6 +470,8 @@ struct Tracked {
 /// The `slurm` backend of one exec.
 pub struct Slurm {
     worker: WorkerExe,
+    /// The project root, where the sidecars of recorded attempts are.
+    root: PathBuf,
     /// The job-name prefix of this plan's jobs: `okstra-<digest prefix>`.
     tag: String,
     jobs: HashMap<u64, Tracked>,
@@ -487,6 +494,7 @@ impl Slurm {
         let digest = plan.digest.trim_start_matches("sha256:");
         Slurm {
             worker,
+            root: PathBuf::from(&plan.project_root),
             tag: format!("okstra-{}", &digest[..digest.len().min(12)]),
             jobs: HashMap::new(),
             unreleased: Vec::new(),
@@ -732,6 +740,23 @@ impl Dispatch for Slurm {
                 }
                 Some(s) => {
                     self.seen.insert(id, s.clone());
+                    // How Slurm ended it, for the runner's `ended`: found by
+                    // a later exec, a cancelled attempt resumes now.
+                    let status = crate::compile::paths::abs_of(
+                        &self.root,
+                        &crate::plan::sidecar::beside(&d.prompt_path, crate::plan::sidecar::STATUS),
+                    );
+                    match conclude(id, Some(s), sidecar_end(&status)).1 {
+                        Some(End::Cancelled(_)) => {
+                            self.verdicts.insert(id, End::Lost(format!(
+                                "Slurm job {id} was cancelled by someone other than okstra while no exec watched it"
+                            )));
+                        }
+                        Some(end) => {
+                            self.verdicts.insert(id, end);
+                        }
+                        None => {}
+                    }
                     Found::Gone
                 }
                 None => Found::Gone,
@@ -804,7 +829,10 @@ impl Dispatch for Slurm {
         let mut last: HashMap<u64, Option<JobState>> = HashMap::new();
         let left = self.wait_ended(&live, Instant::now() + grace, &mut last);
         if !left.is_empty() {
-            scancel(&["--full", "--signal=KILL"], &left);
+            // `--batch`: a SIGKILL with `--full` is a plain cancel, which
+            // waits the cluster's KillWait before killing anything.
+            scancel(&["--batch", "--signal=KILL"], &left);
+            let left = self.wait_ended(&left, Instant::now() + KILL_SETTLE, &mut last);
             scancel(&[], &left);
             let stuck = self.wait_ended(&left, Instant::now() + KILL_WAIT, &mut last);
             if !stuck.is_empty() {
@@ -910,18 +938,29 @@ mod tests {
     }
 
     #[test]
-    fn the_wrappers_own_exit_speaks_first() {
-        let exited = SidecarEnd::Exited {
-            code: 3,
+    fn the_wrappers_own_exit_speaks_first_unless_slurm_ended_the_job() {
+        let exited = |code| SidecarEnd::Exited {
+            code,
             stopped: false,
         };
-        for s in ["FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"] {
+        for s in ["COMPLETED", "FAILED", "OUT_OF_MEMORY"] {
             assert_eq!(
-                conclude(1, Some(&state(s, "None", Some(9))), exited),
+                conclude(1, Some(&state(s, "None", Some(9))), exited(3)),
                 (3, None)
             );
         }
-        assert_eq!(conclude(1, None, exited), (3, None));
+        assert_eq!(conclude(1, None, exited(3)), (3, None));
+        // A worker that finished cleanly before Slurm ended the job did its
+        // work; one that died of Slurm's signal (exit 143, not `stopped`:
+        // Slurm signals the worker itself too) did not.
+        for s in ["CANCELLED", "TIMEOUT", "NODE_FAIL"] {
+            assert_eq!(
+                conclude(1, Some(&state(s, "None", Some(0))), exited(0)),
+                (0, None)
+            );
+            let (_, end) = conclude(1, Some(&state(s, "None", Some(143))), exited(143));
+            assert!(end.is_some(), "{s}");
+        }
     }
 
     #[test]
