@@ -192,14 +192,22 @@ pub struct Output {
 }
 
 impl Output {
-    /// `<tool> exited N: <its stderr>` for an error message.
+    /// `<tool> exited N: <what it said>` on one line, for an error message
+    /// (its `<tool>: error: ` prefixes dropped).
     pub fn failure(&self, tool: &str) -> String {
-        let said = self.stderr.trim();
-        let said = if said.is_empty() {
-            self.stdout.trim()
+        let text = if self.stderr.trim().is_empty() {
+            &self.stdout
         } else {
-            said
+            &self.stderr
         };
+        let prefix = format!("{tool}: error: ");
+        let said = text
+            .lines()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .map(|l| l.strip_prefix(&prefix).unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("; ");
         match self.code {
             Some(c) => format!("{tool} exited {c}: {said}"),
             None => format!("{tool} was killed: {said}"),
@@ -289,6 +297,113 @@ pub fn client(tool: &str, args: &[&str], stdin: Option<&[u8]>) -> Result<Output,
         code: status.code(),
         stdout,
         stderr,
+    })
+}
+
+/// The cluster's partitions, the default one first-marked: `sinfo` says
+/// `debug*` for the default.
+pub fn partitions() -> Result<Vec<(String, bool)>, String> {
+    let out = client("sinfo", &["-h", "-o", "%P"], None)?;
+    if !out.ok {
+        return Err(out.failure("sinfo"));
+    }
+    let mut names: Vec<(String, bool)> = Vec::new();
+    for line in out.stdout.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (name, default) = match line.strip_suffix('*') {
+            Some(n) => (n.to_string(), true),
+            None => (line.to_string(), false),
+        };
+        if !names.iter().any(|(n, _)| *n == name) {
+            names.push((name, default));
+        }
+    }
+    Ok(names)
+}
+
+/// What a probe job found on its node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// It wrote its file under the project root, which okstra then read:
+    /// the root is shared. `wrapper`: the node can run the wrapper.
+    Shared {
+        job: u64,
+        wrapper: bool,
+        took: Duration,
+    },
+    /// It ended, but its file never appeared here.
+    NotShared { job: u64, state: String },
+    /// It did not end in time (cancelled), its last state.
+    Unfinished { job: u64, state: String },
+}
+
+/// Submit a job that writes a file under `root` (saying whether `wrapper`
+/// is executable on its node) and exits; wait for it at most `timeout`,
+/// read the file here, and remove it.
+pub fn probe(
+    root: &Path,
+    wrapper: &Path,
+    options: &SlurmOptions,
+    timeout: Duration,
+) -> Result<Probe, String> {
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let file = root.join(format!(".okstra-doctor-probe-{nonce}"));
+    let script = format!(
+        "#!/bin/sh\nif [ -x {w} ]; then w=yes; else w=no; fi\nprintf '%s %s\\n' {n} \"$w\" > {f}\n",
+        w = quote(&wrapper.display().to_string()),
+        n = quote(&nonce),
+        f = quote(&file.display().to_string()),
+    );
+    let mut args = vec![
+        "--parsable".to_string(),
+        "--no-requeue".into(),
+        "--job-name=okstra-doctor-probe".into(),
+        format!("--chdir={}", root.display()),
+        "--output=/dev/null".into(),
+    ];
+    let mut opts = options.clone();
+    // A probe needs a minute at most, whatever the job's own limit.
+    opts.time_limit = Some("1".into());
+    args.extend(option_args(&opts));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let out = client("sbatch", &refs, Some(script.as_bytes()))?;
+    if !out.ok {
+        return Err(out.failure("sbatch"));
+    }
+    let job = parse_job_id(&out.stdout)
+        .ok_or_else(|| format!("sbatch printed no job id: {}", out.stdout.trim()))?;
+    let deadline = started + timeout;
+    let mut last = String::from("PENDING");
+    let finished = loop {
+        if let Ok(states) = query(&[job]) {
+            match states.get(&job) {
+                None => break true,
+                Some(s) if s.phase() == Phase::Ended => {
+                    last = s.state.clone();
+                    break true;
+                }
+                Some(s) => last = s.describe(),
+            }
+        }
+        if Instant::now() >= deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    if !finished {
+        scancel(&[], &[job]);
+        return Ok(Probe::Unfinished { job, state: last });
+    }
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    let mut words = text.split_whitespace();
+    Ok(match (words.next(), words.next()) {
+        (Some(n), w) if n == nonce => Probe::Shared {
+            job,
+            wrapper: w == Some("yes"),
+            took: started.elapsed(),
+        },
+        _ => Probe::NotShared { job, state: last },
     })
 }
 
@@ -903,6 +1018,20 @@ mod tests {
         assert_eq!(got[&1558], state("FAILED", "NonZeroExitCode", Some(3)));
         assert_eq!(got[&1].phase(), Phase::Held);
         assert_eq!(got[&1560].phase(), Phase::Ended);
+    }
+
+    #[test]
+    fn a_failure_reads_on_one_line() {
+        let out = Output {
+            ok: false,
+            code: Some(1),
+            stdout: String::new(),
+            stderr: "sbatch: error: invalid partition specified: nope\nsbatch: error: Batch job submission failed: Invalid partition name specified\n".into(),
+        };
+        assert_eq!(
+            out.failure("sbatch"),
+            "sbatch exited 1: invalid partition specified: nope; Batch job submission failed: Invalid partition name specified"
+        );
     }
 
     #[test]
