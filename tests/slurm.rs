@@ -129,7 +129,11 @@ impl Fx {
             "--format",
             "json",
         ]);
-        assert_eq!(run.code, 0, "the fixture must plan:\n{}\n{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.code, 0,
+            "the fixture must plan:\n{}\n{}",
+            run.stdout, run.stderr
+        );
     }
 
     fn exec(&self) -> Run {
@@ -280,7 +284,10 @@ fn the_demo_pipeline_runs_on_slurm_with_its_retry() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("backend slurm"), "the review names the backend: {stderr}");
+    assert!(
+        stderr.contains("backend slurm"),
+        "the review names the backend: {stderr}"
+    );
     let team: Value =
         serde_json::from_slice(&std::fs::read(root.join(".okstra/run/team-state.json")).unwrap())
             .unwrap();
@@ -290,7 +297,10 @@ fn the_demo_pipeline_runs_on_slurm_with_its_retry() {
             .filter(|r| r["workerKey"] == key)
             .map(|r| {
                 assert_eq!(r["backend"], "slurm");
-                (r["attempt"].as_u64().unwrap(), r["status"].as_str().unwrap().to_string())
+                (
+                    r["attempt"].as_u64().unwrap(),
+                    r["status"].as_str().unwrap().to_string(),
+                )
             })
             .collect::<Vec<_>>()
     };
@@ -301,7 +311,10 @@ fn the_demo_pipeline_runs_on_slurm_with_its_retry() {
         [(1, "error".into()), (2, "completed".into())],
         "the reviewer's retry"
     );
-    let ids: Vec<u64> = rows.iter().map(|r| r["slurmJobId"].as_u64().unwrap()).collect();
+    let ids: Vec<u64> = rows
+        .iter()
+        .map(|r| r["slurmJobId"].as_u64().unwrap())
+        .collect();
     let mut distinct = ids.clone();
     distinct.sort_unstable();
     distinct.dedup();
@@ -314,7 +327,10 @@ fn a_failing_job_settles_error_with_its_exit_code() {
     let Some(conf) = cluster() else { return };
     let fx = Fx::new(
         conf,
-        &[("main", vec![("bad", "echo broken >&2; exit 3\n".into(), "")])],
+        &[(
+            "main",
+            vec![("bad", "echo broken >&2; exit 3\n".into(), "")],
+        )],
     );
     fx.plan();
     let run = fx.exec();
@@ -483,7 +499,9 @@ fn a_job_cancelled_from_outside_is_resumable_and_the_next_exec_completes() {
     );
     fx.plan();
     let mut child = fx.spawn_exec("first");
-    wait_for("the victim to start", 60, || fx.scratch("victim.started").exists());
+    wait_for("the victim to start", 60, || {
+        fx.scratch("victim.started").exists()
+    });
     let id = fx.job_ids("victim")[0];
     fx.scancel(id);
     assert_eq!(wait_child(&mut child, 60), 1);
@@ -492,7 +510,10 @@ fn a_job_cancelled_from_outside_is_resumable_and_the_next_exec_completes() {
     assert_eq!(row["failureKind"], "cancelled");
     assert_eq!(row["resumable"], true);
     assert!(
-        row["reason"].as_str().unwrap().contains(&format!("Slurm job {id} was cancelled")),
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Slurm job {id} was cancelled")),
         "{row}"
     );
     assert_eq!(dispatch_rows(&fx.p, "bystander")[0]["status"], "completed");
@@ -538,7 +559,10 @@ fn a_partition_that_does_not_exist_is_named_by_doctor_and_exec() {
     assert_code(&run, 1);
     let row = &fx.p.worker_row("w");
     assert!(
-        row["reason"].as_str().unwrap().contains("invalid partition"),
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .contains("invalid partition"),
         "{row}"
     );
     assert_eq!(fx.runs("w"), Vec::<String>::new(), "nothing ran");
@@ -567,7 +591,11 @@ fn doctor_probes_the_cluster_for_a_slurm_plan() {
     let left: Vec<_> = std::fs::read_dir(fx.p.root())
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(".okstra-doctor-probe"))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".okstra-doctor-probe")
+        })
         .collect();
     assert!(left.is_empty());
 }
