@@ -65,6 +65,9 @@ fn wait_in_sh(file: &str, secs: u32) -> String {
     )
 }
 
+/// A worker of a fixture: its id, its script, and more spec lines.
+type Worker<'a> = (&'a str, String, &'a str);
+
 /// A project of `command` workers on Slurm, a scratch directory outside it,
 /// and the cluster to run on.
 struct Fx {
@@ -75,7 +78,7 @@ struct Fx {
 
 impl Fx {
     /// Stages of `(id, script, extra spec lines)` workers, all on Slurm.
-    fn new(conf: PathBuf, stages: &[(&str, Vec<(&str, String, &str)>)]) -> Fx {
+    fn new(conf: PathBuf, stages: &[(&str, Vec<Worker>)]) -> Fx {
         let fx = Fx {
             p: Project::new(),
             scratch: tempfile::tempdir().expect("scratch dir"),
