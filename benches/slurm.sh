@@ -38,9 +38,12 @@ trap cleanup EXIT
 
 now_ns() { date +%s%N; }
 
-python3 benches/gen_exec_fixture.py "$n" "$work/pristine" >/dev/null
-sed -i 's/^\[defaults\]$/[defaults]\nbackend = "slurm"/' "$work/pristine/spec.toml"
-(cd "$work/pristine" && "$bin" plan spec.toml --manifest run/run-manifest.json --out plan.json >/dev/null)
+# Planned at the path every run uses (a plan names its absolute project
+# root), then kept aside pristine.
+python3 benches/gen_exec_fixture.py "$n" "$work/p" >/dev/null
+sed -i 's/^\[defaults\]$/[defaults]\nbackend = "slurm"/' "$work/p/spec.toml"
+(cd "$work/p" && "$bin" plan spec.toml --manifest run/run-manifest.json --out plan.json >/dev/null)
+cp -a "$work/p" "$work/pristine"
 
 cat >"$work/array.sh" <<'EOF'
 #!/bin/sh

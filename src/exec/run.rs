@@ -33,6 +33,13 @@ use std::time::{Duration, Instant};
 /// interrupt flag and the live line again.
 const TICK: Duration = Duration::from_millis(100);
 
+/// How long a batch starts wrappers before those started so far are
+/// recorded (one synced commit) and released. Local starts take about a
+/// millisecond, so a local batch of a hundred jobs is one slice; a Slurm
+/// start is an `sbatch` call of 10-25 ms, and slicing lets the first jobs
+/// run while later ones are still being submitted.
+const LAUNCH_SLICE: Duration = Duration::from_millis(200);
+
 use crate::worker::{NEVER_RELEASED_EXIT_CODE as NEVER_RELEASED, STATUS_WRITE_FAILED_EXIT_CODE};
 
 /// An attempt whose wrapper runs.
@@ -477,66 +484,82 @@ impl<'a> Runner<'a> {
 
     /// Start a batch of attempts (SPEC §5.8): each wrapper starts held at
     /// its gate; their dispatches are recorded and synced in one commit;
-    /// only then are they let go. Returns the started attempts, or the
-    /// launch failure (every wrapper of the batch already stopped at its
-    /// gate) with the attempts that never ran.
+    /// only then are they let go. A batch whose starts take longer than
+    /// [`LAUNCH_SLICE`] goes in slices, each recorded and released before
+    /// the next starts. Returns the started attempts, or the launch failure
+    /// (every wrapper of its slice already stopped at its gate) with the
+    /// attempts that never ran and those of earlier slices, which run.
     #[allow(clippy::type_complexity)]
     fn launch_batch(
         &mut self,
         batch: Vec<(usize, u64)>,
-    ) -> Result<Vec<Running>, (String, Vec<(usize, u64)>)> {
-        let mut held: Vec<(usize, Dispatched)> = Vec::with_capacity(batch.len());
-        let mut failure = None;
-        for &(i, attempt) in &batch {
-            match self.start_held(i, attempt) {
-                Ok(d) => held.push((i, d)),
-                Err(e) => {
-                    failure = Some(format!("launch failed for {}: {e}", self.job(i).label()));
+    ) -> Result<Vec<Running>, (String, Vec<(usize, u64)>, Vec<Running>)> {
+        let mut running = Vec::with_capacity(batch.len());
+        let mut todo: VecDeque<(usize, u64)> = batch.into();
+        while !todo.is_empty() {
+            let slice = Instant::now();
+            let mut held: Vec<(usize, Dispatched)> = Vec::new();
+            let mut failure = None;
+            while let Some(&(i, attempt)) = todo.front() {
+                if !held.is_empty() && slice.elapsed() >= LAUNCH_SLICE {
                     break;
                 }
+                todo.pop_front();
+                match self.start_held(i, attempt) {
+                    Ok(d) => held.push((i, d)),
+                    Err(e) => {
+                        let reason = format!("launch failed for {}: {e}", self.job(i).label());
+                        failure = Some((reason, (i, attempt)));
+                        break;
+                    }
+                }
             }
-        }
-        if let Some(reason) = failure {
-            // None of the batch was recorded or released: each held wrapper
-            // exits at its closed gate, and the whole batch is cut.
-            for (_, d) in &held {
-                self.backend.abandon(d.handle);
+            let never = |held: &[(usize, Dispatched)], todo: VecDeque<(usize, u64)>| {
+                held.iter()
+                    .map(|(i, d)| (*i, d.head.attempt))
+                    .chain(todo)
+                    .collect::<Vec<_>>()
+            };
+            if let Some((reason, failed)) = failure {
+                // None of the slice was recorded or released: each held
+                // wrapper exits at its closed gate, and the batch is cut.
+                for (_, d) in &held {
+                    self.backend.abandon(d.handle);
+                }
+                todo.push_front(failed);
+                return Err((reason, never(&held, todo), running));
             }
-            return Err((reason, batch));
-        }
-        for (i, d) in &held {
-            let job = self.job(*i);
-            self.rec
-                .record(job, &Event::WorkerDispatched(d.clone()), Then::End);
-        }
-        crate::fault::point("dispatch-commit");
-        if let Err(e) = self.rec.commit(Sync::Data) {
-            // Not recorded, so not run: every held wrapper exits at its
-            // closed gate without starting anything.
-            for (_, d) in &held {
-                self.backend.abandon(d.handle);
+            for (i, d) in &held {
+                let job = self.job(*i);
+                self.rec
+                    .record(job, &Event::WorkerDispatched(d.clone()), Then::End);
             }
-            self.fatal = Some(format!("cannot record the dispatch of a batch: {e}"));
-            return Err((
-                self.fatal.clone().unwrap_or_default(),
-                held.iter().map(|(i, d)| (*i, d.head.attempt)).collect(),
-            ));
-        }
-        let mut running = Vec::with_capacity(held.len());
-        for (i, d) in held {
-            crate::fault::point("release");
-            // A wrapper that died at its gate is seen as its exit.
-            let _ = self.backend.release(d.handle);
-            self.tell(Notice::Recorded {
-                event: &Event::WorkerDispatched(d.clone()),
-            });
-            let log = self.abs(&self.job(i).log_path());
-            running.push(Running {
-                job: i,
-                dispatched: d,
-                started: Instant::now(),
-                watch: crate::process::LogWatch::new(log),
-            });
+            crate::fault::point("dispatch-commit");
+            if let Err(e) = self.rec.commit(Sync::Data) {
+                // Not recorded, so not run: every held wrapper exits at its
+                // closed gate without starting anything.
+                for (_, d) in &held {
+                    self.backend.abandon(d.handle);
+                }
+                self.fatal = Some(format!("cannot record the dispatch of a batch: {e}"));
+                let reason = self.fatal.clone().unwrap_or_default();
+                return Err((reason, never(&held, todo), running));
+            }
+            for (i, d) in held {
+                crate::fault::point("release");
+                // A wrapper that died at its gate is seen as its exit.
+                let _ = self.backend.release(d.handle);
+                self.tell(Notice::Recorded {
+                    event: &Event::WorkerDispatched(d.clone()),
+                });
+                let log = self.abs(&self.job(i).log_path());
+                running.push(Running {
+                    job: i,
+                    dispatched: d,
+                    started: Instant::now(),
+                    watch: crate::process::LogWatch::new(log),
+                });
+            }
         }
         Ok(running)
     }
@@ -631,7 +654,10 @@ impl<'a> Runner<'a> {
                                 running.insert(r.dispatched.handle, r);
                             }
                         }
-                        Err((reason, never)) => {
+                        Err((reason, never, started)) => {
+                            for r in started {
+                                running.insert(r.dispatched.handle, r);
+                            }
                             return self.cut_round(reason, running, never, queue, ended, retries);
                         }
                     }

@@ -6,8 +6,8 @@
 //!
 //! - Held start (SPEC §5.8): `sbatch --parsable --hold` submits the job held,
 //!   so the runner records its id before anything of it can run; `scontrol
-//!   release` lets it go. The releases of a batch go in one call, at the
-//!   backend's next call after the runner let them go. The wrapper on the
+//!   release` lets it go. The releases the runner made since the backend's
+//!   last call go in one call, in the background, at its next call. The wrapper on the
 //!   node keeps its `--gated` start: the batch script hands it its go byte,
 //!   so it writes `state: running` to the sidecar before the worker starts,
 //!   exactly as locally, and a later exec tells an attempt that started
@@ -681,9 +681,12 @@ impl Slurm {
         }
         let ids: Vec<u64> = std::mem::take(&mut self.unreleased);
         let list = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-        // A failure is seen at the next poll (the job still held) and the
+        // In the background, so the next submissions need not wait for it.
+        // A failure is seen at a later poll (the job still held) and the
         // release tried again there.
-        let _ = client("scontrol", &["release", &list], None);
+        std::thread::spawn(move || {
+            let _ = client("scontrol", &["release", &list], None);
+        });
         for id in ids {
             if let Some(t) = self.jobs.get_mut(&id) {
                 t.released = true;
@@ -781,6 +784,9 @@ impl Dispatch for Slurm {
         if !self.swept {
             self.sweep();
         }
+        // What the runner let go since (an earlier slice of this batch)
+        // goes before this submission.
+        self.flush_releases();
         let argv = self.worker.argv(launch.argv);
         let attempt = launch
             .argv
