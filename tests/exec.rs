@@ -1283,7 +1283,8 @@ fn a_launch_failure_stops_and_settles_the_whole_batch() {
                     wait_in_sh("$S/never")
                 ),
             ),
-            job("x", WRITE_RESULT),
+            // x ends once a runs, so a is surely running when it is cut.
+            job("x", format!("{}{WRITE_RESULT}", wait_in_sh("$S/a.started"))),
             job("b", WRITE_RESULT),
             job("c", WRITE_RESULT),
         ],
