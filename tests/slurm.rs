@@ -602,3 +602,123 @@ fn doctor_probes_the_cluster_for_a_slurm_plan() {
         .collect();
     assert!(left.is_empty());
 }
+
+#[test]
+fn exec_killed_at_each_launch_point_loses_nothing_runs_nothing_twice_and_leaves_no_held_job() {
+    let Some(conf) = cluster() else { return };
+    let make = || {
+        let fx = Fx::new(
+            conf.clone(),
+            &[
+                (
+                    "first",
+                    vec![
+                        ("a", WRITE_RESULT.into(), ""),
+                        (
+                            "flaky",
+                            format!("[ \"$OKSTRA_ATTEMPT\" = 1 ] || {WRITE_RESULT}"),
+                            "",
+                        ),
+                    ],
+                ),
+                ("second", vec![("c", WRITE_RESULT.into(), "")]),
+            ],
+        );
+        fx.plan();
+        fx
+    };
+    let exec_with = |fx: &Fx, env: &[(&str, String)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_okstra"));
+        cmd.current_dir(fx.p.root())
+            .env("SLURM_CONF", &fx.conf)
+            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
+            .args(["exec", "plan.json"]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        let code = out
+            .status
+            .code()
+            .unwrap_or_else(|| 128 + out.status.signal().unwrap_or(0));
+        (code, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // The launch points a clean run passes, in order.
+    let fx = make();
+    let trace = fx.scratch("trace");
+    let (code, err) = exec_with(&fx, &[("OKSTRA_FAULT_TRACE", trace.display().to_string())]);
+    assert_eq!(code, 0, "{err}");
+    let points: Vec<(u64, String)> = lines_of(&trace)
+        .iter()
+        .filter_map(|l| {
+            let (n, name) = l.split_once(' ')?;
+            Some((n.parse().ok()?, name.to_string()))
+        })
+        .filter(|(_, name)| matches!(name.as_str(), "spawn" | "dispatch-commit" | "release"))
+        .collect();
+    assert!(points.len() >= 9, "{points:?}");
+    for (n, name) in points {
+        let what = format!("killed at point {n} ({name})");
+        let fx = make();
+        let (code, err) = exec_with(&fx, &[("OKSTRA_FAULT_AT", n.to_string())]);
+        assert_eq!(code, 128 + 9, "{what}: {err}");
+        let mut resumes = 0;
+        loop {
+            let (code, err) = exec_with(&fx, &[]);
+            resumes += 1;
+            if code == 0 {
+                break;
+            }
+            assert!(resumes < 3, "{what}: resume {resumes} exited {code}\n{err}");
+        }
+        // Each attempt ran at most once, and each job's last one completed.
+        for k in ["a", "flaky", "c"] {
+            let runs = fx.runs(k);
+            let mut distinct = runs.clone();
+            distinct.dedup();
+            assert_eq!(runs, distinct, "{what}: {k} ran an attempt twice: {runs:?}");
+            assert_eq!(fx.p.worker_row(k)["status"], "completed", "{what}: {k}");
+        }
+        assert_eq!(fx.runs("flaky").len(), 2, "{what}: flaky's retry");
+        // No held job of this plan is left in the queue.
+        let digest = fx.p.read_json("plan.json")["digest"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("sha256:")[..12]
+            .to_string();
+        let out = Command::new("squeue")
+            .args(["--me", "-h", "-t", "PENDING", "-o", "%j"])
+            .env("SLURM_CONF", &fx.conf)
+            .output()
+            .unwrap();
+        let held: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&digest))
+            .map(str::to_string)
+            .collect();
+        assert!(held.is_empty(), "{what}: jobs left pending: {held:?}");
+    }
+}
+
+#[test]
+fn time_in_the_queue_is_not_idleness() {
+    let Some(conf) = cluster() else { return };
+    // Slurm holds the job back 3 s (`--begin`), three times its idle
+    // timeout; the idle clock starts when the job does.
+    let fx = Fx::new(
+        conf,
+        &[(
+            "main",
+            vec![(
+                "late",
+                format!("echo started\n{WRITE_RESULT}"),
+                "idleTimeoutSeconds = 1\nslurm = { extraArgs = [\"--begin=now+3\"] }\n",
+            )],
+        )],
+    );
+    fx.plan();
+    let run = fx.exec();
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("late"), ["1"]);
+}
