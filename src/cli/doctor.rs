@@ -380,7 +380,7 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
                 format!("plan {}", path.display()),
                 Level::Fail,
                 format!("[{}] {}", d.code.as_str(), d.message),
-                "make the plan again with `okstra plan SPEC --manifest M --out PLAN`",
+                "doctor reads a plan `okstra plan` wrote: make it (again) with `okstra plan SPEC --manifest M --out PLAN`",
             )),
         }
     }

@@ -40,7 +40,7 @@ use super::{Dispatch, Found, Launch, Started, WorkerExe};
 use crate::exec::decide::End;
 use crate::exec::event::{Dispatched, Handle};
 use crate::plan::{Plan, SlurmOptions};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -630,7 +630,7 @@ impl Slurm {
 
     fn warn(&mut self, what: String) {
         if self.warned.as_deref() != Some(what.as_str()) {
-            eprintln!("okstra: slurm: {what}; trying again");
+            eprintln!("okstra: slurm: {what}");
             self.warned = Some(what);
         }
     }
@@ -704,7 +704,7 @@ impl Slurm {
                 s
             }
             Err(e) => {
-                self.warn(format!("cannot poll the run's jobs: {e}"));
+                self.warn(format!("cannot poll the run's jobs ({e}); trying again"));
                 return Vec::new();
             }
         };
@@ -885,7 +885,9 @@ impl Dispatch for Slurm {
             // Slurm cannot say: the job may well run. Watching it is safe;
             // starting the attempt again might run it twice.
             Err(e) => {
-                self.warn(format!("cannot look up Slurm job {id}: {e}"));
+                self.warn(format!(
+                    "cannot look up Slurm job {id} ({e}); watching it as if it ran"
+                ));
                 Found::Running
             }
         }
@@ -958,13 +960,12 @@ impl Dispatch for Slurm {
             let stuck = self.wait_ended(&left, Instant::now() + KILL_WAIT, &mut last);
             if !stuck.is_empty() {
                 self.warn(format!(
-                    "Slurm jobs {stuck:?} did not end within {} s of SIGKILL and scancel",
+                    "Slurm jobs {stuck:?} did not end within {} s of SIGKILL and scancel; given up on",
                     KILL_WAIT.as_secs()
                 ));
             }
         }
-        let stopped: HashSet<u64> = ids.iter().copied().collect();
-        for id in &stopped {
+        for id in &ids {
             self.jobs.remove(id);
             self.verdicts.remove(id);
         }
