@@ -3,8 +3,8 @@
 //!
 //! Every attempt goes through the same steps, each a small function here:
 //! [`Runner::launch_batch`] starts the wrappers of a batch held at their
-//! gate, records their dispatches with one synced commit and only then lets
-//! them run; [`Runner::wait_round`] watches them (exits, idleness, Ctrl-C);
+//! gate, records their dispatches with one synced commit (per slice of a
+//! batch slow to start) and only then lets them run; [`Runner::wait_round`] watches them (exits, idleness, Ctrl-C);
 //! [`Runner::settle_round`] audits what the round changed and settles each
 //! attempt through [`super::decide::decide`]; the decision is recorded
 //! before anything follows from it.
