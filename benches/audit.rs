@@ -5,7 +5,10 @@
 //! them to a fresh git repository, waits until they are no longer racily
 //! clean, warms the page cache, then takes the median of several rounds of:
 //! no change (snapshot, compare, git status) and ten changed files (snapshot,
-//! change, compare, git status).
+//! change, compare, git status). A third series chains the compares the way
+//! a pipeline whose executor reuses each compare's walk as the next stage's
+//! baseline would: ten changed files, then one compare against the previous
+//! round's after walk, no snapshot.
 
 use okstra::audit::{self, SnapshotOptions};
 use std::fs;
@@ -90,7 +93,7 @@ fn run(files: usize, dirs: usize) {
     for _ in 0..ROUNDS {
         let (s, ts) = timed(|| audit::snapshot(&opts).unwrap());
         let (c, tc) = timed(|| audit::compare(&s, &opts).unwrap());
-        assert!(c.changed.is_empty(), "{:?}", c.changed);
+        assert!(c.changes.changed.is_empty(), "{:?}", c.changes.changed);
         let (out, tg) = timed(|| git_status(&root));
         assert!(out.is_empty(), "{out}");
         nc.push(ts, tc, tg);
@@ -102,13 +105,13 @@ fn run(files: usize, dirs: usize) {
     for round in 0..ROUNDS {
         let (s, ts) = timed(|| audit::snapshot(&opts).unwrap());
         if round == 0 {
-            let (text, tw) = timed(|| serde_json::to_vec(&s).unwrap());
-            let (_, tr) = timed(|| serde_json::from_slice::<audit::Snapshot>(&text).unwrap());
+            let (text, tw) = timed(|| s.to_json());
+            let (_, tr) = timed(|| audit::Snapshot::from_json(&text).unwrap());
             sidecar = (tw, tr, text.len());
         }
         let changed = change_ten(&root, files, dirs, round);
         let (c, tc) = timed(|| audit::compare(&s, &opts).unwrap());
-        assert_eq!(c.changed.len(), 10, "{:?}", c.changed);
+        assert_eq!(c.changes.changed.len(), 10, "{:?}", c.changes.changed);
         let (out, tg) = timed(|| git_status(&root));
         assert_eq!(out.lines().count(), 10, "{out}");
         ch.push(ts, tc, tg);
@@ -117,6 +120,26 @@ fn run(files: usize, dirs: usize) {
         }
     }
     ch.print(&label, "10 files changed");
+
+    // Chained: each stage's baseline is the previous compare's after walk.
+    let mut chained = Times::default();
+    let mut base = audit::snapshot(&opts).unwrap();
+    for round in 0..ROUNDS {
+        let changed = change_ten(&root, files, dirs, round + ROUNDS);
+        let (c, tc) = timed(|| audit::compare(&base, &opts).unwrap());
+        assert_eq!(c.changes.changed.len(), 10, "{:?}", c.changes.changed);
+        let (out, tg) = timed(|| git_status(&root));
+        assert_eq!(out.lines().count(), 10, "{out}");
+        chained.push(Duration::ZERO, tc, tg);
+        base = c.after;
+        for p in changed {
+            git(&root, &["checkout", "-q", "--", &p]);
+        }
+        // The checkout is a change too: the next round's baseline is the
+        // tree after it, as a stage that follows would see it.
+        base = audit::compare(&base, &opts).unwrap().after;
+    }
+    chained.print_chained(&label, "10 files changed, chained");
     eprintln!(
         "{label}: snapshot sidecar {} KiB, write JSON {:.1} ms, read JSON {:.1} ms",
         sidecar.2 / 1024,
@@ -153,6 +176,21 @@ impl Times {
             ms(b),
             ms(g),
             ms(b) / ms(g),
+            ms(c) / ms(g)
+        );
+    }
+}
+
+impl Times {
+    fn print_chained(&mut self, tree: &str, case: &str) {
+        let c = median(&mut self.cmp);
+        let g = median(&mut self.git);
+        println!(
+            "| {tree} | {case} | - | {:.1} ms | {:.1} ms | {:.1} ms | {:.2}x | {:.2}x |",
+            ms(c),
+            ms(c),
+            ms(g),
+            ms(c) / ms(g),
             ms(c) / ms(g)
         );
     }

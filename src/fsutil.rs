@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// The directory a file lives in; a bare file name lives in `.`.
 fn parent_dir(path: &Path) -> &Path {
@@ -50,6 +50,18 @@ pub enum Durability {
 /// the temporary is removed and `path` is left as it was. Missing parent
 /// directories are created.
 pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Result<()> {
+    write_atomic_with(path, durability, |out| out.write_all(bytes))
+}
+
+/// [`write_atomic`], the content streamed by `write` into the temporary
+/// (buffered) instead of handed over whole: for a large document made as it
+/// is written. If `write` fails, nothing is renamed and `path` stays as it
+/// was.
+pub fn write_atomic_with<T>(
+    path: &Path,
+    durability: Durability,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+) -> io::Result<T> {
     ensure_parent(path)?;
     let dir = parent_dir(path);
     let name = path
@@ -64,29 +76,36 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Re
 
     let result = (|| {
         crate::fault::point("atomic-write");
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(&tmp)?;
-        file.write_all(bytes)?;
+        let mut out = io::BufWriter::with_capacity(64 * 1024, file);
+        let value = write(&mut out)?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
         if durability == Durability::Fsync {
             file.sync_all()?;
         }
         drop(file);
         crate::fault::point("atomic-rename");
-        fs::rename(&tmp, path)
+        fs::rename(&tmp, path)?;
+        Ok(value)
     })();
-    if let Err(err) = result {
-        // Best effort: the original error is the one worth reporting.
-        let _ = fs::remove_file(&tmp);
-        return Err(err);
-    }
+    let value = match result {
+        Ok(value) => value,
+        Err(err) => {
+            // Best effort: the original error is the one worth reporting.
+            let _ = fs::remove_file(&tmp);
+            return Err(err);
+        }
+    };
     crate::fault::point("atomic-renamed");
     match durability {
-        Durability::Fsync => sync_dir(dir),
-        Durability::NoFsync => Ok(()),
+        Durability::Fsync => sync_dir(dir)?,
+        Durability::NoFsync => {}
     }
+    Ok(value)
 }
 
 /// Create `path`, which must not exist yet, holding `bytes`, written with one
@@ -147,6 +166,61 @@ pub struct FileLock {
 }
 
 impl FileLock {
+    /// Wait at most `timeout` for the lock on `path` (the lock file and its
+    /// parent directories made if missing, its content never touched). Out
+    /// of time: `TimedOut`, the message naming the holder where the kernel
+    /// says who it is.
+    pub fn acquire_within(path: &Path, timeout: Duration) -> io::Result<FileLock> {
+        FileLock::file_within(open_lock_file(path)?, path, timeout)
+    }
+
+    /// [`Self::acquire_within`] on a lock file the caller opened.
+    pub fn file_within(file: File, path: &Path, timeout: Duration) -> io::Result<FileLock> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(1);
+        let mut file = file;
+        loop {
+            match FileLock::try_file(file, path)? {
+                Ok(lock) => return Ok(lock),
+                Err(back) => file = back,
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{} is held by {} and was not released within {} s",
+                        path.display(),
+                        lock_holder(&file).unwrap_or_else(|| "another process".into()),
+                        timeout.as_secs()
+                    ),
+                ));
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Take the lock on a lock file the caller opened if nobody holds it;
+    /// the file back if someone does.
+    pub fn try_file(file: File, path: &Path) -> io::Result<Result<FileLock, File>> {
+        loop {
+            match file.try_lock() {
+                Ok(()) => {
+                    return Ok(Ok(FileLock {
+                        file,
+                        path: path.to_path_buf(),
+                    }))
+                }
+                Err(fs::TryLockError::WouldBlock) => return Ok(Err(file)),
+                Err(fs::TryLockError::Error(err)) if err.kind() == io::ErrorKind::Interrupted => {
+                    continue
+                }
+                Err(fs::TryLockError::Error(err)) => return Err(err),
+            }
+        }
+    }
+
     /// Block until the lock on `path` is ours. The lock file (and its parent
     /// directories) are created if missing; its content is never touched.
     pub fn acquire(path: &Path) -> io::Result<FileLock> {
@@ -199,6 +273,35 @@ impl Drop for FileLock {
         // duplicated meanwhile.
         let _ = self.file.unlock();
     }
+}
+
+/// Who holds a `flock` on `file`, as far as `/proc/locks` tells: its pid and
+/// command line.
+pub fn lock_holder(file: &File) -> Option<String> {
+    let meta = file.metadata().ok()?;
+    let (major, minor) = (rustix::fs::major(meta.dev()), rustix::fs::minor(meta.dev()));
+    let wanted = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let pid = locks.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&wanted.as_str()))
+            .then(|| f.get(4).map(|p| p.to_string()))
+            .flatten()
+    })?;
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    Some(if cmd.is_empty() {
+        format!("pid {pid}")
+    } else {
+        format!("pid {pid} (`{cmd}`)")
+    })
 }
 
 fn open_lock_file(path: &Path) -> io::Result<File> {

@@ -2,6 +2,7 @@
 //! crash-safely. See SPEC.md for the contract; README.md for the tour.
 
 pub mod audit;
+pub mod beneath;
 pub mod canonical;
 pub mod cli;
 pub mod compile;

@@ -272,6 +272,25 @@ impl Job {
             .map(|inv| dispatch_id(&inv.invocation_id, attempt))
     }
 
+    /// The argv exec starts for `attempt`: the plan's `command` with the
+    /// per-attempt flags (`--attempt`, `--dispatch-id`, `--session-id`)
+    /// before `--`. Its first word stays as planned (`okstra`): exec puts
+    /// its own executable there. The one place this line is built, so the
+    /// review shows what exec runs.
+    pub fn worker_argv(&self, attempt: u64, session_id: Option<&str>) -> Vec<String> {
+        let mut argv = self.command.clone();
+        let split = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+        let mut extra = vec!["--attempt".to_string(), attempt.to_string()];
+        if let Some(id) = self.dispatch_id_for(attempt) {
+            extra.extend(["--dispatch-id".into(), id]);
+        }
+        if let Some(s) = session_id {
+            extra.extend(["--session-id".into(), s.to_string()]);
+        }
+        argv.splice(split..split, extra);
+        argv
+    }
+
     pub fn log_path(&self) -> String {
         sidecar::beside(&self.prompt_path, sidecar::LOG)
     }

@@ -1,20 +1,82 @@
 //! Human renderings of a plan: the review summary `okstra plan` and
 //! `okstra show` print. Stable and plain, so it diffs well and snapshots
 //! well.
+//!
+//! The review shows what exec will run and nothing else: the wrapper line
+//! exec starts (the plan's `command`, with the per-attempt flags exec adds),
+//! the provider argv that wrapper line makes the wrapper run (read back from
+//! the wrapper line by the wrapper's own parser, never from the plan's
+//! `providerCommand`), and every `env` entry with its value, a secret-looking
+//! one as a short digest.
 
 use crate::plan::{Identity, Job, Plan};
-use std::fmt::Write as _;
+use crate::provider::{self, ArgvRequest, Provider, ProviderOptions};
+use std::ffi::OsString;
 
-/// Quote one argv word the way a POSIX shell would need it.
+/// Quote one argv word the way a POSIX shell would need it. A word holding
+/// a control character (a newline, an escape) is written `$'...'` with the
+/// character escaped, so it can neither break a line of the review nor
+/// drive the terminal.
 pub fn shell_word(w: &str) -> String {
     if !w.is_empty()
         && w.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
     {
         w.to_string()
+    } else if w.chars().any(char::is_control) {
+        let mut out = String::from("$'");
+        for c in w.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_control() => {
+                    let mut buf = [0u8; 4];
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        out.push_str(&format!("\\x{b:02x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+        out
     } else {
         format!("'{}'", w.replace('\'', "'\\''"))
     }
+}
+
+/// One line of the review, written into `out`: control characters in what
+/// a plan says (a newline in a path or label) are shown escaped, so an
+/// edited plan cannot forge lines of the review or drive the terminal.
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        let out: &mut String = $out;
+        let start = out.len();
+        let _ = std::fmt::Write::write_fmt(out, format_args!($($arg)*));
+        end_line(out, start);
+    }};
+}
+
+/// End the line begun at `start`, escaping its control characters.
+fn end_line(out: &mut String, start: usize) {
+    // C0 controls and DEL are single bytes; C1 controls start with 0xC2.
+    // Scanned without stopping early, which the compiler vectorises.
+    let suspect = out.as_bytes()[start..].iter().fold(false, |hit, &b| {
+        hit | (b < 0x20) | (b == 0x7f) | (b == 0xc2)
+    });
+    if suspect {
+        let line = out.split_off(start);
+        for c in line.chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out.push('\n');
 }
 
 pub fn shell_line(argv: &[String]) -> String {
@@ -81,9 +143,10 @@ fn identity_line(job: &Job) -> String {
 /// closing `okstra exec` line.
 pub fn summary(plan: &Plan, plan_path: &str) -> String {
     let mut out = String::new();
+    let mut git = GitRepos::default();
     let jobs = plan.jobs().count();
-    let _ = writeln!(
-        out,
+    say!(
+        &mut out,
         "Plan {} · {} stage{} · {} job{} · task {}",
         short(&plan.digest),
         plan.stages.len(),
@@ -92,20 +155,21 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
         if jobs == 1 { "" } else { "s" },
         plan.run.task_key
     );
-    let _ = writeln!(out, "  project    {}", plan.project_root);
-    let _ = writeln!(out, "  manifest   {}", plan.run.manifest_path);
-    let _ = writeln!(out, "  team-state {}", plan.run.team_state_path);
-    let _ = writeln!(out, "  events     {}", plan.run.lead_events_path);
-    let _ = writeln!(out, "  error log  {}", plan.run.error_log_path);
-    let _ = writeln!(
-        out,
+    say!(&mut out, "  project    {}", plan.project_root);
+    say!(&mut out, "  manifest   {}", plan.run.manifest_path);
+    say!(&mut out, "  team-state {}", plan.run.team_state_path);
+    say!(&mut out, "  events     {}", plan.run.lead_events_path);
+    say!(&mut out, "  error log  {}", plan.run.error_log_path);
+    say!(
+        &mut out,
         "  retries    at most {} attempts per job; backend default {}",
-        plan.policy.max_attempts, plan.run.terminal_backend
+        plan.policy.max_attempts,
+        plan.run.terminal_backend
     );
     for (i, stage) in plan.stages.iter().enumerate() {
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
+        out.push('\n');
+        say!(
+            &mut out,
             "Stage {}/{} `{}` · {} job{}",
             i + 1,
             plan.stages.len(),
@@ -118,27 +182,27 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
             }
         );
         for job in &stage.jobs {
-            job_block(&mut out, job);
+            job_block(&mut out, job, &mut git);
         }
     }
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
+    out.push('\n');
+    say!(
+        &mut out,
         "Inputs ({}), each checked again by exec:",
         plan.inputs.len()
     );
     for input in &plan.inputs {
-        let _ = writeln!(
-            out,
+        say!(
+            &mut out,
             "  {:<10} {}  {}",
             input.kind,
             &input.sha256[..input.sha256.len().min(12)],
             input.path
         );
     }
-    let _ = writeln!(out);
-    let _ = writeln!(out, "To run this plan:");
-    let _ = writeln!(out, "  okstra exec {}", shell_word(plan_path));
+    out.push('\n');
+    say!(&mut out, "To run this plan:");
+    say!(&mut out, "  okstra exec {}", shell_word(plan_path));
     out
 }
 
@@ -167,15 +231,15 @@ fn slurm_line(s: &crate::plan::SlurmOptions) -> String {
     }
 }
 
-fn job_block(out: &mut String, job: &Job) {
-    let _ = writeln!(out, "  ● {} ({})", job.label(), job.key);
-    let _ = writeln!(out, "      identity  {}", identity_line(job));
+fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
+    say!(out, "  ● {} ({})", job.label(), job.key);
+    say!(out, "      identity  {}", identity_line(job));
     let model = if job.model_execution_value.is_empty() {
         "-"
     } else {
         &job.model_execution_value
     };
-    let _ = writeln!(
+    say!(
         out,
         "      provider  {} · model {} · backend {} · idle timeout {}s{}",
         job.provider,
@@ -187,10 +251,10 @@ fn job_block(out: &mut String, job: &Job) {
             .unwrap_or_default()
     );
     if let Some(slurm) = &job.slurm {
-        let _ = writeln!(out, "      slurm     {}", slurm_line(slurm));
+        say!(out, "      slurm     {}", slurm_line(slurm));
     }
     let audience = job.audience.as_ref().map_or("-", |a| a.as_str());
-    let _ = writeln!(
+    say!(
         out,
         "      role      {} · audience {} · dispatch {} (round {}){}",
         job.role,
@@ -202,38 +266,58 @@ fn job_block(out: &mut String, job: &Job) {
             .map(|d| format!(" · id {d}"))
             .unwrap_or_default()
     );
-    let _ = writeln!(out, "      prompt    {}", job.prompt_path);
+    say!(out, "      prompt    {}", job.prompt_path);
     if let Some(m) = &job.metadata_path {
-        let _ = writeln!(out, "      metadata  {m}");
+        say!(out, "      metadata  {m}");
     }
     if job.worker_result_path == job.result_path {
-        let _ = writeln!(out, "      result    {}", job.result_path);
+        say!(out, "      result    {}", job.result_path);
     } else {
-        let _ = writeln!(
+        say!(
             out,
             "      result    {} (worker result {})",
-            job.result_path, job.worker_result_path
+            job.result_path,
+            job.worker_result_path
         );
     }
-    let _ = writeln!(out, "      done when {}", job.completion_paths.join(", "));
+    say!(out, "      done when {}", job.completion_paths.join(", "));
     if let Some(w) = &job.worktree_path {
-        let _ = writeln!(out, "      worktree  {w}");
+        say!(out, "      worktree  {w}");
     }
-    let _ = writeln!(
+    const FRESH: &str = "  (+ a fresh --session-id per attempt)";
+    let line = job.worker_argv(job.first_attempt(), None);
+    say!(
         out,
-        "      runs      {}{}",
-        shell_line(&job.provider_command),
-        if job.takes_session_id {
-            "  (+ a fresh --session-id per attempt)"
-        } else {
-            ""
-        }
+        "      wrapper   {}{}",
+        shell_line(&line),
+        if job.takes_session_id { FRESH } else { "" }
     );
-    if !job.env.is_empty() {
-        let env: Vec<String> = job.env.keys().cloned().collect();
-        let _ = writeln!(out, "      env       {}", env.join(", "));
+    match wrapper_runs(&line, git) {
+        Ok((argv, takes_session_id)) => {
+            let fresh = job.takes_session_id && takes_session_id;
+            say!(
+                out,
+                "      runs      {}{}",
+                shell_line(&argv),
+                if fresh { FRESH } else { "" }
+            );
+            if argv != job.provider_command {
+                say!(out, "      note      the plan's providerCommand differs: shown is what the wrapper line runs");
+            }
+        }
+        Err(why) => {
+            say!(out, "      runs      ({why})");
+        }
     }
-    let _ = writeln!(
+    for (i, (key, value)) in job.env.iter().enumerate() {
+        say!(
+            out,
+            "      {}{key}={}",
+            if i == 0 { "env       " } else { "          " },
+            env_value(key, value)
+        );
+    }
+    say!(
         out,
         "      may write {} (policy {}, audit {})",
         job.write_policy.allow.join(", "),
@@ -242,9 +326,110 @@ fn job_block(out: &mut String, job: &Job) {
     );
 }
 
+/// Whether a project root lies in a git repository (any ancestor holds
+/// `.git`, as the wrapper asks), asked once per root.
+#[derive(Default)]
+struct GitRepos(std::collections::HashMap<std::path::PathBuf, bool>);
+
+impl GitRepos {
+    fn holds(&mut self, root: &std::path::Path) -> bool {
+        *self
+            .0
+            .entry(root.to_path_buf())
+            .or_insert_with(|| root.ancestors().any(|d| d.join(".git").exists()))
+    }
+}
+
+/// The provider argv a wrapper `line` (as exec starts it) makes
+/// `okstra worker` run, and whether that provider takes a session id; or
+/// why it runs none. Read with the wrapper's own parser and assembled as
+/// the wrapper assembles it (src/worker/mod.rs), with the project's git
+/// state as it is now.
+fn wrapper_runs(line: &[String], git: &mut GitRepos) -> Result<(Vec<String>, bool), String> {
+    if line.first().map(String::as_str) != Some("okstra")
+        || line.get(1).map(String::as_str) != Some("worker")
+    {
+        return Err(
+            "not an `okstra worker` line: exec starts the wrapper line itself, as shown".into(),
+        );
+    }
+    let os: Vec<OsString> = line.iter().map(OsString::from).collect();
+    let args = crate::cli::worker_args(&os).map_err(|e| {
+        let first = e.to_string().lines().next().unwrap_or_default().to_string();
+        format!("the wrapper refuses this line, so it runs nothing: {first}")
+    })?;
+    let provider: Provider = args
+        .provider
+        .parse()
+        .map_err(|e| format!("the wrapper refuses this line, so it runs nothing: {e}"))?;
+    if provider == Provider::Command && args.command.is_empty() {
+        return Err("the wrapper refuses a command job without an argv after `--`".into());
+    }
+    let root = std::path::absolute(&args.project_root).unwrap_or(args.project_root.clone());
+    let write_dirs: Vec<_> = args.write_dirs.iter().map(|d| root.join(d)).collect();
+    let options = ProviderOptions {
+        permission_mode: args.permission_mode.clone(),
+        sandbox_mode: args.sandbox_mode.clone(),
+        approval_mode: args.approval_mode.clone(),
+        extra_args: args.extra_args.clone(),
+    };
+    let argv = provider::build_argv(&ArgvRequest {
+        provider,
+        model: &args.model,
+        project_root: &root,
+        write_dirs: &write_dirs,
+        options: &options,
+        command: &args.command,
+        session_id: None,
+        project_is_git_repo: git.holds(&root),
+    });
+    Ok((argv, provider.takes_session_id()))
+}
+
+/// Whether an environment name looks like it holds a secret.
+pub fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["TOKEN", "KEY", "SECRET", "PASSWORD"]
+        .iter()
+        .any(|w| upper.contains(w))
+}
+
+/// An `env` value as the review shows it: quoted for a shell, or for a
+/// secret-looking name a short digest (enough to tell two values apart,
+/// not to show one).
+pub fn env_value(name: &str, value: &str) -> String {
+    if looks_secret(name) {
+        let hex = crate::canonical::sha256_hex(value.as_bytes());
+        format!("sha256:{}…", &hex[..8])
+    } else {
+        shell_word(value)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_looking_names_show_a_digest() {
+        for name in [
+            "GITHUB_TOKEN",
+            "api_key",
+            "MySecret",
+            "DB_PASSWORD",
+            "KEYRING",
+        ] {
+            let shown = env_value(name, "hunter2");
+            assert!(
+                shown.starts_with("sha256:") && shown.ends_with('…'),
+                "{name}"
+            );
+            assert!(!shown.contains("hunter2"));
+        }
+        assert_ne!(env_value("TOKEN", "a"), env_value("TOKEN", "b"));
+        assert_eq!(env_value("PATH", "/opt/evil bin"), "'/opt/evil bin'");
+        assert_eq!(env_value("TOKENISH", ""), env_value("A_TOKEN", ""));
+    }
 
     #[test]
     fn tables_pad_every_column_but_the_last() {
@@ -267,5 +452,23 @@ mod tests {
         assert_eq!(shell_word("two words"), "'two words'");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("a\nb'c\\"), "$'a\\nb\\'c\\\\'");
+        assert_eq!(shell_word("\u{1b}[2J"), "$'\\x1b[2J'");
+    }
+
+    #[test]
+    fn a_review_line_never_breaks_or_drives_the_terminal() {
+        let mut out = String::new();
+        say!(
+            &mut out,
+            "  prompt    a\n      runs      fake\u{1b}[2J\u{85}é"
+        );
+        assert_eq!(
+            out,
+            "  prompt    a\\n      runs      fake\\u{1b}[2J\\u{85}é\n"
+        );
+        let mut out = String::new();
+        say!(&mut out, "plain · é");
+        assert_eq!(out, "plain · é\n");
     }
 }

@@ -745,6 +745,280 @@ fn a_later_stage_writing_an_earlier_worktree_is_caught() {
     );
 }
 
+// ---- evasions of the walk itself (issue 13) ---------------------------------
+
+/// `depth` nested directories `name/name/...` below `dir`, made one
+/// `mkdirat` at a time: the path runs far past PATH_MAX.
+fn make_deep(dir: &std::path::Path, depth: usize, name: &str) {
+    use rustix::fs::{mkdirat, openat, Mode, OFlags, CWD};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    std::fs::create_dir_all(dir).unwrap();
+    let mut fd = openat(CWD, dir, flags, Mode::empty()).unwrap();
+    for _ in 0..depth {
+        mkdirat(&fd, name, Mode::from_raw_mode(0o755)).unwrap();
+        fd = openat(&fd, name, flags, Mode::empty()).unwrap();
+    }
+}
+
+/// `rm -rf`, for trees deeper than std's recursive `remove_dir_all` can
+/// take on a test thread's stack (the temp dir is removed that way).
+fn remove_deep(p: &std::path::Path) {
+    let ok = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// A worker line that goes `depth` levels down `name/` one `chdir` at a
+/// time (sh's `cd` resolves a whole path and stops at PATH_MAX) and runs
+/// `then` there.
+fn perl_deep(depth: usize, name: &str, mkdir: bool, then: &str) -> String {
+    let mk = if mkdir {
+        format!("mkdir \"{name}\"; ")
+    } else {
+        String::new()
+    };
+    format!("perl -e 'for (1..{depth}) {{ {mk}chdir \"{name}\" or die \"chdir: $!\" }} {then}'\n")
+}
+
+#[test]
+fn evasion_a_path_past_path_max_under_an_allowed_directory_does_not_hide_an_outside_write() {
+    let fx = Fx::new();
+    fx.p.write("src/lib.rs", "fn a() {}\n");
+    fx.p.write("README.md", "readme\n");
+    let long = "x".repeat(250);
+    let script = format!(
+        "echo owned >> README.md\ncd src && {}cd ..\n{WRITE_RESULT}",
+        perl_deep(20, &long, true, "open F, \">f.rs\" or die; print F \"x\";")
+    );
+    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+        .plan();
+    let run = fx.exec();
+    assert_code(&run, 1);
+    let audit = assert_blocked(&fx, "impl", "contract-failed-unattributed", &["README.md"]);
+    assert_eq!(strs(&audit["violations"]), ["README.md"]);
+    let changed = strs(&audit["changedPaths"]);
+    assert!(
+        changed
+            .iter()
+            .any(|p| p.len() > 5000 && p.ends_with("/f.rs")),
+        "the long path is audited (and allowed)"
+    );
+    remove_deep(&fx.p.path("src"));
+}
+
+#[test]
+fn near_miss_a_path_past_path_max_under_an_allowed_directory_alone_completes() {
+    let fx = Fx::new();
+    fx.p.write("src/lib.rs", "fn a() {}\n");
+    let long = "x".repeat(250);
+    let script = format!(
+        "cd src && {}cd ..\n{WRITE_RESULT}",
+        perl_deep(20, &long, true, "open F, \">f.rs\" or die; print F \"x\";")
+    );
+    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+        .plan();
+    assert_code(&fx.exec(), 0);
+    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_eq!(audit["mutationStatus"], "ok", "{audit}");
+    remove_deep(&fx.p.path("src"));
+}
+
+#[test]
+fn evasion_a_file_name_that_is_not_utf8_is_caught_and_shown_escaped() {
+    let fx = Fx::new();
+    let script = format!("echo x > \"$(printf 'bad\\377name')\"\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(&fx, "a", "contract-failed-unattributed", &["bad\\xffname"]);
+}
+
+#[test]
+fn near_miss_a_file_name_that_is_not_utf8_inside_the_policy_is_allowed() {
+    let fx = Fx::new();
+    fx.p.write("src/lib.rs", "fn a() {}\n");
+    let script = format!("echo x > \"src/$(printf 'ok\\376')\"\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+        .plan();
+    assert_code(&fx.exec(), 0);
+    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_eq!(audit["mutationStatus"], "ok", "{audit}");
+    assert!(strs(&audit["changedPaths"]).contains(&"src/ok\\xfe".to_string()));
+}
+
+#[test]
+fn a_name_that_is_not_utf8_does_not_leave_the_next_stage_unaudited() {
+    let fx = Fx::new();
+    fx.p.write("src/lib.rs", "fn a() {}\n");
+    fx.p.write("README.md", "readme\n");
+    let first = format!("echo x > \"src/$(printf 'n\\377')\"\n{WRITE_RESULT}");
+    let second = format!("echo owned >> README.md\n{WRITE_RESULT}");
+    fx.spec(&[
+        (
+            "implement",
+            vec![job("impl", first).implementer(&["src/**"])],
+        ),
+        ("review", vec![job("a", second)]),
+    ])
+    .plan();
+    assert_code(&fx.exec(), 1);
+    assert_eq!(fx.worker_row("impl")["status"], "completed");
+    assert_blocked(&fx, "a", "contract-failed-unattributed", &["README.md"]);
+}
+
+#[test]
+fn evasion_a_change_inside_a_directory_whose_name_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    for (touch, code) in [(true, 1), (false, 0)] {
+        let fx = Fx::new();
+        let dir = fx.p.path("").join(std::ffi::OsStr::from_bytes(b"d\x80ir"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("inside.txt"), "old\n").unwrap();
+        let edit = if touch {
+            "echo owned >> \"$(printf 'd\\200ir')/inside.txt\"\n"
+        } else {
+            // Near miss: read, not written.
+            "cat \"$(printf 'd\\200ir')/inside.txt\" > /dev/null\n"
+        };
+        fx.spec(&[("only", vec![job("a", format!("{edit}{WRITE_RESULT}"))])])
+            .plan();
+        assert_code(&fx.exec(), code);
+        if touch {
+            assert_blocked(
+                &fx,
+                "a",
+                "contract-failed-unattributed",
+                &["d\\x80ir/inside.txt"],
+            );
+        }
+    }
+}
+
+#[test]
+fn evasion_a_change_at_the_bottom_of_five_thousand_nested_directories() {
+    let fx = Fx::new();
+    make_deep(&fx.p.path("deep"), 5000, "d");
+    let script = format!(
+        "cd deep && {}cd ..\n{WRITE_RESULT}",
+        perl_deep(5000, "d", false, "open F, \">f\" or die; print F \"x\";")
+    );
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    let run = fx.exec();
+    assert_code(&run, 1);
+    let bottom = format!("deep/{}f", "d/".repeat(5000));
+    assert_blocked(&fx, "a", "contract-failed-unattributed", &[&bottom]);
+    // A later exec of the same plan does not crash on the tree either.
+    assert_code(&fx.exec(), 1);
+    remove_deep(&fx.p.path("deep"));
+}
+
+fn git_in(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(["-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The fixture project as a git repository with one commit, a submodule's
+/// git directory and a linked worktree `w`.
+fn git_fixture() -> Fx {
+    let fx = Fx::new();
+    fx.p.write("a.txt", "a\n");
+    let root = fx.p.path("");
+    git_in(&root, &["init", "-q", "-b", "main"]);
+    git_in(&root, &["add", "a.txt"]);
+    git_in(&root, &["commit", "-qm", "one"]);
+    git_in(&root, &["init", "-q", "--bare", ".git/modules/sub"]);
+    git_in(&root, &["worktree", "add", "-q", "--detach", "w"]);
+    fx
+}
+
+#[test]
+fn evasion_writes_to_what_git_executes_or_reads_as_configuration() {
+    let fx = git_fixture();
+    let writes = [
+        ".git/hooks/pre-commit",
+        ".git/config",
+        ".git/modules/sub/hooks/post-checkout",
+        ".git/modules/sub/config",
+        ".git/worktrees/w/config",
+    ];
+    let mut script = String::new();
+    for w in writes {
+        script.push_str(&format!(
+            "printf '[core]\\n\\tfsmonitor = \"$S/evil\"\\n' >> {w}\n"
+        ));
+    }
+    script.push_str(WRITE_RESULT);
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(&fx, "a", "contract-failed-unattributed", &writes);
+}
+
+#[test]
+fn near_miss_a_plain_commit_by_a_worker_whose_policy_allows_it() {
+    let fx = git_fixture();
+    let script = format!(
+        "echo more >> a.txt\ngit -c user.name=w -c user.email=w@w -c commit.gpgsign=false commit -qam two\ngit status --porcelain > /dev/null\n{WRITE_RESULT}"
+    );
+    fx.spec(&[(
+        "only",
+        vec![job("impl", script).implementer(&["a.txt", ".git/refs/heads/**"])],
+    )])
+    .plan();
+    assert_code(&fx.exec(), 0);
+    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_eq!(audit["mutationStatus"], "ok", "{audit}");
+    let changed = strs(&audit["changedPaths"]);
+    assert!(
+        changed.contains(&".git/refs/heads/main".to_string()),
+        "{changed:?}"
+    );
+    // The index, objects and logs the commit wrote are not audited.
+    assert!(
+        !changed
+            .iter()
+            .any(|p| p.starts_with(".git/") && !p.starts_with(".git/refs/")),
+        "{changed:?}"
+    );
+}
+
+#[test]
+fn a_stale_temporary_of_an_own_file_does_not_fail_the_stage() {
+    // What an exec killed between writing team-state's temporary and
+    // renaming it leaves behind, appearing mid-stage.
+    let fx = Fx::new();
+    let script = format!("echo '{{half' > run/.team-state.json.123.abc.tmp\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 0);
+    let audit = fx.audit_of("a", "worker-result-collected");
+    assert_eq!(audit["mutationStatus"], "ok", "{audit}");
+}
+
+#[test]
+fn near_miss_a_file_shaped_almost_like_an_own_temporary_is_a_change() {
+    let fx = Fx::new();
+    let script = format!("echo evil > run/.team-state.json.123.abc.tmp.sh\n{WRITE_RESULT}");
+    fx.spec(&[("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(), 1);
+    assert_blocked(
+        &fx,
+        "a",
+        "contract-failed-unattributed",
+        &["run/.team-state.json.123.abc.tmp.sh"],
+    );
+}
+
 // ---- the stage snapshot and resume ---------------------------------------
 
 fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
@@ -776,12 +1050,12 @@ fn a_resumed_exec_compares_against_the_stored_stage_snapshot() {
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(snaps.len(), 1, "{snaps:?}");
-    let stored: Value = serde_json::from_slice(&std::fs::read(&snaps[0]).unwrap()).unwrap();
-    let top: Vec<String> = stored["dirs"][""]
-        .as_array()
+    let stored = okstra::audit::Snapshot::from_json(&std::fs::read(&snaps[0]).unwrap()).unwrap();
+    let top: Vec<String> = stored
+        .listing("")
         .unwrap()
         .iter()
-        .map(|e| e["n"].as_str().unwrap().to_string())
+        .map(|e| String::from_utf8(e.name.clone()).unwrap())
         .collect();
     assert!(!top.contains(&"stray.txt".to_string()), "{top:?}");
     assert!(!top.contains(&"results".to_string()), "{top:?}");
@@ -794,7 +1068,7 @@ fn a_resumed_exec_compares_against_the_stored_stage_snapshot() {
     assert_eq!(fx.runs("a"), ["1"], "adopted, not run again");
     let audit = assert_blocked(&fx, "a", "contract-failed-unattributed", &["stray.txt"]);
     assert_eq!(
-        audit["beforeDigest"], stored["digest"],
+        audit["beforeDigest"], stored.digest,
         "compared against the stored snapshot"
     );
 }

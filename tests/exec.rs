@@ -686,12 +686,49 @@ fn locked_run_is_refused() {
     let run = fx.exec(&["--format", "json"]);
     assert_code(&run, 4);
     assert_eq!(run.codes(), ["exec/locked"]);
+    // The holder is named: this test's own process.
+    let message = run.json()["errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains(&format!("pid {}", std::process::id())),
+        "{message}"
+    );
     assert!(fx.runs("a").is_empty());
     assert!(!fx.p.exists("run/team-state.json"));
     assert!(!fx.p.exists("run/lead-events.jsonl"));
     // Released, the same plan runs.
     drop(lock);
     assert_code(&fx.exec(&[]), 0);
+}
+
+#[test]
+fn a_team_state_lock_held_too_long_stops_the_run_naming_the_holder() {
+    // The lead (here: this test) holds the team-state lock and does not let
+    // go: exec waits a bounded time, then stops, saying who holds it. Once
+    // released, exec finishes the run.
+    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    fx.plan();
+    std::fs::create_dir_all(fx.p.path("run")).unwrap();
+    let lock = std::fs::File::create(fx.p.path("run/team-state.json.lock")).unwrap();
+    lock.try_lock().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_okstra"))
+        .current_dir(fx.p.root())
+        .env("OKSTRA_LOCK_TIMEOUT_SECONDS", "1")
+        .args(["exec", "plan.json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("team-state.json.lock"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pid {}", std::process::id())),
+        "{stderr}"
+    );
+    drop(lock);
+    assert_code(&fx.exec(&[]), 0);
+    assert_eq!(fx.worker_row("a")["status"], "completed");
 }
 
 #[test]
@@ -1283,7 +1320,7 @@ fn a_launch_failure_stops_and_settles_the_whole_batch() {
                     wait_in_sh("$S/never")
                 ),
             ),
-            // x ends once a runs, so a is surely running when it is cut.
+            // x ends (freeing its slot for b) only once a runs.
             job("x", format!("{}{WRITE_RESULT}", wait_in_sh("$S/a.started"))),
             job("b", WRITE_RESULT),
             job("c", WRITE_RESULT),

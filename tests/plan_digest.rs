@@ -15,17 +15,28 @@ fn jcs_digest(v: &Value) -> String {
     format!("sha256:{}", okstra::canonical::sha256_hex(&text))
 }
 
-/// The v2 fixture, its first worker given strings where UTF-8 and UTF-16
-/// order part (U+FB33 against the surrogate pair of U+1F600), escapes and
-/// non-ASCII text.
+/// The v2 fixture, its first worker given keys where UTF-8 and UTF-16
+/// order part (U+FB33 against the surrogate pair of U+1F600: in its
+/// metadata's digests, which the plan carries as a map), escapes and
+/// non-ASCII text (an env value; env names are plain ASCII).
 fn project() -> Project {
     let p = v2_project();
     let spec = p.read("spec.toml").replacen(
         "role = \"implementer\"",
-        "role = \"implementer\"\nenv = { \"\u{fb33}\" = \"dalet\", \"\u{1f600}\" = \"grin\", \"\u{20ac}\" = \"euro\", \"A\" = \"tab\\there \\u0001 </script> \u{e9}\" }",
+        "role = \"implementer\"\nenv = { \"A\" = \"tab\\there \\u0001 </script> \u{e9} \u{20ac}\" }",
         1,
     );
     p.write("spec.toml", &spec);
+    let mut meta = p.read_json("prompts/impl.md.meta.json");
+    let digests = meta["digests"].as_object_mut().unwrap();
+    for (k, v) in [
+        ("\u{fb33}", "dalet"),
+        ("\u{1f600}", "grin"),
+        ("\u{20ac}", "euro"),
+    ] {
+        digests.insert(k.into(), json!(v));
+    }
+    p.write_json("prompts/impl.md.meta.json", &meta);
     p
 }
 
@@ -36,7 +47,7 @@ fn a_real_plans_digest_is_recomputed_by_another_jcs_implementation() {
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let mut plan = p.read_json("plan.json");
     assert_eq!(plan["formatVersion"], okstra::plan::FORMAT_VERSION);
-    let env = plan["stages"][0]["jobs"][0]["env"].clone();
+    let env = plan["stages"][0]["jobs"][0]["invocation"]["digests"].clone();
     assert_eq!(env["\u{1f600}"], "grin", "the fixture reached the plan");
     let recorded = plan["digest"].as_str().expect("a digest").to_string();
     plan.as_object_mut().unwrap().remove("digest");

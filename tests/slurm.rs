@@ -492,7 +492,7 @@ fn a_job_cancelled_from_outside_is_resumable_and_the_next_exec_completes() {
                 (
                     "victim",
                     format!(
-                        "touch \"$S/victim.started\"\nif [ ! -e \"$S/go\" ]; then sleep 120; fi\n{WRITE_RESULT}"
+                        "touch \"$S/victim.started\"\nif [ ! -e \"$S/go\" ]; then sleep 120 || exit 1; fi\n{WRITE_RESULT}"
                     ),
                     "",
                 ),
@@ -501,6 +501,8 @@ fn a_job_cancelled_from_outside_is_resumable_and_the_next_exec_completes() {
         )],
     );
     fx.plan();
+    // (`|| exit 1`: Slurm signals every process of the job, not all at the
+    // same instant; a shell whose sleep died first would go on and finish.)
     let mut child = fx.spawn_exec("first");
     wait_for("the victim to start", 60, || {
         fx.scratch("victim.started").exists()

@@ -178,7 +178,7 @@ fn a_gated_wrapper_released_records_running_then_runs() {
         argv: &argv,
         cwd: p.root(),
         env: &[],
-        log: Some(&log),
+        log: Some(process::Log::Path(&log)),
         stdin: None,
         pre_exec: None,
     };
@@ -203,7 +203,7 @@ fn a_gated_wrapper_never_released_exits_75_having_done_nothing() {
         argv: &argv,
         cwd: p.root(),
         env: &[],
-        log: Some(&log),
+        log: Some(process::Log::Path(&log)),
         stdin: None,
         pre_exec: None,
     };
@@ -244,7 +244,7 @@ fn a_status_file_that_cannot_be_written_is_a_clear_failure_not_a_panic() {
         argv: &argv,
         cwd: p.root(),
         env: &[],
-        log: Some(&log),
+        log: Some(process::Log::Path(&log)),
         stdin: None,
         pre_exec: None,
     };

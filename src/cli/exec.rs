@@ -152,7 +152,8 @@ fn slurm_states(rows: &mut [Value]) -> Option<Result<(), String>> {
 
 fn finish(o: &Outcomes, format: Format) -> ExitStatus {
     let status = exec::exit_status(o);
-    let refused = Diagnostics::from(o.refused.clone());
+    let mut refused = Diagnostics::from(o.refused.clone());
+    refused.extend(o.problems.clone());
     match format {
         Format::Text => {
             let _ = std::io::stdout().write_all(summary_table(o).as_bytes());

@@ -2,7 +2,8 @@
 //! metadata the lead wrote beside its prompt, and a v2 job with the run
 //! manifest's role executions, participants and model catalog.
 
-use super::{paths, with_worker, Ctx, Entry, Loaded};
+use super::paths::{self, Field};
+use super::{raw, with_worker, Ctx, Entry, Loaded};
 use crate::diag::Code;
 use crate::model::{self, binding_problem, metadata_version, str_of, Manifest, MetaVersion};
 use crate::plan::{Identity, Invocation, V2Identity};
@@ -54,6 +55,12 @@ pub fn load_metadata(ctx: &mut Ctx, prompt: &paths::Resolved) -> Option<Meta> {
     }
     let display = format!("{}.meta.json", prompt.display);
     let loaded = ctx.load("metadata", &display, &abs, Format::Json)?;
+    // Judged as written before anything compares it (SPEC §1).
+    if let Some(why) = prompt_path_problem(&loaded.doc) {
+        let value = meta_prompt_path(&loaded.doc);
+        let d = raw::invalid_path(ctx, &loaded.src, value, "/prompt/path", &why);
+        ctx.push(d);
+    }
     ctx.schema_check(SchemaKind::Metadata, &loaded, &|err| {
         let first = err
             .pointer
@@ -64,6 +71,20 @@ pub fn load_metadata(ctx: &mut Ctx, prompt: &paths::Resolved) -> Option<Meta> {
         err.pointer.is_empty() || RULE_COVERED.contains(&first)
     });
     Some(Meta { loaded, display })
+}
+
+/// The metadata's `prompt.path`, "" when absent.
+fn meta_prompt_path(doc: &Value) -> &str {
+    doc.get("prompt").map(|p| str_of(p, "path")).unwrap_or("")
+}
+
+/// Why the metadata's `prompt.path` is refused as written, if it is.
+fn prompt_path_problem(doc: &Value) -> Option<String> {
+    let value = meta_prompt_path(doc);
+    if value.is_empty() {
+        return None;
+    }
+    paths::syntax_problem(value, Field::File)
 }
 
 pub fn metadata_model_value(doc: &Value) -> &str {
@@ -319,14 +340,15 @@ fn identity_mismatch(doc: &Value, id: &V2Identity) -> Option<Finding> {
 /// `promptPath` and the metadata's `prompt.path` must be the same file,
 /// however each is spelled.
 fn prompt_mismatch(root: &Path, doc: &Value, claim: &Claim) -> Option<Finding> {
-    let meta_prompt = doc.get("prompt").map(|p| str_of(p, "path")).unwrap_or("");
+    let meta_prompt = meta_prompt_path(doc);
+    if prompt_path_problem(doc).is_some() {
+        // Refused as written (`path/invalid`) when the metadata was loaded.
+        return None;
+    }
+    // Both are real paths once resolved: the same file however spelled.
     let same_prompt = !meta_prompt.is_empty()
-        && paths::resolve(root, meta_prompt, true)
-            .map(|r| {
-                paths::real_path(&r.abs)
-                    == paths::real_path(&paths::abs_of(root, claim.prompt_path))
-            })
-            .unwrap_or(false);
+        && paths::resolve(root, meta_prompt, Field::File)
+            .is_ok_and(|r| r.display == claim.prompt_path);
     (!same_prompt).then(|| {
         finding(
             Code::AuthorityPromptMismatch,

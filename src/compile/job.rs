@@ -13,7 +13,7 @@
 //! 5. the job: write policy, provider argv, wrapper command.
 
 use super::authority::{self, Claim, Meta};
-use super::paths::{self, Resolved};
+use super::paths::{self, Field, Resolved};
 use super::{identity, require_file, with_worker, Ctx, Entry, RunFacts};
 use crate::diag::Code;
 use crate::model::{self, Manifest};
@@ -54,7 +54,7 @@ pub fn build_job(
     };
     let meta_path = meta.map(|m| m.display);
     let mut job = assemble(run, entry, parsed, provider, &paths, meta_path, described);
-    let planned = planned_paths(&job.role, paths.planned.clone(), manifest);
+    let planned = planned_paths(&job.role, paths.planned.clone(), &run.planned_paths);
     job.write_policy = write_policy(&job, &planned, &paths.aux);
     let command = command_argv(ctx, src, entry, &job)?;
     let root = ctx.root.clone();
@@ -139,7 +139,7 @@ fn resolve_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, key: &str) -> O
     let prompt = f
         .prompt_path
         .as_deref()
-        .and_then(|v| ctx.resolve(src, v, &entry.ptr("promptPath"), false))
+        .and_then(|v| ctx.resolve(src, v, &entry.ptr("promptPath"), Field::File))
         .filter(|p| require_file(ctx, src, entry, p, "promptPath"));
     ok &= prompt.is_some();
     if f.result_path.is_none() {
@@ -157,14 +157,21 @@ fn resolve_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, key: &str) -> O
     let result = f
         .result_path
         .as_deref()
-        .and_then(|v| ctx.resolve(src, v, &entry.ptr("resultPath"), false));
+        .and_then(|v| resolve_output(ctx, src, entry, "resultPath", v));
     let worker_result = match f.worker_result_path.as_deref() {
         None => result.clone(),
-        Some(v) => ctx.resolve(src, v, &entry.ptr("workerResultPath"), false),
+        Some(v) => resolve_output(ctx, src, entry, "workerResultPath", v),
     };
+    ok &= f.worker_result_path.is_none() || worker_result.is_some();
     let completion = match &f.completion_paths {
         Some(listed) => {
-            let resolved = resolve_list(ctx, src, entry, "completionPaths", listed, false);
+            let base = entry.ptr("completionPaths");
+            let resolved: Vec<String> = listed
+                .iter()
+                .enumerate()
+                .filter_map(|(i, v)| resolve_output(ctx, src, entry, &format!("{base}/{i}"), v))
+                .map(|r| r.display)
+                .collect();
             ok &= resolved.len() == listed.len();
             resolved
         }
@@ -173,8 +180,16 @@ fn resolve_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, key: &str) -> O
     let worktree = f
         .worktree_path
         .as_deref()
-        .and_then(|v| ctx.resolve(src, v, &entry.ptr("worktreePath"), true));
-    let aux = resolve_list(ctx, src, entry, "auxiliaryRoots", &f.auxiliary_roots, true);
+        .and_then(|v| ctx.resolve(src, v, &entry.ptr("worktreePath"), Field::Scope));
+    ok &= f.worktree_path.is_none() || worktree.is_some();
+    let aux = resolve_list(
+        ctx,
+        src,
+        entry,
+        "auxiliaryRoots",
+        &f.auxiliary_roots,
+        &mut ok,
+    );
     let planned = resolve_planned(ctx, src, entry, &mut ok);
     let (Some(prompt), Some(result), Some(worker_result)) = (prompt, result, worker_result) else {
         return None;
@@ -193,23 +208,58 @@ fn resolve_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, key: &str) -> O
     })
 }
 
-/// The resolved displays of a list of paths; those refused are reported
-/// and left out.
+/// A file the worker writes (`key` is the key, or the pointer of a list
+/// item): resolved, and not an existing directory, which would count as
+/// written before the worker ran.
+fn resolve_output(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    entry: &Entry,
+    key: &str,
+    value: &str,
+) -> Option<Resolved> {
+    let pointer = if key.starts_with('/') {
+        key.to_string()
+    } else {
+        entry.ptr(key)
+    };
+    let r = ctx.resolve(src, value, &pointer, Field::File)?;
+    if r.abs.is_dir() {
+        let d = super::raw::invalid_path(
+            ctx,
+            src,
+            value,
+            &pointer,
+            &format!(
+                "names the directory {}, where a file is expected",
+                r.display
+            ),
+        );
+        ctx.push(with_worker(d, entry));
+        return None;
+    }
+    Some(r)
+}
+
+/// The resolved displays of a list of write scopes; those refused are
+/// reported and left out, and the job with them.
 fn resolve_list(
     ctx: &mut Ctx,
     src: &SourceFile,
     entry: &Entry,
     key: &str,
     values: &[String],
-    allow_outside: bool,
+    ok: &mut bool,
 ) -> Vec<String> {
     let base = entry.ptr(key);
-    values
+    let out: Vec<String> = values
         .iter()
         .enumerate()
-        .filter_map(|(i, v)| ctx.resolve(src, v, &format!("{base}/{i}"), allow_outside))
+        .filter_map(|(i, v)| ctx.resolve(src, v, &format!("{base}/{i}"), Field::Scope))
         .map(|r| r.display)
-        .collect()
+        .collect();
+    *ok &= out.len() == values.len();
+    out
 }
 
 /// The completion paths of an entry that lists none: the distinct result
@@ -226,30 +276,15 @@ fn default_completion(result: Option<&Resolved>, worker_result: Option<&Resolved
 
 /// Planned paths, resolved; a glob that climbs with `..` is refused.
 fn resolve_planned(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, ok: &mut bool) -> Vec<String> {
-    let mut planned = Vec::new();
     let base = entry.ptr("plannedPaths");
-    for (i, v) in entry.fields.planned_paths.iter().enumerate() {
-        let ptr = format!("{base}/{i}");
-        // `dir/*/..` cannot be folded without knowing what `*` matched:
-        // folding it lexically would widen the pattern (`src/*/../../x` is
-        // not `x` unless `src` has a subdirectory). Refuse it.
-        if policy::is_glob(v) && policy::normalise(v).is_none() {
-            let d = ctx
-                .at(
-                    src,
-                    Code::PathEscapesRoot,
-                    format!("planned path `{v}` climbs out with `..` above the project root or past a glob"),
-                    &ptr,
-                )
-                .help("write the pattern without `..`, e.g. `src/**/*.rs`");
-            ctx.push(with_worker(d, entry));
-            *ok = false;
-            continue;
-        }
-        if let Some(r) = ctx.resolve(src, v, &ptr, false) {
-            planned.push(r.display);
-        }
-    }
+    let values = &entry.fields.planned_paths;
+    let planned: Vec<String> = values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| ctx.resolve_pattern(src, v, &format!("{base}/{i}")))
+        .map(|r| r.display)
+        .collect();
+    *ok &= planned.len() == values.len();
     planned
 }
 
@@ -452,12 +487,12 @@ fn assemble(
 }
 
 /// The planned paths of a job's policy: its own, and for an implementer
-/// the run's (`plannedPaths` of the manifest) too.
-fn planned_paths(role: &Role, mut own: Vec<String>, manifest: &Manifest) -> Vec<String> {
+/// the run's (`plannedPaths` of the manifest, resolved) too.
+fn planned_paths(role: &Role, mut own: Vec<String>, run: &[String]) -> Vec<String> {
     if *role == Role::Implementer {
-        for p in manifest.planned_paths() {
-            if !own.contains(&p) {
-                own.push(p);
+        for p in run {
+            if !own.contains(p) {
+                own.push(p.clone());
             }
         }
     }
@@ -578,7 +613,10 @@ fn provider_argv(
         options,
         command,
         session_id: None,
-        project_is_git_repo: root.join(".git").exists(),
+        // As the wrapper decides it, so the plan shows what it will run;
+        // only codex asks.
+        project_is_git_repo: job.provider == Provider::Codex
+            && root.ancestors().any(|d| d.join(".git").exists()),
     })
 }
 
@@ -635,7 +673,7 @@ fn wrapper_command(w: &WrapperCommand) -> Vec<String> {
         "okstra".into(),
         "worker".into(),
         "--project-root".into(),
-        paths::to_slash(w.root),
+        paths::path_text(w.root),
         "--provider".into(),
         job.provider.as_str().into(),
         "--model".into(),
@@ -658,7 +696,7 @@ fn wrapper_command(w: &WrapperCommand) -> Vec<String> {
         argv.extend(["--timeout-seconds".into(), t.to_string()]);
     }
     for d in w.dirs {
-        argv.extend(["--write-dir".into(), paths::to_slash(d)]);
+        argv.extend(["--write-dir".into(), paths::path_text(d)]);
     }
     for (flag, value) in [
         ("--permission-mode", &w.options.permission_mode),
@@ -791,8 +829,7 @@ mod tests {
     #[test]
     fn only_an_implementer_takes_the_runs_planned_paths() {
         let own = vec!["src/**".to_string()];
-        let doc = json!({"plannedPaths": ["docs/**", "src/**"]});
-        let run = Manifest::new(&doc);
+        let run = ["docs/**".to_string(), "src/**".to_string()];
         assert_eq!(
             planned_paths(&Role::Implementer, own.clone(), &run),
             ["src/**", "docs/**"]

@@ -8,6 +8,7 @@ pub mod entry;
 pub mod identity;
 mod job;
 pub mod paths;
+pub mod raw;
 pub mod roster;
 pub mod rules;
 pub mod translator;
@@ -22,9 +23,9 @@ use crate::plan::{self, InputRecord, Job, Plan, RetryPolicy, RunInfo, Stage};
 use crate::schema::{self, SchemaKind};
 use crate::source::{Format, SourceFile};
 use crate::vocab::{Backend, DispatchKind};
-use paths::{PathProblem, Resolved};
+use paths::{Field, PathProblem, Resolved};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// What `okstra plan` was asked to do.
@@ -49,6 +50,10 @@ pub struct Ctx {
     pub root: PathBuf,
     pub diags: Diagnostics,
     inputs: BTreeMap<(String, String), String>,
+    /// What was reported (code, place, message), so one problem found twice
+    /// (a value in `defaults` read by every entry; a path judged as written
+    /// and again when resolved) is reported once.
+    reported: HashSet<String>,
 }
 
 impl Ctx {
@@ -57,6 +62,7 @@ impl Ctx {
             root,
             diags: Diagnostics::default(),
             inputs: BTreeMap::new(),
+            reported: HashSet::new(),
         }
     }
 
@@ -86,8 +92,22 @@ impl Ctx {
             .pointer(pointer)
     }
 
+    /// Report `d`, unless the same problem at the same place was reported
+    /// already (the worker and help it names do not make it another).
     pub fn push(&mut self, d: Diagnostic) {
-        self.diags.push(d);
+        let loc = d.location.as_ref();
+        let key = format!(
+            "{}\0{}\0{:?}\0{:?}\0{}\0{}",
+            d.code,
+            loc.map(|l| l.file.as_str()).unwrap_or(""),
+            loc.and_then(|l| l.line),
+            loc.and_then(|l| l.column),
+            d.pointer.as_deref().unwrap_or(""),
+            d.message
+        );
+        if self.reported.insert(key) {
+            self.diags.push(d);
+        }
     }
 
     /// Record an input file's digest (kind, project-relative display path).
@@ -153,34 +173,74 @@ impl Ctx {
         }
     }
 
-    /// Resolve a path an input names, reporting `path/escapes-root`.
+    /// Resolve a path of `field` an input names at `pointer` in `src`,
+    /// reporting `path/invalid`, `path/escapes-root` or `path/too-broad`.
     pub fn resolve(
         &mut self,
         src: &SourceFile,
         value: &str,
         pointer: &str,
-        allow_outside: bool,
+        field: Field,
     ) -> Option<Resolved> {
-        match paths::resolve(&self.root, value, allow_outside) {
-            Ok(r) => Some(r),
-            Err(PathProblem::Empty) => None,
-            Err(PathProblem::EscapesRoot { resolved }) => {
-                let d = self
-                    .at(
-                        src,
-                        Code::PathEscapesRoot,
-                        format!(
-                            "`{value}` resolves to {}, outside the project root {}",
-                            resolved.display(),
-                            self.root.display()
-                        ),
-                        pointer,
-                    )
-                    .help("paths are relative to the project root (--project-root); keep them inside it");
-                self.push(d);
-                None
-            }
+        let problem = match paths::resolve(&self.root, value, field) {
+            Ok(r) => return Some(r),
+            Err(p) => p,
+        };
+        let d = match problem {
+            PathProblem::Invalid(why) => raw::invalid_path(self, src, value, pointer, &why),
+            PathProblem::EscapesRoot { resolved } => self
+                .at(
+                    src,
+                    Code::PathEscapesRoot,
+                    format!(
+                        "`{}` resolves to {}, outside the project root {}",
+                        raw::shown(value),
+                        resolved.display(),
+                        self.root.display()
+                    ),
+                    pointer,
+                )
+                .help("paths are relative to the project root (--project-root); keep them inside it"),
+            PathProblem::TooBroad(why) => self
+                .at(
+                    src,
+                    Code::PathTooBroad,
+                    format!("write scope `{}` {why}", raw::shown(value)),
+                    pointer,
+                )
+                .help("name the worktree or directory the worker needs, not `/`, a parent of the project or a kernel interface"),
+        };
+        self.push(d);
+        None
+    }
+
+    /// Resolve a planned-path glob: as [`Ctx::resolve`], and a glob that
+    /// climbs with `..` past a wildcard (or above the root) is refused.
+    pub fn resolve_pattern(
+        &mut self,
+        src: &SourceFile,
+        value: &str,
+        pointer: &str,
+    ) -> Option<Resolved> {
+        // `dir/*/..` cannot be folded without knowing what `*` matched:
+        // folding it lexically would widen the pattern (`src/*/../../x` is
+        // not `x` unless `src` has a subdirectory). Refuse it.
+        if paths::syntax_problem(value, Field::File).is_none()
+            && crate::policy::is_glob(value)
+            && crate::policy::normalise(value).is_none()
+        {
+            let d = self
+                .at(
+                    src,
+                    Code::PathEscapesRoot,
+                    format!("planned path `{value}` climbs out with `..` above the project root or past a glob"),
+                    pointer,
+                )
+                .help("write the pattern without `..`, e.g. `src/**/*.rs`");
+            self.push(d);
+            return None;
         }
+        self.resolve(src, value, pointer, Field::File)
     }
 }
 
@@ -208,38 +268,75 @@ pub struct RunFacts {
     pub manifest: Loaded,
     pub manifest_display: String,
     pub info: RunInfo,
+    /// `agentContract.invocationReservationRootPath`, resolved (translators).
+    pub reservation_root: Option<Resolved>,
+    /// The manifest's `plannedPaths`, resolved (every implementer's).
+    pub planned_paths: Vec<String>,
+}
+
+/// A file named on the command line, as the plan names it; reported when
+/// its name is not UTF-8.
+fn command_line_display(ctx: &mut Ctx, what: &str, path: &Path) -> Option<String> {
+    let shown = paths::checked_display_for(&ctx.root, path);
+    if shown.is_none() {
+        ctx.push(
+            Diagnostic::new(
+                Code::InputInvalid,
+                format!(
+                    "the {what} {} is not named in valid UTF-8; a plan names its inputs in JSON, and a lossy name would be another file",
+                    path.display()
+                ),
+            )
+            .help(format!("rename the {what} (or a directory above it) to a UTF-8 name")),
+        );
+    }
+    shown
+}
+
+/// A manifest string field, if it is present and not empty.
+fn manifest_str<'a>(doc: &'a Value, pointer: &str) -> Option<&'a str> {
+    doc.pointer(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
 fn load_run(ctx: &mut Ctx, req: &Request) -> Option<RunFacts> {
-    let display = paths::display_for(&ctx.root, &req.manifest);
+    let display = command_line_display(ctx, "manifest", &req.manifest)?;
     let loaded = ctx.load("manifest", &display, &req.manifest, Format::Json)?;
     ctx.schema_check(SchemaKind::Manifest, &loaded, &|_| false);
     let m = Manifest::new(&loaded.doc);
-    let team_state = m.str("teamStatePath").to_string();
-    let team = if team_state.is_empty() {
-        None
-    } else {
-        ctx.resolve(&loaded.src, &team_state, "/teamStatePath", false)
+    let src = &loaded.src;
+    let file = |ctx: &mut Ctx, pointer: &str| {
+        manifest_str(&loaded.doc, pointer).and_then(|v| ctx.resolve(src, v, pointer, Field::File))
     };
+    let team = file(ctx, "/teamStatePath");
+    let lead_events = file(ctx, "/leadEventsPath");
+    let error_log = file(ctx, "/errorLogPath");
+    // Not read by okstra, but a path of the run all the same.
+    file(ctx, "/activeRunContextPath");
+    let reservation_root = manifest_str(&loaded.doc, RESERVATION_ROOT)
+        .and_then(|v| ctx.resolve(src, v, RESERVATION_ROOT, Field::Dir));
+    let planned_paths = m
+        .planned_paths()
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, v)| run_planned_path(ctx, src, v, &format!("/plannedPaths/{i}")))
+        .collect();
     let sibling = |name: &str| -> String {
         team.as_ref()
             .map(|t| {
                 let parent = Path::new(&t.display).parent().unwrap_or(Path::new(""));
-                paths::to_slash(&parent.join(name))
+                paths::path_text(&parent.join(name))
             })
             .unwrap_or_default()
     };
-    let mut optional = |key: &str, default: String| -> String {
-        let v = m.str(key);
-        if v.is_empty() {
-            return default;
-        }
-        ctx.resolve(&loaded.src, v, &format!("/{key}"), false)
-            .map(|r| r.display)
-            .unwrap_or_default()
+    let or_sibling = |r: Option<Resolved>, key: &str, name: &str| match r {
+        Some(r) => r.display,
+        None if manifest_str(&loaded.doc, key).is_none() => sibling(name),
+        None => String::new(),
     };
-    let lead_events = optional("leadEventsPath", sibling("lead-events.jsonl"));
-    let error_log = optional("errorLogPath", sibling("errors.jsonl"));
+    let lead_events = or_sibling(lead_events, "/leadEventsPath", "lead-events.jsonl");
+    let error_log = or_sibling(error_log, "/errorLogPath", "errors.jsonl");
     let info = RunInfo {
         task_key: m.task_key().to_string(),
         manifest_path: display.clone(),
@@ -254,8 +351,33 @@ fn load_run(ctx: &mut Ctx, req: &Request) -> Option<RunFacts> {
         manifest: loaded,
         manifest_display: display,
         info,
+        reservation_root,
+        planned_paths,
     })
 }
+
+/// One of the manifest's `plannedPaths`. A pattern that climbs above its
+/// start (`../x`, `src/*/../x`) is kept as written: the policy refuses it
+/// when matching, so it allows nothing, and the lead's manifest plans as
+/// before. Anything else is resolved like a spec's planned path, so a
+/// symlinked directory neither aliases nor escapes.
+fn run_planned_path(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    value: String,
+    pointer: &str,
+) -> Option<String> {
+    if paths::syntax_problem(&value, Field::File).is_none()
+        && crate::policy::normalise(&value).is_none()
+    {
+        return Some(value);
+    }
+    ctx.resolve(src, &value, pointer, Field::File)
+        .map(|r| r.display)
+}
+
+/// Where the manifest names the translators' reservation directory.
+pub const RESERVATION_ROOT: &str = "/agentContract/invocationReservationRootPath";
 
 /// A roster worker left out of the plan before the run, with why (SPEC
 /// §3.3). `okstra plan` records these on pristine team-state rows.
@@ -283,7 +405,15 @@ pub fn compile_full(req: &Request) -> Result<Compiled, Diagnostics> {
 }
 
 fn compile_uncached(req: &Request) -> Result<Compiled, Diagnostics> {
-    let root = paths::canonical_root(&req.project_root);
+    let root = match paths::checked_root(&req.project_root) {
+        Ok(root) => root,
+        Err(why) => {
+            return Err(Diagnostics::from(
+                Diagnostic::new(Code::InputInvalid, why)
+                    .help("rename the project directory (or a directory above it) to a UTF-8 name, or pass another --project-root"),
+            ))
+        }
+    };
     let mut ctx = Ctx::new(root.clone());
     let Some(mut run) = load_run(&mut ctx, req) else {
         return Err(ctx.diags);
@@ -312,7 +442,7 @@ fn compile_uncached(req: &Request) -> Result<Compiled, Diagnostics> {
         format_version: plan::FORMAT_VERSION,
         okstra_version: crate::VERSION.to_string(),
         created_at: req.created_at.clone(),
-        project_root: paths::to_slash(&root),
+        project_root: paths::path_text(&root),
         run: run.info,
         inputs: ctx.take_inputs(),
         policy: RetryPolicy {
@@ -332,7 +462,9 @@ pub struct Built {
 }
 
 fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> Vec<Stage> {
-    let display = paths::display_for(&ctx.root, spec);
+    let Some(display) = command_line_display(ctx, "spec", spec) else {
+        return Vec::new();
+    };
     let Some(loaded) = ctx.load("spec", &display, spec, Format::for_path(spec)) else {
         return Vec::new();
     };
@@ -420,8 +552,9 @@ fn check_entries(ctx: &mut Ctx, loaded: &Loaded) -> (Vec<Entry>, Vec<Option<iden
             }
         }
     }
+    let reported = raw::check(ctx, &loaded.src, &loaded.doc);
     ctx.schema_check(SchemaKind::Jobs, loaded, &|err| {
-        schema_covered_by_identity(err, &covered)
+        schema_covered_by_identity(err, &covered) || reported.covers(err)
     });
     (entries, parsed)
 }
@@ -499,7 +632,7 @@ fn stage_names(doc: &Value) -> Vec<String> {
 /// shows every problem.
 fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) {
     if let Some(prompt) = &entry.fields.prompt_path {
-        if let Some(r) = ctx.resolve(src, prompt, &entry.ptr("promptPath"), false) {
+        if let Some(r) = ctx.resolve(src, prompt, &entry.ptr("promptPath"), Field::File) {
             require_file(ctx, src, entry, &r, "promptPath");
         }
     }
@@ -508,7 +641,7 @@ fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) {
         ("workerResultPath", &entry.fields.worker_result_path),
     ] {
         if let Some(v) = value {
-            ctx.resolve(src, v, &entry.ptr(key), false);
+            ctx.resolve(src, v, &entry.ptr(key), Field::File);
         }
     }
 }

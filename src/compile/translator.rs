@@ -3,7 +3,7 @@
 //! becomes an `Entry` and goes through the same job builder (and the same v2
 //! authority checks) as any spec entry.
 
-use super::paths::{self, Resolved};
+use super::paths::{self, Field, PathProblem, Resolved};
 use super::{build_job, identity, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
 use crate::diag::{Code, Diagnostic, Location};
 use crate::model::{int_of, str_of, Manifest};
@@ -210,29 +210,26 @@ fn count_problem(message: String) -> Diagnostic {
     )
 }
 
-/// `agentContract.invocationReservationRootPath`, resolved.
+/// `agentContract.invocationReservationRootPath`, resolved with the rest of
+/// the manifest (a refused one was reported there).
 fn reservation_root(ctx: &mut Ctx, run: &RunFacts) -> Option<Resolved> {
-    let msrc = &run.manifest.src;
-    let root_value = run
+    if let Some(root) = &run.reservation_root {
+        return Some(root.clone());
+    }
+    let named = run
         .manifest
         .doc
-        .get("agentContract")
-        .map(|c| str_of(c, "invocationReservationRootPath"))
-        .unwrap_or("");
-    if root_value.is_empty() {
+        .pointer(super::RESERVATION_ROOT)
+        .and_then(Value::as_str)
+        .is_some_and(|v| !v.is_empty());
+    if !named {
         let d = count_problem(
             "the manifest names no agentContract.invocationReservationRootPath, so there is no reservation to plan".into(),
         )
-        .at(msrc.locate(""));
+        .at(run.manifest.src.locate(""));
         ctx.push(d);
-        return None;
     }
-    ctx.resolve(
-        msrc,
-        root_value,
-        "/agentContract/invocationReservationRootPath",
-        false,
-    )
+    None
 }
 
 /// The dispatch ids team-state already holds; none without team-state.
@@ -313,8 +310,13 @@ fn translator_job(
 ) -> Option<plan::Job> {
     let doc = &res.doc;
     let src = &res.src;
-    let prompt = ctx.resolve(src, str_of(doc, "promptPath"), "/promptPath", false)?;
-    let meta = ctx.resolve(src, str_of(doc, "metadataPath"), "/metadataPath", false)?;
+    let prompt = ctx.resolve(src, str_of(doc, "promptPath"), "/promptPath", Field::File)?;
+    let meta = ctx.resolve(
+        src,
+        str_of(doc, "metadataPath"),
+        "/metadataPath",
+        Field::File,
+    )?;
     if !check_files(ctx, src, &prompt, &meta) || !check_restates_metadata(ctx, res, &meta) {
         return None;
     }
@@ -462,14 +464,15 @@ fn prompt_results(ctx: &mut Ctx, prompt: &Resolved) -> Option<(String, String)> 
             return None;
         }
     };
-    let same = match (
-        paths::resolve(&ctx.root, &result, false),
-        paths::resolve(&ctx.root, &worker_result, false),
-    ) {
-        (Ok(a), Ok(b)) => a.display == b.display,
-        _ => false,
+    let resolved = [RESULT_HEADER, WORKER_RESULT_HEADER]
+        .into_iter()
+        .zip([&result, &worker_result])
+        .map(|(header, value)| header_path(ctx, prompt, &text, header, value))
+        .collect::<Vec<_>>();
+    let [Some(a), Some(b)] = resolved.as_slice() else {
+        return None;
     };
-    if same {
+    if a.display == b.display {
         ctx.push(headers(format!(
             "translator prompt {} names the same file `{result}` as its Result Path and Worker Result Path",
             prompt.display
@@ -477,6 +480,49 @@ fn prompt_results(ctx: &mut Ctx, prompt: &Resolved) -> Option<(String, String)> 
         return None;
     }
     Some((result, worker_result))
+}
+
+/// A path a header of the translator prompt names, resolved; a refused one
+/// is reported at its line of the prompt.
+fn header_path(
+    ctx: &mut Ctx,
+    prompt: &Resolved,
+    text: &str,
+    header: &str,
+    value: &str,
+) -> Option<Resolved> {
+    let (code, why) = match paths::resolve(&ctx.root, value, Field::File) {
+        Ok(r) => return Some(r),
+        Err(PathProblem::Invalid(why)) => (Code::PathInvalid, why),
+        Err(PathProblem::EscapesRoot { resolved }) => (
+            Code::PathEscapesRoot,
+            format!(
+                "resolves to {}, outside the project root {}",
+                resolved.display(),
+                ctx.root.display()
+            ),
+        ),
+        Err(PathProblem::TooBroad(why)) => (Code::PathTooBroad, why),
+    };
+    let line = text.lines().position(|l| l.starts_with(header));
+    let d = Diagnostic::new(
+        code,
+        format!(
+            "the translator prompt's `{}` path `{}` {why}",
+            header.trim_end(),
+            super::raw::shown(value)
+        ),
+    )
+    .at(Location {
+        file: prompt.display.clone(),
+        line: line.map(|i| i + 1),
+        column: line.map(|_| header.chars().count() + 1),
+        source_line: line.and_then(|i| text.lines().nth(i)).map(str::to_string),
+        width: value.chars().count().max(1),
+    })
+    .help("name a file inside the project root, written with `/` between non-empty segments (e.g. `out/translation.md`)");
+    ctx.push(d);
+    None
 }
 
 /// The worker entry a reservation stands for: its identity, with the

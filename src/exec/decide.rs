@@ -2,6 +2,7 @@
 //! the facts gathered about it: no file is read here, so every rule has a
 //! unit test with the facts written out.
 
+use crate::audit::Outcome as AuditOutcome;
 use crate::provider::{SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE};
 
 pub use crate::state::attempts::AttemptStatus as Status;
@@ -46,9 +47,7 @@ pub enum Audit {
     None,
     /// Audited: what it found.
     Judged {
-        /// `ok`, `failed-no-mutation`, `contract-failed-unattributed` or
-        /// `mutation-present-unresolved`.
-        status: String,
+        status: AuditOutcome,
         violations: Vec<String>,
         retry_allowed: bool,
     },
@@ -122,10 +121,7 @@ pub fn decide(f: &Facts) -> Decision {
             violations,
             retry_allowed,
         } => {
-            if matches!(
-                status.as_str(),
-                "contract-failed-unattributed" | "mutation-present-unresolved"
-            ) {
+            if status.blocks() {
                 let audit = format!("mutation audit {status}: {}", violations.join(", "));
                 // A failed attempt keeps its own reason and kind first; a
                 // completion (rescued or not) is overruled by the audit.
@@ -140,7 +136,7 @@ pub fn decide(f: &Facts) -> Decision {
                 d.retry = false;
                 d.resumable = false;
             } else {
-                d.retry &= *retry_allowed || status == "ok";
+                d.retry &= *retry_allowed || *status == AuditOutcome::Ok;
             }
         }
     }
@@ -291,7 +287,7 @@ mod tests {
 
     fn judged(status: &str, retry_allowed: bool) -> Audit {
         Audit::Judged {
-            status: status.into(),
+            status: serde_json::from_value(serde_json::json!(status)).unwrap(),
             violations: vec!["src/evil.rs".into()],
             retry_allowed,
         }

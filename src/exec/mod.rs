@@ -47,6 +47,8 @@ pub struct Outcomes {
     /// Jobs refused at their start because their model binding moved
     /// (`exec/binding-changed`); they were not run.
     pub refused: Vec<Diagnostic>,
+    /// What else went wrong, said once for the run (`audit/incomplete`).
+    pub problems: Vec<Diagnostic>,
     /// A record that could not be written stopped the run: why.
     pub fatal: Option<String>,
 }
@@ -88,22 +90,37 @@ pub fn run(
     if let Err(e) = store.read() {
         return Err(state_refusal(plan, e.to_string()).into());
     }
+    let own = crate::beneath::Beneath::open(root)
+        .map(std::sync::Arc::new)
+        .map_err(|e| Diagnostics::from(state_refusal(plan, e.to_string())))?;
     let lock_path = store.exec_lock_path();
-    let lock = match FileLock::try_acquire(&lock_path) {
-        Ok(Some(lock)) => lock,
-        Ok(None) => {
+    let lock_file = own
+        .relative(&lock_path)
+        .and_then(|rel| own.open_file(rel, crate::beneath::WriteMode::Append))
+        .map_err(|e| Diagnostics::from(state_refusal(plan, e.to_string())))?;
+    let lock = match FileLock::try_file(lock_file, &lock_path) {
+        Ok(Ok(lock)) => lock,
+        Ok(Err(file)) => {
+            let holder = crate::fsutil::lock_holder(&file)
+                .map(|h| format!(", {h}"))
+                .unwrap_or_default();
             return Err(Diagnostic::new(
                 Code::ExecLocked,
-                format!("another `okstra exec` holds this run ({})", lock_path.display()),
+                format!(
+                    "another `okstra exec` holds this run ({}{holder})",
+                    lock_path.display()
+                ),
             )
             .help("wait for it to finish, or check `okstra status --manifest M`; a dead executor releases the lock by itself")
-            .into())
+            .into());
         }
         Err(e) => {
-            return Err(state_refusal(plan, format!("cannot lock {}: {e}", lock_path.display())).into())
+            return Err(
+                state_refusal(plan, format!("cannot lock {}: {e}", lock_path.display())).into(),
+            )
         }
     };
-    let rec = record::Recorder::open(root, plan)
+    let rec = record::Recorder::open(root, plan, std::sync::Arc::clone(&own))
         .map_err(|e| Diagnostics::from(state_refusal(plan, e.to_string())))?;
     let interrupt = crate::process::interrupt_flag().map_err(|e| {
         Diagnostics::from(Diagnostic::new(
@@ -111,7 +128,7 @@ pub fn run(
             format!("cannot install signal handlers: {e}"),
         ))
     })?;
-    let outcomes = run::Runner::new(root, plan, opts, rec, reporters, interrupt).run();
+    let outcomes = run::Runner::new(root, plan, opts, rec, own, reporters, interrupt).run();
     drop(lock);
     Ok(outcomes)
 }

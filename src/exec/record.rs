@@ -15,14 +15,16 @@
 
 use super::event::{Dispatched, Event, Settled};
 use super::replay::History;
+use crate::beneath::Beneath;
 use crate::plan::{Job, Plan};
 use crate::state::attempts::{AttemptId, AttemptOutcome};
 use crate::state::error_log::{self, ErrorRecord};
-use crate::state::journal::{self, Journal, Stamp, Sync};
+use crate::state::journal::{self, Journal, Opener, Stamp, Sync};
 use crate::state::team_state::{TeamStateStore, WorkerStatus};
 use crate::state::{Ledger, StateError};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What follows a failed attempt: its row and the worker's differ.
@@ -36,35 +38,56 @@ pub enum Then {
 
 pub struct Recorder {
     events: Journal,
+    /// How okstra's own files are opened: below the root, no symlink.
+    opener: Opener,
     errors: PathBuf,
+    /// The error log as exec last left it (`None`: there was none).
+    errors_stamp: Option<Stamp>,
     ledger: Ledger,
     task_key: String,
     phase: String,
     /// The stage snapshots exec wrote, as it left them.
     snapshots: Vec<(PathBuf, Stamp)>,
+    /// The snapshots directory, and what it held when exec started (earlier
+    /// runs' baselines).
+    snapshot_dir: (PathBuf, std::collections::HashSet<PathBuf>),
 }
 
 impl Recorder {
     /// Open the run's state. Team-state is read first: one that cannot be
     /// read refuses the run before anything is written (SPEC §5.8).
-    pub fn open(root: &Path, plan: &Plan) -> Result<Recorder, StateError> {
+    pub fn open(root: &Path, plan: &Plan, own: Arc<Beneath>) -> Result<Recorder, StateError> {
         let abs = |p: &str| crate::compile::paths::abs_of(root, p);
-        let store = TeamStateStore::open(abs(&plan.run.team_state_path));
+        let store = TeamStateStore::open(abs(&plan.run.team_state_path)).below(Arc::clone(&own));
         store.read()?;
         let events_path = abs(&plan.run.lead_events_path);
-        let events = Journal::open(&events_path).map_err(|e| StateError::io(&events_path, e))?;
+        let opener = Opener::Beneath(Arc::clone(&own));
+        let events = Journal::open_with(&events_path, opener.clone())
+            .map_err(|e| StateError::io(&events_path, e))?;
         let errors = abs(&plan.run.error_log_path);
         if errors.exists() {
             // Cut a torn record of a killed exec before the next append.
-            Journal::open(&errors).map_err(|e| StateError::io(&errors, e))?;
+            Journal::open_with(&errors, opener.clone()).map_err(|e| StateError::io(&errors, e))?;
         }
+        let snapshot_dir = store
+            .path()
+            .parent()
+            .map(|d| d.join("snapshots"))
+            .unwrap_or_default();
+        let before = std::fs::read_dir(&snapshot_dir)
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        let errors_stamp = Stamp::at(&errors).ok().flatten();
         Ok(Recorder {
             events,
+            opener,
             errors,
-            ledger: Ledger::new(store, Duration::from_millis(250)),
+            errors_stamp,
+            ledger: Ledger::new(store, Duration::from_millis(250)).below(Arc::clone(&own)),
             task_key: plan.run.task_key.clone(),
             phase: plan.run.workflow_phase.clone(),
             snapshots: Vec::new(),
+            snapshot_dir: (snapshot_dir, before),
         })
     }
 
@@ -241,6 +264,14 @@ impl Recorder {
         if let Some(why) = self.ledger.changed_by_others() {
             out.push(why);
         }
+        let now = Stamp::at(&self.errors).ok().flatten();
+        if now != self.errors_stamp {
+            out.push(format!(
+                "{} was changed outside okstra",
+                self.errors.display()
+            ));
+            self.errors_stamp = now;
+        }
         for (path, stamp) in &mut self.snapshots {
             match Stamp::at(path) {
                 Ok(Some(now)) if now == *stamp => {}
@@ -251,6 +282,20 @@ impl Recorder {
                     }
                 }
                 Err(e) => out.push(format!("{}: {e}", path.display())),
+            }
+        }
+        // A file in the snapshots directory that was not there when exec
+        // started and that exec did not write.
+        let (dir, before) = &mut self.snapshot_dir;
+        if let Ok(entries) = std::fs::read_dir(&*dir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let ours = self.snapshots.iter().any(|(p, _)| *p == path);
+                let temp = entry.file_name().to_string_lossy().starts_with('.');
+                if !ours && !temp && !before.contains(&path) {
+                    out.push(format!("{} appeared outside okstra", path.display()));
+                    before.insert(path);
+                }
             }
         }
         out
@@ -293,9 +338,12 @@ impl Recorder {
         let path = self.errors.display().to_string();
         let appended = error_log::fit_record(record.to_map()).and_then(|line| {
             crate::fault::point("error-log-append");
-            let mut j = Journal::open(&self.errors).map_err(|e| e.to_string())?;
+            let mut j =
+                Journal::open_with(&self.errors, self.opener.clone()).map_err(|e| e.to_string())?;
             j.push(&line);
-            j.commit(Sync::None).map_err(|e| e.to_string())
+            j.commit(Sync::None).map_err(|e| e.to_string())?;
+            self.errors_stamp = Some(j.stamp());
+            Ok(())
         });
         match appended {
             Ok(()) => json!({"ok": true, "path": path}),

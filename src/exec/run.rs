@@ -17,6 +17,7 @@ use super::replay::{self, History, Next};
 use super::report::{JobReport, Notice, Reporter};
 use super::{Options, Outcomes};
 use crate::audit;
+use crate::beneath::{Beneath, WriteMode};
 use crate::compile::paths;
 use crate::diag::{Code, Diagnostic};
 use crate::plan::{Identity, Job, Plan, MAX_ATTEMPTS};
@@ -66,6 +67,15 @@ enum Judge<'v> {
     In(&'v audit::Attributed<'v>, usize),
 }
 
+/// A stage's audit baseline.
+enum Baseline {
+    /// No job of the stage is audited.
+    Off,
+    Taken(audit::Snapshot),
+    /// It could not be taken or read back: why.
+    Broken(String),
+}
+
 /// What a round's audit found, for each attempt it settles.
 enum RoundAudit {
     /// No batch audit in this stage.
@@ -90,11 +100,18 @@ pub(super) struct Runner<'a> {
     forged: HashMap<usize, Vec<String>>,
     reports: Vec<Option<JobReport>>,
     refused: Vec<Diagnostic>,
+    /// Problems the run reports besides each job's reason (`audit/incomplete`).
+    problems: Vec<Diagnostic>,
     /// A record that could not be written: the run stops.
     fatal: Option<String>,
     audit_roots: Vec<PathBuf>,
     audit_exclude: Vec<PathBuf>,
     manifest_cache: Option<BindingVerdicts>,
+    /// The tree as the last compare of the stage found it: the next stage's
+    /// baseline when it starts right after.
+    last_after: Option<audit::Snapshot>,
+    /// The project root, for okstra's own writes below it.
+    own: std::sync::Arc<Beneath>,
 }
 
 /// Each job's binding verdict as of a manifest modification time and length
@@ -111,6 +128,7 @@ impl<'a> Runner<'a> {
         plan: &'a Plan,
         opts: &'a Options,
         rec: Recorder,
+        own: std::sync::Arc<Beneath>,
         reporters: Vec<Box<dyn Reporter>>,
         interrupt: Arc<AtomicBool>,
     ) -> Runner<'a> {
@@ -143,10 +161,13 @@ impl<'a> Runner<'a> {
             forged: HashMap::new(),
             reports: vec![None; n],
             refused: Vec::new(),
+            problems: Vec::new(),
             fatal: None,
             audit_roots,
             audit_exclude,
             manifest_cache: None,
+            last_after: None,
+            own,
         }
     }
 
@@ -233,6 +254,7 @@ impl<'a> Runner<'a> {
             reports,
             interrupted: self.interrupted,
             refused: self.refused,
+            problems: self.problems,
             fatal: self.fatal,
         }
     }
@@ -334,34 +356,38 @@ impl<'a> Runner<'a> {
                 },
             }
         }
-        let snapshot = self.stage_snapshot(si, indices);
-        if let Err(why) = &snapshot {
-            // Nothing new starts in a tree the audit cannot vouch for.
-            for (i, attempt) in pending.drain(..) {
-                let reason = format!("audit/incomplete: {why}");
-                let job = self.job(i);
-                self.rec.refused(job, &reason);
-                let first = job.first_attempt();
-                self.report(
-                    i,
-                    "error",
-                    attempt.saturating_sub(first),
-                    &reason,
-                    Duration::ZERO,
-                );
+        let baseline = match self.stage_snapshot(si, indices) {
+            Ok(None) => Baseline::Off,
+            Ok(Some(s)) => Baseline::Taken(s),
+            Err(why) => {
+                // Nothing new starts in a tree the audit cannot vouch for.
+                for (i, attempt) in pending.drain(..) {
+                    let reason = format!("audit/incomplete: {why}");
+                    let job = self.job(i);
+                    self.rec.unstarted_error(job, &reason);
+                    let first = job.first_attempt();
+                    self.report(
+                        i,
+                        "error",
+                        attempt.saturating_sub(first),
+                        &reason,
+                        Duration::ZERO,
+                    );
+                }
+                Baseline::Broken(why)
             }
-        }
-        let snapshot = snapshot.ok().flatten();
+        };
+        let settle_now = matches!(baseline, Baseline::Off);
         if !ended.is_empty() || !adopted.is_empty() {
-            let (more, retries) = self.wait_round(si, Vec::new(), adopted, snapshot.is_none());
+            let (more, retries) = self.wait_round(si, Vec::new(), adopted, settle_now);
             ended.extend(more);
             pending.extend(retries);
-            pending.extend(self.settle_round(si, ended, snapshot.as_ref(), indices));
+            pending.extend(self.settle_round(si, ended, &baseline, indices));
         }
         while !pending.is_empty() && !self.interrupted && self.fatal.is_none() {
-            let (ended, retries) = self.wait_round(si, pending, Vec::new(), snapshot.is_none());
+            let (ended, retries) = self.wait_round(si, pending, Vec::new(), settle_now);
             pending = retries;
-            pending.extend(self.settle_round(si, ended, snapshot.as_ref(), indices));
+            pending.extend(self.settle_round(si, ended, &baseline, indices));
         }
         let why = if self.interrupted {
             "interrupted before it started"
@@ -572,11 +598,23 @@ impl<'a> Runner<'a> {
             .then(|| uuid::Uuid::new_v4().to_string());
         let argv = self.worker_argv(job, attempt, session_id.as_deref());
         let status = self.abs(&job.status_path());
-        // The sidecar of an earlier attempt must not speak for this one.
-        match std::fs::remove_file(&status) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        // okstra's own writes never go through a symlink (SPEC §1): the log
+        // is opened here, below the root, and handed to the wrapper; the
+        // sidecar of an earlier attempt, which must not speak for this one,
+        // is removed the same way.
+        match self
+            .own
+            .relative(&status)
+            .and_then(|rel| self.own.remove_file(rel))
+        {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
+        let log = self.abs(&job.log_path());
+        let log_file = self
+            .own
+            .relative(&log)
+            .and_then(|rel| self.own.open_file(rel, WriteMode::Append))?;
         let env: Vec<(String, String)> = job
             .env
             .iter()
@@ -593,6 +631,7 @@ impl<'a> Runner<'a> {
             cwd: &self.root,
             env: &env,
             log: &self.abs(&job.log_path()),
+            log_file: &log_file,
             status: &status,
             title: &title,
         })?;
@@ -737,7 +776,8 @@ impl<'a> Runner<'a> {
                     });
                 }
                 for e in self.stop(stopped, End::Idle) {
-                    super::settle::mark_idle_timeout(&self.abs(&self.job(e.job).status_path()));
+                    let status = self.abs(&self.job(e.job).status_path());
+                    super::settle::mark_idle_timeout(&self.own, &status);
                     ended.push(e);
                 }
             }
@@ -926,20 +966,53 @@ impl Runner<'_> {
             return Ok(None);
         }
         let path = self.snapshot_path(si);
-        if let Ok(bytes) = std::fs::read(&path) {
-            if let Ok(s) = serde_json::from_slice::<audit::Snapshot>(&bytes) {
+        match std::fs::read(&path) {
+            // An earlier exec's baseline, read back. One that does not read
+            // is never replaced by a fresh walk: that would take in whatever
+            // the workers already changed.
+            Ok(bytes) => {
+                let s = audit::Snapshot::from_json(&bytes).map_err(|e| {
+                    format!(
+                        "the stage's audit baseline {} cannot be read back: {e}",
+                        path.display()
+                    )
+                })?;
                 self.rec.wrote_snapshot(&path);
                 return Ok(Some(s));
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot read the stage's audit baseline {}: {e}",
+                    path.display()
+                ))
+            }
         }
-        let taken = audit::snapshot(&self.audit_options())
-            .map_err(|e| format!("cannot snapshot the project for the mutation audit: {e}"))?;
-        let text = serde_json::to_vec(&taken).map_err(|e| e.to_string())?;
+        // The previous stage's last compare walked the tree as it was when
+        // that stage ended: nothing ran since, so it is this stage's
+        // baseline (and anything written in between is caught here).
+        let taken = match self.last_after.take() {
+            Some(after) => after,
+            None => audit::snapshot(&self.audit_options()).map_err(|e| self.incomplete(&e))?,
+        };
+        let text = taken.to_json();
         crate::fault::point("snapshot-write");
-        crate::fsutil::write_atomic(&path, &text, crate::fsutil::Durability::Fsync)
+        self.own
+            .relative(&path)
+            .and_then(|rel| {
+                self.own
+                    .write_atomic(rel, &text, crate::fsutil::Durability::Fsync)
+            })
             .map_err(|e| format!("cannot store the audit snapshot {}: {e}", path.display()))?;
         self.rec.wrote_snapshot(&path);
         Ok(Some(taken))
+    }
+
+    /// The audit could not vouch for the tree: said once as `audit/incomplete`
+    /// (SPEC §5.5); what the jobs it covers settle with.
+    fn incomplete(&mut self, e: &audit::AuditError) -> String {
+        self.problems.push(e.diagnostic());
+        e.to_string()
     }
 
     fn snapshot_path(&self, si: usize) -> PathBuf {
@@ -970,19 +1043,21 @@ impl Runner<'_> {
         &mut self,
         si: usize,
         ended: Vec<Ended>,
-        snapshot: Option<&audit::Snapshot>,
+        baseline: &Baseline,
         indices: &[usize],
     ) -> Vec<(usize, u64)> {
         if ended.is_empty() {
             return Vec::new();
         }
-        let round = match snapshot {
-            None => RoundAudit::Off,
-            Some(s) => match audit::compare(s, &self.audit_options()) {
-                Ok(c) => RoundAudit::Compared(c),
-                Err(e) => {
-                    RoundAudit::Incomplete(format!("the compare after the round failed: {e}"))
+        let round = match baseline {
+            Baseline::Off => RoundAudit::Off,
+            Baseline::Broken(why) => RoundAudit::Incomplete(why.clone()),
+            Baseline::Taken(s) => match audit::compare(s, &self.audit_options()) {
+                Ok(c) => {
+                    self.last_after = Some(c.after);
+                    RoundAudit::Compared(c.changes)
                 }
+                Err(e) => RoundAudit::Incomplete(self.incomplete(&e)),
             },
         };
         let mut own = self.rec.own_file_changes();
@@ -1090,7 +1165,7 @@ impl Runner<'_> {
                 let verdict = audit::judge_in(view, k, succeeded, facts.missing.is_empty());
                 summary = Some(verdict.change_summary());
                 Audit::Judged {
-                    status: verdict.status.clone(),
+                    status: verdict.status,
                     violations: verdict.violations.clone(),
                     retry_allowed: verdict.retry_allowed,
                 }
@@ -1098,7 +1173,7 @@ impl Runner<'_> {
         };
         if !own.is_empty() && !matches!(facts.audit, Audit::Incomplete(_)) {
             facts.audit = Audit::Judged {
-                status: "contract-failed-unattributed".into(),
+                status: audit::Outcome::ContractFailedUnattributed,
                 violations: own.to_vec(),
                 retry_allowed: false,
             };

@@ -80,7 +80,7 @@ pub fn read_status(path: &Path) -> Option<Value> {
 /// After exec stopped an idle worker: the sidecar says what every other
 /// record says, exit code 124 and failure kind `timeout`, keeping the code
 /// the stopped child itself ended with.
-pub fn mark_idle_timeout(path: &Path) {
+pub fn mark_idle_timeout(own: &crate::beneath::Beneath, path: &Path) {
     let Some(Value::Object(mut doc)) = read_status(path) else {
         return;
     };
@@ -95,7 +95,9 @@ pub fn mark_idle_timeout(path: &Path) {
     doc.insert("idleTimedOut".into(), Value::from(true));
     if let Ok(mut bytes) = serde_json::to_vec_pretty(&Value::Object(doc)) {
         bytes.push(b'\n');
-        let _ = crate::fsutil::write_atomic(path, &bytes, crate::fsutil::Durability::NoFsync);
+        if let Ok(rel) = own.relative(path) {
+            let _ = own.write_atomic(rel, &bytes, crate::fsutil::Durability::NoFsync);
+        }
     }
 }
 
@@ -144,13 +146,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.md.status.json");
         std::fs::write(&path, r#"{"state":"exited","exitCode":143}"#).unwrap();
-        mark_idle_timeout(&path);
+        let own = crate::beneath::Beneath::open(dir.path()).unwrap();
+        mark_idle_timeout(&own, &path);
         let doc = read_status(&path).unwrap();
         assert_eq!(doc["exitCode"], 124);
         assert_eq!(doc["childExitCode"], 143);
         assert_eq!(doc["failureKind"], "timeout");
         // No sidecar: nothing is made up.
-        mark_idle_timeout(&dir.path().join("none.json"));
+        mark_idle_timeout(&own, &dir.path().join("none.json"));
         assert!(!dir.path().join("none.json").exists());
     }
 }

@@ -10,7 +10,7 @@ mod spawn;
 mod stop;
 
 pub use spawn::{
-    find_program, spawn, spawn_gated, spawn_in_caller_group, Gate, PreExec, SpawnSpec, Spawned,
+    find_program, spawn, spawn_gated, spawn_in_caller_group, Gate, Log, PreExec, SpawnSpec, Spawned,
 };
 pub use stop::{stop_all, NotOurChildren, Reaper, StopTarget};
 
@@ -224,7 +224,7 @@ mod tests {
             argv: &a,
             cwd: dir.path(),
             env: &env,
-            log: Some(&log),
+            log: Some(Log::Path(&log)),
             stdin: Some(&input),
             pre_exec: None,
         })
@@ -249,7 +249,7 @@ mod tests {
     ) -> (i32, String) {
         let mut child = spawn(&SpawnSpec {
             env,
-            log: Some(log),
+            log: Some(Log::Path(log)),
             ..spec(argv, dir)
         })
         .unwrap();
@@ -304,7 +304,7 @@ mod tests {
         let a = argv(&["okstra-test-tool"]);
         let mut child = spawn(&SpawnSpec {
             env: &env,
-            log: Some(&log),
+            log: Some(Log::Path(&log)),
             ..spec(&a, dir.path())
         })
         .unwrap();
@@ -354,7 +354,7 @@ mod tests {
         for release in [true, false] {
             let log = dir.path().join(format!("gate-{release}.log"));
             let (mut child, mut gate) = spawn_gated(&SpawnSpec {
-                log: Some(&log),
+                log: Some(Log::Path(&log)),
                 ..spec(&a, dir.path())
             })
             .unwrap();
@@ -406,7 +406,7 @@ mod tests {
         };
         let umask = argv(&["sh", "-c", "umask"]);
         let mut child = spawn(&SpawnSpec {
-            log: Some(&log),
+            log: Some(Log::Path(&log)),
             pre_exec: Some(&narrow),
             ..spec(&umask, dir.path())
         })
@@ -414,7 +414,7 @@ mod tests {
         assert_eq!(child.wait().unwrap(), 0);
         assert_eq!(fs::read_to_string(&log).unwrap(), "0077\n");
         let err = spawn(&SpawnSpec {
-            log: Some(&log),
+            log: Some(Log::Path(&log)),
             pre_exec: Some(&refuse),
             ..spec(&a, dir.path())
         })

@@ -38,14 +38,24 @@ pub struct SpawnSpec<'a> {
     /// Added to (and overriding) the inherited environment; a key given
     /// twice keeps its last value.
     pub env: &'a [(String, String)],
-    /// stdout and stderr are appended here; `None` inherits ours.
-    pub log: Option<&'a Path>,
+    /// Where stdout and stderr go; `None` inherits ours.
+    pub log: Option<Log<'a>>,
     /// stdin is read from here; `None` gives `/dev/null` (or, through
     /// [`spawn_gated`], the gate's pipe).
     pub stdin: Option<&'a Path>,
     /// Run in the child between fork and exec. Kernel confinement (SPEC §9)
     /// goes here; nothing passes one yet.
     pub pre_exec: Option<&'a PreExec>,
+}
+
+/// Where a child's stdout and stderr are appended.
+#[derive(Debug, Clone, Copy)]
+pub enum Log<'a> {
+    /// This file, opened (and its directory made) here.
+    Path(&'a Path),
+    /// A file the caller opened already (exec opens a worker's log without
+    /// following a symlink at any component, SPEC §1).
+    File(&'a File),
 }
 
 /// Code run in a child after fork, before exec (see [`PreExec::new`]).
@@ -186,8 +196,12 @@ fn start(spec: &SpawnSpec, own_group: bool, gate: Option<io::PipeReader>) -> io:
         (None, Some(path)) => Stdio::from(File::open(path)?),
         (None, None) => Stdio::null(),
     });
-    if let Some(path) = spec.log {
-        let log = open_log(path)?;
+    let log = match spec.log {
+        Some(Log::Path(path)) => Some(open_log(path)?),
+        Some(Log::File(file)) => Some(file.try_clone()?),
+        None => None,
+    };
+    if let Some(log) = log {
         cmd.stdout(log.try_clone()?).stderr(log);
     }
     if own_group {

@@ -64,9 +64,19 @@ impl Stamp {
     }
 }
 
+/// How a journal opens its file: below the project root with no symlink
+/// followed at any component (exec's own files, SPEC §1), or by its path
+/// with no symlink followed at the last one.
+#[derive(Debug, Clone)]
+pub enum Opener {
+    Path,
+    Beneath(std::sync::Arc<crate::beneath::Beneath>),
+}
+
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
+    opener: Opener,
     file: File,
     /// The file's length as this journal last left it.
     len: u64,
@@ -81,19 +91,33 @@ impl Journal {
     /// Open (creating it and its directory if need be) the journal at `path`
     /// and cut a torn last line.
     pub fn open(path: &Path) -> io::Result<Journal> {
+        Journal::open_with(path, Opener::Path)
+    }
+
+    /// [`Self::open`] with the file opened as `opener` says; `path` is
+    /// absolute (below the opener's root) or as given.
+    pub fn open_with(path: &Path, opener: Opener) -> io::Result<Journal> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        std::fs::create_dir_all(&dir)?;
         let existed = Stamp::at(path)?.is_some();
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o644)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(path)?;
+        let file = match &opener {
+            Opener::Path => {
+                std::fs::create_dir_all(&dir)?;
+                OpenOptions::new()
+                    .read(true)
+                    .append(true)
+                    .create(true)
+                    .mode(0o644)
+                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                    .open(path)?
+            }
+            Opener::Beneath(root) => {
+                let rel = root.relative(path)?;
+                root.open_file(rel, crate::beneath::WriteMode::ReadAppend)?
+            }
+        };
         if !file.metadata()?.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -106,6 +130,7 @@ impl Journal {
         }
         let mut journal = Journal {
             path: path.to_path_buf(),
+            opener,
             len: file.metadata()?.len(),
             stamp: Stamp::of(&file.metadata()?),
             file,
@@ -204,7 +229,7 @@ impl Journal {
         if there.is_some_and(|s| (s.dev, s.ino) == (ours.dev, ours.ino)) {
             return Ok(());
         }
-        let reopened = Journal::open(&self.path)?;
+        let reopened = Journal::open_with(&self.path, self.opener.clone())?;
         self.file = reopened.file;
         self.len = reopened.len;
         Ok(())

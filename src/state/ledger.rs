@@ -18,12 +18,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
-use super::attempts::{
-    apply_attempt_patches, check_same_outcome, AttemptId, AttemptOutcome, AttemptPatch,
-};
+use super::attempts::{check_same_outcome, AttemptId, AttemptOutcome, AttemptPatch};
 use super::team_state::{
-    apply_worker_patches, upsert_dispatches, worker_status_change, TeamStateStore, WorkerChange,
-    WorkerPatch, WorkerStatus,
+    worker_status_change, TeamStateStore, WorkerChange, WorkerPatch, WorkerStatus,
 };
 use super::StateError;
 use crate::fsutil::utc_now;
@@ -104,14 +101,12 @@ pub struct Ledger {
     /// Outcomes this ledger has settled, to refuse a contradiction at once
     /// rather than at the next flush.
     settled: HashMap<AttemptId, AttemptOutcome>,
-    /// The document as this ledger last wrote it, with the file's identity
-    /// then. While the file still has that identity nobody else wrote it, so
-    /// the next flush merges into this copy instead of parsing the file
-    /// again (most of a flush's cost once team-state is large).
-    written: Option<(FileStamp, Value)>,
-    /// The serialised document, kept between flushes (see
-    /// [`TeamStateStore::write_locked_via`]).
-    scratch: Vec<u8>,
+    /// The file's identity as this ledger last wrote it: while the file
+    /// still has it, nobody else wrote it ([`Self::changed_by_others`]).
+    written: Option<FileStamp>,
+    /// Where the file is written from, when no symlink may be followed on
+    /// the way (exec's own writes, SPEC §1).
+    below: Option<std::sync::Arc<crate::beneath::Beneath>>,
 }
 
 /// What tells one version of a file from another: a write through
@@ -147,8 +142,14 @@ impl Ledger {
             pending: Pending::default(),
             settled: HashMap::new(),
             written: None,
-            scratch: Vec::new(),
+            below: None,
         }
+    }
+
+    /// Write the file below `root`, never through a symlink.
+    pub fn below(mut self, root: std::sync::Arc<crate::beneath::Beneath>) -> Ledger {
+        self.below = Some(root);
+        self
     }
 
     pub fn store(&self) -> &TeamStateStore {
@@ -220,7 +221,7 @@ impl Ledger {
     /// it: what, for the audit of okstra's own files (SPEC §5.5). `None`
     /// before the first write.
     pub fn changed_by_others(&self) -> Option<String> {
-        let (stamp, _) = self.written.as_ref()?;
+        let stamp = self.written.as_ref()?;
         (stamp_of(self.store.path()) != Some(*stamp))
             .then(|| format!("{} was changed outside okstra", self.store.path().display()))
     }
@@ -258,24 +259,44 @@ impl Ledger {
     pub fn flush(&mut self) -> Result<(), StateError> {
         let started = Instant::now();
         let _lock = self.store.lock()?;
-        let now = stamp_of(self.store.path());
-        let mut doc = match self.written.take() {
-            Some((stamp, doc)) if Some(stamp) == now => doc,
-            _ => self.store.read()?,
+        let path = self.store.path().to_path_buf();
+        let old = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(StateError::io(&path, e)),
         };
         let pending = &self.pending;
-        apply_worker_patches(
-            &mut doc,
-            pending.workers.rows.iter().map(|(k, p)| (k.as_str(), p)),
-        );
-        for (key, reason) in &pending.pristine {
-            super::team_state::mark_pristine_not_run(&mut doc, key, reason);
+        let changes = super::merge::Changes {
+            workers: pending
+                .workers
+                .rows
+                .iter()
+                .map(|(k, p)| (k.as_str(), p))
+                .collect(),
+            pristine: &pending.pristine,
+            dispatches: &pending.dispatches,
+            attempts: pending.attempts.rows.iter().map(|(k, p)| (k, p)).collect(),
+        };
+        // The file's text and the merged text streamed to the new file: no
+        // tree of the whole document is ever built.
+        let empty = serde_json::value::RawValue::from_string("[]".into()).map_err(|source| {
+            StateError::Parse {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        let merged = super::merge::merge(&path, &old, &empty, &changes)?;
+        let durability = crate::fsutil::Durability::Fsync;
+        match &self.below {
+            Some(root) => root
+                .relative(&path)
+                .and_then(|rel| root.write_atomic_with(rel, durability, |out| merged.write_to(out)))
+                .map_err(|e| StateError::io(&path, e.into()))?,
+            None => crate::fsutil::write_atomic_with(&path, durability, |out| merged.write_to(out))
+                .map_err(|e| StateError::io(&path, e))?,
         }
-        upsert_dispatches(&mut doc, pending.dispatches.iter().cloned());
-        let drift =
-            apply_attempt_patches(&mut doc, pending.attempts.rows.iter().map(|(k, p)| (k, p)));
-        self.store.write_locked_via(&doc, &mut self.scratch)?;
-        self.written = stamp_of(self.store.path()).map(|stamp| (stamp, doc));
+        let drift = merged.drift;
+        self.written = stamp_of(&path);
         self.pending = Pending::default();
         self.last_flush = Instant::now();
         self.last_flush_cost = self.last_flush - started;

@@ -9,6 +9,7 @@ pub mod error_log;
 pub mod events;
 pub mod journal;
 pub mod ledger;
+mod merge;
 pub mod team_state;
 
 use std::io;

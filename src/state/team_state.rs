@@ -25,7 +25,7 @@ pub const AGENT_RESULT_LINKS: &str = "agentResultLinks";
 pub const ATTEMPTS: &str = "attempts";
 
 /// Top-level keys that, when present, must hold arrays.
-const ARRAY_KEYS: [&str; 5] = [
+pub(crate) const ARRAY_KEYS: [&str; 5] = [
     WORKERS,
     WORKER_DISPATCHES,
     AGENT_DISPATCHES,
@@ -47,12 +47,36 @@ pub fn fresh_document() -> Value {
 #[derive(Debug, Clone)]
 pub struct TeamStateStore {
     path: PathBuf,
+    /// Where the lock file is opened from, when no symlink may be followed
+    /// on the way (exec's own files, SPEC §1).
+    below: Option<std::sync::Arc<crate::beneath::Beneath>>,
+}
+
+/// How long a writer waits for the team-state lock another writer (the
+/// lead, another okstra) holds before giving up with its name:
+/// `OKSTRA_LOCK_TIMEOUT_SECONDS`, default 30.
+pub fn lock_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(
+        std::env::var("OKSTRA_LOCK_TIMEOUT_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(30),
+    )
 }
 
 impl TeamStateStore {
     /// A store for the file at `path`. Nothing is read or created yet.
     pub fn open(path: impl Into<PathBuf>) -> Self {
-        TeamStateStore { path: path.into() }
+        TeamStateStore {
+            path: path.into(),
+            below: None,
+        }
+    }
+
+    /// Open the lock file below `root`, never through a symlink.
+    pub fn below(mut self, root: std::sync::Arc<crate::beneath::Beneath>) -> Self {
+        self.below = Some(root);
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -75,9 +99,18 @@ impl TeamStateStore {
     }
 
     /// Block until this process holds the team-state lock.
+    /// Waits at most [`lock_timeout`]; then an error naming the holder.
     pub fn lock(&self) -> Result<FileLock, StateError> {
         let lock_path = self.lock_path();
-        FileLock::acquire(&lock_path).map_err(|e| StateError::io(lock_path, e))
+        let locked = match &self.below {
+            None => FileLock::acquire_within(&lock_path, lock_timeout()),
+            Some(root) => root
+                .relative(&lock_path)
+                .and_then(|rel| root.open_file(rel, crate::beneath::WriteMode::Append))
+                .map_err(std::io::Error::from)
+                .and_then(|file| FileLock::file_within(file, &lock_path, lock_timeout())),
+        };
+        locked.map_err(|e| StateError::io(lock_path, e))
     }
 
     /// The current document. A missing (or blank) file reads as

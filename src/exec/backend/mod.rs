@@ -36,6 +36,8 @@ pub struct Launch<'a> {
     /// Added to exec's own environment.
     pub env: &'a [(String, String)],
     pub log: &'a Path,
+    /// The log, opened by exec (no symlink followed at any component).
+    pub log_file: &'a std::fs::File,
     pub status: &'a Path,
     /// The execution label, or `<workerId>-worker`, for a pane's title.
     pub title: &'a str,
@@ -237,7 +239,7 @@ impl Dispatch for Local {
                     argv: &argv,
                     cwd: launch.cwd,
                     env: launch.env,
-                    log: Some(launch.log),
+                    log: Some(process::Log::File(launch.log_file)),
                     stdin: None,
                     pre_exec: None,
                 })?;

@@ -796,15 +796,9 @@ impl Dispatch for Slurm {
             .map_or("1", String::as_str);
         let name = job_name(&self.tag, &launch.job.key, attempt);
         let options = launch.job.slurm.clone().unwrap_or_default();
-        // Slurm creates the log on the node; made here first, it is also
-        // where a job that never starts is looked for.
-        if let Some(dir) = launch.log.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(launch.log)?;
+        // The runner has opened the log below the project root, refusing a
+        // symlink at any component (`launch.log_file`); slurmstepd appends
+        // to it on the node by its path.
         let args = sbatch_args(&name, launch.cwd, launch.log, &options);
         let script = batch_script(launch.title, &argv, launch.env);
         let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();

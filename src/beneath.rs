@@ -1,0 +1,671 @@
+//! Opening okstra's own files below a directory without following a symlink
+//! at any component (SPEC §1): logs, sidecars and state live inside a
+//! project a worker may write, and a symlink planted there must be an
+//! error, never a redirect of okstra's write to somewhere else.
+//!
+//! Every path is relative to a directory opened once ([`Beneath::open`]) and
+//! is resolved by the kernel relative to that descriptor:
+//!
+//! - with `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH)` where the kernel
+//!   has it (Linux 5.6+): one call, and the kernel refuses any symlink and
+//!   any escape;
+//! - otherwise (`ENOSYS`, or a seccomp filter answering `EPERM`) by a walk,
+//!   one `openat(O_NOFOLLOW | O_DIRECTORY)` per directory, then the file
+//!   with `O_NOFOLLOW`.
+//!
+//! Missing directories are created on the way, the same way (`mkdirat`
+//! relative to the parent just opened). A path must be plain: no `..`, not
+//! absolute, not empty. Errors name the path, and say "symlink" when that
+//! is the reason.
+
+use crate::fsutil::Durability;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, CWD};
+use rustix::io::Errno;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// How paths below the root are resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolver {
+    /// `openat2` where the kernel has it, else the walk.
+    Auto,
+    /// Always the component-by-component walk (what `Auto` falls back to).
+    Walk,
+}
+
+/// How [`Beneath::open`] opens a file for writing. Each creates the file
+/// (mode 0644 before the umask) and its missing directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Append; for line logs.
+    Append,
+    /// Append, and read (a journal checks its last byte for a torn line).
+    ReadAppend,
+    /// Truncate to empty; for a file rewritten whole.
+    Truncate,
+    /// The file must not exist yet (`AlreadyExists` otherwise).
+    CreateNew,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BeneathError {
+    /// A symlink at `component` (a prefix of `path`, or `path` itself).
+    #[error("cannot open {}: {} is a symlink, and okstra never writes through a symlink", path.display(), component.display())]
+    Symlink { path: PathBuf, component: PathBuf },
+    /// `..`, an absolute path or an empty one.
+    #[error("cannot open {}: not a plain path below {} (no `..`, not absolute, not empty)", path.display(), root.display())]
+    NotBeneath { path: PathBuf, root: PathBuf },
+    #[error("cannot open {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl BeneathError {
+    pub fn is_symlink(&self) -> bool {
+        matches!(self, BeneathError::Symlink { .. })
+    }
+
+    /// The `io::ErrorKind` a caller would test (`NotFound`, `AlreadyExists`).
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
+            BeneathError::Symlink { .. } | BeneathError::NotBeneath { .. } => {
+                io::ErrorKind::InvalidInput
+            }
+            BeneathError::Io { source, .. } => source.kind(),
+        }
+    }
+}
+
+impl From<BeneathError> for io::Error {
+    fn from(e: BeneathError) -> io::Error {
+        io::Error::new(e.kind(), e.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, BeneathError>;
+
+/// Whether the kernel has `openat2`: unknown until first tried.
+static OPENAT2: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = 0;
+const MISSING: u8 = 2;
+
+/// A directory (the project root) that okstra writes below.
+#[derive(Debug)]
+pub struct Beneath {
+    root: OwnedFd,
+    path: PathBuf,
+    resolver: Resolver,
+}
+
+/// A directory descriptor: the root itself, or one opened below it.
+enum Dir<'a> {
+    Root(BorrowedFd<'a>),
+    Owned(OwnedFd),
+}
+
+impl Dir<'_> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Dir::Root(fd) => *fd,
+            Dir::Owned(fd) => fd.as_fd(),
+        }
+    }
+}
+
+const FILE_MODE: u32 = 0o644;
+const DIR_MODE: u32 = 0o755;
+
+impl Beneath {
+    /// Open `root` (which may itself be reached through symlinks: it is the
+    /// directory the caller chose) with [`Resolver::Auto`].
+    pub fn open(root: &Path) -> Result<Beneath> {
+        Beneath::open_with(root, Resolver::Auto)
+    }
+
+    pub fn open_with(root: &Path, resolver: Resolver) -> Result<Beneath> {
+        let fd = rustix::fs::openat(
+            CWD,
+            root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_error(root, e))?;
+        Ok(Beneath {
+            root: fd,
+            path: root.to_path_buf(),
+            resolver,
+        })
+    }
+
+    /// The root, as given.
+    pub fn root(&self) -> &Path {
+        &self.path
+    }
+
+    /// Open `rel` for writing, creating it and its missing directories.
+    pub fn open_file(&self, rel: &Path, mode: WriteMode) -> Result<File> {
+        let (dirs, name) = self.split(rel)?;
+        let access = match mode {
+            WriteMode::ReadAppend => OFlags::RDWR,
+            _ => OFlags::WRONLY,
+        };
+        let flags = access
+            | OFlags::CREATE
+            | OFlags::CLOEXEC
+            | OFlags::NOFOLLOW
+            | match mode {
+                WriteMode::Append | WriteMode::ReadAppend => OFlags::APPEND,
+                WriteMode::Truncate => OFlags::TRUNC,
+                WriteMode::CreateNew => OFlags::EXCL,
+            };
+        if self.openat2_usable() {
+            match self.openat2(rel, flags, Mode::from_raw_mode(FILE_MODE)) {
+                Ok(fd) => return Ok(File::from(fd)),
+                // A directory on the way is missing (create it below), or the
+                // file exists, perhaps as a symlink (the walk says which).
+                Err(Errno::NOENT | Errno::EXIST) => {}
+                Err(e) => {
+                    if let Some(err) = self.openat2_failure(rel, e) {
+                        return Err(err);
+                    }
+                }
+            }
+        }
+        let dir = self.dir(&dirs, true, rel)?;
+        match rustix::fs::openat(dir.fd(), name, flags, Mode::from_raw_mode(FILE_MODE)) {
+            Ok(fd) => Ok(File::from(fd)),
+            Err(e) => Err(self.failure(&dir, name, rel, rel, e)),
+        }
+    }
+
+    /// Create `rel` and every missing directory above it, each below the
+    /// root without following a symlink.
+    pub fn create_dir_all(&self, rel: &Path) -> Result<()> {
+        let (mut dirs, name) = self.split(rel)?;
+        dirs.push(name);
+        self.dir(&dirs, true, rel).map(drop)
+    }
+
+    /// Remove the file `rel`. A symlink there is an error (it is not
+    /// removed), a missing file is `NotFound`.
+    pub fn remove_file(&self, rel: &Path) -> Result<()> {
+        let (dirs, name) = self.split(rel)?;
+        let dir = self.dir(&dirs, false, rel)?;
+        self.refuse_symlink(&dir, name, rel)?;
+        rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty())
+            .map_err(|e| io_error(&self.path.join(rel), e))
+    }
+
+    /// Replace `rel` whole with `bytes`: a temporary file in the same
+    /// directory, renamed over `rel`, both relative to the directory's
+    /// descriptor; with [`Durability::Fsync`] the temporary is fsynced
+    /// before the rename and the directory after. A reader sees the old
+    /// content or the new. A symlink at `rel` is an error (a rename would
+    /// replace it, but a planted link means something is wrong).
+    pub fn write_atomic(&self, rel: &Path, bytes: &[u8], durability: Durability) -> Result<()> {
+        self.write_atomic_with(rel, durability, |out| out.write_all(bytes))
+    }
+
+    /// [`Self::write_atomic`], the content streamed by `write` into the
+    /// temporary (buffered) instead of handed over whole. If `write` fails,
+    /// nothing is renamed and `rel` stays as it was.
+    pub fn write_atomic_with<T>(
+        &self,
+        rel: &Path,
+        durability: Durability,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+    ) -> Result<T> {
+        let (dirs, name) = self.split(rel)?;
+        let abs = self.path.join(rel);
+        let dir = self.dir(&dirs, true, rel)?;
+        self.refuse_symlink(&dir, name, rel)?;
+        let mut tmp = OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(
+            ".{}.{}.tmp",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let result = (|| -> io::Result<T> {
+            crate::fault::point("atomic-write");
+            let fd = rustix::fs::openat(
+                dir.fd(),
+                &tmp,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(FILE_MODE),
+            )?;
+            let mut out = io::BufWriter::with_capacity(64 * 1024, File::from(fd));
+            let value = write(&mut out)?;
+            let file = out.into_inner().map_err(|e| e.into_error())?;
+            if durability == Durability::Fsync {
+                file.sync_all()?;
+            }
+            drop(file);
+            crate::fault::point("atomic-rename");
+            rustix::fs::renameat(dir.fd(), &tmp, dir.fd(), name)?;
+            Ok(value)
+        })();
+        let value = match result {
+            Ok(value) => value,
+            Err(source) => {
+                // Best effort: the original error is the one worth reporting.
+                let _ = rustix::fs::unlinkat(dir.fd(), &tmp, AtFlags::empty());
+                return Err(BeneathError::Io { path: abs, source });
+            }
+        };
+        crate::fault::point("atomic-renamed");
+        if durability == Durability::Fsync {
+            rustix::fs::fsync(dir.fd()).map_err(|e| io_error(&abs, e))?;
+        }
+        Ok(value)
+    }
+
+    /// `path` (absolute, or relative to the root) as a path below the root,
+    /// for the other calls; `NotBeneath` when it is not below it.
+    pub fn relative<'p>(&self, path: &'p Path) -> std::result::Result<&'p Path, BeneathError> {
+        if path.is_absolute() {
+            path.strip_prefix(&self.path)
+                .map_err(|_| self.not_beneath(path))
+        } else {
+            Ok(path)
+        }
+    }
+
+    /// The directory components and the final name of a plain relative path.
+    fn split<'p>(&self, rel: &'p Path) -> Result<(Vec<&'p OsStr>, &'p OsStr)> {
+        let mut parts = Vec::new();
+        for c in rel.components() {
+            match c {
+                Component::Normal(n) => parts.push(n),
+                Component::CurDir => {}
+                _ => return Err(self.not_beneath(rel)),
+            }
+        }
+        let name = parts.pop().ok_or_else(|| self.not_beneath(rel))?;
+        Ok((parts, name))
+    }
+
+    fn not_beneath(&self, rel: &Path) -> BeneathError {
+        BeneathError::NotBeneath {
+            path: rel.to_path_buf(),
+            root: self.path.clone(),
+        }
+    }
+
+    fn openat2_usable(&self) -> bool {
+        self.resolver == Resolver::Auto && OPENAT2.load(Ordering::Relaxed) != MISSING
+    }
+
+    fn openat2(
+        &self,
+        rel: &Path,
+        flags: OFlags,
+        mode: Mode,
+    ) -> std::result::Result<OwnedFd, Errno> {
+        rustix::fs::openat2(
+            &self.root,
+            rel,
+            flags,
+            mode,
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH,
+        )
+    }
+
+    /// What an `openat2` failure means: `None` to fall back to the walk
+    /// (no `openat2` here, a seccomp filter refusing it, or a race the
+    /// kernel would not judge), else the error.
+    fn openat2_failure(&self, rel: &Path, e: Errno) -> Option<BeneathError> {
+        match e {
+            Errno::NOSYS => {
+                OPENAT2.store(MISSING, Ordering::Relaxed);
+                None
+            }
+            Errno::PERM | Errno::AGAIN => None,
+            Errno::LOOP => Some(self.symlink_in(rel)),
+            Errno::XDEV => Some(self.not_beneath(rel)),
+            _ => Some(io_error(&self.path.join(rel), e)),
+        }
+    }
+
+    /// The directory `dirs` (components below the root), opened; created
+    /// where missing when `create`.
+    fn dir(&self, dirs: &[&OsStr], create: bool, rel: &Path) -> Result<Dir<'_>> {
+        if dirs.is_empty() {
+            return Ok(Dir::Root(self.root.as_fd()));
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        if self.openat2_usable() {
+            let joined: PathBuf = dirs.iter().collect();
+            match self.openat2(&joined, flags, Mode::empty()) {
+                Ok(fd) => return Ok(Dir::Owned(fd)),
+                Err(Errno::NOENT) if create => {}
+                Err(e) => {
+                    if let Some(err) = self.openat2_failure(rel, e) {
+                        return Err(err);
+                    }
+                }
+            }
+        }
+        let mut at = Dir::Root(self.root.as_fd());
+        for (i, name) in dirs.iter().enumerate() {
+            let open = |at: &Dir| {
+                rustix::fs::openat(at.fd(), *name, flags | OFlags::NOFOLLOW, Mode::empty())
+            };
+            let opened = match open(&at) {
+                Err(Errno::NOENT) if create => {
+                    match rustix::fs::mkdirat(at.fd(), *name, Mode::from_raw_mode(DIR_MODE)) {
+                        Ok(()) | Err(Errno::EXIST) => open(&at),
+                        Err(e) => Err(e),
+                    }
+                }
+                other => other,
+            };
+            match opened {
+                Ok(fd) => at = Dir::Owned(fd),
+                Err(e) => {
+                    let prefix: PathBuf = dirs[..=i].iter().collect();
+                    return Err(self.failure(&at, name, rel, &prefix, e));
+                }
+            }
+        }
+        Ok(at)
+    }
+
+    /// What a failed `openat(dir, name, O_NOFOLLOW ...)` of `component`
+    /// (on the way to `rel`) means: a symlink there gives `ELOOP` (a file),
+    /// `ENOTDIR` (a directory) or `EEXIST` (`O_EXCL`); ask which.
+    fn failure(
+        &self,
+        dir: &Dir,
+        name: &OsStr,
+        rel: &Path,
+        component: &Path,
+        e: Errno,
+    ) -> BeneathError {
+        if matches!(e, Errno::LOOP | Errno::NOTDIR | Errno::EXIST) && is_symlink(dir, name) {
+            return BeneathError::Symlink {
+                path: self.path.join(rel),
+                component: self.path.join(component),
+            };
+        }
+        io_error(&self.path.join(rel), e)
+    }
+
+    fn refuse_symlink(&self, dir: &Dir, name: &OsStr, rel: &Path) -> Result<()> {
+        if is_symlink(dir, name) {
+            return Err(BeneathError::Symlink {
+                path: self.path.join(rel),
+                component: self.path.join(rel),
+            });
+        }
+        Ok(())
+    }
+
+    /// The symlink `openat2` refused somewhere in `rel`, found by looking at
+    /// each prefix without following it (only to say which; the refusal
+    /// itself was the kernel's).
+    fn symlink_in(&self, rel: &Path) -> BeneathError {
+        let mut prefix = PathBuf::new();
+        for c in rel.components() {
+            prefix.push(c);
+            let stat = rustix::fs::statat(&self.root, &prefix, AtFlags::SYMLINK_NOFOLLOW);
+            if stat.is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Symlink) {
+                break;
+            }
+        }
+        BeneathError::Symlink {
+            path: self.path.join(rel),
+            component: self.path.join(prefix),
+        }
+    }
+}
+
+fn is_symlink(dir: &Dir, name: &OsStr) -> bool {
+    rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Symlink)
+}
+
+fn io_error(path: &Path, e: Errno) -> BeneathError {
+    BeneathError::Io {
+        path: path.to_path_buf(),
+        source: e.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::fs::symlink;
+
+    const BOTH: [Resolver; 2] = [Resolver::Auto, Resolver::Walk];
+
+    /// A root with `inside/` and, outside it, `outside/` holding `victim`.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        root: PathBuf,
+        outside: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(root.join("inside")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("victim"), "untouched").unwrap();
+        Fixture {
+            _dir: dir,
+            root,
+            outside,
+        }
+    }
+
+    impl Fixture {
+        fn victim(&self) -> String {
+            std::fs::read_to_string(self.outside.join("victim")).unwrap()
+        }
+        fn beneath(&self, r: Resolver) -> Beneath {
+            Beneath::open_with(&self.root, r).unwrap()
+        }
+    }
+
+    fn read(p: &Path) -> String {
+        let mut s = String::new();
+        File::open(p).unwrap().read_to_string(&mut s).unwrap();
+        s
+    }
+
+    /// Every write operation on `rel`.
+    fn every_op(b: &Beneath, rel: &str) -> Vec<(&'static str, Result<()>)> {
+        let rel = Path::new(rel);
+        let write = |mode| {
+            b.open_file(rel, mode)
+                .map(|mut f| f.write_all(b"x").unwrap())
+        };
+        vec![
+            ("append", write(WriteMode::Append)),
+            ("truncate", write(WriteMode::Truncate)),
+            ("create-new", write(WriteMode::CreateNew)),
+            ("atomic", b.write_atomic(rel, b"x", Durability::Fsync)),
+            ("remove", b.remove_file(rel)),
+        ]
+    }
+
+    #[test]
+    fn the_kernel_here_has_openat2_and_auto_uses_it() {
+        let f = fixture();
+        let b = f.beneath(Resolver::Auto);
+        b.open_file(Path::new("inside/a.log"), WriteMode::Append)
+            .unwrap();
+        assert_ne!(
+            OPENAT2.load(Ordering::Relaxed),
+            MISSING,
+            "this kernel answered ENOSYS: only the walk is tested here"
+        );
+        assert!(b.openat2_usable());
+        assert!(!f.beneath(Resolver::Walk).openat2_usable());
+    }
+
+    #[test]
+    fn a_symlinked_directory_component_is_refused() {
+        for r in BOTH {
+            let f = fixture();
+            symlink(&f.outside, f.root.join("inside/link")).unwrap();
+            let b = f.beneath(r);
+            for (op, got) in every_op(&b, "inside/link/victim") {
+                let err = got.expect_err(op);
+                assert!(err.is_symlink(), "{r:?} {op}: {err}");
+                assert!(err.to_string().contains("symlink"), "{err}");
+                assert!(err.to_string().contains("inside/link"), "{err}");
+            }
+            // Creating directories below it is refused too.
+            let err = b.create_dir_all(Path::new("inside/link/new")).unwrap_err();
+            assert!(err.is_symlink(), "{r:?}: {err}");
+            assert_eq!(f.victim(), "untouched");
+            assert!(!f.outside.join("new").exists());
+        }
+    }
+
+    #[test]
+    fn a_symlinked_final_component_is_refused() {
+        for r in BOTH {
+            let f = fixture();
+            symlink(f.outside.join("victim"), f.root.join("inside/state.json")).unwrap();
+            let b = f.beneath(r);
+            for (op, got) in every_op(&b, "inside/state.json") {
+                let err = got.expect_err(op);
+                assert!(err.is_symlink(), "{r:?} {op}: {err}");
+            }
+            assert_eq!(f.victim(), "untouched");
+            // The link itself is left for a person to look at.
+            assert!(f
+                .root
+                .join("inside/state.json")
+                .symlink_metadata()
+                .unwrap()
+                .is_symlink());
+        }
+    }
+
+    #[test]
+    fn a_dangling_symlink_is_refused_and_nothing_is_created_through_it() {
+        for r in BOTH {
+            let f = fixture();
+            symlink(f.outside.join("new-file"), f.root.join("inside/x.log")).unwrap();
+            symlink(f.outside.join("new-dir"), f.root.join("inside/d")).unwrap();
+            let b = f.beneath(r);
+            for (op, got) in every_op(&b, "inside/x.log") {
+                let err = got.expect_err(op);
+                assert!(err.is_symlink(), "{r:?} {op}: {err}");
+            }
+            for (op, got) in every_op(&b, "inside/d/x.log") {
+                let err = got.expect_err(op);
+                assert!(err.is_symlink(), "{r:?} {op}: {err}");
+            }
+            assert!(!f.outside.join("new-file").exists());
+            assert!(!f.outside.join("new-dir").exists());
+        }
+    }
+
+    #[test]
+    fn dotdot_absolute_and_empty_paths_are_refused() {
+        for r in BOTH {
+            let f = fixture();
+            let b = f.beneath(r);
+            for rel in [
+                "../outside/victim",
+                "inside/../../outside/victim",
+                "/etc/passwd",
+                "",
+                ".",
+            ] {
+                for (op, got) in every_op(&b, rel) {
+                    let err = got.expect_err(op);
+                    assert!(
+                        matches!(err, BeneathError::NotBeneath { .. }),
+                        "{r:?} {op} {rel}: {err}"
+                    );
+                }
+            }
+            assert_eq!(f.victim(), "untouched");
+        }
+    }
+
+    #[test]
+    fn a_plain_path_works_and_creates_its_directories() {
+        for r in BOTH {
+            let f = fixture();
+            let b = f.beneath(r);
+            let log = Path::new("run/logs/a.log");
+            let mut file = b.open_file(log, WriteMode::Append).unwrap();
+            file.write_all(b"one\n").unwrap();
+            let mut file = b.open_file(log, WriteMode::Append).unwrap();
+            file.write_all(b"two\n").unwrap();
+            assert_eq!(read(&f.root.join(log)), "one\ntwo\n", "{r:?}");
+
+            let mut file = b.open_file(log, WriteMode::Truncate).unwrap();
+            file.write_all(b"new\n").unwrap();
+            assert_eq!(read(&f.root.join(log)), "new\n");
+
+            let err = b.open_file(log, WriteMode::CreateNew).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::AlreadyExists, "{r:?}: {err}");
+            b.open_file(Path::new("./fresh/one.json"), WriteMode::CreateNew)
+                .unwrap();
+
+            let state = Path::new("run/state/team-state.json");
+            b.write_atomic(state, b"{}", Durability::Fsync).unwrap();
+            b.write_atomic(state, b"{\"a\":1}", Durability::NoFsync)
+                .unwrap();
+            assert_eq!(read(&f.root.join(state)), "{\"a\":1}");
+            let leftovers: Vec<_> = std::fs::read_dir(f.root.join("run/state"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+
+            b.remove_file(log).unwrap();
+            assert!(!f.root.join(log).exists());
+            let err = b.remove_file(log).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::NotFound, "{r:?}: {err}");
+
+            b.create_dir_all(Path::new("deep/er/dir")).unwrap();
+            assert!(f.root.join("deep/er/dir").is_dir());
+            b.create_dir_all(Path::new("deep/er/dir")).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_root_itself_may_be_reached_through_a_symlink() {
+        // The caller chose the root (the canonical project root); only what
+        // lies below it is judged.
+        let f = fixture();
+        let alias = f.root.parent().unwrap().join("alias");
+        symlink(&f.root, &alias).unwrap();
+        for r in BOTH {
+            let b = Beneath::open_with(&alias, r).unwrap();
+            b.write_atomic(Path::new("inside/ok.json"), b"1", Durability::NoFsync)
+                .unwrap();
+        }
+        assert_eq!(read(&f.root.join("inside/ok.json")), "1");
+    }
+
+    #[test]
+    fn errors_convert_to_io_errors_with_their_message() {
+        let f = fixture();
+        symlink(&f.outside, f.root.join("link")).unwrap();
+        let err = f
+            .beneath(Resolver::Walk)
+            .open_file(Path::new("link/x"), WriteMode::Append)
+            .unwrap_err();
+        let io: io::Error = err.into();
+        assert!(io.to_string().contains("symlink"), "{io}");
+    }
+}

