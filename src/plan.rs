@@ -219,6 +219,34 @@ pub struct Job {
     pub liveness_mode: String,
     pub write_policy: WritePolicy,
     pub write_enforcement: WriteEnforcement,
+    /// How a `slurm` job is submitted; present exactly on `slurm` jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmOptions>,
+}
+
+/// The `sbatch` options of a `slurm` job (SPEC §10), as the spec gave them;
+/// what is absent is the cluster's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SlurmOptions {
+    /// `--partition`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// `--account`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// `--time`, in Slurm's notation (`30`, `1:30:00`, `2-0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<String>,
+    /// `--cpus-per-task`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u64>,
+    /// `--mem`, in Slurm's notation (`4G`, `500M`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// More `sbatch` arguments, after okstra's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
 }
 
 /// The dispatch id of one attempt: the one place this shape is built.

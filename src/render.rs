@@ -206,6 +206,31 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
     out
 }
 
+/// A Slurm job's `sbatch` options for review; what is absent is the
+/// cluster's default.
+fn slurm_line(s: &crate::plan::SlurmOptions) -> String {
+    let mut parts: Vec<String> = [
+        ("partition", &s.partition),
+        ("account", &s.account),
+        ("time limit", &s.time_limit),
+        ("memory", &s.memory),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| v.as_ref().map(|v| format!("{name} {v}")))
+    .collect();
+    if let Some(c) = s.cpus {
+        parts.push(format!("cpus {c}"));
+    }
+    if !s.extra_args.is_empty() {
+        parts.push(format!("sbatch {}", shell_line(&s.extra_args)));
+    }
+    if parts.is_empty() {
+        "the cluster's defaults (default partition, no limits given)".into()
+    } else {
+        parts.join(" · ")
+    }
+}
+
 fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
     say!(out, "  ● {} ({})", job.label(), job.key);
     say!(out, "      identity  {}", identity_line(job));
@@ -225,6 +250,9 @@ fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
             .map(|t| format!(" · wall clock {t}s"))
             .unwrap_or_default()
     );
+    if let Some(slurm) = &job.slurm {
+        say!(out, "      slurm     {}", slurm_line(slurm));
+    }
     let audience = job.audience.as_ref().map_or("-", |a| a.as_str());
     say!(
         out,

@@ -293,6 +293,11 @@ fn convert(err: &ValidationError<'_>, schema: &Value, out: &mut Vec<Found>) {
         }
         ValidationErrorKind::FalseSchema | ValidationErrorKind::Not { .. } => {
             let key = last_token(&pointer);
+            // An item of a list is named by its value, not its index.
+            let key = match instance {
+                Value::String(item) if key.parse::<usize>().is_ok() => item.clone(),
+                _ => key,
+            };
             let mut message = format!("`{key}` is not allowed here");
             if let Some(why) = parent_schema(schema, &schema_path)
                 .and_then(|s| s.get("description"))
@@ -612,6 +617,45 @@ mod tests {
     }
 
     #[test]
+    fn jobs_slurm_options_are_checked_and_near_misses_pass() {
+        let mut w = v1_worker();
+        w["backend"] = json!("slurm");
+        w["slurm"] = json!({"partition": "gpu", "timeLimit": "1-12:00:00", "cpus": 4, "memory": "16G",
+                            "extraArgs": ["--qos=short", "--gres=gpu:1", "--exclusive"]});
+        let spec =
+            json!({"defaults": {"slurm": {"account": "lab", "timeLimit": "30"}}, "workers": [w]});
+        assert_eq!(messages(SchemaKind::Jobs, &spec), vec![]);
+        let mut w = v1_worker();
+        w["slurm"] = json!({"partiton": "gpu", "timeLimit": "1h", "cpus": 0, "memory": "16GB",
+                            "extraArgs": ["--array=0-9", "--output=x.log", "-o", "--wrap"]});
+        let got = messages(SchemaKind::Jobs, &json!({"workers": [w]}));
+        let pointers: Vec<&str> = got.iter().map(|g| g.0.as_str()).collect();
+        assert_eq!(
+            pointers,
+            vec![
+                "/workers/0/slurm/cpus",
+                "/workers/0/slurm/extraArgs/0",
+                "/workers/0/slurm/extraArgs/1",
+                "/workers/0/slurm/extraArgs/2",
+                "/workers/0/slurm/extraArgs/3",
+                "/workers/0/slurm/memory",
+                "/workers/0/slurm/partiton",
+                "/workers/0/slurm/timeLimit",
+            ],
+            "{got:?}"
+        );
+        assert!(
+            got[1].2.starts_with("`--array=0-9` is not allowed here: "),
+            "{}",
+            got[1].2
+        );
+        assert_eq!(
+            got[6].2,
+            "unknown key `partiton` (did you mean `partition`?)"
+        );
+    }
+
+    #[test]
     fn jobs_type_and_requirements() {
         let spec = json!({"workers": [{"workerId": "w", "promptPath": "p", "attempt": true}]});
         let got = messages(SchemaKind::Jobs, &spec);
@@ -771,7 +815,11 @@ mod tests {
             key: "k".into(),
             identity,
             provider: crate::provider::Provider::Codex,
-            backend: crate::vocab::Backend::CliWrapper,
+            backend: if full {
+                crate::vocab::Backend::Slurm
+            } else {
+                crate::vocab::Backend::CliWrapper
+            },
             role: crate::vocab::Role::Verifier,
             audience: full.then_some(crate::vocab::Audience::ImplementationVerifier),
             dispatch_kind: crate::vocab::DispatchKind::initial(),
@@ -810,6 +858,14 @@ mod tests {
             write_enforcement: WriteEnforcement {
                 mutation_audit: crate::vocab::MutationAudit::Batch,
             },
+            slurm: full.then(|| SlurmOptions {
+                partition: Some("debug".into()),
+                account: Some("lab".into()),
+                time_limit: Some("1:00:00".into()),
+                cpus: Some(2),
+                memory: Some("4G".into()),
+                extra_args: vec!["--qos=short".into()],
+            }),
         };
         let mut plan = Plan {
             format_version: FORMAT_VERSION,

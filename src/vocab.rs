@@ -22,6 +22,9 @@ pub enum Backend {
     /// A terminal multiplexer pane, where the manifest allows; degrades to
     /// `cli-wrapper` when no multiplexer answers.
     Pane,
+    /// A Slurm batch job (SPEC §10): the wrapper runs on a compute node,
+    /// submitted with `sbatch`, the project root on a shared filesystem.
+    Slurm,
 }
 
 impl Backend {
@@ -29,6 +32,7 @@ impl Backend {
         match self {
             Backend::CliWrapper => "cli-wrapper",
             Backend::Pane => "pane",
+            Backend::Slurm => "slurm",
         }
     }
 
@@ -260,6 +264,7 @@ mod tests {
         for (b, wire) in [
             (Backend::CliWrapper, "cli-wrapper"),
             (Backend::Pane, "pane"),
+            (Backend::Slurm, "slurm"),
         ] {
             assert_eq!(b.as_str(), wire);
             assert_eq!(serde_json::to_value(b).unwrap(), json!(wire));

@@ -1,5 +1,6 @@
 //! `okstra doctor`: check what a run needs before planning or executing it,
-//! and say how to fix each miss. Reads only; never writes.
+//! and say how to fix each miss. Reads only; never writes, but for the file
+//! a Slurm probe job writes under the project root, which it removes.
 
 use crate::compile::paths;
 use crate::diag::{ExitStatus, Format};
@@ -16,7 +17,13 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct DoctorArgs {
-    /// The run manifest to check (with its team-state, lock and run directory).
+    /// A plan (`okstra plan --out`): check exactly what it uses, its
+    /// providers and, for Slurm jobs, the cluster (sbatch, partitions, and
+    /// a probe job that must see the project root).
+    #[arg(value_name = "PLAN")]
+    pub plan: Option<PathBuf>,
+    /// The run manifest to check (with its team-state, lock and run
+    /// directory); with a plan, the plan's manifest by default.
     #[arg(long, value_name = "M")]
     pub manifest: Option<PathBuf>,
     /// The project root the manifest's paths are relative to.
@@ -340,18 +347,58 @@ fn run_checks(root: &Path, manifest_path: &Path) -> (Vec<Check>, Option<Vec<Prov
 }
 
 pub fn doctor(args: &DoctorArgs) -> ExitStatus {
-    let root = paths::canonical_root(&args.project_root);
+    let mut root = paths::canonical_root(&args.project_root);
     let mut checks = vec![schema_checks()];
     let mut needed = None;
-    if let Some(m) = &args.manifest {
-        let path = if m.is_absolute() {
+    let mut plan = None;
+    let mut manifest = args.manifest.as_ref().map(|m| {
+        if m.is_absolute() {
             m.clone()
         } else {
             std::env::current_dir().unwrap_or_default().join(m)
-        };
-        let (c, n) = run_checks(&root, &path);
+        }
+    });
+    if let Some(path) = &args.plan {
+        match crate::exec::load::load(path) {
+            Ok(loaded) => {
+                let p = loaded.plan;
+                root = PathBuf::from(&p.project_root);
+                manifest.get_or_insert_with(|| paths::abs_of(&root, &p.run.manifest_path));
+                checks.push(check(
+                    format!("plan {}", path.display()),
+                    Level::Ok,
+                    format!(
+                        "format {}, digest intact, {} jobs",
+                        p.format_version,
+                        p.jobs().count()
+                    ),
+                    "",
+                ));
+                plan = Some(p);
+            }
+            Err(d) => checks.push(check(
+                format!("plan {}", path.display()),
+                Level::Fail,
+                format!("[{}] {}", d.code.as_str(), d.message),
+                "doctor reads a plan `okstra plan` wrote: make it (again) with `okstra plan SPEC --manifest M --out PLAN`",
+            )),
+        }
+    }
+    if let Some(path) = &manifest {
+        let (c, n) = run_checks(&root, path);
         checks.extend(c);
         needed = n;
+    }
+    if let Some(p) = &plan {
+        // Exactly the providers the plan's jobs use.
+        let mut used: Vec<Provider> = Vec::new();
+        for job in p.jobs() {
+            if job.provider.is_agent() && !used.contains(&job.provider) {
+                used.push(job.provider);
+            }
+        }
+        needed = Some(used);
+        checks.extend(slurm_checks(p, &root));
     }
     checks.extend(provider_checks(needed.as_deref()));
     let failed = checks.iter().filter(|c| c.status == Level::Fail).count();
@@ -373,8 +420,8 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
                     outln!("      fix: {}", c.fix);
                 }
             }
-            if args.manifest.is_none() {
-                outln!("      (pass --manifest M to check a run's manifest, team-state, lock and run directory)");
+            if args.manifest.is_none() && args.plan.is_none() {
+                outln!("      (pass a PLAN, or --manifest M, to check what a run needs: its manifest, team-state, lock, run directory and backends)");
             }
             if failed == 0 {
                 outln!("all is well");
@@ -391,6 +438,182 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
     } else {
         ExitStatus::InvalidInput
     }
+}
+
+/// How long a probe job may take to run and end (it may have to wait for
+/// a node), unless `OKSTRA_DOCTOR_PROBE_SECONDS` says otherwise.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A plan's Slurm jobs need (SPEC §10): Slurm's client commands, a
+/// controller that answers, every partition they name, and nodes that see
+/// the project root where exec does (a probe job per partition writes a
+/// file under it) and can run the wrapper.
+fn slurm_checks(plan: &crate::plan::Plan, root: &Path) -> Vec<Check> {
+    use crate::exec::backend::slurm;
+    let jobs: Vec<(String, &crate::plan::Job)> = plan
+        .stages
+        .iter()
+        .enumerate()
+        .flat_map(|(si, s)| {
+            s.jobs
+                .iter()
+                .enumerate()
+                .map(move |(ji, j)| (format!("/stages/{si}/jobs/{ji}"), j))
+        })
+        .filter(|(_, j)| j.backend == crate::vocab::Backend::Slurm)
+        .collect();
+    if jobs.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let Some(sbatch) = which("sbatch") else {
+        out.push(check(
+            "slurm sbatch",
+            Level::Fail,
+            format!("`sbatch` is not on PATH, and {} job(s) of the plan run on Slurm", jobs.len()),
+            "run okstra on a Slurm login node, or install Slurm's client commands (Debian: slurm-client)",
+        ));
+        return out;
+    };
+    match version_of(&sbatch, VERSION_TIMEOUT) {
+        Ok(v) => out.push(check(
+            "slurm sbatch",
+            Level::Ok,
+            format!("{} ({v})", sbatch.display()),
+            "",
+        )),
+        Err(e) => {
+            out.push(check(
+                "slurm sbatch",
+                Level::Fail,
+                format!("{}: {e}", sbatch.display()),
+                "check the Slurm client installation (SLURM_CONF, munge)",
+            ));
+            return out;
+        }
+    }
+    let known = match slurm::partitions() {
+        Ok(p) => p,
+        Err(e) => {
+            out.push(check(
+                "slurm controller",
+                Level::Fail,
+                format!("the cluster does not answer: {e}"),
+                "check that slurmctld runs and SLURM_CONF names its configuration (`scontrol ping`)",
+            ));
+            return out;
+        }
+    };
+    let listing = known
+        .iter()
+        .map(|(n, d)| {
+            if *d {
+                format!("{n} (default)")
+            } else {
+                n.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let default = known.iter().find(|(_, d)| *d).map(|(n, _)| n.clone());
+    // Each distinct set of submission options is probed once.
+    let mut probes: Vec<(String, crate::plan::SlurmOptions)> = Vec::new();
+    let mut named: Vec<(String, Vec<String>)> = Vec::new();
+    for (pointer, job) in &jobs {
+        let options = job.slurm.clone().unwrap_or_default();
+        let (partition, at) = match &options.partition {
+            Some(p) => (Some(p.clone()), format!("{pointer}/slurm/partition")),
+            None => (default.clone(), pointer.clone()),
+        };
+        let Some(partition) = partition else {
+            out.push(check(
+                "slurm partition",
+                Level::Fail,
+                format!("{} names no partition ({at}) and the cluster has no default one (partitions: {listing})", job.label()),
+                "set slurm.partition in the spec, then plan again",
+            ));
+            continue;
+        };
+        let who = format!("{} ({at})", job.label());
+        match named.iter_mut().find(|(p, _)| *p == partition) {
+            Some((_, w)) => w.push(who),
+            None => named.push((partition.clone(), vec![who])),
+        }
+        if known.iter().any(|(n, _)| *n == partition) {
+            let probe_options = crate::plan::SlurmOptions {
+                partition: Some(partition.clone()),
+                account: options.account.clone(),
+                ..Default::default()
+            };
+            if !probes.iter().any(|(_, o)| *o == probe_options) {
+                probes.push((partition, probe_options));
+            }
+        }
+    }
+    for (partition, workers) in &named {
+        let name = format!("slurm partition {partition}");
+        if known.iter().any(|(n, _)| n == partition) {
+            out.push(check(
+                name,
+                Level::Ok,
+                format!("exists; used by {}", workers.join(", ")),
+                "",
+            ));
+        } else {
+            out.push(check(
+                name,
+                Level::Fail,
+                format!("partition `{partition}` does not exist on this cluster (partitions: {listing}); named by {}", workers.join(", ")),
+                "set slurm.partition in the spec to one of the cluster's partitions (`sinfo`), then plan again",
+            ));
+        }
+    }
+    let wrapper = match std::env::current_exe() {
+        Ok(okstra) => crate::exec::backend::WorkerExe::beside(&okstra),
+        Err(_) => crate::exec::backend::WorkerExe::subcommand(Path::new("okstra")),
+    };
+    let wrapper = PathBuf::from(
+        wrapper
+            .argv(&["okstra".into(), "worker".into()])
+            .into_iter()
+            .next()
+            .unwrap_or_default(),
+    );
+    let timeout = std::env::var("OKSTRA_DOCTOR_PROBE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(PROBE_TIMEOUT, Duration::from_secs);
+    for (partition, options) in &probes {
+        let name = format!("slurm node sees the project ({partition})");
+        out.push(match slurm::probe(root, &wrapper, options, timeout) {
+            Ok(slurm::Probe::Shared { job, wrapper: true, took }) => check(
+                name,
+                Level::Ok,
+                format!("probe job {job} wrote under {} and read back here in {:.1} s; the node can run {}", root.display(), took.as_secs_f64(), wrapper.display()),
+                "",
+            ),
+            Ok(slurm::Probe::Shared { job, wrapper: false, .. }) => check(
+                name,
+                Level::Fail,
+                format!("probe job {job} sees the project root, but not an executable {} on its node", wrapper.display()),
+                "install okstra at the same path on every node (or on the shared filesystem)",
+            ),
+            Ok(slurm::Probe::NotShared { job, state }) => check(
+                name,
+                Level::Fail,
+                format!("probe job {job} ended {state}, but the file it writes under {} never appeared here: the nodes do not share the project root", root.display()),
+                "put the project on a filesystem every node mounts at the same path (NFS, Lustre, ...)",
+            ),
+            Ok(slurm::Probe::Unfinished { job, state }) => check(
+                name,
+                Level::Warn,
+                format!("probe job {job} did not finish within {} s ({state}); cancelled, so whether nodes see the project is unknown", timeout.as_secs()),
+                "run doctor again when the partition has room (OKSTRA_DOCTOR_PROBE_SECONDS waits longer)",
+            ),
+            Err(e) => check(name, Level::Fail, format!("cannot submit a probe job: {e}"), "run the same sbatch by hand to see what the cluster refuses"),
+        });
+    }
+    out
 }
 
 #[cfg(test)]

@@ -108,6 +108,48 @@ pub fn run(args: &RunArgs) -> ExitStatus {
     status
 }
 
+/// The Slurm state of every running attempt with a Slurm job, asked in one
+/// `squeue` call and put on its row as `slurmState` (and `slurmReason`
+/// while it pends). `None`: no dispatch ran on Slurm.
+fn slurm_states(rows: &mut [Value]) -> Option<Result<(), String>> {
+    let job = |r: &Value| r.get("slurmJobId").and_then(Value::as_u64);
+    if !rows.iter().any(|r| job(r).is_some()) {
+        return None;
+    }
+    let running: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.get("status").and_then(Value::as_str) == Some("running"))
+        .filter_map(job)
+        .collect();
+    if running.is_empty() {
+        return Some(Ok(()));
+    }
+    let states = match exec::backend::slurm::query(&running) {
+        Ok(states) => states,
+        Err(e) => return Some(Err(e)),
+    };
+    for row in rows.iter_mut() {
+        let Some(id) = job(row).filter(|id| running.contains(id)) else {
+            continue;
+        };
+        let (state, reason) = match states.get(&id) {
+            Some(s) => (s.state.clone(), s.reason.clone()),
+            // Slurm forgets a job some minutes after it ends.
+            None => (
+                "GONE".to_string(),
+                "finished, state unknown to Slurm".to_string(),
+            ),
+        };
+        if let Value::Object(m) = row {
+            m.insert("slurmState".into(), json!(state));
+            if !matches!(reason.as_str(), "" | "None") {
+                m.insert("slurmReason".into(), json!(reason));
+            }
+        }
+    }
+    Some(Ok(()))
+}
+
 fn finish(o: &Outcomes, format: Format) -> ExitStatus {
     let status = exec::exit_status(o);
     let mut refused = Diagnostics::from(o.refused.clone());
@@ -210,10 +252,12 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
             .cloned()
             .unwrap_or_default()
     };
+    let mut dispatch_rows = rows("workerDispatches");
+    let slurm = slurm_states(&mut dispatch_rows);
     match args.format {
         Format::Json => outln!(
             "{}",
-            serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": rows("workers"), "dispatches": rows("workerDispatches")})).unwrap_or_default()
+            serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": rows("workers"), "dispatches": dispatch_rows})).unwrap_or_default()
         ),
         Format::Text => {
             let s = |v: &Value, k: &str| {
@@ -230,7 +274,7 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
                         .collect()
                 })
                 .collect();
-            let dispatches: Vec<Vec<String>> = rows("workerDispatches")
+            let dispatches: Vec<Vec<String>> = dispatch_rows
                 .iter()
                 .map(|d| {
                     let who = if d.get("executionLabel").is_some() {
@@ -238,18 +282,36 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
                     } else {
                         s(d, "workerId")
                     };
-                    vec![who, s(d, "attempt"), s(d, "status"), s(d, "dispatchId"), s(d, "reason")]
+                    let mut row = vec![who, s(d, "attempt"), s(d, "status"), s(d, "dispatchId")];
+                    if slurm.is_some() {
+                        let id = d.get("slurmJobId").map(Value::to_string).unwrap_or_default();
+                        row.push(match (s(d, "slurmState"), s(d, "slurmReason")) {
+                            (state, _) if state.is_empty() => id,
+                            (state, reason) if reason.is_empty() => format!("{id} {state}"),
+                            (state, reason) => format!("{id} {state} ({reason})"),
+                        });
+                    }
+                    row.push(s(d, "reason"));
+                    row
                 })
                 .collect();
+            let mut heads = vec!["dispatch", "attempt", "status", "id"];
+            if slurm.is_some() {
+                heads.push("slurm");
+            }
+            heads.push("reason");
             let completed = |status: &str| status.parse() == Ok(WorkerStatus::Completed);
             let done = workers.iter().filter(|w| completed(&w[1])).count();
-            let text = format!(
+            let mut text = format!(
                 "team-state {team}: {done} of {} worker{} completed\n\n{}\n{}",
                 workers.len(),
                 if workers.len() == 1 { "" } else { "s" },
                 render::table(&["worker", "status", "provider", "ended", "reason"], &workers),
-                render::table(&["dispatch", "attempt", "status", "id", "reason"], &dispatches),
+                render::table(&heads, &dispatches),
             );
+            if let Some(Err(e)) = &slurm {
+                let _ = writeln!(text, "(the Slurm state of running attempts is unknown: {e})");
+            }
             out!("{text}");
         }
     }

@@ -9,6 +9,7 @@
 //! identity keys are kept raw: `identity::parse` judges their presence,
 //! types and versions together and reports every problem at once.
 
+use crate::plan::SlurmOptions;
 use crate::vocab::{Backend, MutationAudit};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
@@ -113,6 +114,10 @@ pub struct WorkerFields {
     pub approval_mode: Option<String>,
     #[serde(default, deserialize_with = "texts")]
     pub extra_args: Vec<String>,
+    /// The `sbatch` options of a `slurm` job: the defaults' table with the
+    /// entry's own keys over it.
+    #[serde(default, deserialize_with = "slurm_table")]
+    pub slurm: Option<SlurmOptions>,
 }
 
 impl WorkerFields {
@@ -166,7 +171,7 @@ impl Entry {
         let own = values
             .keys()
             .filter(|k| located.contains(&k.as_str()))
-            .map(|k| k.as_str().into())
+            .map(|k| escape(k).into())
             .collect();
         Entry {
             stage: 0,
@@ -182,16 +187,33 @@ impl Entry {
 
     /// The pointer of a key's value (its own or the default's), or of the
     /// entry itself when the key is absent.
+    /// A key of the `slurm` table is asked for as `slurm/<key>`.
     pub fn ptr(&self, key: &str) -> String {
-        let has = |keys: &[Box<str>]| keys.iter().any(|k| &**k == key);
+        let suffix = match key.strip_prefix("slurm/") {
+            Some(sub) => format!("{SLURM}/{}", escape(sub)),
+            None => escape(key),
+        };
+        let has = |keys: &[Box<str>]| keys.iter().any(|k| **k == *suffix);
         if has(&self.origin.own) {
-            format!("{}/{}", self.pointer, escape(key))
+            format!("{}/{suffix}", self.pointer)
         } else if has(&self.origin.defaults) {
-            format!("/defaults/{}", escape(key))
+            format!("/defaults/{suffix}")
         } else {
             self.pointer.clone()
         }
     }
+}
+
+/// The pointer suffixes of an object's keys, and of the keys of its
+/// `slurm` table.
+fn pointer_keys(object: &Map<String, Value>) -> Vec<Box<str>> {
+    let sub = object.get(SLURM).and_then(Value::as_object);
+    let sub = sub.into_iter().flat_map(|m| m.keys());
+    object
+        .keys()
+        .map(|k| escape(k).into())
+        .chain(sub.map(|k| format!("{SLURM}/{}", escape(k)).into()))
+        .collect()
 }
 
 /// Every worker entry of a spec, `defaults` applied. Each worker's own
@@ -203,18 +225,32 @@ pub fn take_entries(doc: &mut Value) -> Vec<Entry> {
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let default_keys: Arc<[Box<str>]> = defaults.keys().map(|k| k.as_str().into()).collect();
+    let default_keys: Arc<[Box<str>]> = pointer_keys(&defaults).into();
     let mut out = Vec::new();
     let mut push = |stage: usize, pointer: String, item: &mut Value| {
         let Some(own) = item.as_object_mut() else {
             return;
         };
         let mut values = std::mem::take(own);
-        let own_keys = values.keys().map(|k| k.as_str().into()).collect();
-        // An entry's own value wins over the default.
+        let own_keys = pointer_keys(&values).into();
         for (k, v) in &defaults {
-            if !values.contains_key(k) {
-                values.insert(k.clone(), v.clone());
+            match values.get_mut(k) {
+                // A worker's `slurm` table adds to the defaults' one, key by
+                // key: `cpus` for one worker keeps the run's partition.
+                Some(Value::Object(over)) if k == SLURM => {
+                    if let Value::Object(base) = v {
+                        for (sk, sv) in base {
+                            if !over.contains_key(sk) {
+                                over.insert(sk.clone(), sv.clone());
+                            }
+                        }
+                    }
+                }
+                // Otherwise an entry's own value wins over the default.
+                Some(_) => {}
+                None => {
+                    values.insert(k.clone(), v.clone());
+                }
             }
         }
         out.push(Entry {
@@ -243,6 +279,10 @@ pub fn take_entries(doc: &mut Value) -> Vec<Entry> {
     }
     out
 }
+
+/// The key of the `sbatch` options; `Entry::ptr("slurm/partition")` points
+/// at one of them.
+pub const SLURM: &str = "slurm";
 
 /// A key as a JSON pointer segment.
 fn escape(key: &str) -> String {
@@ -304,6 +344,30 @@ fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
 /// names the words it allows).
 fn word<'de, D: Deserializer<'de>, T: std::str::FromStr>(d: D) -> Result<Option<T>, D::Error> {
     Ok(text(d)?.and_then(|s| s.parse().ok()))
+}
+
+/// The `slurm` table, each key read on its own (one of the wrong type reads
+/// as absent); anything but a table reads as no table.
+fn slurm_table<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SlurmOptions>, D::Error> {
+    let Value::Object(m) = Value::deserialize(d)? else {
+        return Ok(None);
+    };
+    let text = |k: &str| match m.get(k) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    };
+    Ok(Some(SlurmOptions {
+        partition: text("partition"),
+        account: text("account"),
+        time_limit: text("timeLimit"),
+        cpus: m.get("cpus").and_then(Value::as_u64).filter(|n| *n >= 1),
+        memory: text("memory"),
+        extra_args: m
+            .get("extraArgs")
+            .cloned()
+            .map(strings_of)
+            .unwrap_or_default(),
+    }))
 }
 
 #[cfg(test)]
@@ -407,5 +471,36 @@ mod tests {
         );
         assert_eq!(e.ptr("provider"), "/workers/3/provider");
         assert_eq!(e.ptr("derived"), "/workers/3");
+    }
+
+    #[test]
+    fn a_workers_slurm_table_adds_to_the_defaults_key_by_key() {
+        let mut doc = json!({
+            "defaults": {"backend": "slurm", "slurm": {"partition": "gpu", "cpus": 2, "timeLimit": "10"}},
+            "workers": [
+                {"workerId": "x", "slurm": {"cpus": 8, "memory": "4G", "extraArgs": ["--qos=x", 3]}},
+                {"workerId": "y"},
+                {"workerId": "z", "slurm": {"cpus": "many", "account": ""}}
+            ]
+        });
+        let entries = take_entries(&mut doc);
+        let x = entries[0].fields.slurm.clone().unwrap();
+        assert_eq!(x.partition.as_deref(), Some("gpu"));
+        assert_eq!(x.time_limit.as_deref(), Some("10"));
+        assert_eq!(x.cpus, Some(8));
+        assert_eq!(x.memory.as_deref(), Some("4G"));
+        assert_eq!(x.extra_args, ["--qos=x"]);
+        assert_eq!(entries[0].ptr("slurm/cpus"), "/workers/0/slurm/cpus");
+        assert_eq!(
+            entries[0].ptr("slurm/partition"),
+            "/defaults/slurm/partition"
+        );
+        assert_eq!(entries[1].fields.slurm.as_ref().unwrap().cpus, Some(2));
+        assert_eq!(entries[1].ptr("slurm/cpus"), "/defaults/slurm/cpus");
+        // Ill-typed values read as absent; the schema reports them.
+        let z = entries[2].fields.slurm.clone().unwrap();
+        assert_eq!((z.cpus, z.account), (None, None));
+        assert_eq!(z.partition.as_deref(), Some("gpu"));
+        assert_eq!(fields(json!({"slurm": "gpu"})).slurm, None);
     }
 }

@@ -442,11 +442,12 @@ fn assemble(
     d: Described,
 ) -> Job {
     let f = &entry.fields;
+    let backend = f.backend.unwrap_or(run.info.terminal_backend);
     let mut job = Job {
         key: parsed.state_key,
         identity: parsed.identity,
         provider,
-        backend: f.backend.unwrap_or(run.info.terminal_backend),
+        backend,
         role: d.role,
         audience: d.audience,
         round: d.dispatch_kind.round(),
@@ -477,6 +478,9 @@ fn assemble(
         write_enforcement: plan::WriteEnforcement {
             mutation_audit: f.mutation_audit.unwrap_or(MutationAudit::Batch),
         },
+        // Only a Slurm job is submitted: a `[slurm]` table in `defaults`
+        // leaves the run's local jobs as they are.
+        slurm: (backend == Backend::Slurm).then(|| f.slurm.clone().unwrap_or_default()),
     };
     job.dispatch_id = job.dispatch_id_for(job.first_attempt());
     job
@@ -663,7 +667,7 @@ fn wrapper_command(w: &WrapperCommand) -> Vec<String> {
     let job = w.job;
     let presentation = match job.backend {
         Backend::Pane => "live",
-        Backend::CliWrapper => "quiet",
+        Backend::CliWrapper | Backend::Slurm => "quiet",
     };
     let mut argv: Vec<String> = vec![
         "okstra".into(),

@@ -22,6 +22,13 @@ pub enum End {
     /// exec stopped it because a launch of its batch failed: like an
     /// interruption, no fault of its own.
     LaunchFailed(String),
+    /// Someone other than exec ended it before the wrapper could record an
+    /// exit (an operator's `scancel` of its Slurm job): no fault of its own,
+    /// so resumable, but by the next exec, not behind the operator's back.
+    Cancelled(String),
+    /// The backend's own time limit stopped it (a Slurm `--time`): a
+    /// wall-clock timeout like `timeoutSeconds`.
+    TimeLimit(String),
 }
 
 /// What the wrapper's status sidecar says, where it says it.
@@ -174,6 +181,17 @@ fn base(f: &Facts) -> Decision {
             d.failure_kind = Some("launch-failed".into());
             d.resumable = true;
         }
+        End::Cancelled(why) => {
+            d.reason = why.clone();
+            d.failure_kind = Some("cancelled".into());
+            d.resumable = true;
+        }
+        End::TimeLimit(why) => {
+            d.status = Status::Timeout;
+            d.exit_code = Some(TIMEOUT_EXIT_CODE);
+            d.reason = why.clone();
+            d.failure_kind = Some("timeout".into());
+        }
         End::Idle => {
             d.status = Status::Timeout;
             d.exit_code = Some(TIMEOUT_EXIT_CODE);
@@ -273,6 +291,20 @@ mod tests {
             violations: vec!["src/evil.rs".into()],
             retry_allowed,
         }
+    }
+
+    #[test]
+    fn a_job_cancelled_from_outside_is_resumable_and_a_time_limit_is_a_timeout() {
+        let d = decide(&facts(End::Cancelled("Slurm job 7 was cancelled".into())));
+        assert_eq!(d.status, Status::Error);
+        assert!(d.resumable && !d.retry && d.log_error);
+        assert_eq!(d.failure_kind.as_deref(), Some("cancelled"));
+        assert_eq!(d.reason, "Slurm job 7 was cancelled");
+        let d = decide(&facts(End::TimeLimit("Slurm's time limit".into())));
+        assert_eq!(d.status, Status::Timeout);
+        assert_eq!(d.exit_code, Some(TIMEOUT_EXIT_CODE));
+        assert!(!d.resumable && !d.retry);
+        assert_eq!(d.failure_kind.as_deref(), Some("timeout"));
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! Every attempt goes through the same steps, each a small function here:
 //! [`Runner::launch_batch`] starts the wrappers of a batch held at their
-//! gate, records their dispatches with one synced commit and only then lets
-//! them run; [`Runner::wait_round`] watches them (exits, idleness, Ctrl-C);
+//! gate, records their dispatches with one synced commit (per slice of a
+//! batch slow to start) and only then lets them run; [`Runner::wait_round`] watches them (exits, idleness, Ctrl-C);
 //! [`Runner::settle_round`] audits what the round changed and settles each
 //! attempt through [`super::decide::decide`]; the decision is recorded
 //! before anything follows from it.
@@ -35,6 +35,13 @@ use std::time::{Duration, Instant};
 /// How long the loop waits for an exit before it looks at idleness, the
 /// interrupt flag and the live line again.
 const TICK: Duration = Duration::from_millis(100);
+
+/// How long a batch starts wrappers before those started so far are
+/// recorded (one synced commit) and released. Local starts take about a
+/// millisecond, so a local batch of a hundred jobs is one slice; a Slurm
+/// start is an `sbatch` call of 10-25 ms, and slicing lets the first jobs
+/// run while later ones are still being submitted.
+const LAUNCH_SLICE: Duration = Duration::from_millis(200);
 
 use crate::worker::{NEVER_RELEASED_EXIT_CODE as NEVER_RELEASED, STATUS_WRITE_FAILED_EXIT_CODE};
 
@@ -134,13 +141,20 @@ impl<'a> Runner<'a> {
         } = verified;
         let (audit_roots, audit_exclude) = audit_walk(root, plan, jobs, &rec);
         let n = jobs.len();
+        let mut backend = Backends::new(Local::new(opts.worker.clone()));
+        if plan.jobs().any(|j| j.backend == Backend::Slurm) {
+            backend.add(
+                Backend::Slurm,
+                Box::new(super::backend::slurm::Slurm::new(opts.worker.clone(), plan)),
+            );
+        }
         Runner {
             root: root.to_path_buf(),
             plan,
             opts,
             jobs,
             rec,
-            backend: Backends::new(Local::new(opts.worker.clone())),
+            backend,
             reporters,
             interrupt,
             interrupted: false,
@@ -501,66 +515,82 @@ impl<'a> Runner<'a> {
 
     /// Start a batch of attempts (SPEC §5.8): each wrapper starts held at
     /// its gate; their dispatches are recorded and synced in one commit;
-    /// only then are they let go. Returns the started attempts, or the
-    /// launch failure (every wrapper of the batch already stopped at its
-    /// gate) with the attempts that never ran.
+    /// only then are they let go. A batch whose starts take longer than
+    /// [`LAUNCH_SLICE`] goes in slices, each recorded and released before
+    /// the next starts. Returns the started attempts, or the launch failure
+    /// (every wrapper of its slice already stopped at its gate) with the
+    /// attempts that never ran and those of earlier slices, which run.
     #[allow(clippy::type_complexity)]
     fn launch_batch(
         &mut self,
         batch: Vec<(usize, u64)>,
-    ) -> Result<Vec<Running>, (String, Vec<(usize, u64)>)> {
-        let mut held: Vec<(usize, Dispatched)> = Vec::with_capacity(batch.len());
-        let mut failure = None;
-        for &(i, attempt) in &batch {
-            match self.start_held(i, attempt) {
-                Ok(d) => held.push((i, d)),
-                Err(e) => {
-                    failure = Some(format!("launch failed for {}: {e}", self.job(i).label()));
+    ) -> Result<Vec<Running>, (String, Vec<(usize, u64)>, Vec<Running>)> {
+        let mut running = Vec::with_capacity(batch.len());
+        let mut todo: VecDeque<(usize, u64)> = batch.into();
+        while !todo.is_empty() {
+            let slice = Instant::now();
+            let mut held: Vec<(usize, Dispatched)> = Vec::new();
+            let mut failure = None;
+            while let Some(&(i, attempt)) = todo.front() {
+                if !held.is_empty() && slice.elapsed() >= LAUNCH_SLICE {
                     break;
                 }
+                todo.pop_front();
+                match self.start_held(i, attempt) {
+                    Ok(d) => held.push((i, d)),
+                    Err(e) => {
+                        let reason = format!("launch failed for {}: {e}", self.job(i).label());
+                        failure = Some((reason, (i, attempt)));
+                        break;
+                    }
+                }
             }
-        }
-        if let Some(reason) = failure {
-            // None of the batch was recorded or released: each held wrapper
-            // exits at its closed gate, and the whole batch is cut.
-            for (_, d) in &held {
-                self.backend.abandon(d.handle);
+            let never = |held: &[(usize, Dispatched)], todo: VecDeque<(usize, u64)>| {
+                held.iter()
+                    .map(|(i, d)| (*i, d.head.attempt))
+                    .chain(todo)
+                    .collect::<Vec<_>>()
+            };
+            if let Some((reason, failed)) = failure {
+                // None of the slice was recorded or released: each held
+                // wrapper exits at its closed gate, and the batch is cut.
+                for (_, d) in &held {
+                    self.backend.abandon(d.handle);
+                }
+                todo.push_front(failed);
+                return Err((reason, never(&held, todo), running));
             }
-            return Err((reason, batch));
-        }
-        for (i, d) in &held {
-            let job = self.job(*i);
-            self.rec
-                .record(&job, &Event::WorkerDispatched(d.clone()), Then::End);
-        }
-        crate::fault::point("dispatch-commit");
-        if let Err(e) = self.rec.commit(Sync::Data) {
-            // Not recorded, so not run: every held wrapper exits at its
-            // closed gate without starting anything.
-            for (_, d) in &held {
-                self.backend.abandon(d.handle);
+            for (i, d) in &held {
+                let job = self.job(*i);
+                self.rec
+                    .record(&job, &Event::WorkerDispatched(d.clone()), Then::End);
             }
-            self.fatal = Some(format!("cannot record the dispatch of a batch: {e}"));
-            return Err((
-                self.fatal.clone().unwrap_or_default(),
-                held.iter().map(|(i, d)| (*i, d.head.attempt)).collect(),
-            ));
-        }
-        let mut running = Vec::with_capacity(held.len());
-        for (i, d) in held {
-            crate::fault::point("release");
-            // A wrapper that died at its gate is seen as its exit.
-            let _ = self.backend.release(d.handle);
-            self.tell(Notice::Recorded {
-                event: &Event::WorkerDispatched(d.clone()),
-            });
-            let log = self.abs(&self.job(i).log_path());
-            running.push(Running {
-                job: i,
-                dispatched: d,
-                started: Instant::now(),
-                watch: crate::process::LogWatch::new(log),
-            });
+            crate::fault::point("dispatch-commit");
+            if let Err(e) = self.rec.commit(Sync::Data) {
+                // Not recorded, so not run: every held wrapper exits at its
+                // closed gate without starting anything.
+                for (_, d) in &held {
+                    self.backend.abandon(d.handle);
+                }
+                self.fatal = Some(format!("cannot record the dispatch of a batch: {e}"));
+                let reason = self.fatal.clone().unwrap_or_default();
+                return Err((reason, never(&held, todo), running));
+            }
+            for (i, d) in held {
+                crate::fault::point("release");
+                // A wrapper that died at its gate is seen as its exit.
+                let _ = self.backend.release(d.handle);
+                self.tell(Notice::Recorded {
+                    event: &Event::WorkerDispatched(d.clone()),
+                });
+                let log = self.abs(&self.job(i).log_path());
+                running.push(Running {
+                    job: i,
+                    dispatched: d,
+                    started: Instant::now(),
+                    watch: crate::process::LogWatch::new(log),
+                });
+            }
         }
         Ok(running)
     }
@@ -668,7 +698,10 @@ impl<'a> Runner<'a> {
                                 running.insert(r.dispatched.handle, r);
                             }
                         }
-                        Err((reason, never)) => {
+                        Err((reason, never, started)) => {
+                            for r in started {
+                                running.insert(r.dispatched.handle, r);
+                            }
                             return self.cut_round(reason, running, never, queue, ended, retries);
                         }
                     }
@@ -715,7 +748,10 @@ impl<'a> Runner<'a> {
                         elapsed: r.started.elapsed(),
                     });
                     let status = self.abs(&self.job(r.job).status_path());
-                    let end = wrapper_end(code, &status);
+                    let end = self
+                        .backend
+                        .ended(handle)
+                        .unwrap_or_else(|| wrapper_end(code, &status));
                     ended.push(Ended {
                         job: r.job,
                         dispatched: r.dispatched,
@@ -727,6 +763,11 @@ impl<'a> Runner<'a> {
             let idle: Vec<Handle> = running
                 .iter_mut()
                 .filter_map(|(handle, r)| {
+                    if self.backend.queued(*handle) {
+                        // The idle clock starts when the job does.
+                        r.watch = crate::process::LogWatch::new(r.watch.path().to_path_buf());
+                        return None;
+                    }
                     let limit = Duration::from_secs(self.job(r.job).idle_timeout_seconds);
                     (r.started.elapsed() >= limit && r.watch.idle_for() >= limit).then_some(*handle)
                 })
@@ -823,9 +864,14 @@ impl Runner<'_> {
         let status_path = self.abs(&job.status_path());
         let attempt = d.head.attempt;
         let alive = |me: &mut Self| me.backend.find(&d) == Seen::Running;
-        // A wrapper still at its gate sees its closed pipe and exits at once.
+        // A local wrapper still at its gate sees its closed pipe and exits
+        // at once. (A Slurm job may pend for hours: no wait for it.)
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !status_exists(&status_path) && alive(self) && Instant::now() < deadline {
+        while d.handle.pid().is_some()
+            && !status_exists(&status_path)
+            && alive(self)
+            && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         let status = super::settle::read_status(&status_path);
@@ -842,6 +888,24 @@ impl Runner<'_> {
                 started: Instant::now(),
             })
         };
+        // A backend may know better than the sidecar how an attempt that
+        // ran ended: Slurm signals the worker too when it cancels a job or
+        // stops it at its time limit.
+        if status.is_some() && !alive(self) {
+            if let Some(end) = self.backend.ended(d.handle) {
+                self.say(format!(
+                    "{} (attempt {attempt}) ended while no exec watched it ({}); settling it",
+                    job.label(),
+                    d.handle
+                ));
+                return Found::Ended(Ended {
+                    job: i,
+                    dispatched: d,
+                    end,
+                    started: Instant::now(),
+                });
+            }
+        }
         if state == "exited" {
             let s = status.as_ref();
             let stopped = s

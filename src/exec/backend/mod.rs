@@ -14,7 +14,9 @@
 //! [`Backends`] routes each attempt to the backend its job names.
 
 pub mod pane;
+pub mod slurm;
 
+use super::decide::End;
 use super::event::{Dispatched, Handle};
 use super::notices::Notices;
 use crate::plan::Job;
@@ -78,6 +80,17 @@ pub trait Dispatch {
     /// to every one at once, one `grace` for all, then SIGKILL; each one's
     /// exit code (SPEC §5.2: stopping N workers takes one grace period).
     fn stop(&mut self, handles: &[Handle], grace: Duration) -> Vec<(Handle, i32)>;
+    /// How an attempt [`Self::exits`] reported ended, where its exit code
+    /// does not say it all (a Slurm job its scheduler cancelled, or stopped
+    /// at its time limit); asked once per exit. `None`: the code says it.
+    fn ended(&mut self, _handle: Handle) -> Option<End> {
+        None
+    }
+    /// Whether the attempt still waits for the backend to start it (a Slurm
+    /// job in the queue): time spent there is not idleness.
+    fn queued(&mut self, _handle: Handle) -> bool {
+        false
+    }
 }
 
 /// The wrapper executable exec starts for each attempt.
@@ -395,5 +408,11 @@ impl Dispatch for Backends {
             out.extend(b.stop(handles, grace));
         }
         out
+    }
+    fn ended(&mut self, handle: Handle) -> Option<End> {
+        self.route(None, Some(handle)).ended(handle)
+    }
+    fn queued(&mut self, handle: Handle) -> bool {
+        self.route(None, Some(handle)).queued(handle)
     }
 }
