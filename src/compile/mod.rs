@@ -494,7 +494,7 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
         let Some(parsed) = parsed else {
             // Still check the paths of a refused entry, so one run shows
             // every problem.
-            check_entry_paths(ctx, &loaded.src, entry);
+            check_entry_paths(ctx, &loaded.src, entry, true);
             continue;
         };
         known.push(parsed.state_key.clone());
@@ -609,7 +609,10 @@ pub fn check_spec_alone(ctx: &mut Ctx, loaded: &Loaded) {
         let names = stage_names(&loaded.doc);
         let mut sketches: Vec<Vec<job::Sketch>> = names.iter().map(|_| Vec::new()).collect();
         for (entry, parsed) in entries.iter().zip(&parsed) {
-            let Some(parsed) = parsed else { continue };
+            let Some(parsed) = parsed else {
+                check_entry_paths(ctx, &loaded.src, entry, false);
+                continue;
+            };
             if let Some(s) = job::sketch(ctx, &loaded.src, entry, parsed) {
                 sketches[entry.stage].push(s);
             }
@@ -663,11 +666,14 @@ fn stage_names(doc: &Value) -> Vec<String> {
 }
 
 /// The path checks of an entry whose identity was refused, so one run
-/// shows every problem.
-fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) {
+/// shows every problem; `read_prompt`: whether the prompt must exist
+/// (planning) or only land inside the project (validate).
+fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, read_prompt: bool) {
     if let Some(prompt) = &entry.fields.prompt_path {
         if let Some(r) = ctx.resolve(src, prompt, &entry.ptr("promptPath"), Field::File) {
-            require_file(ctx, src, entry, &r, "promptPath");
+            if read_prompt {
+                require_file(ctx, src, entry, &r, "promptPath");
+            }
         }
     }
     for (key, value) in [
