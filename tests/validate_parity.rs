@@ -406,3 +406,45 @@ fn validate_reports_in_line_order() {
     assert_eq!(shown.len(), lines.len(), "{}", text.stderr);
     assert!(shown.windows(2).all(|w| w[0] <= w[1]), "{shown:?}");
 }
+
+/// Editors find a file's schema through `$schema`: team-state keeps the
+/// key through exec's rewrites and validates with it; a plan cannot carry
+/// one, since its digest covers every key (README, "Schemas and editors").
+#[test]
+fn team_state_keeps_its_schema_key_and_a_plan_refuses_one() {
+    let p = project();
+    p.write_json(
+        "spec.json",
+        &json!({"workers": [worker(json!({"workerId": "w", "provider": "command",
+            "command": ["sh", "-c", "mkdir -p out && echo ok > out/a.md"]}))]}),
+    );
+    p.write_json(
+        "run/team-state.json",
+        &json!({"$schema": "../schemas/team-state.schema.json", "workers": []}),
+    );
+    let plan = p.okstra(&[
+        "plan",
+        "spec.json",
+        "--manifest",
+        "run-manifest.json",
+        "--out",
+        "plan.json",
+    ]);
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    let exec = p.okstra(&["exec", "plan.json"]);
+    assert_eq!(exec.code, 0, "{}", exec.stderr);
+    let team = p.read_json("run/team-state.json");
+    assert_eq!(team["$schema"], "../schemas/team-state.schema.json");
+    assert!(
+        team["workers"].as_array().is_some_and(|w| !w.is_empty()),
+        "{team:#}"
+    );
+    let check = p.okstra(&["validate", "--kind", "team-state", "run/team-state.json"]);
+    assert_eq!(check.code, 0, "{}", check.stderr);
+
+    let mut edited = p.read_json("plan.json");
+    edited["$schema"] = json!("./schemas/plan.schema.json");
+    p.write_json("plan.json", &edited);
+    let show = p.okstra(&["show", "plan.json", "--format", "json"]);
+    assert_eq!(show.codes(), ["plan/digest-mismatch"], "{}", show.stdout);
+}
