@@ -75,6 +75,10 @@ pub struct SchemaError {
     pub pointer: String,
     pub message: String,
     pub keyword: String,
+    /// For `required`: the key that is missing (the pointer names the
+    /// object that lacks it), so a rule reporting the same absence under
+    /// its own code can claim the complaint.
+    pub missing: Option<String>,
 }
 
 struct Compiled {
@@ -168,6 +172,7 @@ fn convert(err: &ValidationError<'_>, schema: &Value, out: &mut Vec<Found>) {
                 pointer: pointer.clone(),
                 message,
                 keyword: keyword.clone(),
+                missing: None,
             },
             generic,
         })
@@ -189,6 +194,7 @@ fn convert(err: &ValidationError<'_>, schema: &Value, out: &mut Vec<Found>) {
                         pointer: format!("{pointer}/{}", escape_token(key)),
                         message,
                         keyword: keyword.clone(),
+                        missing: None,
                     },
                     generic: false,
                 });
@@ -199,7 +205,15 @@ fn convert(err: &ValidationError<'_>, schema: &Value, out: &mut Vec<Found>) {
                 .as_str()
                 .map(str::to_string)
                 .unwrap_or_else(|| property.to_string());
-            push(out, format!("missing required key `{name}`"), false);
+            out.push(Found {
+                error: SchemaError {
+                    pointer: pointer.clone(),
+                    message: format!("missing required key `{name}`"),
+                    keyword: keyword.clone(),
+                    missing: Some(name),
+                },
+                generic: false,
+            });
         }
         ValidationErrorKind::Type { .. } => {
             let expected = schema
@@ -491,55 +505,122 @@ mod tests {
         }
     }
 
-    /// Every `properties` entry carries `title` and `description` (editor
-    /// hover help); `$ref` stands alone in its object (draft-07, Taplo).
-    fn walk(v: &Value, at: &str, problems: &mut Vec<String>) {
+    /// Every `properties` entry carries `title`, `description` and
+    /// `markdownDescription` (editor hover help; VS Code shows
+    /// `description` as plain text, backticks and all), directly or through
+    /// the `$ref` it consists of; `$ref` stands alone in its object
+    /// (draft-07, Taplo); every `enum` has one description per value for
+    /// VS Code (`enumDescriptions`, `markdownEnumDescriptions`) and Taplo
+    /// (`x-taplo.docs.enumValues`).
+    fn walk(root: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
         match v {
             Value::Object(m) => {
                 if m.contains_key("$ref") && m.len() != 1 {
                     problems.push(format!("{at}: $ref with siblings"));
                 }
+                let refining = is_refining(at);
+                if let Some(values) = m
+                    .get("enum")
+                    .and_then(Value::as_array)
+                    .filter(|_| !refining)
+                {
+                    for key in ["enumDescriptions", "markdownEnumDescriptions"] {
+                        check_per_value(
+                            m.get(key),
+                            values.len(),
+                            &format!("{at}: {key}"),
+                            problems,
+                        );
+                    }
+                    let taplo = m.get("x-taplo").and_then(|x| x.pointer("/docs/enumValues"));
+                    check_per_value(
+                        taplo,
+                        values.len(),
+                        &format!("{at}: x-taplo.docs.enumValues"),
+                        problems,
+                    );
+                }
                 if let Some(Value::Object(props)) = m.get("properties") {
                     for (name, sub) in props {
                         let here = format!("{at}/properties/{name}");
-                        // Subschemas inside if/then/else/not only refine a
-                        // property already documented.
-                        let refining = at.contains("/if")
-                            || at.contains("/then")
-                            || at.contains("/else")
-                            || at.contains("/allOf");
-                        if !refining {
-                            for key in ["title", "description"] {
-                                if sub
-                                    .get(key)
-                                    .and_then(Value::as_str)
-                                    .is_none_or(str::is_empty)
-                                {
-                                    problems.push(format!("{here}: no {key}"));
+                        if refining {
+                            continue;
+                        }
+                        let target = match sub.get("$ref").and_then(Value::as_str) {
+                            Some(r) => match r.strip_prefix('#').and_then(|p| root.pointer(p)) {
+                                Some(t) => t,
+                                None => {
+                                    problems.push(format!("{here}: $ref {r} does not resolve"));
+                                    continue;
                                 }
+                            },
+                            None => sub,
+                        };
+                        for key in ["title", "description", "markdownDescription"] {
+                            if target
+                                .get(key)
+                                .and_then(Value::as_str)
+                                .is_none_or(str::is_empty)
+                            {
+                                problems.push(format!("{here}: no {key}"));
                             }
                         }
                     }
                 }
                 for (k, sub) in m {
-                    walk(sub, &format!("{at}/{k}"), problems);
+                    walk(root, sub, &format!("{at}/{k}"), problems);
                 }
             }
             Value::Array(a) => {
                 for (i, sub) in a.iter().enumerate() {
-                    walk(sub, &format!("{at}/{i}"), problems);
+                    walk(root, sub, &format!("{at}/{i}"), problems);
                 }
             }
             _ => {}
         }
     }
 
+    /// Subschemas inside if/then/else/not and the rule definitions only
+    /// refine a property documented where it is declared.
+    fn is_refining(at: &str) -> bool {
+        [
+            "/if",
+            "/then",
+            "/else",
+            "/allOf",
+            "/anyOf",
+            "/not",
+            "/definitions/after-defaults-",
+            "/definitions/v1-",
+            "/definitions/v2-",
+            "/definitions/entry-",
+            "/definitions/defaults-say",
+        ]
+        .iter()
+        .any(|r| at.contains(r))
+    }
+
+    fn check_per_value(found: Option<&Value>, n: usize, what: &str, problems: &mut Vec<String>) {
+        match found.and_then(Value::as_array) {
+            Some(d)
+                if d.len() == n && d.iter().all(|x| x.as_str().is_some_and(|s| !s.is_empty())) => {}
+            _ => problems.push(format!("{what}: not one non-empty description per value")),
+        }
+    }
+
     #[test]
-    fn every_property_has_title_and_description() {
+    fn every_property_has_title_and_descriptions() {
         let mut problems = Vec::new();
         for k in SchemaKind::ALL {
             let v: Value = serde_json::from_str(k.text()).unwrap();
-            walk(&v, k.file_name(), &mut problems);
+            walk(&v, &v, k.file_name(), &mut problems);
+            // The document itself (hover on the file's first line).
+            if v.get("markdownDescription")
+                .and_then(Value::as_str)
+                .is_none()
+            {
+                problems.push(format!("{}: no markdownDescription", k.file_name()));
+            }
         }
         assert!(problems.is_empty(), "{problems:#?}");
     }
@@ -566,7 +647,7 @@ mod tests {
             "$schema": "./schemas/jobs.schema.json",
             "defaults": {"role": "analyst", "idleTimeoutSeconds": 30, "provider": "command"},
             "stages": [{"name": "one", "workers": [
-                {"workerId": "a", "promptPath": "a.md", "command": ["true"]}
+                {"workerId": "a", "promptPath": "a.md", "resultPath": "a.out", "command": ["true"]}
             ]}]
         });
         assert_eq!(messages(SchemaKind::Jobs, &spec), vec![]);
@@ -605,8 +686,8 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                // A missing dutyId is the identity rules' to report (defaults
-                // may supply it), not the schema's.
+                // No `defaults` gives it, so the schema says so too.
+                ("/workers/0".into(), "required".into(), "missing required key `dutyId`".into()),
                 ("/workers/0/attempt".into(), "minimum".into(), "expected a value >= 1, found integer `0`".into()),
                 ("/workers/0/provider".into(), "enum".into(),
                  "expected one of \"claude\", \"codex\", \"gemini\", \"command\"; found string `\"claud\"` (did you mean `claude`?)".into()),
@@ -662,6 +743,17 @@ mod tests {
         assert_eq!(
             got,
             vec![
+                // `w` implies no provider (only claude, codex and gemini do).
+                (
+                    "/workers/0".into(),
+                    "required".into(),
+                    "missing required key `provider`".into()
+                ),
+                (
+                    "/workers/0".into(),
+                    "required".into(),
+                    "missing required key `resultPath`".into()
+                ),
                 (
                     "/workers/0".into(),
                     "required".into(),
@@ -692,13 +784,22 @@ mod tests {
                 "give only one of `workers` or `stages`".into()
             )]
         );
-        // Which identity keys an entry needs depends on `defaults`, which
-        // the schema cannot merge: the identity rules (SPEC §2) check them.
-        let got = messages(
+        // Neither the entry nor `defaults` gives an identity: a v1 entry
+        // needs `workerId`, and one whose id implies no provider, `provider`.
+        let got: Vec<String> = messages(
             SchemaKind::Jobs,
-            &json!({"workers": [{"role": "r", "promptPath": "p"}]}),
+            &json!({"workers": [{"role": "r", "promptPath": "p", "resultPath": "r"}]}),
+        )
+        .into_iter()
+        .map(|g| g.2)
+        .collect();
+        assert_eq!(
+            got,
+            [
+                "missing required key `provider`",
+                "missing required key `workerId`"
+            ]
         );
-        assert_eq!(got, vec![]);
         let got = messages(
             SchemaKind::Jobs,
             &json!({"stages": [{"name": "", "workers": []}]}),
@@ -749,6 +850,259 @@ mod tests {
             ]
         );
         assert_eq!(got[1].2, "expected 2, found integer `3`");
+    }
+
+    /// `pointer: message` of each complaint, for the tables below.
+    fn complaints(spec: Value) -> Vec<String> {
+        validate(SchemaKind::Jobs, &spec)
+            .into_iter()
+            .map(|e| format!("{}: {}", e.pointer, e.message))
+            .collect()
+    }
+
+    fn entry(extra: Value) -> Value {
+        let mut e = json!({"role": "analyst", "promptPath": "p.md", "resultPath": "r.md"});
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        e
+    }
+
+    /// The rules of one spec that depend on what `defaults` gives: each
+    /// case beside the near miss that passes (issue 15's four specs first).
+    #[test]
+    fn jobs_rules_hold_after_defaults() {
+        let missing = |key: &str| format!("/workers/0: missing required key `{key}`");
+        // A worker id that implies no provider.
+        let reviewer = entry(json!({"workerId": "reviewer"}));
+        assert_eq!(
+            complaints(json!({"workers": [reviewer.clone()]})),
+            [missing("provider")]
+        );
+        assert!(
+            complaints(json!({"defaults": {"provider": "codex"}, "workers": [reviewer]}))
+                .is_empty()
+        );
+        assert!(complaints(json!({"workers": [entry(json!({"workerId": "codex"}))]})).is_empty());
+        // A command worker with no argv.
+        let cmd = entry(json!({"workerId": "w", "provider": "command"}));
+        assert_eq!(
+            complaints(json!({"workers": [cmd.clone()]})),
+            [missing("command")]
+        );
+        assert!(
+            complaints(json!({"defaults": {"command": ["true"]}, "workers": [cmd]})).is_empty()
+        );
+        let bare = entry(json!({"workerId": "w"}));
+        assert_eq!(
+            complaints(json!({"defaults": {"provider": "command"}, "workers": [bare]})),
+            [missing("command")]
+        );
+        // An entry's own provider wins over the default's command.
+        let own = entry(json!({"workerId": "w", "provider": "codex"}));
+        assert!(
+            complaints(json!({"defaults": {"provider": "command"}, "workers": [own]})).is_empty()
+        );
+        // No resultPath.
+        let claude = json!({"workerId": "claude", "role": "analyst", "promptPath": "p.md"});
+        assert_eq!(
+            complaints(json!({"workers": [claude.clone()]})),
+            [missing("resultPath")]
+        );
+        assert!(
+            complaints(json!({"defaults": {"resultPath": "r.md"}, "workers": [claude]})).is_empty()
+        );
+        // A promptPath and role from defaults are enough.
+        let thin = json!({"workerId": "claude", "resultPath": "r.md"});
+        assert!(complaints(
+            json!({"defaults": {"role": "a", "promptPath": "p.md"}, "workers": [thin]})
+        )
+        .is_empty());
+
+        // A v2 entry missing all its refs.
+        let v2 = entry(
+            json!({"schemaVersion": "2.0", "executionIdentityVersion": 2,
+            "provider": "codex", "dutyId": "analysis", "attempt": 1}),
+        );
+        let refs = [
+            "assignmentRef",
+            "executionLabel",
+            "invocationRef",
+            "participantRef",
+            "roleExecutionRef",
+        ];
+        assert_eq!(
+            complaints(json!({"workers": [v2.clone()]})),
+            refs.map(missing).to_vec()
+        );
+        let mut whole = v2.clone();
+        for r in refs {
+            whole[r] = json!("x/y");
+        }
+        assert!(complaints(json!({"workers": [whole.clone()]})).is_empty());
+        // v2 by `defaults`: the entry's own marker may be absent, and the
+        // duty, attempt, provider and version may come from there too.
+        let mut own_refs = json!({"role": "analyst", "promptPath": "p.md", "resultPath": "r.md"});
+        for r in refs {
+            own_refs[r] = json!("x/y");
+        }
+        let v2_defaults = json!({"schemaVersion": "2.0", "executionIdentityVersion": 2,
+            "attempt": 1, "dutyId": "analysis", "provider": "codex"});
+        assert!(
+            complaints(json!({"defaults": v2_defaults, "workers": [own_refs.clone()]})).is_empty()
+        );
+        assert_eq!(
+            complaints(
+                json!({"defaults": {"schemaVersion": "2.0"}, "workers": [own_refs.clone()]})
+            ),
+            ["attempt", "dutyId", "executionIdentityVersion", "provider"]
+                .map(missing)
+                .to_vec()
+        );
+        // Without a v2 default, the same entry is v1: its v2 keys are refused.
+        let got = complaints(json!({"defaults": {"provider": "codex"}, "workers": [own_refs]}));
+        assert!(got.contains(&missing("workerId")), "{got:?}");
+        assert!(
+            got.iter().any(|g| g
+                .starts_with("/workers/0/participantRef: `participantRef` is not allowed here")),
+            "{got:?}"
+        );
+        // A v2 version marker in `defaults` reaches a v1 entry too.
+        let v1 = entry(json!({"workerId": "codex"}));
+        assert_eq!(
+            complaints(json!({"defaults": {"dutyId": "analysis"}, "workers": [v1.clone()]})),
+            [missing("schemaVersion")]
+        );
+        // `schemaVersion = "2.0"` needs `executionIdentityVersion = 2`.
+        let mut no_eiv = whole.clone();
+        no_eiv
+            .as_object_mut()
+            .unwrap()
+            .remove("executionIdentityVersion");
+        assert_eq!(
+            complaints(json!({"workers": [no_eiv.clone()]})),
+            [missing("executionIdentityVersion")]
+        );
+        assert!(complaints(
+            json!({"defaults": {"executionIdentityVersion": 2}, "workers": [no_eiv.clone()]})
+        )
+        .is_empty());
+        let got =
+            complaints(json!({"defaults": {"executionIdentityVersion": 3}, "workers": [no_eiv]}));
+        assert_eq!(
+            got,
+            [
+                "/defaults/executionIdentityVersion: expected 2, found integer `3`".to_string(),
+                missing("executionIdentityVersion")
+            ]
+        );
+        // The state key, the last segment of a v2 assignmentRef.
+        let mut slash = whole.clone();
+        slash["assignmentRef"] = json!("run/");
+        assert_eq!(
+            complaints(json!({"workers": [slash]})),
+            ["/workers/0/assignmentRef: string `\"run/\"` does not match `[^/]$`"]
+        );
+        // Not a v1 entry's business.
+        let v1_slash = entry(json!({"workerId": "codex", "assignmentRef": "run/"}));
+        assert!(complaints(json!({"workers": [v1_slash]})).is_empty());
+        // The same rules in a pipeline's stages.
+        let got = complaints(
+            json!({"stages": [{"name": "s", "workers": [entry(json!({"workerId": "reviewer"}))]}]}),
+        );
+        assert_eq!(
+            got,
+            ["/stages/0/workers/0: missing required key `provider`"]
+        );
+    }
+
+    #[test]
+    fn jobs_reverify_rounds_and_their_near_misses() {
+        for (kind, ok) in [
+            ("reverify-r0", false),
+            ("reverify-r", false),
+            ("reverify-rx", false),
+            ("reverify-r00", false),
+            ("reverify-r1", true),
+            ("reverify-r012", true),
+            ("initial", true),
+            ("reverify", true),
+        ] {
+            let spec =
+                json!({"workers": [entry(json!({"workerId": "codex", "dispatchKind": kind}))]});
+            assert_eq!(
+                complaints(spec.clone()).is_empty(),
+                ok,
+                "{kind}: {:?}",
+                complaints(spec)
+            );
+            // The rule itself agrees.
+            assert_eq!(
+                crate::vocab::DispatchKind::parse(kind).is_ok(),
+                ok,
+                "{kind}"
+            );
+        }
+    }
+
+    /// The defaults the schema documents are the ones okstra applies.
+    #[test]
+    fn jobs_defaults_are_okstras() {
+        let v: Value = serde_json::from_str(SchemaKind::Jobs.text()).unwrap();
+        let d = |key: &str| v["definitions"][key]["default"].clone();
+        // An agent's argv with no option set holds okstra's default.
+        use crate::provider::{build_argv, ArgvRequest, Provider, ProviderOptions};
+        for (provider, key, flag) in [
+            (Provider::Claude, "permissionMode", "--permission-mode"),
+            (Provider::Codex, "sandboxMode", "--sandbox"),
+            (Provider::Gemini, "approvalMode", "--approval-mode"),
+        ] {
+            let argv = build_argv(&ArgvRequest {
+                provider,
+                model: "",
+                project_root: std::path::Path::new("/p"),
+                write_dirs: &[],
+                options: &ProviderOptions::default(),
+                command: &[],
+                session_id: None,
+                project_is_git_repo: true,
+            });
+            let at = argv
+                .iter()
+                .position(|a| a == flag)
+                .unwrap_or_else(|| panic!("{argv:?}"));
+            assert_eq!(json!(argv[at + 1]), d(key), "{key}");
+        }
+        assert_eq!(
+            d("dispatchKind"),
+            json!(crate::vocab::DispatchKind::INITIAL)
+        );
+        assert_eq!(
+            d("mutationAudit"),
+            json!(crate::vocab::MutationAudit::Batch)
+        );
+        assert_eq!(
+            d("idleTimeoutSeconds"),
+            json!(crate::compile::DEFAULT_IDLE_TIMEOUT_SECONDS)
+        );
+        // Each value a provider CLI accepts has its description.
+        for key in [
+            "provider",
+            "permissionMode",
+            "sandboxMode",
+            "approvalMode",
+            "mutationAudit",
+            "backend",
+            "schemaVersion",
+        ] {
+            let def = &v["definitions"][key];
+            let n = def["enum"].as_array().unwrap().len();
+            assert_eq!(
+                def["markdownEnumDescriptions"].as_array().map(Vec::len),
+                Some(n),
+                "{key}"
+            );
+        }
     }
 
     #[test]

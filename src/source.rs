@@ -937,7 +937,7 @@ mod render_tests {
     /// Schema errors found on a TOML spec point at the offending key.
     #[test]
     fn schema_errors_locate_in_toml() {
-        let text = "[[workers]]\nworkerId = \"a\"\nrole = \"r\"\npromptPth = \"p.md\"\n\n[[workers]]\nworkerId = \"b\"\nrole = \"r\"\npromptPath = \"q.md\"\nattempt = true\n";
+        let text = "[[workers]]\nworkerId = \"claude\"\nrole = \"r\"\nresultPath = \"r.md\"\npromptPth = \"p.md\"\n\n[[workers]]\nworkerId = \"codex\"\nrole = \"r\"\npromptPath = \"q.md\"\nresultPath = \"s.md\"\nattempt = true\n";
         let (v, f) = SourceFile::parse("spec.toml", text.into(), Format::Toml).unwrap();
         let errs = validate(SchemaKind::Jobs, &v);
         let shown: Vec<(String, usize, usize)> = errs
@@ -961,12 +961,12 @@ mod render_tests {
                 ("missing required key `promptPath`".to_string(), 1, 1),
                 (
                     "unknown key `promptPth` (did you mean `promptPath`?)".to_string(),
-                    4,
+                    5,
                     1
                 ),
                 (
                     "expected an integer, found boolean `true`".to_string(),
-                    10,
+                    12,
                     11
                 ),
             ]
@@ -975,7 +975,7 @@ mod render_tests {
             .at(f.locate_key(&errs[1].pointer));
         let text = d.render_text();
         assert!(
-            text.contains("4 | promptPth = \"p.md\"\n  | ^^^^^^^^^"),
+            text.contains("5 | promptPth = \"p.md\"\n  | ^^^^^^^^^"),
             "{text}"
         );
     }

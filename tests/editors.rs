@@ -1,10 +1,20 @@
-//! The schemas serve editors: an independent draft-07 validator
-//! (check-jsonschema, which reads TOML and JSON instances as editors'
-//! tooling does) accepts the example specs and flags a typo. Skipped, saying
-//! so, when the tool is not installed, unless REQUIRE_CHECK_JSONSCHEMA is
-//! set (CI installs it and sets it).
+//! The schemas serve editors, checked with the tools editors are built on:
+//!
+//! - check-jsonschema, an independent draft-07 validator reading TOML and
+//!   JSON instances: accepts the example specs, flags a typo and the specs
+//!   plan refuses from the spec alone. Skipped, saying so, when it is not
+//!   installed, unless REQUIRE_CHECK_JSONSCHEMA is set.
+//! - the VS Code JSON language service (npm `vscode-json-languageservice`,
+//!   run with node) and Taplo (npm `@taplo/cli`, the engine of Even Better
+//!   TOML): each error on its line, hover help rendered as markdown.
+//!   Looked for in `target/editor-tools/node_modules` (or the
+//!   `node_modules` of OKSTRA_EDITOR_TOOLS); skipped, saying so, when absent,
+//!   unless REQUIRE_EDITOR_TOOLS is set. CI installs both and sets it:
+//!   `npm install --prefix target/editor-tools vscode-json-languageservice@5.7.2 @taplo/cli@0.7.0`.
 
-use std::path::Path;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn tool() -> Option<&'static str> {
@@ -95,4 +105,305 @@ fn an_independent_validator_accepts_a_plan_okstra_wrote() {
     );
     let (ok, text) = check(&root.join("schemas/plan.schema.json"), &plan);
     assert!(ok, "{text}");
+}
+
+/// A broken TOML spec for each rule the schema carries after `defaults`:
+/// (name, spec, whether the schema accepts it). Issue 15's specs first.
+const TOML_CASES: &[(&str, &str, bool)] = &[
+    (
+        "no provider",
+        "[[workers]]\nworkerId = \"reviewer\"\nrole = \"analyst\"\npromptPath = \"p.md\"\nresultPath = \"r.md\"\n",
+        false,
+    ),
+    (
+        "near: provider from defaults",
+        "[defaults]\nprovider = \"codex\"\n\n[[workers]]\nworkerId = \"reviewer\"\nrole = \"analyst\"\npromptPath = \"p.md\"\nresultPath = \"r.md\"\n",
+        true,
+    ),
+    (
+        "command without argv",
+        "[[workers]]\nworkerId = \"w\"\nprovider = \"command\"\nrole = \"analyst\"\npromptPath = \"p.md\"\nresultPath = \"r.md\"\n",
+        false,
+    ),
+    (
+        "near: argv",
+        "[[workers]]\nworkerId = \"w\"\nprovider = \"command\"\ncommand = [\"true\"]\nrole = \"analyst\"\npromptPath = \"p.md\"\nresultPath = \"r.md\"\n",
+        true,
+    ),
+    (
+        "claude without resultPath",
+        "[[workers]]\nworkerId = \"claude\"\nrole = \"analyst\"\npromptPath = \"p.md\"\n",
+        false,
+    ),
+    (
+        "near: resultPath",
+        "[[workers]]\nworkerId = \"claude\"\nrole = \"analyst\"\npromptPath = \"p.md\"\nresultPath = \"r.md\"\n",
+        true,
+    ),
+    (
+        "v2 without its refs",
+        "[[workers]]\nschemaVersion = \"2.0\"\nexecutionIdentityVersion = 2\ndutyId = \"analysis\"\nattempt = 1\nprovider = \"codex\"\nrole = \"analyst\"\npromptPath = \"p.md\"\nresultPath = \"r.md\"\n",
+        false,
+    ),
+    (
+        "near: v2 refs, version from defaults",
+        "[defaults]\nschemaVersion = \"2.0\"\nexecutionIdentityVersion = 2\nattempt = 1\n\n[[workers]]\nparticipantRef = \"p\"\nroleExecutionRef = \"re\"\nexecutionLabel = \"A\"\ndutyId = \"analysis\"\ninvocationRef = \"inv\"\nassignmentRef = \"run/a\"\nprovider = \"codex\"\nrole = \"analyst\"\npromptPath = \"p.md\"\nresultPath = \"r.md\"\n",
+        true,
+    ),
+];
+
+#[test]
+fn an_independent_validator_refuses_what_plan_refuses_from_the_spec_alone() {
+    if tool().is_none() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let schema = root.join("schemas/jobs.schema.json");
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (name, text, ok)) in TOML_CASES.iter().enumerate() {
+        let file = dir.path().join(format!("case-{i}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let (valid, out) = check(&schema, &file);
+        assert_eq!(valid, *ok, "{name}: {out}");
+    }
+}
+
+/// The npm packages' directory, or `None` (skipped, saying so) when node
+/// or the packages are missing and REQUIRE_EDITOR_TOOLS is not set.
+fn editor_tools() -> Option<PathBuf> {
+    let base = std::env::var_os("OKSTRA_EDITOR_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/editor-tools"));
+    let modules = base.join("node_modules");
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let found = node
+        && modules.join("vscode-json-languageservice").is_dir()
+        && modules.join("@taplo/cli").is_dir();
+    if found {
+        return Some(modules);
+    }
+    assert!(
+        std::env::var_os("REQUIRE_EDITOR_TOOLS").is_none(),
+        "node and the editor packages are required here (REQUIRE_EDITOR_TOOLS is set) but not in {}",
+        modules.display()
+    );
+    eprintln!(
+        "skipped: node or the editor packages are missing (npm install --prefix target/editor-tools vscode-json-languageservice@5.7.2 @taplo/cli@0.7.0)"
+    );
+    None
+}
+
+/// A JSON spec with the same four refusals, a typo, and a near miss; the
+/// markers name the line each entry's object opens on.
+const BROKEN_JSON: &str = r#"{
+  "workers": [
+    { "workerId": "reviewer", "role": "analyst",
+      "promptPath": "p.md", "resultPath": "out/a.md" },
+    { "workerId": "w", "provider": "command", "role": "analyst",
+      "promptPath": "p.md", "resultPath": "out/b.md" },
+    { "workerId": "claude", "role": "analyst", "promptPath": "p.md" },
+    { "schemaVersion": "2.0", "executionIdentityVersion": 2, "dutyId": "analysis",
+      "attempt": 1, "provider": "codex", "role": "analyst",
+      "promptPath": "p.md", "resultPath": "out/d.md" },
+    { "workerId": "codex", "role": "analyst", "promptPath": "p.md",
+      "resultPath": "out/e.md", "permissionMode": "plan", "colour": 1 }
+  ]
+}
+"#;
+
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line holds {needle}"))
+}
+
+#[test]
+fn the_vscode_json_language_service_flags_each_entry_and_hovers_markdown() {
+    let Some(modules) = editor_tools() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let schema_path = root.join("schemas/jobs.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_path).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let doc = dir.path().join("spec.json");
+    std::fs::write(&doc, BROKEN_JSON).unwrap();
+    // 0-based, as the language server protocol counts.
+    let reviewer = line_of(BROKEN_JSON, "\"reviewer\"");
+    let command = line_of(BROKEN_JSON, "\"command\", \"role\"");
+    let claude = line_of(BROKEN_JSON, "\"claude\"");
+    let v2 = line_of(BROKEN_JSON, "\"2.0\"");
+    let near = line_of(BROKEN_JSON, "\"permissionMode\"");
+    let key_at = |needle: &str| {
+        let l = line_of(BROKEN_JSON, needle);
+        format!(
+            "{l}:{}",
+            BROKEN_JSON.lines().nth(l).unwrap().find(needle).unwrap() + 1
+        )
+    };
+    let hover_key = key_at("\"permissionMode\"");
+    let hover_value = key_at("\"plan\"");
+    let out = Command::new("node")
+        .arg(root.join("tests/editors/vscode-json.js"))
+        .arg(&modules)
+        .arg(&schema_path)
+        .arg(&doc)
+        .args([&hover_key, &hover_value])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut by_line: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for d in shown["diagnostics"].as_array().unwrap() {
+        by_line
+            .entry(d["line"].as_u64().unwrap() as usize)
+            .or_default()
+            .push(d["message"].as_str().unwrap().to_string());
+    }
+    let missing = |keys: &[&str]| -> Vec<String> {
+        keys.iter()
+            .map(|k| format!("Missing property \"{k}\"."))
+            .collect()
+    };
+    let mut want: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    want.insert(reviewer, missing(&["provider"]));
+    want.insert(command, missing(&["command"]));
+    want.insert(claude, missing(&["resultPath"]));
+    want.insert(
+        v2,
+        missing(&[
+            "participantRef",
+            "roleExecutionRef",
+            "executionLabel",
+            "invocationRef",
+            "assignmentRef",
+        ]),
+    );
+    want.insert(near, vec!["Property colour is not allowed.".to_string()]);
+    for (line, messages) in by_line.iter_mut() {
+        messages.sort();
+        if let Some(w) = want.get_mut(line) {
+            w.sort();
+        }
+    }
+    assert_eq!(by_line, want, "{shown:#}");
+
+    // Hover on a key: its title and markdownDescription, backticks kept as
+    // markdown code (VS Code escapes a plain `description`).
+    let hovers = shown["hovers"].as_array().unwrap();
+    let key_hover = hovers[0]["contents"].as_str().unwrap();
+    let md = schema["definitions"]["permissionMode"]["markdownDescription"]
+        .as_str()
+        .unwrap();
+    assert!(md.contains('`'), "{md}");
+    assert!(key_hover.contains(md), "{key_hover}");
+    assert!(!key_hover.contains("\\`"), "backticks escaped: {key_hover}");
+    // Hover on a value: the description of that value.
+    let value_hover = hovers[1]["contents"].as_str().unwrap();
+    let plan_doc = "`plan`: claude plans and changes nothing.";
+    assert!(value_hover.contains(plan_doc), "{value_hover}");
+}
+
+/// Where Taplo (`taplo lint`) reports each error: `(line, message)`, 1-based.
+fn taplo_errors(modules: &Path, schema: &Path, file: &Path) -> (bool, Vec<(usize, String)>) {
+    let out = Command::new("node")
+        .arg(modules.join("@taplo/cli/dist/cli.js"))
+        .args(["lint", "--no-auto-config", "--schema"])
+        .arg(format!("file://{}", schema.display()))
+        .arg(file)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let mut found = Vec::new();
+    let mut message = String::new();
+    let at = format!("{}:", file.display());
+    for line in text.lines() {
+        if let Some(m) = line.strip_prefix("error: ") {
+            message = m.to_string();
+        } else if let Some((_, rest)) = line.split_once(at.as_str()) {
+            let n: usize = rest.split(':').next().unwrap().parse().unwrap();
+            found.push((n, message.clone()));
+        }
+    }
+    (out.status.success(), found)
+}
+
+#[test]
+fn taplo_puts_each_error_on_its_entry() {
+    let Some(modules) = editor_tools() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let schema = root.join("schemas/jobs.schema.json");
+    let dir = tempfile::tempdir().unwrap();
+    // Every case of TOML_CASES as one spec's entries, each its own table;
+    // `defaults` of the near misses left out, so those that needed them
+    // are refused here too.
+    let text = "[defaults]\nrole = \"analyst\"\n\n[[workers]]\nworkerId = \"reviewer\"\npromptPath = \"p.md\"\nresultPath = \"out/a.md\"\n\n[[workers]]\nworkerId = \"w\"\nprovider = \"command\"\npromptPath = \"p.md\"\nresultPath = \"out/b.md\"\n\n[[workers]]\nworkerId = \"claude\"\npromptPath = \"p.md\"\n\n[[workers]]\nschemaVersion = \"2.0\"\nexecutionIdentityVersion = 2\ndutyId = \"analysis\"\nattempt = 1\nprovider = \"codex\"\npromptPath = \"p.md\"\nresultPath = \"out/d.md\"\ndispatchKind = \"reverify-r0\"\n\n[[workers]]\nworkerId = \"codex\"\npromptPath = \"p.md\"\nresultPath = \"out/e.md\"\n";
+    let file = dir.path().join("spec.toml");
+    std::fs::write(&file, text).unwrap();
+    let (ok, errors) = taplo_errors(&modules, &schema, &file);
+    assert!(!ok);
+    // 1-based table spans: each `[[workers]]` to the line before the next.
+    let headers: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| *l == "[[workers]]")
+        .map(|(i, _)| i + 1)
+        .collect();
+    let table_of = |line: usize| headers.iter().rposition(|h| *h <= line).unwrap();
+    // Taplo marks an object's error on every key of its table: the first
+    // mark of each message is the table's header.
+    let mut first: BTreeMap<String, usize> = BTreeMap::new();
+    for (line, message) in &errors {
+        let e = first.entry(message.clone()).or_insert(*line);
+        *e = (*e).min(*line);
+    }
+    let in_table = |table: usize| -> Vec<String> {
+        let mut v: Vec<String> = errors
+            .iter()
+            .filter(|(l, _)| table_of(*l) == table)
+            .map(|(_, m)| m.clone())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let required = |k: &str| format!("\"{k}\" is a required property");
+    assert_eq!(in_table(0), [required("provider")], "{errors:?}");
+    assert_eq!(first[&required("provider")], headers[0]);
+    assert_eq!(in_table(1), [required("command")], "{errors:?}");
+    assert_eq!(first[&required("command")], headers[1]);
+    assert_eq!(in_table(2), [required("resultPath")], "{errors:?}");
+    assert_eq!(first[&required("resultPath")], headers[2]);
+    let mut v2: Vec<String> = [
+        "assignmentRef",
+        "executionLabel",
+        "invocationRef",
+        "participantRef",
+        "roleExecutionRef",
+    ]
+    .map(required)
+    .to_vec();
+    let reverify = line_of(text, "reverify-r0") + 1;
+    let round = errors
+        .iter()
+        .find(|(_, m)| m.contains("reverify-r0"))
+        .unwrap_or_else(|| panic!("{errors:?}"));
+    assert_eq!(round.0, reverify);
+    v2.push(round.1.clone());
+    v2.sort();
+    assert_eq!(in_table(3), v2, "{errors:?}");
+    assert_eq!(first[&required("participantRef")], headers[3]);
+    // The near miss is clean.
+    assert!(in_table(4).is_empty(), "{errors:?}");
 }

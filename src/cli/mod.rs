@@ -96,7 +96,7 @@ pub enum Command {
     Show(plan::ShowArgs),
     /// Check files against their schemas and rules, without planning.
     Validate(validate::ValidateArgs),
-    /// Print or write the embedded JSON Schemas.
+    /// List the embedded JSON Schemas, print one, or write them all.
     Schema(validate::SchemaArgs),
     /// Check what a run needs (provider CLIs, manifest, team-state, schemas, lock, run directory) and say how to fix each miss.
     Doctor(doctor::DoctorArgs),

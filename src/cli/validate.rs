@@ -34,7 +34,9 @@ pub struct ValidateArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct SchemaArgs {
-    /// jobs, manifest, metadata, plan or team-state; all when omitted.
+    /// Print this schema (jobs, manifest, metadata, plan or team-state)
+    /// byte for byte; without it, list the schemas (or, with --out, write
+    /// them all).
     pub name: Option<String>,
     /// Write the schema files into this directory instead of printing.
     #[arg(long, value_name = "DIR")]
@@ -87,7 +89,7 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         if ctx.diags.is_empty() {
             checked.push((display, kind));
         }
-        all.extend(ctx.diags.0);
+        all.extend(in_line_order(ctx.diags.0));
     }
     if !all.is_empty() {
         return report(&all, args.format);
@@ -144,6 +146,20 @@ pub fn check_document(ctx: &mut Ctx, loaded: &mut Loaded, kind: Kind, file: &Pat
             }
         }
     }
+}
+
+/// One file's diagnostics in the order a reader meets them: by line, then
+/// column (what concerns the whole file first). The rules find problems
+/// in their own order; files keep the order they were named in.
+fn in_line_order(mut diags: Vec<crate::diag::Diagnostic>) -> Vec<crate::diag::Diagnostic> {
+    diags.sort_by_key(|d| {
+        let loc = d.location.as_ref();
+        (
+            loc.and_then(|l| l.line()).unwrap_or(0),
+            loc.and_then(|l| l.column()).unwrap_or(0),
+        )
+    });
+    diags
 }
 
 fn kind_name(kind: Kind) -> &'static str {

@@ -14,6 +14,8 @@
 
 use super::authority::{self, Claim, Meta};
 use super::paths::{self, Field, Resolved};
+use super::raw::Reported;
+use super::rules::Member;
 use super::{identity, require_file, with_worker, Ctx, Entry, RunFacts};
 use crate::diag::Code;
 use crate::model::{self, Manifest};
@@ -26,7 +28,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The idle timeout of a job that names none (SPEC §2.1).
-const DEFAULT_IDLE_TIMEOUT_SECONDS: u64 = 600;
+pub(crate) const DEFAULT_IDLE_TIMEOUT_SECONDS: u64 = 600;
 
 /// How a job's liveness is judged: the wrapper's status sidecar.
 const LIVENESS_MODE: &str = "wrapper-status";
@@ -41,7 +43,7 @@ pub fn build_job(
     parsed: identity::Parsed,
 ) -> Option<Job> {
     let provider = resolve_provider(ctx, src, entry, &parsed);
-    let paths = resolve_paths(ctx, src, entry, &parsed.state_key);
+    let paths = resolve_paths(ctx, src, entry, &parsed.state_key, Prompt::Read);
     let (provider, paths) = (provider?, paths?);
     let meta = authority::load_metadata(ctx, &paths.prompt);
     let dispatch_kind = resolve_dispatch_kind(ctx, src, entry)?;
@@ -56,10 +58,111 @@ pub fn build_job(
     let mut job = assemble(run, entry, parsed, provider, &paths, meta_path, described);
     let planned = planned_paths(&job.role, paths.planned.clone(), &run.planned_paths);
     job.write_policy = write_policy(&job, &planned, &paths.aux);
-    let command = command_argv(ctx, src, entry, &job)?;
+    let command = command_argv(ctx, src, entry, job.provider, &job.key)?;
     let root = ctx.root.clone();
     set_commands(&mut job, &root, run, manifest, entry, &command, &paths.aux);
     Some(job)
+}
+
+/// The steps of [`build_job`] that need nothing but the spec: the
+/// provider, a result path, a `command` worker's argv and the dispatch
+/// kind. `okstra plan` and `okstra validate` run them on every entry whose
+/// identity parsed, before the schema check, and note what they reported
+/// in `reported`: the schema carries the same rules for editors, and its
+/// complaint says less than the rule's (`build_job` finds these again
+/// later; the second report of the same diagnostic is dropped).
+pub fn check_alone(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    entry: &Entry,
+    parsed: &identity::Parsed,
+    reported: &mut Reported,
+) {
+    let provider = resolve_provider(ctx, src, entry, parsed);
+    if provider.is_none() {
+        reported.missing(&entry.pointer, "provider");
+    }
+    if entry.fields.result_path.is_none() {
+        report_missing_result(ctx, src, entry, &parsed.state_key);
+        reported.missing(&entry.pointer, "resultPath");
+    }
+    if let Some(NamedProvider::Known(p)) = provider {
+        if command_argv(ctx, src, entry, p, &parsed.state_key).is_none() {
+            reported.missing(&entry.pointer, "command");
+        }
+    }
+    if resolve_dispatch_kind(ctx, src, entry).is_none() {
+        reported.value(&entry.ptr("dispatchKind"));
+    }
+}
+
+/// A job as the spec alone describes it, for the batch rules `okstra
+/// validate` runs: its paths resolved where they land (reading no file),
+/// its audience as the entry gives it (plan may take one from the
+/// metadata), its write policy without the manifest's planned paths.
+pub struct Sketch {
+    key: String,
+    label: String,
+    role: Role,
+    audience: Option<Audience>,
+    write_policy: plan::WritePolicy,
+    entry_pointer: String,
+}
+
+impl Sketch {
+    pub fn member(&self) -> Member<'_> {
+        Member {
+            key: &self.key,
+            label: &self.label,
+            role: &self.role,
+            audience: self.audience.as_ref(),
+            // Dispatch ids come from the metadata's invocation id.
+            dispatch_id: None,
+            write_policy: &self.write_policy,
+            entry_pointer: &self.entry_pointer,
+        }
+    }
+}
+
+/// [`check_alone`]'s steps and the paths, as `build_job` takes them but
+/// without reading the prompt: `None` where plan would refuse the entry
+/// from the spec alone (every problem reported).
+pub fn sketch(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    entry: &Entry,
+    parsed: &identity::Parsed,
+) -> Option<Sketch> {
+    let provider = resolve_provider(ctx, src, entry, parsed);
+    let paths = resolve_paths(ctx, src, entry, &parsed.state_key, Prompt::Unread);
+    let dispatch_kind = resolve_dispatch_kind(ctx, src, entry);
+    let (NamedProvider::Known(provider), paths, _) = (provider?, paths?, dispatch_kind?) else {
+        return None;
+    };
+    command_argv(ctx, src, entry, provider, &parsed.state_key)?;
+    let f = &entry.fields;
+    let role = Role::from(f.role.clone().unwrap_or_default());
+    let artifacts = artifacts(
+        &paths.prompt.display,
+        &paths.result.display,
+        &paths.worker_result.display,
+        &paths.completion,
+    );
+    let write_policy = policy::build(&policy::PolicyInputs {
+        role: &role,
+        artifacts: &artifacts,
+        worktree: paths.worktree.as_ref().map(|w| w.display.as_str()),
+        planned_paths: &paths.planned,
+        auxiliary_roots: &paths.aux,
+    });
+    Some(Sketch {
+        key: parsed.state_key.clone(),
+        label: parsed.identity.label().to_string(),
+        role,
+        audience: choose_audience(f.audience.as_deref(), None),
+        write_policy,
+        entry_pointer: entry.pointer.clone(),
+    })
 }
 
 /// The provider an entry names, as written.
@@ -130,28 +233,35 @@ struct JobPaths {
     planned: Vec<String>,
 }
 
+/// Whether resolving a job's paths reads its prompt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Prompt {
+    /// Planning: the prompt must exist, and its digest is recorded.
+    Read,
+    /// `okstra validate`: where the prompt lands is judged, not the file.
+    Unread,
+}
+
 /// Step 2: resolve every path the entry names and record the prompt's
 /// digest. `None` when a path the job cannot do without is missing or
 /// refused; every problem is reported either way.
-fn resolve_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, key: &str) -> Option<JobPaths> {
+fn resolve_paths(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    entry: &Entry,
+    key: &str,
+    read: Prompt,
+) -> Option<JobPaths> {
     let mut ok = true;
     let f = &entry.fields;
     let prompt = f
         .prompt_path
         .as_deref()
         .and_then(|v| ctx.resolve(src, v, &entry.ptr("promptPath"), Field::File))
-        .filter(|p| require_file(ctx, src, entry, p, "promptPath"));
+        .filter(|p| read == Prompt::Unread || require_file(ctx, src, entry, p, "promptPath"));
     ok &= prompt.is_some();
     if f.result_path.is_none() {
-        let d = ctx
-            .at(
-                src,
-                Code::SchemaViolation,
-                format!("worker `{key}` needs `resultPath`, the file it must write"),
-                &entry.pointer,
-            )
-            .help("add resultPath = \"<file the worker writes>\"");
-        ctx.push(with_worker(d, entry));
+        report_missing_result(ctx, src, entry, key);
         ok = false;
     }
     let result = f
@@ -194,7 +304,7 @@ fn resolve_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, key: &str) -> O
     let (Some(prompt), Some(result), Some(worker_result)) = (prompt, result, worker_result) else {
         return None;
     };
-    if !record_prompt(ctx, src, entry, &prompt) || !ok {
+    if (read == Prompt::Read && !record_prompt(ctx, src, entry, &prompt)) || !ok {
         return None;
     }
     Some(JobPaths {
@@ -206,6 +316,20 @@ fn resolve_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, key: &str) -> O
         aux,
         planned,
     })
+}
+
+/// `schema/violation`: the entry names no result path (its own or the
+/// default's).
+fn report_missing_result(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, key: &str) {
+    let d = ctx
+        .at(
+            src,
+            Code::SchemaViolation,
+            format!("worker `{key}` needs `resultPath`, the file it must write"),
+            &entry.pointer,
+        )
+        .help("add resultPath = \"<file the worker writes>\"");
+    ctx.push(with_worker(d, entry));
 }
 
 /// A file the worker writes (`key` is the key, or the pointer of a list
@@ -512,32 +636,51 @@ fn write_policy(job: &Job, planned: &[String], aux: &[String]) -> plan::WritePol
 
 /// The files every worker may write: its results and okstra's sidecars.
 pub fn artifact_paths(job: &Job) -> Vec<String> {
+    artifacts(
+        &job.prompt_path,
+        &job.result_path,
+        &job.worker_result_path,
+        &job.completion_paths,
+    )
+}
+
+/// [`artifact_paths`] of a job's paths, before there is a job.
+fn artifacts(
+    prompt: &str,
+    result: &str,
+    worker_result: &str,
+    completion: &[String],
+) -> Vec<String> {
+    use plan::sidecar::{beside, AUDIT, ERRORS, LOG, STATUS};
     let mut out = vec![
-        job.result_path.clone(),
-        job.worker_result_path.clone(),
-        job.audit_sidecar_path(),
-        job.status_path(),
-        job.log_path(),
-        job.error_sidecar_path(),
+        result.to_string(),
+        worker_result.to_string(),
+        beside(worker_result, AUDIT),
+        beside(prompt, STATUS),
+        beside(prompt, LOG),
+        beside(worker_result, ERRORS),
     ];
-    out.extend(job.completion_paths.iter().cloned());
+    out.extend(completion.iter().cloned());
     out.sort();
     out.dedup();
     out
 }
 
 /// A `command` job's argv, which it cannot do without.
-fn command_argv(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, job: &Job) -> Option<Vec<String>> {
+fn command_argv(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    entry: &Entry,
+    provider: Provider,
+    key: &str,
+) -> Option<Vec<String>> {
     let command = entry.fields.command.clone();
-    if job.provider == Provider::Command && command.is_empty() {
+    if provider == Provider::Command && command.is_empty() {
         let d = ctx
             .at(
                 src,
                 Code::SchemaViolation,
-                format!(
-                    "worker `{}` has provider = \"command\" but no `command` argv",
-                    job.key
-                ),
+                format!("worker `{key}` has provider = \"command\" but no `command` argv"),
                 &entry.ptr("provider"),
             )
             .help("add command = [\"program\", \"arg\", ...]");

@@ -14,6 +14,8 @@ pub mod rules;
 pub mod translator;
 
 pub use entry::{take_entries, Entry};
+#[cfg(test)]
+pub(crate) use job::DEFAULT_IDLE_TIMEOUT_SECONDS;
 pub use job::{artifact_paths, build_job};
 
 use crate::canonical::sha256_hex;
@@ -22,7 +24,7 @@ use crate::model::Manifest;
 use crate::plan::{self, InputRecord, Job, Plan, RetryPolicy, RunInfo, Stage};
 use crate::schema::{self, SchemaKind};
 use crate::source::{Format, SourceFile};
-use crate::vocab::{Backend, DispatchKind};
+use crate::vocab::Backend;
 use paths::{Field, PathProblem, Resolved};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
@@ -265,21 +267,34 @@ fn schema_help(kind: SchemaKind) -> &'static str {
     }
 }
 
-/// The code of a spec's schema complaint: the identity rule's own code where
-/// one covers the key (an editor flags `attempt = 0` from the schema; okstra
-/// calls it `identity/bad-attempt`), else `schema/violation`.
+/// The code of a spec's schema complaint: the rule's own code where one
+/// covers it (an editor flags `attempt = 0` from the schema; okstra calls it
+/// `identity/bad-attempt`), else `schema/violation`.
 fn rule_code_for(err: &schema::SchemaError) -> Code {
     if err.keyword == "additionalProperties" {
         return Code::SchemaViolation;
     }
+    if let Some(key) = &err.missing {
+        return match key.as_str() {
+            "attempt" => Code::IdentityBadAttempt,
+            // `schemaVersion = "2.0"` without it is not a v2 pair.
+            "executionIdentityVersion" => Code::IdentityUnsupportedVersion,
+            // Only asked for when `defaults` gives a v2-only key.
+            "schemaVersion" => Code::IdentityMixedVersions,
+            k if identity::IDENTITY_KEYS.contains(&k) => Code::IdentityMissingField,
+            _ => Code::SchemaViolation,
+        };
+    }
     let key = err.pointer.rsplit('/').next().unwrap_or("");
-    match key {
-        "attempt" => Code::IdentityBadAttempt,
-        "schemaVersion" | "executionIdentityVersion" => Code::IdentityUnsupportedVersion,
-        "workerId" if err.keyword == "not" => Code::IdentityMixedVersions,
-        k if identity::IDENTITY_KEYS.contains(&k) && err.keyword == "minLength" => {
-            Code::IdentityMissingField
-        }
+    match (key, err.keyword.as_str()) {
+        // A key the other identity version carries.
+        ("workerId", "not") => Code::IdentityMixedVersions,
+        (k, "not") if identity::V2_ONLY_KEYS.contains(&k) => Code::IdentityMixedVersions,
+        ("attempt", _) => Code::IdentityBadAttempt,
+        ("schemaVersion" | "executionIdentityVersion", _) => Code::IdentityUnsupportedVersion,
+        ("assignmentRef", "pattern") => Code::IdentityNoStateKey,
+        ("dispatchKind", "pattern") => Code::RulesReverifyKind,
+        (k, "minLength") if identity::IDENTITY_KEYS.contains(&k) => Code::IdentityMissingField,
         _ => Code::SchemaViolation,
     }
 }
@@ -500,7 +515,7 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
         let Some(parsed) = parsed else {
             // Still check the paths of a refused entry, so one run shows
             // every problem.
-            check_entry_paths(ctx, &loaded.src, entry);
+            check_entry_paths(ctx, &loaded.src, entry, true);
             continue;
         };
         known.push(parsed.state_key.clone());
@@ -556,9 +571,11 @@ fn check_requested(ctx: &mut Ctx, display: &str, only: &[String], known: &[Strin
     );
 }
 
-/// Identity and schema checks of a spec's entries. Identity goes first: its
+/// Identity and schema checks of a spec's entries, and the rules of each
+/// entry that need nothing but the spec. Identity goes first: its
 /// refusals carry their own codes, and the schema's complaints about the
-/// same keys would only repeat them.
+/// same keys would only repeat them; so do the other rules' (SPEC §2:
+/// where the schema and a rule refuse the same thing, the rule's code).
 fn check_entries(
     ctx: &mut Ctx,
     loaded: &mut Loaded,
@@ -566,13 +583,17 @@ fn check_entries(
     // The schema and the raw path checks see the document whole, before the
     // entries take it apart.
     let schema_errors = schema::validate(SchemaKind::Jobs, &loaded.doc);
-    let reported = raw::check(ctx, &loaded.src, &loaded.doc);
+    let mut reported = raw::Reported::default();
+    raw::check(ctx, &loaded.src, &loaded.doc, &mut reported);
     let entries = take_entries(&mut loaded.doc);
     let mut parsed = Vec::with_capacity(entries.len());
     let mut covered: HashSet<String> = HashSet::new();
     for entry in &entries {
         match identity::parse(&entry.fields) {
-            Ok(p) => parsed.push(Some(p)),
+            Ok(p) => {
+                job::check_alone(ctx, &loaded.src, entry, &p, &mut reported);
+                parsed.push(Some(p));
+            }
             Err(problems) => {
                 report_identity(ctx, &loaded.src, entry, problems);
                 covered.insert(entry.pointer.clone());
@@ -603,17 +624,33 @@ pub fn report_identity(
     }
 }
 
-/// `okstra validate --kind jobs`: the checks a spec passes on its own,
-/// without a manifest or the files it names.
+/// `okstra validate --kind jobs`: every rule `okstra plan` runs on a spec
+/// that needs no manifest, no metadata and no prompt file: identity, the
+/// schema, each entry's provider, result, argv and dispatch kind, its
+/// paths as they land under the project root, and the batch rules over
+/// what the spec says of each job. Plan may still refuse such a spec, but
+/// only for what those inputs say (SPEC §8).
 /// The document's workers are moved into the entries (see [`take_entries`]).
 pub fn check_spec_alone(ctx: &mut Ctx, loaded: &mut Loaded) {
-    let (entries, _) = check_entries(ctx, loaded);
-    for entry in &entries {
-        let kind = entry.fields.dispatch_kind.as_deref().unwrap_or_default();
-        if let Err(msg) = DispatchKind::parse(kind) {
-            job::report_reverify_kind(ctx, &loaded.src, entry, msg);
+    paths::with_cache(|| {
+        let (entries, parsed) = check_entries(ctx, loaded);
+        let names = stage_names(&loaded.doc);
+        let mut sketches: Vec<Vec<job::Sketch>> = names.iter().map(|_| Vec::new()).collect();
+        for (entry, parsed) in entries.iter().zip(&parsed) {
+            let Some(parsed) = parsed else {
+                check_entry_paths(ctx, &loaded.src, entry, false);
+                continue;
+            };
+            if let Some(s) = job::sketch(ctx, &loaded.src, entry, parsed) {
+                sketches[entry.stage].push(s);
+            }
         }
-    }
+        let stages: Vec<Vec<rules::Member>> = sketches
+            .iter()
+            .map(|s| s.iter().map(job::Sketch::member).collect())
+            .collect();
+        rules::check_members(ctx, &loaded.src, &names, &stages);
+    });
 }
 
 /// The diagnostic, naming the entry's worker where it names one.
@@ -659,11 +696,14 @@ fn stage_names(doc: &Value) -> Vec<String> {
 }
 
 /// The path checks of an entry whose identity was refused, so one run
-/// shows every problem.
-fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) {
+/// shows every problem; `read_prompt`: whether the prompt must exist
+/// (planning) or only land inside the project (validate).
+fn check_entry_paths(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, read_prompt: bool) {
     if let Some(prompt) = &entry.fields.prompt_path {
         if let Some(r) = ctx.resolve(src, prompt, &entry.ptr("promptPath"), Field::File) {
-            require_file(ctx, src, entry, &r, "promptPath");
+            if read_prompt {
+                require_file(ctx, src, entry, &r, "promptPath");
+            }
         }
     }
     for (key, value) in [

@@ -90,17 +90,38 @@ pub fn invalid_path(
     .help("write paths with `/` between non-empty segments, relative to the project root (e.g. `out/result.md`); for everything under a directory in plannedPaths, write `dir/**`")
 }
 
-/// What the checks reported, so the schema's complaints about the same
-/// values can be dropped.
+/// What the spec-alone rules reported (these checks, and the steps of
+/// `job::check_alone`), so the schema's complaints about the same values
+/// can be dropped.
 #[derive(Default)]
 pub struct Reported {
     paths: Vec<String>,
     envs: Vec<String>,
+    /// (entry pointer, key): a key the entry needs and does not have.
+    missing: Vec<(String, String)>,
+    /// Values refused by a rule whose schema twin is a `pattern`.
+    values: Vec<String>,
 }
 
 impl Reported {
-    /// Whether a schema complaint is about a value reported here.
+    /// A rule reported that the entry at `entry` lacks `key`.
+    pub fn missing(&mut self, entry: &str, key: &str) {
+        self.missing.push((entry.to_string(), key.to_string()));
+    }
+
+    /// A rule refused the value at `pointer`.
+    pub fn value(&mut self, pointer: &str) {
+        self.values.push(pointer.to_string());
+    }
+
+    /// Whether a schema complaint is about something reported here.
     pub fn covers(&self, err: &SchemaError) -> bool {
+        if let Some(key) = &err.missing {
+            return self
+                .missing
+                .iter()
+                .any(|(entry, k)| *entry == err.pointer && k == key);
+        }
         let below = |ancestor: &String| {
             err.pointer == *ancestor
                 || err
@@ -108,19 +129,18 @@ impl Reported {
                     .strip_prefix(ancestor.as_str())
                     .is_some_and(|rest| rest.starts_with('/'))
         };
-        (err.keyword == "pattern" && self.paths.contains(&err.pointer))
+        (err.keyword == "pattern"
+            && (self.paths.contains(&err.pointer) || self.values.contains(&err.pointer)))
             || self.envs.iter().any(below)
     }
 }
 
 /// Check `defaults` and every worker entry of a spec document.
-pub fn check(ctx: &mut Ctx, src: &SourceFile, doc: &Value) -> Reported {
-    let mut reported = Reported::default();
+pub fn check(ctx: &mut Ctx, src: &SourceFile, doc: &Value, reported: &mut Reported) {
     for (pointer, entry) in objects(doc) {
-        check_paths(ctx, src, &pointer, entry, &mut reported);
-        check_env(ctx, src, &pointer, entry, &mut reported);
+        check_paths(ctx, src, &pointer, entry, reported);
+        check_env(ctx, src, &pointer, entry, reported);
     }
-    reported
 }
 
 /// `defaults` and the worker entries, with their pointers.
@@ -282,32 +302,36 @@ mod tests {
     #[test]
     fn the_jobs_schema_carries_the_rules_on_every_path_and_env() {
         let schema: Value = serde_json::from_str(schema::SchemaKind::Jobs.text()).unwrap();
+        // Each key is defined once, and both tables refer to it.
+        let defs = &schema["definitions"];
         for def in ["worker", "defaults"] {
-            let props = &schema["definitions"][def]["properties"];
-            for (key, field, list) in PATH_KEYS {
-                let p = if *list {
-                    &props[key]["items"]
-                } else {
-                    &props[key]
-                };
-                let want = match field {
-                    Field::File => paths::FILE_PATTERN,
-                    _ => paths::DIR_PATTERN,
-                };
-                assert_eq!(p["pattern"], json!(want), "{def}.{key}");
+            for (key, _, _) in PATH_KEYS.iter().chain([&("env", Field::File, false)]) {
+                let want = format!("#/definitions/{key}");
+                assert_eq!(
+                    defs[def]["properties"][key]["$ref"],
+                    json!(want),
+                    "{def}.{key}"
+                );
             }
-            let env = &props["env"];
-            assert_eq!(
-                env["propertyNames"]["pattern"],
-                json!(ENV_NAME_PATTERN),
-                "{def}"
-            );
-            assert_eq!(
-                env["additionalProperties"]["pattern"],
-                json!(ENV_VALUE_PATTERN),
-                "{def}"
-            );
         }
+        for (key, field, list) in PATH_KEYS {
+            let p = if *list {
+                &defs[key]["items"]
+            } else {
+                &defs[key]
+            };
+            let want = match field {
+                Field::File => paths::FILE_PATTERN,
+                _ => paths::DIR_PATTERN,
+            };
+            assert_eq!(p["pattern"], json!(want), "{key}");
+        }
+        let env = &defs["env"];
+        assert_eq!(env["propertyNames"]["pattern"], json!(ENV_NAME_PATTERN));
+        assert_eq!(
+            env["additionalProperties"]["pattern"],
+            json!(ENV_VALUE_PATTERN)
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use super::{Built, Ctx};
 use crate::diag::{Code, Diagnostic};
 use crate::model::REPORT_WRITER;
-use crate::plan::Job;
+use crate::plan::WritePolicy;
 use crate::policy;
 use crate::source::SourceFile;
 use crate::vocab::{Audience, Role};
@@ -21,8 +21,37 @@ pub fn named_role(role: &str, names: &[&str]) -> String {
     )
 }
 
-fn is_report_writer(job: &Job) -> bool {
-    job.key == REPORT_WRITER || job.role == Role::ReportWriter
+/// What the batch rules look at of one job: a planned job, or (for
+/// `okstra validate`, which reads no manifest or metadata) what the spec
+/// alone says of it.
+pub struct Member<'a> {
+    pub key: &'a str,
+    pub label: &'a str,
+    pub role: &'a Role,
+    pub audience: Option<&'a Audience>,
+    pub dispatch_id: Option<&'a str>,
+    pub write_policy: &'a WritePolicy,
+    /// The entry the job came from, where its diagnostics point.
+    pub entry_pointer: &'a str,
+}
+
+impl<'a> Member<'a> {
+    fn of(built: &'a Built) -> Member<'a> {
+        let job = &built.job;
+        Member {
+            key: &job.key,
+            label: job.label(),
+            role: &job.role,
+            audience: job.audience.as_ref(),
+            dispatch_id: job.dispatch_id.as_deref(),
+            write_policy: &job.write_policy,
+            entry_pointer: &built.entry_pointer,
+        }
+    }
+}
+
+fn is_report_writer(job: &Member) -> bool {
+    job.key == REPORT_WRITER || *job.role == Role::ReportWriter
 }
 
 /// Makes the diagnostics of one plan's rules, each at a job's entry.
@@ -32,23 +61,32 @@ struct At<'a> {
 }
 
 impl At<'_> {
-    fn job(&self, built: &Built, code: Code, message: String, key: Option<&str>) -> Diagnostic {
+    fn job(&self, job: &Member, code: Code, message: String, key: Option<&str>) -> Diagnostic {
         let pointer = match key {
-            Some(k) => format!("{}/{k}", built.entry_pointer),
-            None => built.entry_pointer.clone(),
+            Some(k) => format!("{}/{k}", job.entry_pointer),
+            None => job.entry_pointer.to_string(),
         };
         self.ctx
             .at(self.src, code, message, &pointer)
-            .worker(built.job.label().to_string())
+            .worker(job.label.to_string())
     }
 }
 
 /// Every batch rule over the stages of one plan; `src` is the file the jobs'
 /// entries point into (the spec, or team-state in roster mode).
 pub fn check(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Built>]) {
+    let stages: Vec<Vec<Member>> = stages
+        .iter()
+        .map(|s| s.iter().map(Member::of).collect())
+        .collect();
+    check_members(ctx, src, names, &stages);
+}
+
+/// [`check`] over the members of each stage.
+pub fn check_members(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Member>]) {
     let at = At { ctx, src };
     let mut out: Vec<Diagnostic> = Vec::new();
-    let mut dispatch_ids: HashMap<&str, &Built> = HashMap::new();
+    let mut dispatch_ids: HashMap<&str, &Member> = HashMap::new();
     let last_non_empty = stages.iter().rposition(|s| !s.is_empty());
     for (si, stage) in stages.iter().enumerate() {
         let name = &names[si];
@@ -69,27 +107,27 @@ pub fn check(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Bu
 fn duplicates<'a>(
     at: &At,
     name: &str,
-    stage: &'a [Built],
-    dispatch_ids: &mut HashMap<&'a str, &'a Built>,
+    stage: &'a [Member<'a>],
+    dispatch_ids: &mut HashMap<&'a str, &'a Member<'a>>,
 ) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    let mut keys: HashMap<&str, &Built> = HashMap::new();
+    let mut keys: HashMap<&str, &Member> = HashMap::new();
     for built in stage {
-        if let Some(first) = keys.insert(&built.job.key, built) {
+        if let Some(first) = keys.insert(built.key, built) {
             out.push(
                 at.job(
                     built,
                     Code::IdentityDuplicate,
                     format!(
                         "state key `{}` is used twice in stage `{name}` (also by the entry at {})",
-                        built.job.key, first.entry_pointer
+                        built.key, first.entry_pointer
                     ),
                     None,
                 )
                 .help("one worker row per state key and stage: merge the entries, or move one to another stage"),
             );
         }
-        if let Some(id) = built.job.dispatch_id.as_deref() {
+        if let Some(id) = built.dispatch_id {
             if let Some(first) = dispatch_ids.insert(id, built) {
                 out.push(
                     at.job(
@@ -109,23 +147,22 @@ fn duplicates<'a>(
     out
 }
 
-fn with_audience(stage: &[Built], audience: Audience) -> Vec<&Built> {
-    let audience = Some(audience);
+fn with_audience<'a>(stage: &'a [Member<'a>], audience: Audience) -> Vec<&'a Member<'a>> {
     stage
         .iter()
-        .filter(|b| b.job.audience == audience)
+        .filter(|b| b.audience == Some(&audience))
         .collect()
 }
 
 /// `rules/phase-order`: an executor and a verifier never share a batch.
-fn executor_beside_verifiers(at: &At, name: &str, stage: &[Built]) -> Option<Diagnostic> {
+fn executor_beside_verifiers(at: &At, name: &str, stage: &[Member]) -> Option<Diagnostic> {
     let executors = with_audience(stage, Audience::ImplementationExecutor);
     let verifiers = with_audience(stage, Audience::ImplementationVerifier);
     if executors.is_empty() || verifiers.is_empty() {
         return None;
     }
-    let e: Vec<&str> = executors.iter().map(|b| b.job.label()).collect();
-    let v: Vec<&str> = verifiers.iter().map(|b| b.job.label()).collect();
+    let e: Vec<&str> = executors.iter().map(|b| b.label).collect();
+    let v: Vec<&str> = verifiers.iter().map(|b| b.label).collect();
     Some(
         at.job(
             verifiers[0],
@@ -146,9 +183,9 @@ fn executor_beside_verifiers(at: &At, name: &str, stage: &[Built]) -> Option<Dia
 
 /// `rules/phase-order` across stages: no verifier stage before the first
 /// executor's.
-fn verifiers_before_executor(at: &At, names: &[String], stages: &[Vec<Built>]) -> Vec<Diagnostic> {
+fn verifiers_before_executor(at: &At, names: &[String], stages: &[Vec<Member>]) -> Vec<Diagnostic> {
     let has_executor =
-        |s: &Vec<Built>| !with_audience(s, Audience::ImplementationExecutor).is_empty();
+        |s: &Vec<Member>| !with_audience(s, Audience::ImplementationExecutor).is_empty();
     let Some(exec_si) = stages.iter().position(has_executor) else {
         return Vec::new();
     };
@@ -161,9 +198,7 @@ fn verifiers_before_executor(at: &At, names: &[String], stages: &[Vec<Built>]) -
                     Code::RulesPhaseOrder,
                     format!(
                         "verifier `{}` runs in stage `{}`, before the executor's stage `{}`",
-                        v.job.label(),
-                        names[si],
-                        names[exec_si]
+                        v.label, names[si], names[exec_si]
                     ),
                     Some("audience"),
                 )
@@ -176,13 +211,13 @@ fn verifiers_before_executor(at: &At, names: &[String], stages: &[Vec<Built>]) -
 
 /// `rules/report-writer-isolation`: the report writer alone, in the last
 /// stage.
-fn report_writer_alone(at: &At, name: &str, stage: &[Built], last: bool) -> Option<Diagnostic> {
-    let rw = stage.iter().find(|b| is_report_writer(&b.job))?;
+fn report_writer_alone(at: &At, name: &str, stage: &[Member], last: bool) -> Option<Diagnostic> {
+    let rw = stage.iter().find(|b| is_report_writer(b))?;
     if stage.len() > 1 {
         let others: Vec<&str> = stage
             .iter()
-            .filter(|b| !is_report_writer(&b.job))
-            .map(|b| b.job.label())
+            .filter(|b| !is_report_writer(b))
+            .map(|b| b.label)
             .collect();
         return Some(
             at.job(
@@ -209,7 +244,7 @@ fn report_writer_alone(at: &At, name: &str, stage: &[Built], last: bool) -> Opti
 }
 
 /// `rules/write-conflict`: two jobs of a batch that may write one path.
-fn write_conflicts(at: &At, name: &str, stage: &[Built]) -> Vec<Diagnostic> {
+fn write_conflicts(at: &At, name: &str, stage: &[Member]) -> Vec<Diagnostic> {
     batch_conflicts(stage)
         .into_iter()
         .map(|(a, b, overlap)| {
@@ -218,14 +253,13 @@ fn write_conflicts(at: &At, name: &str, stage: &[Built]) -> Vec<Diagnostic> {
                 Code::RulesWriteConflict,
                 format!(
                     "`{}` and `{}` in stage `{name}` may both write `{overlap}`",
-                    a.job.label(),
-                    b.job.label(),
+                    a.label, b.label,
                 ),
                 None,
             )
             .label(
                 at.src.locate(&a.entry_pointer),
-                format!("`{}` is declared here", a.job.label()),
+                format!("`{}` is declared here", a.label),
             )
             .help(
                 "give each job its own result paths and worktree, or put them in different stages",
@@ -237,12 +271,12 @@ fn write_conflicts(at: &At, name: &str, stage: &[Built]) -> Vec<Diagnostic> {
 /// Pairs of jobs of one batch whose write policies overlap. Literal paths
 /// are indexed, so a batch of thousands of plain workers costs one pass;
 /// only policies with glob patterns are compared pairwise.
-fn batch_conflicts(stage: &[Built]) -> Vec<(&Built, &Built, String)> {
+fn batch_conflicts<'a>(stage: &'a [Member<'a>]) -> Vec<(&'a Member<'a>, &'a Member<'a>, String)> {
     let mut out = Vec::new();
     let mut owner: HashMap<&str, usize> = HashMap::new();
     let mut reported: std::collections::HashSet<(usize, usize)> = Default::default();
     for (i, b) in stage.iter().enumerate() {
-        for path in &b.job.write_policy.allow {
+        for path in &b.write_policy.allow {
             if policy::is_glob(path) {
                 continue;
             }
@@ -261,7 +295,6 @@ fn batch_conflicts(stage: &[Built]) -> Vec<(&Built, &Built, String)> {
     let globbed: Vec<usize> = (0..stage.len())
         .filter(|&i| {
             stage[i]
-                .job
                 .write_policy
                 .allow
                 .iter()
@@ -277,8 +310,7 @@ fn batch_conflicts(stage: &[Built]) -> Vec<(&Built, &Built, String)> {
             if reported.contains(&(a, b)) {
                 continue;
             }
-            if let Some(p) = policy::overlap(&stage[a].job.write_policy, &stage[b].job.write_policy)
-            {
+            if let Some(p) = policy::overlap(stage[a].write_policy, stage[b].write_policy) {
                 reported.insert((a, b));
                 out.push((&stage[a], &stage[b], p));
             }
