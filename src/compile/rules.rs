@@ -258,7 +258,7 @@ fn write_conflicts(at: &At, name: &str, stage: &[Member]) -> Vec<Diagnostic> {
                 None,
             )
             .label(
-                at.src.locate(&a.entry_pointer),
+                at.src.locate(a.entry_pointer),
                 format!("`{}` is declared here", a.label),
             )
             .help(
