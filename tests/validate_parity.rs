@@ -50,8 +50,8 @@ fn validate_codes(p: &Project) -> BTreeSet<String> {
     let root = okstra::compile::paths::canonical_root(p.root());
     let mut ctx = Ctx::new(root);
     let path = p.path("spec.json");
-    if let Some(loaded) = ctx.load("input", "spec.json", &path, Format::Json) {
-        compile::check_spec_alone(&mut ctx, &loaded);
+    if let Some(mut loaded) = ctx.load("input", "spec.json", &path, Format::Json) {
+        compile::check_spec_alone(&mut ctx, &mut loaded);
     }
     ctx.diags.iter().map(|d| d.code.to_string()).collect()
 }
