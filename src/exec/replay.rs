@@ -306,6 +306,7 @@ mod tests {
             max_attempts: 2,
             dispatch_mode: crate::vocab::Backend::CliWrapper,
             degraded_from: None,
+            stage: None,
         }
     }
 
@@ -332,6 +333,8 @@ mod tests {
             served_model: None,
             cli_session_id: None,
             failure_kind: None,
+            cli_argv: vec![],
+            usage: None,
             resumable,
             mutation_audit: None,
             error_log_append: None,

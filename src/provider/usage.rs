@@ -233,9 +233,8 @@ impl UsageTotal {
         }
     }
 
-    /// `in 1.2k (cached 300) · out 200 (reasoning 50)`.
-    pub fn breakdown(&self) -> String {
-        let mut input = format!("in {}", compact(self.input_tokens));
+    /// Input tokens with their cached parts: `1.2k (cached 300)`.
+    pub fn input_text(&self) -> String {
         let mut parts = Vec::new();
         if self.cached_input_tokens > 0 {
             parts.push(format!("cached {}", compact(self.cached_input_tokens)));
@@ -243,14 +242,29 @@ impl UsageTotal {
         if self.cache_write_tokens > 0 {
             parts.push(format!("cache write {}", compact(self.cache_write_tokens)));
         }
-        if !parts.is_empty() {
-            input.push_str(&format!(" ({})", parts.join(", ")));
-        }
-        let mut output = format!("out {}", compact(self.output_tokens));
+        with_parts(compact(self.input_tokens), &parts)
+    }
+
+    /// Output tokens with their reasoning part: `200 (reasoning 50)`.
+    pub fn output_text(&self) -> String {
+        let mut parts = Vec::new();
         if self.reasoning_tokens > 0 {
-            output.push_str(&format!(" (reasoning {})", compact(self.reasoning_tokens)));
+            parts.push(format!("reasoning {}", compact(self.reasoning_tokens)));
         }
-        format!("{input} · {output}")
+        with_parts(compact(self.output_tokens), &parts)
+    }
+
+    /// `in 1.2k (cached 300) · out 200 (reasoning 50)`.
+    pub fn breakdown(&self) -> String {
+        format!("in {} · out {}", self.input_text(), self.output_text())
+    }
+}
+
+fn with_parts(whole: String, parts: &[String]) -> String {
+    if parts.is_empty() {
+        whole
+    } else {
+        format!("{whole} ({})", parts.join(", "))
     }
 }
 
