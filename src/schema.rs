@@ -810,6 +810,12 @@ mod tests {
             write_enforcement: WriteEnforcement {
                 mutation_audit: crate::vocab::MutationAudit::Batch,
             },
+            pricing: full.then_some(crate::provider::Pricing {
+                input: 1.25,
+                cached_input: Some(0.125),
+                cache_write: None,
+                output: 10.0,
+            }),
         };
         let mut plan = Plan {
             format_version: FORMAT_VERSION,

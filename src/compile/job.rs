@@ -477,6 +477,7 @@ fn assemble(
         write_enforcement: plan::WriteEnforcement {
             mutation_audit: f.mutation_audit.unwrap_or(MutationAudit::Batch),
         },
+        pricing: None,
     };
     job.dispatch_id = job.dispatch_id_for(job.first_attempt());
     job
@@ -567,6 +568,9 @@ fn set_commands(
     let dirs = write_dirs(root, job.worktree_path.as_deref(), aux);
     job.provider_command = provider_argv(root, job, &options, command, &dirs);
     let model_ref = selected_model_ref(manifest, job);
+    job.pricing = model_ref
+        .as_deref()
+        .and_then(|r| crate::provider::Pricing::of(manifest.model(r)?));
     job.command = wrapper_command(&WrapperCommand {
         root,
         job,
