@@ -396,6 +396,17 @@ fn writes_its_result_with_its_own_tool(provider: &str, served: &str, tool_sign: 
     assert_eq!(row["cliArgv"], sidecar["argv"]);
     let collected = &fx.events("worker-result-collected", "w")[0];
     assert_eq!(&collected["usage"], usage, "the event says the same");
+    // Keys without a value are absent, not empty.
+    if provider != "claude" {
+        assert!(row.get("sessionId").is_none(), "{row}");
+    }
+    let team = fx.json("run/team-state.json");
+    for a in team["attempts"].as_array().unwrap() {
+        assert!(
+            a.get("dispatchId").is_none(),
+            "no invocation, no dispatch id: {a}"
+        );
+    }
 }
 
 #[test]
@@ -556,6 +567,98 @@ fn codex_stalled_api_ends_in_the_idle_timeout() {
 #[test]
 fn gemini_stalled_api_ends_in_the_idle_timeout() {
     a_stalled_api_ends_in_the_idle_timeout("gemini");
+}
+
+// ---------------------------------------------------------------------------
+// Diagnostics of a refused command line (issue 15), from the real CLIs.
+// ---------------------------------------------------------------------------
+
+fn a_refused_argument_is_named(provider: &str, exit_code: i64, named: &str) {
+    let (_, model) = pinned(provider);
+    let extra = if provider == "codex" {
+        // codex's jobs carry the mock's config in extraArgs: add to it.
+        ""
+    } else {
+        "extraArgs = [\"--okstra-bogus-flag\"]"
+    };
+    let Some(fx) = Fx::one(provider, vec![], model, extra) else {
+        return;
+    };
+    if provider == "codex" {
+        let spec = fx
+            .read("spec.toml")
+            .replace("extraArgs = [", "extraArgs = [\"--okstra-bogus-flag\", ");
+        write(&fx.root.join("spec.toml"), &spec);
+        let plan = fx.okstra(&[
+            "plan",
+            "spec.toml",
+            "--manifest",
+            "run/run-manifest.json",
+            "--out",
+            "plan.json",
+        ]);
+        assert_eq!(plan.code, 0, "{}", plan.stderr);
+    }
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 1, "{log}");
+    assert_eq!(
+        fx.mock.model_requests(provider),
+        0,
+        "refused before any request"
+    );
+    let row = &fx.rows("w")[0];
+    assert_eq!(row["failureKind"], "argument-error", "{row}\n{log}");
+    assert_eq!(row["exitCode"], exit_code, "{row}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(named),
+        "the reason names the argument: {reason}"
+    );
+    let ran_argv = row["cliArgv"].as_array().unwrap();
+    assert_eq!(ran_argv[0], provider);
+    assert!(ran_argv.contains(&json!("--okstra-bogus-flag")), "{row}");
+    let excerpt = fx.errors()[0]["stderrExcerpt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(excerpt.contains(named), "the error log keeps it: {excerpt}");
+}
+
+#[test]
+fn claude_refusing_an_argument_names_it() {
+    a_refused_argument_is_named("claude", 1, "--okstra-bogus-flag");
+}
+
+#[test]
+fn codex_refusing_an_argument_names_it() {
+    a_refused_argument_is_named("codex", 2, "--okstra-bogus-flag");
+}
+
+#[test]
+fn gemini_refusing_an_argument_names_it() {
+    // gemini names it first, then prints 4 KB of usage text.
+    a_refused_argument_is_named("gemini", 1, "Unknown arguments: okstra-bogus-flag");
+}
+
+#[test]
+fn claude_bypass_permissions_as_root_unsandboxed_says_so() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: claude refuses bypassPermissions only as root");
+        return;
+    }
+    let extra = "permissionMode = \"bypassPermissions\"";
+    let Some(fx) = Fx::one("claude", vec![], "claude-sonnet-4-5", extra) else {
+        return;
+    };
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 1, "{log}");
+    let row = &fx.rows("w")[0];
+    assert_eq!(row["failureKind"], "argument-error", "{row}\n{log}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(reason.contains("cannot be used with root"), "{reason}");
+    assert!(reason.contains("IS_SANDBOX=1"), "{reason}");
 }
 
 // ---------------------------------------------------------------------------
