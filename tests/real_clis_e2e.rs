@@ -647,7 +647,12 @@ fn claude_bypass_permissions_as_root_unsandboxed_says_so() {
         eprintln!("skipped: claude refuses bypassPermissions only as root");
         return;
     }
-    let extra = "permissionMode = \"bypassPermissions\"";
+    // Unconfined: a confined claude is told it runs in a sandbox.
+    let extra = if confinement_supported() {
+        "permissionMode = \"bypassPermissions\"\nconfinement = \"none\""
+    } else {
+        "permissionMode = \"bypassPermissions\""
+    };
     let Some(fx) = Fx::one("claude", vec![], "claude-sonnet-4-5", extra) else {
         return;
     };
