@@ -219,6 +219,11 @@ pub struct Job {
     pub liveness_mode: String,
     pub write_policy: WritePolicy,
     pub write_enforcement: WriteEnforcement,
+    /// The `pricing` of the job's model in the manifest's catalog, for the
+    /// review (the wrapper prices each attempt from the catalog itself).
+    /// Absent where the catalog prices nothing for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pricing: Option<crate::provider::Pricing>,
     /// How a `slurm` job is submitted; present exactly on `slurm` jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmOptions>,

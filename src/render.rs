@@ -231,6 +231,25 @@ fn slurm_line(s: &crate::plan::SlurmOptions) -> String {
     }
 }
 
+/// How an agent job's attempts will be priced, and when they cannot be:
+/// codex and gemini report no cost, so only the catalog's `pricing` gives
+/// them one (issue 17). `None` for `command` jobs, which spend no tokens
+/// okstra can see.
+fn cost_line(job: &Job) -> Option<String> {
+    if !job.provider.is_agent() {
+        return None;
+    }
+    Some(match (&job.pricing, job.provider) {
+        (Some(p), _) => format!("from the catalog's pricing ({})", p.describe()),
+        (None, Provider::Claude) => {
+            "claude's own estimate (the catalog prices nothing for this model)".into()
+        }
+        (None, provider) => format!(
+            "unknown: {provider} reports no cost and the catalog prices nothing for this model (add `pricing` to its entry in the manifest's models{{}})"
+        ),
+    })
+}
+
 fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
     say!(out, "  ● {} ({})", job.label(), job.key);
     say!(out, "      identity  {}", identity_line(job));
@@ -252,6 +271,9 @@ fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
     );
     if let Some(slurm) = &job.slurm {
         say!(out, "      slurm     {}", slurm_line(slurm));
+    }
+    if let Some(cost) = cost_line(job) {
+        say!(out, "      cost      {cost}");
     }
     let audience = job.audience.as_ref().map_or("-", |a| a.as_str());
     say!(
@@ -429,6 +451,42 @@ mod tests {
         assert_ne!(env_value("TOKEN", "a"), env_value("TOKEN", "b"));
         assert_eq!(env_value("PATH", "/opt/evil bin"), "'/opt/evil bin'");
         assert_eq!(env_value("TOKENISH", ""), env_value("A_TOKEN", ""));
+    }
+
+    #[test]
+    fn the_review_says_how_each_agent_job_is_priced() {
+        let job = |provider: &str, pricing: serde_json::Value| -> Job {
+            serde_json::from_value(serde_json::json!({
+                "key": "w", "identity": {"version": "1", "workerId": "w"},
+                "provider": provider, "backend": "cli-wrapper", "role": "analyst",
+                "dispatchKind": "initial", "round": 1, "promptPath": "p.md",
+                "resultPath": "r.md", "workerResultPath": "r.md", "completionPaths": ["r.md"],
+                "command": [], "providerCommand": [], "takesSessionId": false,
+                "idleTimeoutSeconds": 600, "livenessMode": "wrapper-status",
+                "writePolicy": {"role": "analyst", "allow": [], "digest": ""},
+                "writeEnforcement": {"mutationAudit": "batch"},
+                "pricing": pricing
+            }))
+            .unwrap()
+        };
+        let none = serde_json::Value::Null;
+        let priced = serde_json::json!({"input": 1.25, "cachedInput": 0.125, "output": 10});
+        assert_eq!(cost_line(&job("command", none.clone())), None);
+        assert_eq!(
+            cost_line(&job("codex", priced)).unwrap(),
+            "from the catalog's pricing (USD per million tokens: input 1.25, cached input 0.125, output 10)"
+        );
+        assert!(cost_line(&job("claude", none.clone()))
+            .unwrap()
+            .starts_with("claude's own estimate"));
+        for provider in ["codex", "gemini"] {
+            assert!(
+                cost_line(&job(provider, none.clone()))
+                    .unwrap()
+                    .starts_with(&format!("unknown: {provider} reports no cost")),
+                "{provider}"
+            );
+        }
     }
 
     #[test]

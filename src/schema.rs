@@ -1220,6 +1220,12 @@ mod tests {
                 memory: Some("4G".into()),
                 extra_args: vec!["--qos=short".into()],
             }),
+            pricing: full.then_some(crate::provider::Pricing {
+                input: 1.25,
+                cached_input: Some(0.125),
+                cache_write: None,
+                output: 10.0,
+            }),
         };
         let mut plan = Plan {
             format_version: FORMAT_VERSION,

@@ -2,7 +2,9 @@
 //! `claude`, `codex` and `gemini` CLIs (one sh script on a temporary PATH)
 //! that record their argv and stdin and print what the real CLIs print
 //! (PROVIDERS.md): claude's stream-json `system`/`init` event with `model`
-//! and `session_id`, codex's `thread.started`, gemini's stream-json `init`.
+//! and `session_id`, an answer naming the model that served and the final
+//! `result` with `modelUsage`; codex's `thread.started` and `turn.completed`
+//! with usage; gemini's stream-json `init` and `result` with `stats`.
 //! The pane backend runs under a real tmux server started by the test.
 
 mod common;
@@ -33,17 +35,28 @@ if [ "${FAKE_MODE:-}" = bad-args ]; then
   case "$name" in
     claude) echo "error: unknown option '--bogus'" >&2; exit 1 ;;
     codex) echo "error: unexpected argument '--bogus' found" >&2; exit 2 ;;
-    gemini) echo "Unknown argument: bogus" >&2; exit 1 ;;
+    gemini)
+      # As gemini 0.61: the refused argument first, then ~4 KB of usage.
+      echo "Unknown arguments: bogus, also-bogus" >&2
+      i=0; while [ $i -lt 80 ]; do echo "  --option-$i  what option $i does, at some length" >&2; i=$((i+1)); done
+      exit 1 ;;
   esac
+fi
+if [ "${FAKE_MODE:-}" = root-bypass ]; then
+  echo "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons" >&2
+  exit 1
 fi
 # In a tmux pane: which one, and its title and window name.
 if [ -n "${TMUX_PANE:-}" ]; then
   tmux display-message -p -t "$TMUX_PANE" '#{pane_title} #{window_name}' >> "$S/pane.txt"
 fi
+# The opening events, and (claude) the first answer naming the model that served.
 case "$name" in
-  claude) printf '{"type":"system","subtype":"init","cwd":"%s","session_id":"%s","tools":[],"model":"%s","permissionMode":"acceptEdits"}\n' "$PWD" "$sid" "$served" ;;
+  claude)
+    printf '{"type":"system","subtype":"init","cwd":"%s","session_id":"%s","tools":[],"model":"%s","permissionMode":"acceptEdits"}\n' "$PWD" "$sid" "$model"
+    printf '{"type":"assistant","message":{"id":"msg_1","model":"%s","usage":{"input_tokens":100,"output_tokens":1}},"parent_tool_use_id":null,"session_id":"%s"}\n' "$served" "$sid" ;;
   codex) printf '{"type":"thread.started","thread_id":"thread-%s-%s"}\n{"type":"turn.started"}\n' "$K" "$n" ;;
-  gemini) printf '{"type":"init","timestamp":"2026-01-01T00:00:00Z","session_id":"gem-%s-%s","model":"%s"}\n' "$K" "$n" "$served" ;;
+  gemini) printf '{"type":"init","timestamp":"2026-01-01T00:00:00Z","session_id":"gem-%s-%s","model":"%s"}\n' "$K" "$n" "$model" ;;
 esac
 write() { mkdir -p "$(dirname "$OKSTRA_RESULT_PATH")"; echo done > "$OKSTRA_RESULT_PATH"; }
 case "${FAKE_MODE:-ok}" in
@@ -52,14 +65,19 @@ case "${FAKE_MODE:-ok}" in
   sleep) sleep 30 ;;
   not-logged-in)
     case "$name" in
-      claude) echo '{"type":"result","subtype":"success","is_error":true,"result":"Not logged in · Please run /login"}'; exit 1 ;;
+      claude) echo '{"type":"result","subtype":"success","is_error":true,"result":"Not logged in · Please run /login","total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0},"modelUsage":{}}'; exit 1 ;;
       codex) echo '{"type":"turn.failed","error":{"message":"401 Unauthorized"}}'; exit 1 ;;
       gemini) echo 'Please set an Auth method in your settings.json' >&2; exit 41 ;;
     esac ;;
   api-error)
-    echo '{"type":"result","subtype":"success","is_error":true,"api_error_status":529,"result":"API Error: overloaded"}'; exit 1 ;;
+    echo '{"type":"result","subtype":"success","is_error":true,"api_error_status":529,"result":"API Error: overloaded","total_cost_usd":0.001,"modelUsage":{"m":{"inputTokens":50,"outputTokens":5}}}'; exit 1 ;;
 esac
-echo '{"type":"result","subtype":"success","is_error":false}'
+# The final usage event, as each CLI prints it (PROVIDERS.md).
+case "$name" in
+  claude) printf '{"type":"result","subtype":"success","is_error":false,"session_id":"%s","total_cost_usd":0.0123,"usage":{"input_tokens":100,"cache_creation_input_tokens":10,"cache_read_input_tokens":30,"output_tokens":20},"modelUsage":{"%s":{"inputTokens":100,"outputTokens":20,"cacheReadInputTokens":30,"cacheCreationInputTokens":10,"costUSD":0.0123}}}\n' "$sid" "$model" ;;
+  codex) echo '{"type":"turn.completed","usage":{"input_tokens":200,"cached_input_tokens":50,"cache_write_input_tokens":0,"output_tokens":40,"reasoning_output_tokens":8}}' ;;
+  gemini) printf '{"type":"result","timestamp":"t","status":"success","stats":{"total_tokens":330,"input_tokens":250,"output_tokens":60,"cached":20,"input":230,"duration_ms":1,"tool_calls":0,"models":{"%s":{"total_tokens":330,"input_tokens":250,"output_tokens":60,"cached":20,"input":230}}}}\n' "$served" ;;
+esac
 exit 0
 "#;
 
@@ -76,7 +94,8 @@ fn manifest(terminal_backend: &str) -> Value {
     m["models"] = json!({
         "sonnet": {"provider": "claude", "modelId": "sonnet", "versionKind": "channel", "channelFamily": "claude-sonnet"},
         "gem-pro": {"provider": "gemini", "modelId": "gemini-2.5-pro", "versionKind": "pinned", "channelFamily": "gemini-pro"},
-        "gpt": {"provider": "codex", "modelId": "gpt-5", "versionKind": "pinned", "channelFamily": "gpt"}
+        "gpt": {"provider": "codex", "modelId": "gpt-5", "versionKind": "pinned", "channelFamily": "gpt",
+                "pricing": {"input": 1.25, "cachedInput": 0.125, "output": 10}}
     });
     m
 }
@@ -520,6 +539,313 @@ fn failure_kinds_are_told_apart_in_the_error_log() {
         // And the wrapper said so in the log, which the excerpt carries.
         let log = fx.p.read(&format!("prompts/{key}.md.log"));
         assert!(log.contains(kind), "{key}: {log}");
+    }
+}
+
+#[test]
+fn every_attempt_records_the_argv_it_ran() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            worker("cl", "claude", "sonnet", ""),
+            worker("cx", "codex", "gpt-5", ""),
+            worker("gm", "gemini", "gemini-2.5-pro", ""),
+        ],
+    );
+    let run = fx.exec();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    for (key, program) in [("cl", "claude"), ("cx", "codex"), ("gm", "gemini")] {
+        // What the CLI itself received, program name first.
+        let mut ran = vec![program.to_string()];
+        ran.extend(fx.argv(key, 1));
+        let status = fx.p.read_json(&format!("prompts/{key}.md.status.json"));
+        assert_eq!(status["argv"], json!(ran), "{key}: the sidecar");
+        let row = &fx.rows(key)[0];
+        assert_eq!(row["cliArgv"], json!(ran), "{key}: the dispatch row");
+        assert!(
+            row["argv"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("--provider")),
+            "{key}: the wrapper's own argv stays: {row}"
+        );
+        let collected = &fx.p.events_of("worker-result-collected", key)[0];
+        assert_eq!(collected["cliArgv"], json!(ran), "{key}: the event");
+    }
+    // A failure records it as well (here the CLI refused it).
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[worker(
+            "cx",
+            "codex",
+            "gpt-5",
+            "env = { FAKE_MODE = \"bad-args\" }",
+        )],
+    );
+    assert_eq!(fx.exec().code, 1);
+    let row = &fx.rows("cx")[0];
+    assert_eq!(row["cliArgv"][0], "codex", "{row}");
+    assert_eq!(row["failureKind"], "argument-error");
+}
+
+#[test]
+fn usage_of_each_provider_on_the_sidecar_the_row_and_the_event() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            worker(
+                "cl",
+                "claude",
+                "sonnet",
+                "env = { FAKE_SERVED = \"claude-sonnet-4-5-20250929\" }",
+            ),
+            worker("cx", "codex", "gpt-5", ""),
+            worker("gm", "gemini", "gemini-2.5-pro", ""),
+        ],
+    );
+    let run = fx.exec();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let expected = [
+        // claude: modelUsage, cache outside its input; its own estimate.
+        (
+            "cl",
+            json!({"inputTokens": 140, "cachedInputTokens": 30, "cacheWriteTokens": 10,
+                   "outputTokens": 20, "totalTokens": 160, "model": "claude-sonnet-4-5-20250929",
+                   "costUsd": 0.0123, "costSource": "cli-estimate", "tokensFrom": "cli-output"}),
+        ),
+        // codex: no cost of its own; the catalog prices gpt.
+        // 150 fresh at 1.25, 50 cached at 0.125, 40 out at 10 per million.
+        (
+            "cx",
+            json!({"inputTokens": 200, "cachedInputTokens": 50, "cacheWriteTokens": 0,
+                   "outputTokens": 40, "reasoningTokens": 8, "totalTokens": 240,
+                   "costUsd": 0.00059375, "costSource": "price-table", "tokensFrom": "cli-output"}),
+        ),
+        // gemini: thoughts are output; no pricing in the catalog: no cost.
+        (
+            "gm",
+            json!({"inputTokens": 250, "cachedInputTokens": 20, "outputTokens": 80,
+                   "reasoningTokens": 20, "totalTokens": 330, "model": "gemini-2.5-pro",
+                   "tokensFrom": "cli-output"}),
+        ),
+    ];
+    for (key, usage) in &expected {
+        let status = fx.p.read_json(&format!("prompts/{key}.md.status.json"));
+        assert_eq!(&status["usage"], usage, "{key}: the sidecar");
+        let row = &fx.rows(key)[0];
+        assert_eq!(&row["usage"], usage, "{key}: the dispatch row");
+        assert_eq!(row["stage"], "agents", "{key}");
+        let collected = &fx.p.events_of("worker-result-collected", key)[0];
+        assert_eq!(&collected["usage"], usage, "{key}: the event");
+    }
+
+    // The exec summary, as JSON, and the text table's columns.
+    let json_run = fx.p.okstra(&[
+        "status",
+        "--manifest",
+        "run/run-manifest.json",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(json_run.code, 0, "{}", json_run.stderr);
+    let doc = json_run.json();
+    assert_eq!(doc["usage"]["run"]["totalTokens"], 730, "{doc}");
+    assert_eq!(doc["usage"]["run"]["attempts"], 3);
+    assert_eq!(doc["usage"]["run"]["costUsd"], 0.01289375);
+    assert_eq!(doc["usage"]["run"]["unpricedAttempts"], 1, "gemini's");
+    assert_eq!(doc["usage"]["workers"]["cx"]["totalTokens"], 240);
+    assert_eq!(doc["usage"]["stages"][0]["stage"], "agents");
+    let text =
+        fx.p.okstra(&["status", "--manifest", "run/run-manifest.json"]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    let out = &text.stdout;
+    assert!(out.contains("tokens") && out.contains("cost"), "{out}");
+    let line = |start: &str| {
+        out.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in:\n{out}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(line("cl ").contains("160 $0.0123"), "{out}");
+    assert!(line("gm ").contains("330 ?"), "{out}");
+    assert!(
+        line("(run)").starts_with(
+            "(run) 3 730 590 (cached 100, cache write 10) 140 (reasoning 28) $0.0129+?"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_exec_summary_carries_each_jobs_usage() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            worker("cx", "codex", "gpt-5", ""),
+            worker(
+                "cl",
+                "claude",
+                "sonnet",
+                "env = { FAKE_MODE = \"first-forgets\" }",
+            ),
+        ],
+    );
+    let mut cmd = fx.command();
+    cmd.args(["--format", "json"]);
+    let run = run(cmd);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc: Value = serde_json::from_str(&run.stdout).unwrap();
+    let job = |key: &str| {
+        doc["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["key"] == key)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(job("cx")["usage"]["totalTokens"], 240, "{doc}");
+    // Both attempts of the retried job count.
+    assert_eq!(job("cl")["usage"]["attempts"], 2, "{doc}");
+    assert_eq!(job("cl")["usage"]["totalTokens"], 320, "{doc}");
+    assert_eq!(doc["usage"]["totalTokens"], 560, "{doc}");
+    let text = fx.command().output().unwrap();
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        out.contains("tokens") && out.contains("spent 560 tokens"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_idle_worker_reads_124_and_timeout_on_every_record() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[worker(
+            "cl",
+            "claude",
+            "sonnet",
+            "idleTimeoutSeconds = 1\nenv = { FAKE_MODE = \"sleep\" }",
+        )],
+    );
+    let started = Instant::now();
+    let run = fx.exec();
+    assert!(started.elapsed() < Duration::from_secs(25));
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let status = fx.p.read_json("prompts/cl.md.status.json");
+    assert_eq!(status["exitCode"], 124, "{status}");
+    assert_eq!(status["failureKind"], "timeout", "{status}");
+    let row = &fx.rows("cl")[0];
+    assert_eq!(row["status"], "timeout", "{row}");
+    assert_eq!(row["exitCode"], 124, "{row}");
+    assert_eq!(row["failureKind"], "timeout", "{row}");
+    let errors = fx.errors("cl");
+    assert_eq!(errors[0]["exitCode"], 124, "{errors:?}");
+    assert!(errors[0]["message"].as_str().unwrap().contains("idle"));
+}
+
+#[test]
+fn an_argument_error_names_the_argument_and_the_excerpt_keeps_both_ends() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            worker(
+                "gm",
+                "gemini",
+                "gemini-2.5-pro",
+                "env = { FAKE_MODE = \"bad-args\" }",
+            ),
+            worker(
+                "cl",
+                "claude",
+                "sonnet",
+                "env = { FAKE_MODE = \"bad-args\" }",
+            ),
+            worker("cx", "codex", "gpt-5", "env = { FAKE_MODE = \"bad-args\" }"),
+        ],
+    );
+    assert_eq!(fx.exec().code, 1);
+    for (key, refused) in [
+        ("gm", "Unknown arguments: bogus, also-bogus"),
+        ("cl", "error: unknown option '--bogus'"),
+        ("cx", "error: unexpected argument '--bogus' found"),
+    ] {
+        let row = &fx.rows(key)[0];
+        assert_eq!(row["failureKind"], "argument-error", "{key}: {row}");
+        let reason = row["reason"].as_str().unwrap();
+        assert!(
+            reason.contains(&format!("refused its arguments: {refused}")),
+            "{key}: {reason}"
+        );
+        let errors = fx.errors(key);
+        assert!(
+            errors[0]["message"].as_str().unwrap().contains(refused),
+            "{key}"
+        );
+    }
+    // gemini's refusal comes before 4 KB of usage text: the excerpt keeps
+    // the head that names it and the tail where the wrapper said why.
+    let excerpt = fx.errors("gm")[0]["stderrExcerpt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(excerpt.starts_with("Unknown arguments: bogus"), "{excerpt}");
+    assert!(excerpt.contains('…'), "{excerpt}");
+    assert!(
+        excerpt.trim_end().ends_with("and the CLI version)"),
+        "{excerpt}"
+    );
+    let line = std::fs::read_to_string(fx.p.path("run/errors.jsonl")).unwrap();
+    assert!(line.lines().all(|l| l.len() < 4096));
+}
+
+#[test]
+fn claude_refusing_bypass_permissions_as_root_says_how_to_get_past_it() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[worker(
+            "cl",
+            "claude",
+            "sonnet",
+            "permissionMode = \"bypassPermissions\"\nenv = { FAKE_MODE = \"root-bypass\" }",
+        )],
+    );
+    assert_eq!(fx.exec().code, 1);
+    let row = &fx.rows("cl")[0];
+    assert_eq!(row["failureKind"], "argument-error", "{row}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(reason.contains("cannot be used with root"), "{reason}");
+    assert!(reason.contains("IS_SANDBOX=1"), "{reason}");
+    assert!(!reason.contains("missing results/cl.md;") || reason.contains("IS_SANDBOX"));
+}
+
+#[test]
+fn keys_without_a_value_are_absent_not_empty() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            worker("cx", "codex", "gpt-5", ""),
+            worker("gm", "gemini", "gemini-2.5-pro", ""),
+        ],
+    );
+    assert_eq!(fx.exec().code, 0);
+    let team = fx.p.team();
+    for row in team["workerDispatches"].as_array().unwrap() {
+        assert!(row.get("sessionId").is_none(), "{row}");
+        assert!(row.get("dispatchId").is_none(), "v1, no invocation: {row}");
+    }
+    let attempts = team["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    for a in attempts {
+        assert!(a.get("dispatchId").is_none(), "{a}");
+    }
+    for e in fx.p.run_events() {
+        assert!(
+            e.get("sessionId").is_none() && e.get("dispatchId").is_none(),
+            "{e}"
+        );
     }
 }
 

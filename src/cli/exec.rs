@@ -4,6 +4,7 @@ use super::{plan as plan_cmd, report, RunTarget};
 use crate::compile::{self, paths};
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::exec::{self, Options, Outcomes};
+use crate::provider::UsageTotal;
 use crate::render;
 use crate::state::WorkerStatus;
 use serde_json::{json, Value};
@@ -177,10 +178,17 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
                 "interrupted": o.interrupted,
                 "stopped": o.fatal,
                 "errors": refused.to_json()["errors"],
-                "jobs": o.reports.iter().map(|r| json!({
-                    "stage": r.stage, "key": r.key, "label": r.label, "status": r.status,
-                    "attempts": r.attempts, "reason": r.reason, "durationMs": r.duration.as_millis() as u64,
-                })).collect::<Vec<_>>(),
+                "jobs": o.reports.iter().map(|r| {
+                    let mut job = json!({
+                        "stage": r.stage, "key": r.key, "label": r.label, "status": r.status,
+                        "attempts": r.attempts, "reason": r.reason, "durationMs": r.duration.as_millis() as u64,
+                    });
+                    if let Some(usage) = &r.usage {
+                        job["usage"] = json!(usage);
+                    }
+                    job
+                }).collect::<Vec<_>>(),
+                "usage": run_usage(o),
             }))
             .unwrap_or_default()
         )),
@@ -188,25 +196,46 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
     status
 }
 
+/// What the run's jobs spent, where their CLIs said.
+fn run_usage(o: &Outcomes) -> Option<UsageTotal> {
+    let mut total: Option<UsageTotal> = None;
+    for u in o.reports.iter().filter_map(|r| r.usage.as_ref()) {
+        total.get_or_insert_with(UsageTotal::default).merge(u);
+    }
+    total
+}
+
 fn summary_table(o: &Outcomes) -> String {
+    // Tokens and cost only where some job reported usage: a run of
+    // `command` jobs reads as before.
+    let spent = run_usage(o);
     let rows: Vec<Vec<String>> = o
         .reports
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 r.stage.clone(),
                 r.label.clone(),
                 r.status.clone(),
                 r.attempts.to_string(),
                 format!("{:.1}s", r.duration.as_secs_f64()),
-                r.reason.clone(),
-            ]
+            ];
+            if spent.is_some() {
+                row.push(r.usage.as_ref().map_or("-".into(), UsageTotal::tokens_text));
+                row.push(r.usage.as_ref().map_or("-".into(), UsageTotal::cost_text));
+            }
+            row.push(r.reason.clone());
+            row
         })
         .collect();
-    let mut out = render::table(
-        &["stage", "job", "status", "attempts", "time", "reason"],
-        &rows,
-    );
+    let headers: &[&str] = if spent.is_some() {
+        &[
+            "stage", "job", "status", "attempts", "time", "tokens", "cost", "reason",
+        ]
+    } else {
+        &["stage", "job", "status", "attempts", "time", "reason"]
+    };
+    let mut out = render::table(headers, &rows);
     let done = o.reports.iter().filter(|r| r.status == "completed").count();
     let _ = writeln!(
         out,
@@ -215,7 +244,87 @@ fn summary_table(o: &Outcomes) -> String {
         if o.reports.len() == 1 { "" } else { "s" },
         if o.interrupted { " (interrupted)" } else { "" }
     );
+    if let Some(u) = spent {
+        let _ = writeln!(
+            out,
+            "spent {} tokens ({}), cost {}",
+            u.tokens_text(),
+            u.breakdown(),
+            u.cost_text()
+        );
+    }
     out
+}
+
+/// One attempt's usage, from its dispatch row.
+fn attempt_usage(row: &Value) -> Option<crate::provider::Usage> {
+    serde_json::from_value(row.get("usage")?.clone()).ok()
+}
+
+/// What the dispatch rows of team-state say the run spent: per worker (its
+/// state key), per stage (in the order stages first appear) and in all.
+#[derive(Default)]
+struct Spent {
+    workers: std::collections::BTreeMap<String, UsageTotal>,
+    stages: Vec<(String, UsageTotal)>,
+    run: Option<UsageTotal>,
+}
+
+impl Spent {
+    fn of(rows: &[Value]) -> Spent {
+        let mut spent = Spent::default();
+        for row in rows {
+            let Some(usage) = attempt_usage(row) else {
+                continue;
+            };
+            let text = |k: &str| row.get(k).and_then(Value::as_str);
+            if let Some(key) = text("workerKey").or(text("workerId")) {
+                spent
+                    .workers
+                    .entry(key.to_string())
+                    .or_default()
+                    .add(&usage);
+            }
+            let stage = text("stage").unwrap_or("(no stage recorded)");
+            match spent.stages.iter_mut().find(|(s, _)| s == stage) {
+                Some((_, total)) => total.add(&usage),
+                None => {
+                    let mut total = UsageTotal::default();
+                    total.add(&usage);
+                    spent.stages.push((stage.to_string(), total));
+                }
+            }
+            spent
+                .run
+                .get_or_insert_with(UsageTotal::default)
+                .add(&usage);
+        }
+        spent
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "workers": self.workers,
+            "stages": self.stages.iter().map(|(stage, total)| {
+                let mut v = json!(total);
+                v["stage"] = json!(stage);
+                v
+            }).collect::<Vec<_>>(),
+            "run": self.run,
+        })
+    }
+}
+
+/// A row of the usage table of `okstra status`.
+fn usage_line(stage: &str, t: &UsageTotal) -> Vec<String> {
+    vec![
+        stage.to_string(),
+        t.attempts.to_string(),
+        t.tokens_text(),
+        t.input_text(),
+        t.output_text(),
+        t.cost_text(),
+    ]
 }
 
 pub fn status(args: &StatusArgs) -> ExitStatus {
@@ -254,10 +363,11 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
     };
     let mut dispatch_rows = rows("workerDispatches");
     let slurm = slurm_states(&mut dispatch_rows);
+    let spent = Spent::of(&dispatch_rows);
     match args.format {
         Format::Json => outln!(
             "{}",
-            serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": rows("workers"), "dispatches": dispatch_rows})).unwrap_or_default()
+            serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": rows("workers"), "dispatches": dispatch_rows, "usage": spent.to_json()})).unwrap_or_default()
         ),
         Format::Text => {
             let s = |v: &Value, k: &str| {
@@ -265,13 +375,24 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
                     .map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
                     .unwrap_or_default()
             };
+            let any = spent.run.is_some();
+            // Tokens and cost columns only where some attempt reported usage.
+            let with_usage = |mut row: Vec<String>, total: Option<&UsageTotal>| {
+                if any {
+                    let at = row.len() - 2;
+                    row.insert(at, total.map_or("-".into(), UsageTotal::tokens_text));
+                    row.insert(at + 1, total.map_or("-".into(), UsageTotal::cost_text));
+                }
+                row
+            };
             let workers: Vec<Vec<String>> = rows("workers")
                 .iter()
                 .map(|w| {
-                    ["workerId", "status", "provider", "endedAt", "reason"]
+                    let row = ["workerId", "status", "provider", "endedAt", "reason"]
                         .iter()
                         .map(|k| s(w, k))
-                        .collect()
+                        .collect();
+                    with_usage(row, spent.workers.get(&s(w, "workerId")))
                 })
                 .collect();
             let dispatches: Vec<Vec<String>> = dispatch_rows
@@ -292,7 +413,7 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
                         });
                     }
                     row.push(s(d, "reason"));
-                    row
+                    with_usage(row, attempt_usage(d).and_then(|u| UsageTotal::of([&u])).as_ref())
                 })
                 .collect();
             let mut heads = vec!["dispatch", "attempt", "status", "id"];
@@ -302,15 +423,35 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
             heads.push("reason");
             let completed = |status: &str| status.parse() == Ok(WorkerStatus::Completed);
             let done = workers.iter().filter(|w| completed(&w[1])).count();
+            let headers = |names: &[&'static str]| -> Vec<&'static str> {
+                let mut h = names.to_vec();
+                if any {
+                    h.splice(h.len() - 2..h.len() - 2, ["tokens", "cost"]);
+                }
+                h
+            };
             let mut text = format!(
                 "team-state {team}: {done} of {} worker{} completed\n\n{}\n{}",
                 workers.len(),
                 if workers.len() == 1 { "" } else { "s" },
-                render::table(&["worker", "status", "provider", "ended", "reason"], &workers),
-                render::table(&heads, &dispatches),
+                render::table(&headers(&["worker", "status", "provider", "ended", "reason"]), &workers),
+                render::table(&headers(&heads), &dispatches),
             );
             if let Some(Err(e)) = &slurm {
                 let _ = writeln!(text, "(the Slurm state of running attempts is unknown: {e})");
+            }
+            if let Some(run) = &spent.run {
+                let mut lines: Vec<Vec<String>> = spent
+                    .stages
+                    .iter()
+                    .map(|(stage, t)| usage_line(stage, t))
+                    .collect();
+                lines.push(usage_line("(run)", run));
+                let _ = write!(
+                    text,
+                    "\n{}",
+                    render::table(&["stage", "attempts", "tokens", "input", "output", "cost"], &lines)
+                );
             }
             out!("{text}");
         }

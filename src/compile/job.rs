@@ -605,6 +605,7 @@ fn assemble(
         // Only a Slurm job is submitted: a `[slurm]` table in `defaults`
         // leaves the run's local jobs as they are.
         slurm: (backend == Backend::Slurm).then(|| f.slurm.clone().unwrap_or_default()),
+        pricing: None,
     };
     job.dispatch_id = job.dispatch_id_for(job.first_attempt());
     job
@@ -714,6 +715,9 @@ fn set_commands(
     let dirs = write_dirs(root, job.worktree_path.as_deref(), aux);
     job.provider_command = provider_argv(root, job, &options, command, &dirs);
     let model_ref = selected_model_ref(manifest, job);
+    job.pricing = model_ref
+        .as_deref()
+        .and_then(|r| crate::provider::Pricing::of(manifest.model(r)?));
     job.command = wrapper_command(&WrapperCommand {
         root,
         job,

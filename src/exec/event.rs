@@ -3,6 +3,7 @@
 //! handed to every reporter. Nothing names an event by a string literal but
 //! the serde attributes here.
 
+use crate::provider::Usage;
 use crate::state::attempts::AttemptStatus;
 use crate::vocab::Backend;
 use serde::{Deserialize, Serialize};
@@ -40,6 +41,10 @@ pub struct Head {
     pub dispatch_mode: Backend,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub degraded_from: Option<Backend>,
+    /// The name of the plan stage the job belongs to (absent in lines of an
+    /// older okstra), so that usage adds up per stage in `okstra status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
 }
 
 /// The identity fields as events and dispatch rows carry them: v1
@@ -139,6 +144,13 @@ pub struct Settled {
     pub cli_session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<String>,
+    /// The exact argv the wrapper started (the provider CLI's, or a
+    /// `command` job's), from its status sidecar.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cli_argv: Vec<String>,
+    /// What the attempt spent, from its status sidecar, where the CLI said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     /// The attempt ended because exec was interrupted or died, not by its
     /// own doing: the next exec starts a new attempt that does not count
     /// against the retry limit (SPEC §5.8).
@@ -196,6 +208,7 @@ mod tests {
             max_attempts: 2,
             dispatch_mode: Backend::CliWrapper,
             degraded_from: None,
+            stage: None,
         }
     }
 
@@ -231,6 +244,8 @@ mod tests {
             served_model: None,
             cli_session_id: None,
             failure_kind: Some("interrupted".into()),
+            cli_argv: vec![],
+            usage: None,
             resumable: true,
             mutation_audit: None,
             error_log_append: None,

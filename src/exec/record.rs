@@ -299,7 +299,8 @@ impl Recorder {
     }
 
     /// Append a failed attempt to the error log. Never fails the dispatch:
-    /// how it went is returned for the event.
+    /// how it went is returned for the event. `log` is the job's log and
+    /// where this attempt's output starts in it, where the wrapper said.
     #[allow(clippy::too_many_arguments)]
     pub fn error_log(
         &mut self,
@@ -308,7 +309,7 @@ impl Recorder {
         exit_code: i64,
         duration_ms: Option<i64>,
         message: &str,
-        log: &Path,
+        (log, offset): (&Path, Option<u64>),
     ) -> Value {
         let identity = job.identity.v2().map(|_| {
             let mut m = job.identity.wire_fields();
@@ -329,7 +330,7 @@ impl Recorder {
             exit_code,
             duration_ms,
             message: format!("attempt {attempt}: {message}"),
-            stderr_excerpt: error_log::log_tail(log, error_log::STDERR_TAIL_BYTES),
+            stderr_excerpt: error_log::log_excerpt(log, offset),
             identity,
         };
         let path = self.errors.display().to_string();
@@ -445,6 +446,9 @@ pub fn dispatch_row(job: &Job, d: &Dispatched, settled: Option<&Settled>) -> Val
     put("round", json!(job.round));
     put("provider", json!(job.provider));
     put("backend", json!(d.head.dispatch_mode));
+    if let Some(stage) = &d.head.stage {
+        put("stage", json!(stage));
+    }
     if let Some(from) = &d.head.degraded_from {
         put("degradedFrom", json!(from));
     }
@@ -500,6 +504,12 @@ pub fn dispatch_row(job: &Job, d: &Dispatched, settled: Option<&Settled>) -> Val
                 if let Some(v) = v {
                     put(k, json!(v));
                 }
+            }
+            if !s.cli_argv.is_empty() {
+                put("cliArgv", json!(s.cli_argv));
+            }
+            if let Some(usage) = &s.usage {
+                put("usage", json!(usage));
             }
             if s.resumable {
                 put("resumable", json!(true));

@@ -304,6 +304,7 @@ mod tests {
             max_attempts: 2,
             dispatch_mode: crate::vocab::Backend::CliWrapper,
             degraded_from: None,
+            stage: None,
         }
     }
 
@@ -330,6 +331,8 @@ mod tests {
             served_model: None,
             cli_session_id: None,
             failure_kind: None,
+            cli_argv: vec![],
+            usage: None,
             resumable,
             mutation_audit: None,
             error_log_append: None,

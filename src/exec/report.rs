@@ -25,6 +25,10 @@ pub struct JobReport {
     pub reason: String,
     #[serde(rename = "durationMs", serialize_with = "millis")]
     pub duration: Duration,
+    /// What the job's attempts of this plan spent, where their CLIs said
+    /// (absent when none did: `command` jobs, jobs that never ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::provider::UsageTotal>,
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -98,6 +98,9 @@ pub(super) struct Runner<'a> {
     interrupt: Arc<AtomicBool>,
     interrupted: bool,
     histories: Vec<History>,
+    /// What each job's settled attempts of this plan spent, as recorded
+    /// (by earlier execs too): its report's usage.
+    usages: Vec<Vec<crate::provider::Usage>>,
     /// Records of the log no executor wrote, by the stage they fall into.
     forged: HashMap<usize, Vec<String>>,
     reports: Vec<Option<JobReport>>,
@@ -159,6 +162,7 @@ impl<'a> Runner<'a> {
             interrupt,
             interrupted: false,
             histories: vec![History::default(); n],
+            usages: vec![Vec::new(); n],
             forged: HashMap::new(),
             reports: vec![None; n],
             refused: Vec::new(),
@@ -251,6 +255,7 @@ impl<'a> Runner<'a> {
                     attempts: 0,
                     reason: "not reached".into(),
                     duration: Duration::ZERO,
+                    usage: None,
                 })
             })
             .collect();
@@ -288,6 +293,16 @@ impl<'a> Runner<'a> {
             self.forged.entry(f.stage).or_default().push(text);
         }
         self.histories = replayed.histories;
+        self.usages = self
+            .histories
+            .iter()
+            .map(|h| {
+                h.attempts
+                    .iter()
+                    .filter_map(|a| a.settled.as_ref()?.usage.clone())
+                    .collect()
+            })
+            .collect();
         match self.rec.reconcile(self.jobs, &self.histories) {
             Ok(0) => {}
             Ok(n) => {
@@ -313,6 +328,7 @@ impl<'a> Runner<'a> {
             attempts,
             reason: reason.to_string(),
             duration,
+            usage: crate::provider::UsageTotal::of(&self.usages[i]),
         };
         self.tell(Notice::Finished { report: &report });
         self.reports[i] = Some(report);
@@ -478,7 +494,7 @@ impl<'a> Runner<'a> {
         );
     }
 
-    fn head(&self, job: &Job, attempt: u64) -> Head {
+    fn head(&self, i: usize, job: &Job, attempt: u64) -> Head {
         let (mode, degraded) = self.backend.local.mode_of(job);
         Head {
             ts: crate::fsutil::utc_now(),
@@ -490,6 +506,7 @@ impl<'a> Runner<'a> {
             max_attempts: MAX_ATTEMPTS,
             dispatch_mode: mode,
             degraded_from: degraded,
+            stage: Some(self.plan.stages[self.jobs.stage_of(i)].name.clone()),
         }
     }
 
@@ -641,7 +658,7 @@ impl<'a> Runner<'a> {
             title: &title,
         })?;
         Ok(Dispatched {
-            head: self.head(&job, attempt),
+            head: self.head(i, &job, attempt),
             handle: started.handle,
             pid_start: started.pid_start,
             session_id,
@@ -1130,6 +1147,19 @@ impl Runner<'_> {
                 .filter(|v| !v.is_empty())
                 .map(str::to_string)
         };
+        let cli_argv: Vec<String> = status_doc
+            .as_ref()
+            .and_then(|d| d.get("argv"))
+            .and_then(|a| serde_json::from_value(a.clone()).ok())
+            .unwrap_or_default();
+        let usage: Option<crate::provider::Usage> = status_doc
+            .as_ref()
+            .and_then(|d| d.get("usage"))
+            .and_then(|u| serde_json::from_value(u.clone()).ok());
+        let log_offset = status_doc
+            .as_ref()
+            .and_then(|d| d.get("logOffset"))
+            .and_then(Value::as_u64);
         let sidecar = Sidecar {
             failure_kind: said("failureKind"),
             error: said("error"),
@@ -1196,8 +1226,14 @@ impl Runner<'_> {
         let error_log_append = d.log_error.then(|| {
             let code = d.exit_code.or(wrapper_code).unwrap_or(1);
             let log = self.abs(&job.log_path());
-            self.rec
-                .error_log(&job, attempt, i64::from(code), duration_ms, &d.reason, &log)
+            self.rec.error_log(
+                &job,
+                attempt,
+                i64::from(code),
+                duration_ms,
+                &d.reason,
+                (&log, log_offset),
+            )
         });
         let settled = Settled {
             head: self.head_from(&e.dispatched),
@@ -1209,10 +1245,13 @@ impl Runner<'_> {
             served_model: said("servedModel"),
             cli_session_id: said("cliSessionId"),
             failure_kind: d.failure_kind.clone(),
+            cli_argv,
+            usage: usage.clone(),
             resumable: d.resumable,
             mutation_audit: summary,
             error_log_append,
         };
+        self.usages[i].extend(usage);
         // A lost attempt found by this exec resumes at once; an interrupted
         // one is for the next exec.
         let resume_now = d.resumable && !self.interrupted && matches!(e.end, End::Lost(_));

@@ -1,10 +1,13 @@
 //! claude (`@anthropic-ai/claude-code`): print mode, stream-json output.
 
+use super::usage::{count, CostSource, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    API_SIGNS, LOGIN_SIGNS,
+    Session, API_SIGNS, LOGIN_SIGNS,
 };
 use serde_json::Value;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 
 pub struct Claude;
 
@@ -48,12 +51,24 @@ impl Adapter for Claude {
         true
     }
 
-    /// The stream-json `system`/`init` event names the resolved model.
+    /// The model that served is in each `assistant` event's
+    /// `message.model`: the main loop's only (a sub-agent, whose events
+    /// name the tool call that started it, may run on another model by
+    /// design), and never claude's own `<synthetic>` stand-in for an API
+    /// error. Before the first answer, the `system`/`init` event names the
+    /// model the CLI resolved the request to: checked early, so a wrong
+    /// selection is stopped before it spends anything.
     fn served_model(&self, event: &Value) -> Option<String> {
-        let init =
-            field(event, "type") == Some("system") && field(event, "subtype") == Some("init");
-        init.then(|| field(event, "model").map(str::to_string))
-            .flatten()
+        match field(event, "type")? {
+            "system" if field(event, "subtype") == Some("init") => {
+                field(event, "model").map(str::to_string)
+            }
+            "assistant" if event.get("parent_tool_use_id").is_none_or(Value::is_null) => {
+                let model = field(event.get("message")?, "model")?;
+                (!model.is_empty() && model != SYNTHETIC).then(|| model.to_string())
+            }
+            _ => None,
+        }
     }
 
     fn cli_session_id(&self, event: &Value) -> Option<String> {
@@ -67,14 +82,173 @@ impl Adapter for Claude {
             Some(FailureKind::NotLoggedIn)
         } else if output.mentions(API_SIGNS) {
             Some(FailureKind::ApiError)
-        } else if !output.has_event()
-            && output.mentions(&["error:", "must be a valid uuid", "already in use"])
-        {
+        } else if !output.has_event() && output.mentions(ARGUMENT_SIGNS) {
             Some(FailureKind::ArgumentError)
         } else {
             None
         }
     }
+
+    /// The final `result` event: `modelUsage` covers every model the
+    /// attempt used (sub-agents included), so it is what is counted; `usage`
+    /// (the main loop only) where a result has no `modelUsage`. The
+    /// `assistant` events' usage is a snapshot taken as each message
+    /// starts: never summed. `total_cost_usd` is claude's own estimate.
+    fn usage(&self, event: &Value) -> Option<Usage> {
+        if field(event, "type") != Some("result") {
+            return None;
+        }
+        let per_model = event
+            .get("modelUsage")
+            .and_then(Value::as_object)
+            .filter(|m| !m.is_empty());
+        let mut tokens = Tokens::default();
+        match per_model {
+            Some(models) => {
+                for m in models.values() {
+                    tokens.add(
+                        m,
+                        [
+                            "inputTokens",
+                            "cacheReadInputTokens",
+                            "cacheCreationInputTokens",
+                            "outputTokens",
+                        ],
+                    );
+                }
+            }
+            None => tokens.add(event.get("usage")?, WIRE_KEYS),
+        }
+        let mut usage = tokens.usage(TokensFrom::CliOutput);
+        if let Some(cost) = event.get("total_cost_usd").and_then(Value::as_f64) {
+            usage.cost_usd = Some(cost);
+            usage.cost_source = Some(CostSource::CliEstimate);
+        }
+        Some(usage)
+    }
+
+    /// A stopped claude printed no result; its transcript,
+    /// `<config>/projects/<cwd slug>/<session id>.jsonl`, holds each
+    /// message's final usage (one record per content block, so the same
+    /// message id repeats: counted once).
+    fn session_usage(&self, session: &Session) -> Option<Usage> {
+        let id = session.cli_session_id;
+        if !super::safe_file_stem(id) {
+            return None;
+        }
+        let projects = session.dir("CLAUDE_CONFIG_DIR", ".claude").join("projects");
+        let transcript = std::fs::read_dir(projects)
+            .ok()?
+            .flatten()
+            .map(|d| d.path().join(format!("{id}.jsonl")))
+            .find(|p| p.is_file())?;
+        transcript_usage(BufReader::new(std::fs::File::open(transcript).ok()?))
+    }
+
+    fn refused_argument(&self, output: &Output) -> Option<String> {
+        if output.has_event() {
+            return None;
+        }
+        let line = output.line_with(ARGUMENT_SIGNS)?;
+        Some(if line.contains("cannot be used with root") {
+            format!("{line} (as root, claude takes bypassPermissions only where IS_SANDBOX=1 says it runs in a sandbox: confine the job, or set env IS_SANDBOX=1 if it is sandboxed otherwise)")
+        } else {
+            line
+        })
+    }
+}
+
+/// The model claude names on a message it made up itself (an API error
+/// turned into an answer): it served nothing.
+const SYNTHETIC: &str = "<synthetic>";
+
+/// claude's argument errors: commander's `error: ...`, its own session-id
+/// checks, and its refusal of bypassPermissions as root.
+const ARGUMENT_SIGNS: &[&str] = &[
+    "error:",
+    "must be a valid uuid",
+    "already in use",
+    "cannot be used with root",
+];
+
+/// The Messages API's usage keys, as `usage` and transcripts hold them:
+/// input (without cache), cache read, cache write, output.
+const WIRE_KEYS: [&str; 4] = [
+    "input_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "output_tokens",
+];
+
+/// claude's counts, summed: its input leaves cache reads and writes out.
+#[derive(Default)]
+struct Tokens {
+    input: u64,
+    cache_read: u64,
+    cache_write: u64,
+    output: u64,
+}
+
+impl Tokens {
+    /// Add the counts at `keys` (input, cache read, cache write, output).
+    fn add(&mut self, v: &Value, keys: [&str; 4]) {
+        let n = |k: &str| count(v, k).unwrap_or(0);
+        self.input += n(keys[0]);
+        self.cache_read += n(keys[1]);
+        self.cache_write += n(keys[2]);
+        self.output += n(keys[3]);
+    }
+
+    fn usage(&self, from: TokensFrom) -> Usage {
+        Usage {
+            cached_input_tokens: Some(self.cache_read),
+            cache_write_tokens: Some(self.cache_write),
+            ..Usage::new(
+                self.input + self.cache_read + self.cache_write,
+                self.output,
+                from,
+            )
+        }
+    }
+}
+
+/// The usage of a claude transcript: each main-loop message's last record,
+/// counted once; `None` when it holds no message with usage.
+fn transcript_usage(reader: impl BufRead) -> Option<Usage> {
+    let mut last: HashMap<String, (usize, Value, String)> = HashMap::new();
+    for (n, line) in reader.lines().map_while(Result::ok).enumerate() {
+        let Some(record) = super::parse_event(&line) else {
+            continue;
+        };
+        if field(&record, "type") != Some("assistant")
+            || record.get("isSidechain").and_then(Value::as_bool) == Some(true)
+        {
+            continue;
+        }
+        let Some(message) = record.get("message") else {
+            continue;
+        };
+        let model = field(message, "model").unwrap_or_default();
+        let (Some(id), Some(usage)) = (field(message, "id"), message.get("usage")) else {
+            continue;
+        };
+        if model == SYNTHETIC {
+            continue;
+        }
+        let first = last.get(id).map_or(n, |(at, _, _)| *at);
+        last.insert(id.to_string(), (first, usage.clone(), model.to_string()));
+    }
+    let mut messages: Vec<(usize, Value, String)> = last.into_values().collect();
+    messages.sort_by_key(|(at, _, _)| *at);
+    let mut tokens = Tokens::default();
+    for (_, usage, _) in &messages {
+        tokens.add(usage, WIRE_KEYS);
+    }
+    let (_, _, model) = messages.last()?;
+    Some(Usage {
+        model: (!model.is_empty()).then(|| model.clone()),
+        ..tokens.usage(TokensFrom::SessionFile)
+    })
 }
 
 #[cfg(test)]
@@ -180,5 +354,132 @@ mod tests {
         assert_eq!(k(1, "something else"), None);
         // Past argument parsing, an `error:` line is not an argument error.
         assert_eq!(k(1, "{\"type\":\"system\"}\nerror: later\n"), None);
+    }
+
+    // Lines recorded from claude 2.1.197 against a loopback API (a Write
+    // tool call, then an answer), trimmed of fields okstra does not read.
+    const RESULT_OK: &str = r#"{"type":"result","subtype":"success","is_error":false,"api_error_status":null,"num_turns":2,"result":"done","session_id":"d8e41ba5-02ed-4139-aac0-f341423c5ab1","total_cost_usd":0.0009780000000000001,"usage":{"input_tokens":200,"cache_creation_input_tokens":40,"cache_read_input_tokens":60,"output_tokens":14,"server_tool_use":{"web_search_requests":0,"web_fetch_requests":0},"service_tier":"standard"},"modelUsage":{"claude-sonnet-4-5":{"inputTokens":200,"outputTokens":14,"cacheReadInputTokens":60,"cacheCreationInputTokens":40,"webSearchRequests":0,"costUSD":0.0009780000000000001,"contextWindow":200000,"maxOutputTokens":32000}},"permission_denials":[],"terminal_reason":"completed"}"#;
+    const RESULT_API_ERROR: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":400,"num_turns":2,"result":"API Error: 400 mock refuses","session_id":"ada7f905-c331-43af-a93b-aa0e4bd9adf1","total_cost_usd":0.0004890000000000001,"usage":{"input_tokens":100,"cache_creation_input_tokens":20,"cache_read_input_tokens":30,"output_tokens":7},"modelUsage":{"claude-sonnet-4-5":{"inputTokens":100,"outputTokens":7,"cacheReadInputTokens":30,"cacheCreationInputTokens":20,"costUSD":0.0004890000000000001}}}"#;
+    const ASSISTANT: &str = r#"{"type":"assistant","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-mock-served","content":[{"type":"tool_use","id":"toolu_1","name":"Write","input":{}}],"stop_reason":null,"usage":{"input_tokens":100,"output_tokens":1,"cache_creation_input_tokens":20,"cache_read_input_tokens":30}},"parent_tool_use_id":null,"session_id":"d8e41ba5"}"#;
+    const SYNTHETIC_ANSWER: &str = r#"{"type":"assistant","message":{"id":"fec6add5","model":"<synthetic>","role":"assistant","usage":{"input_tokens":0,"output_tokens":0},"content":[{"type":"text","text":"API Error: 400 mock refuses"}]},"parent_tool_use_id":null,"session_id":"ada7f905","error":"unknown"}"#;
+
+    #[test]
+    fn usage_of_a_finished_run_is_model_usage_with_the_clis_estimate() {
+        let u = Provider::Claude.usage_from_line(RESULT_OK).unwrap();
+        assert_eq!(u.input_tokens, 300, "input + cache read + cache write");
+        assert_eq!(u.cached_input_tokens, Some(60));
+        assert_eq!(u.cache_write_tokens, Some(40));
+        assert_eq!((u.output_tokens, u.total_tokens), (14, 314));
+        assert_eq!(u.reasoning_tokens, None, "claude does not say");
+        assert_eq!(u.cost_usd, Some(0.0009780000000000001));
+        assert_eq!(u.cost_source, Some(CostSource::CliEstimate));
+        assert_eq!(u.tokens_from, TokensFrom::CliOutput);
+        assert_eq!(u.model, None, "modelUsage is keyed by the requested model");
+    }
+
+    #[test]
+    fn a_failed_run_keeps_the_usage_it_spent() {
+        let u = Provider::Claude.usage_from_line(RESULT_API_ERROR).unwrap();
+        assert_eq!((u.input_tokens, u.output_tokens), (150, 7));
+        assert_eq!(
+            Provider::Claude.failure_kind(1, RESULT_API_ERROR),
+            Some(FailureKind::ApiError)
+        );
+        // Not logged in: a result with nothing spent.
+        let not_logged_in = r#"{"type":"result","is_error":true,"result":"Not logged in · Please run /login","total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0},"modelUsage":{}}"#;
+        let u = Provider::Claude.usage_from_line(not_logged_in).unwrap();
+        assert_eq!((u.total_tokens, u.cost_usd), (0, Some(0.0)));
+        // Several models (a sub-agent on another): all counted.
+        let two = r#"{"type":"result","modelUsage":{"a":{"inputTokens":1,"outputTokens":2},"b":{"inputTokens":10,"outputTokens":20,"cacheReadInputTokens":5}}}"#;
+        let u = Provider::Claude.usage_from_line(two).unwrap();
+        assert_eq!((u.input_tokens, u.output_tokens), (16, 22));
+        assert_eq!(u.cost_usd, None);
+        // The answers' snapshots are never usage.
+        assert_eq!(Provider::Claude.usage_from_line(ASSISTANT), None);
+    }
+
+    #[test]
+    fn the_served_model_is_the_main_loops_answer_never_a_synthetic_one() {
+        let p = Provider::Claude;
+        assert_eq!(
+            p.served_model_from_line(ASSISTANT).as_deref(),
+            Some("claude-mock-served")
+        );
+        assert_eq!(p.served_model_from_line(SYNTHETIC_ANSWER), None);
+        let sub = ASSISTANT.replace(
+            r#""parent_tool_use_id":null"#,
+            r#""parent_tool_use_id":"toolu_1""#,
+        );
+        assert_eq!(p.served_model_from_line(&sub), None);
+        assert_eq!(p.served_model_from_line(RESULT_OK), None);
+    }
+
+    #[test]
+    fn a_killed_run_is_read_from_its_transcript() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        let id = "76315f69-13f6-492c-9de2-d171b4b18b40";
+        let project = home.join(".claude/projects/-tmp-usage-x-proj");
+        std::fs::create_dir_all(&project).unwrap();
+        // As 2.1.197 writes it: one record per content block of a message
+        // (msg_1 twice), each with the message's final usage; a synthetic
+        // answer; a sub-agent's record; and records without usage.
+        let record = |id: &str, model: &str, out: u64, extra: &str| {
+            format!(
+                r#"{{"type":"assistant","uuid":"u","message":{{"id":"{id}","model":"{model}","usage":{{"input_tokens":100,"cache_creation_input_tokens":20,"cache_read_input_tokens":30,"output_tokens":{out}}}}}{extra}}}"#
+            )
+        };
+        let transcript = [
+            r#"{"type":"queue-operation","operation":"enqueue"}"#.to_string(),
+            r#"{"type":"user","message":{"role":"user","content":"Write out.md"}}"#.to_string(),
+            record("msg_1", "claude-mock-served", 7, ""),
+            record("msg_1", "claude-mock-served", 7, ""),
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result"}]}}"#
+                .to_string(),
+            record("msg_2", "claude-mock-served", 9, ""),
+            record("msg_3", "<synthetic>", 0, ""),
+            record("msg_4", "claude-haiku", 50, r#","isSidechain":true"#),
+            "{torn".to_string(),
+        ]
+        .join("\n");
+        std::fs::write(project.join(format!("{id}.jsonl")), transcript).unwrap();
+        let var = |_: &str| None;
+        let session = |cli_session_id| Session {
+            home,
+            var: &var,
+            cli_session_id,
+        };
+        let u = Provider::Claude.usage_from_session(&session(id)).unwrap();
+        assert_eq!((u.input_tokens, u.output_tokens), (300, 16));
+        assert_eq!(u.cached_input_tokens, Some(60));
+        assert_eq!(u.model.as_deref(), Some("claude-mock-served"));
+        assert_eq!(u.tokens_from, TokensFrom::SessionFile);
+        assert_eq!(u.cost_usd, None);
+        // Another session, or an id that is no file name: nothing.
+        assert_eq!(Provider::Claude.usage_from_session(&session("other")), None);
+        assert_eq!(Provider::Claude.usage_from_session(&session("../x")), None);
+        // CLAUDE_CONFIG_DIR moves it.
+        let moved =
+            |name: &str| (name == "CLAUDE_CONFIG_DIR").then(|| home.join("elsewhere").into());
+        let s = Session {
+            home,
+            var: &moved,
+            cli_session_id: id,
+        };
+        assert_eq!(Provider::Claude.usage_from_session(&s), None);
+    }
+
+    #[test]
+    fn the_refused_argument_is_quoted() {
+        let p = Provider::Claude;
+        assert_eq!(
+            p.refused_argument("error: unknown option '--bogus'\n")
+                .as_deref(),
+            Some("error: unknown option '--bogus'")
+        );
+        let root = "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons\n";
+        assert_eq!(p.failure_kind(1, root), Some(FailureKind::ArgumentError));
+        assert!(p.refused_argument(root).unwrap().contains("IS_SANDBOX=1"));
+        assert_eq!(p.refused_argument(RESULT_OK), None, "past argument parsing");
     }
 }

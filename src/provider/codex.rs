@@ -1,10 +1,13 @@
 //! codex (`@openai/codex`): `codex exec`, JSON lines output.
 
+use super::usage::{count, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    API_SIGNS, LOGIN_SIGNS,
+    Session, API_SIGNS, LOGIN_SIGNS,
 };
 use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 
 pub struct Codex;
 
@@ -70,12 +73,111 @@ impl Adapter for Codex {
             None
         }
     }
+
+    /// `turn.completed` carries the thread's totals so far (cumulative:
+    /// `exec resume` counts earlier turns too), so the last one is the
+    /// attempt's. cached ⊂ input and reasoning ⊂ output, as in [`Usage`].
+    /// No cost and no model: codex prints neither.
+    fn usage(&self, event: &Value) -> Option<Usage> {
+        if field(event, "type") != Some("turn.completed") {
+            return None;
+        }
+        Some(totals(event.get("usage")?, TokensFrom::CliOutput))
+    }
+
+    /// A failed turn (`turn.failed`) or a stopped codex prints no usage; the
+    /// thread's rollout, `<CODEX_HOME>/sessions/YYYY/MM/DD/rollout-<time>-<thread
+    /// id>.jsonl`, has a `token_count` record with the totals after each
+    /// response. The thread started during this attempt, so its file is in
+    /// one of the two newest day directories.
+    fn session_usage(&self, session: &Session) -> Option<Usage> {
+        let id = session.cli_session_id;
+        if !super::safe_file_stem(id) {
+            return None;
+        }
+        let sessions = session.dir("CODEX_HOME", ".codex").join("sessions");
+        let suffix = format!("-{id}.jsonl");
+        let rollout = newest_days(&sessions, 2).into_iter().find_map(|day| {
+            std::fs::read_dir(day)
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("rollout-") && n.ends_with(&suffix))
+                })
+        })?;
+        rollout_usage(BufReader::new(std::fs::File::open(rollout).ok()?))
+    }
+
+    fn refused_argument(&self, output: &Output) -> Option<String> {
+        output.line_with(&["error:"])
+    }
+}
+
+/// codex's token totals (`turn.completed`'s `usage`, a rollout's
+/// `total_token_usage`) in okstra's words.
+fn totals(u: &Value, from: TokensFrom) -> Usage {
+    let n = |k: &str| count(u, k).unwrap_or(0);
+    Usage {
+        cached_input_tokens: count(u, "cached_input_tokens"),
+        cache_write_tokens: count(u, "cache_write_input_tokens"),
+        reasoning_tokens: count(u, "reasoning_output_tokens"),
+        ..Usage::new(n("input_tokens"), n("output_tokens"), from)
+    }
+}
+
+/// The last `token_count` totals of a rollout file.
+fn rollout_usage(reader: impl BufRead) -> Option<Usage> {
+    reader
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| l.contains("\"token_count\""))
+        .filter_map(|l| super::parse_event(&l))
+        .filter_map(|r| {
+            let payload = r.get("payload")?;
+            (field(payload, "type") == Some("token_count"))
+                .then(|| payload.get("info")?.get("total_token_usage").cloned())
+                .flatten()
+        })
+        .last()
+        .map(|u| totals(&u, TokensFrom::SessionFile))
+}
+
+/// The `count` newest `YYYY/MM/DD` directories under `root`, newest first.
+fn newest_days(root: &std::path::Path, count: usize) -> Vec<PathBuf> {
+    let children = |dir: &std::path::Path| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|e| {
+                e.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v.reverse();
+        v
+    };
+    let mut days = Vec::new();
+    'years: for year in children(root) {
+        for month in children(&year) {
+            for day in children(&month) {
+                days.push(day);
+                if days.len() == count {
+                    break 'years;
+                }
+            }
+        }
+    }
+    days
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::{
-        build_argv, dirs, request, strings, ArgvRequest, Provider, ProviderOptions,
+        build_argv, dirs, request, strings, ArgvRequest, Provider, ProviderOptions, Session,
     };
     use super::*;
 
@@ -171,5 +273,109 @@ mod tests {
             Some(ApiError)
         );
         assert_eq!(k(1, "something else"), None);
+    }
+
+    // Lines recorded from codex 0.171 against a loopback API.
+    const TURN_COMPLETED: &str = r#"{"type":"turn.completed","usage":{"input_tokens":200,"cached_input_tokens":60,"cache_write_input_tokens":10,"output_tokens":40,"reasoning_output_tokens":10}}"#;
+    const TURN_FAILED: &str = r#"{"type":"turn.failed","error":{"message":"{\"error\": {\"code\": 400, \"message\": \"mock refuses\"}}"}}"#;
+
+    #[test]
+    fn usage_of_a_turn_is_its_totals() {
+        let u = Provider::Codex.usage_from_line(TURN_COMPLETED).unwrap();
+        assert_eq!(u.input_tokens, 200, "cached ⊂ input already");
+        assert_eq!(u.cached_input_tokens, Some(60));
+        assert_eq!(u.cache_write_tokens, Some(10));
+        assert_eq!((u.output_tokens, u.reasoning_tokens), (40, Some(10)));
+        assert_eq!(u.total_tokens, 240);
+        assert_eq!((u.cost_usd, u.model.as_deref()), (None, None));
+        assert_eq!(Provider::Codex.usage_from_line(TURN_FAILED), None);
+        assert_eq!(
+            Provider::Codex.usage_from_line(r#"{"type":"turn.started"}"#),
+            None
+        );
+    }
+
+    #[test]
+    fn totals_are_cumulative_so_the_last_turn_counts_alone() {
+        // `exec resume`: the second turn's totals include the first's.
+        let first = r#"{"type":"turn.completed","usage":{"input_tokens":100,"cached_input_tokens":0,"output_tokens":20,"reasoning_output_tokens":5}}"#;
+        let second = r#"{"type":"turn.completed","usage":{"input_tokens":260,"cached_input_tokens":90,"output_tokens":45,"reasoning_output_tokens":12}}"#;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        std::fs::write(&log, format!("{first}\n{second}\n")).unwrap();
+        let last = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .rev()
+            .find_map(|l| Provider::Codex.usage_from_line(l))
+            .unwrap();
+        assert_eq!((last.input_tokens, last.output_tokens), (260, 45));
+        assert_eq!(last.cache_write_tokens, None, "not in this version's event");
+    }
+
+    #[test]
+    fn a_failed_or_killed_turn_is_read_from_the_rollout() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        let thread = "01a2329e-cfbc-75a2-8e86-1bed07d866aa";
+        let token_count = |input: u64, output: u64| {
+            format!(
+                r#"{{"timestamp":"t","type":"event_msg","payload":{{"type":"token_count","info":{{"total_token_usage":{{"input_tokens":{input},"cached_input_tokens":30,"cache_write_input_tokens":0,"output_tokens":{output},"reasoning_output_tokens":5,"total_tokens":120}},"last_token_usage":{{"input_tokens":1,"output_tokens":1}}}},"rate_limits":null}}}}"#
+            )
+        };
+        let old_day = home.join(".codex/sessions/2026/11/30");
+        let day = home.join(".codex/sessions/2026/12/01");
+        std::fs::create_dir_all(&old_day).unwrap();
+        std::fs::create_dir_all(&day).unwrap();
+        std::fs::write(
+            day.join(format!("rollout-2026-12-01T17-19-58-{thread}.jsonl")),
+            [
+                r#"{"type":"session_meta","payload":{"id":"x"}}"#.to_string(),
+                r#"{"type":"event_msg","payload":{"type":"token_count","info":null}}"#.to_string(),
+                token_count(100, 20),
+                token_count(200, 40),
+                r#"{"type":"response_item","payload":{"type":"message"}}"#.to_string(),
+            ]
+            .join("\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            old_day.join("rollout-2026-11-30T10-00-00-another.jsonl"),
+            token_count(9, 9),
+        )
+        .unwrap();
+        let var = |_: &str| None;
+        let session = |cli_session_id| Session {
+            home,
+            var: &var,
+            cli_session_id,
+        };
+        let u = Provider::Codex
+            .usage_from_session(&session(thread))
+            .unwrap();
+        assert_eq!((u.input_tokens, u.output_tokens), (200, 40));
+        assert_eq!(u.tokens_from, TokensFrom::SessionFile);
+        assert_eq!(
+            Provider::Codex.usage_from_session(&session("another-x")),
+            None
+        );
+        assert_eq!(Provider::Codex.usage_from_session(&session("a/b")), None);
+        // CODEX_HOME moves it.
+        let moved = |n: &str| (n == "CODEX_HOME").then(|| home.join(".codex").into());
+        let s = Session {
+            home: &home.join("nowhere"),
+            var: &moved,
+            cli_session_id: thread,
+        };
+        assert!(Provider::Codex.usage_from_session(&s).is_some());
+    }
+
+    #[test]
+    fn the_refused_argument_is_quoted() {
+        let out = "WARNING: proceeding\nerror: unexpected argument '--bogus' found\n\n  tip: to pass '--bogus' as a value, use '-- --bogus'\n";
+        assert_eq!(
+            Provider::Codex.refused_argument(out).as_deref(),
+            Some("error: unexpected argument '--bogus' found")
+        );
     }
 }

@@ -1,10 +1,13 @@
 //! gemini (`@google/gemini-cli`): stream-json output, approval modes.
 
+use super::usage::{count, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    API_SIGNS, LOGIN_SIGNS,
+    Session, API_SIGNS, LOGIN_SIGNS,
 };
-use serde_json::Value;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 
 pub struct Gemini;
 
@@ -63,13 +66,17 @@ impl Adapter for Gemini {
         false
     }
 
-    /// The stream-json `init` event names the model.
+    /// The final `result` event's `stats.models` is keyed by the models
+    /// that served (the API's `modelVersion`). The `init` event names only
+    /// what was asked for (`auto` by default), so it is not evidence. Where
+    /// several models served (with `auto`, the router's model answers the
+    /// routing question), the one that did the work is the one that spent
+    /// the most tokens.
     fn served_model(&self, event: &Value) -> Option<String> {
-        if field(event, "type") == Some("init") {
-            field(event, "model").map(str::to_string)
-        } else {
-            None
-        }
+        result_models(event)?
+            .iter()
+            .max_by_key(|(_, m)| count(m, "total_tokens").unwrap_or(0))
+            .map(|(name, _)| name.clone())
     }
 
     fn cli_session_id(&self, event: &Value) -> Option<String> {
@@ -80,14 +87,6 @@ impl Adapter for Gemini {
     /// fatal errors); argument errors exit 1 and print "Unknown arguments"
     /// first.
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind> {
-        const ARGUMENT_SIGNS: &[&str] = &[
-            "unknown argument",
-            "unknown arguments",
-            "not enough arguments",
-            "cannot use both",
-            "invalid values",
-            "missing required argument",
-        ];
         match exit_code {
             41 => Some(FailureKind::NotLoggedIn),
             42 | 44 | 52 | 53 => Some(FailureKind::CliError),
@@ -97,11 +96,123 @@ impl Adapter for Gemini {
             _ => None,
         }
     }
+
+    /// The final `result` event's `stats`, also after an API error (partial
+    /// stats kept): `input_tokens` includes `cached`; `output_tokens`
+    /// leaves thoughts out, which are what `total_tokens` has beyond both.
+    /// No cost: gemini prints none.
+    fn usage(&self, event: &Value) -> Option<Usage> {
+        if field(event, "type") != Some("result") {
+            return None;
+        }
+        let stats = event.get("stats")?;
+        let input = count(stats, "input_tokens").unwrap_or(0);
+        let output = count(stats, "output_tokens").unwrap_or(0);
+        let total = count(stats, "total_tokens").unwrap_or(input + output);
+        let thoughts = total.saturating_sub(input + output);
+        Some(Usage {
+            cached_input_tokens: count(stats, "cached"),
+            reasoning_tokens: Some(thoughts),
+            model: self.served_model(event),
+            ..Usage::new(input, output + thoughts, TokensFrom::CliOutput)
+        })
+    }
+
+    /// A stopped gemini printed no result; its chat,
+    /// `~/.gemini/tmp/<project>/chats/session-<time>-<first 8 of the session
+    /// id>.jsonl`, holds each answer's tokens. Records are rewritten in
+    /// place by appending them again: the last record of an id counts.
+    fn session_usage(&self, session: &Session) -> Option<Usage> {
+        let id = session.cli_session_id;
+        if !super::safe_file_stem(id) || id.len() < 8 {
+            return None;
+        }
+        let suffix = format!("-{}.jsonl", &id[..8]);
+        let tmp = session.home.join(".gemini").join("tmp");
+        let chat = std::fs::read_dir(tmp)
+            .ok()?
+            .flatten()
+            .filter_map(|project| std::fs::read_dir(project.path().join("chats")).ok())
+            .flat_map(|chats| chats.flatten().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("session-") && n.ends_with(&suffix))
+            })?;
+        chat_usage(BufReader::new(std::fs::File::open(chat).ok()?), id)
+    }
+
+    fn refused_argument(&self, output: &Output) -> Option<String> {
+        output.line_with(ARGUMENT_SIGNS)
+    }
+}
+
+/// gemini's argument errors (yargs' words).
+const ARGUMENT_SIGNS: &[&str] = &[
+    "unknown argument",
+    "unknown arguments",
+    "not enough arguments",
+    "cannot use both",
+    "invalid values",
+    "missing required argument",
+];
+
+/// `stats.models` of a `result` event, where it names any model.
+fn result_models(event: &Value) -> Option<&Map<String, Value>> {
+    if field(event, "type") != Some("result") {
+        return None;
+    }
+    event
+        .get("stats")?
+        .get("models")?
+        .as_object()
+        .filter(|m| !m.is_empty())
+}
+
+/// The usage of a gemini chat file: the answers' (`type: "gemini"`)
+/// `tokens`, each id counted once as last written. `None` when the file is
+/// another session's or holds no answer.
+fn chat_usage(reader: impl BufRead, session_id: &str) -> Option<Usage> {
+    let mut answers: HashMap<String, (usize, Value, String)> = HashMap::new();
+    for (n, line) in reader.lines().map_while(Result::ok).enumerate() {
+        let Some(record) = super::parse_event(&line) else {
+            continue;
+        };
+        if n == 0 && field(&record, "sessionId").is_some_and(|s| s != session_id) {
+            return None;
+        }
+        if field(&record, "type") != Some("gemini") {
+            continue;
+        }
+        let (Some(id), Some(tokens)) = (field(&record, "id"), record.get("tokens")) else {
+            continue;
+        };
+        let model = field(&record, "model").unwrap_or_default().to_string();
+        let first = answers.get(id).map_or(n, |(at, _, _)| *at);
+        answers.insert(id.to_string(), (first, tokens.clone(), model));
+    }
+    let mut answers: Vec<(usize, Value, String)> = answers.into_values().collect();
+    answers.sort_by_key(|(at, _, _)| *at);
+    let (mut input, mut cached, mut output, mut thoughts) = (0, 0, 0, 0);
+    for (_, t, _) in &answers {
+        let n = |k: &str| count(t, k).unwrap_or(0);
+        input += n("input");
+        cached += n("cached");
+        output += n("output");
+        thoughts += n("thoughts");
+    }
+    let (_, _, model) = answers.last()?;
+    Some(Usage {
+        cached_input_tokens: Some(cached),
+        reasoning_tokens: Some(thoughts),
+        model: (!model.is_empty()).then(|| model.clone()),
+        ..Usage::new(input, output + thoughts, TokensFrom::SessionFile)
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{build_argv, dirs, request, strings, Provider, ProviderOptions};
+    use super::super::{build_argv, dirs, request, strings, Provider, ProviderOptions, Session};
     use super::*;
     use std::path::PathBuf;
 
@@ -172,11 +283,14 @@ mod tests {
     }
 
     #[test]
-    fn served_model_and_session_from_the_init_event() {
+    fn session_from_the_init_event_the_served_model_from_the_result() {
         let p = Provider::Gemini;
         let init = r#"{"type":"init","timestamp":"t","session_id":"g-1","model":"gemini-2.5-pro"}"#;
+        // The init event's model is the one asked for (PROVIDERS.md); what
+        // served is in the result's `stats.models`.
+        assert_eq!(p.served_model_from_line(init), None);
         assert_eq!(
-            p.served_model_from_line(init).as_deref(),
+            p.served_model_from_line(RESULT_OK).as_deref(),
             Some("gemini-2.5-pro")
         );
         let init = r#"{"type":"init","session_id":"g-1","model":"m"}"#;
@@ -192,5 +306,108 @@ mod tests {
         assert_eq!(k(52, ""), Some(CliError));
         assert_eq!(k(1, "Unknown argument: bogus"), Some(ArgumentError));
         assert_eq!(k(1, "something else"), None);
+    }
+
+    // Lines recorded from gemini 0.61 against a loopback API.
+    const RESULT_OK: &str = r#"{"type":"result","timestamp":"2026-12-01T17:19:39.260Z","status":"success","stats":{"total_tokens":270,"input_tokens":200,"output_tokens":40,"cached":60,"input":140,"duration_ms":603,"tool_calls":1,"models":{"gemini-2.5-pro":{"total_tokens":270,"input_tokens":200,"output_tokens":40,"cached":60,"input":140}}}}"#;
+    const RESULT_API_ERROR: &str = r#"{"type":"result","timestamp":"2026-12-01T17:20:10.900Z","status":"error","error":{"type":"unknown","message":"[API Error: {\"error\":{\"code\":400,\"message\":\"mock refuses\"}}]"},"stats":{"total_tokens":135,"input_tokens":100,"output_tokens":20,"cached":30,"input":70,"duration_ms":0,"tool_calls":1,"models":{"gemini-mock-served":{"total_tokens":135,"input_tokens":100,"output_tokens":20,"cached":30,"input":70}}}}"#;
+
+    #[test]
+    fn usage_of_a_finished_run_counts_thoughts_as_output() {
+        let u = Provider::Gemini.usage_from_line(RESULT_OK).unwrap();
+        assert_eq!((u.input_tokens, u.cached_input_tokens), (200, Some(60)));
+        assert_eq!(u.cache_write_tokens, None, "gemini does not say");
+        assert_eq!(u.output_tokens, 70, "40 answered + 30 thought");
+        assert_eq!(u.reasoning_tokens, Some(30));
+        assert_eq!(u.total_tokens, 270);
+        assert_eq!(u.model.as_deref(), Some("gemini-2.5-pro"));
+        assert_eq!(u.cost_usd, None);
+    }
+
+    #[test]
+    fn a_failed_run_keeps_its_partial_stats_and_names_what_served() {
+        let p = Provider::Gemini;
+        let u = p.usage_from_line(RESULT_API_ERROR).unwrap();
+        assert_eq!(
+            (u.input_tokens, u.output_tokens, u.total_tokens),
+            (100, 35, 135)
+        );
+        assert_eq!(
+            p.served_model_from_line(RESULT_API_ERROR).as_deref(),
+            Some("gemini-mock-served")
+        );
+        assert_eq!(
+            p.failure_kind(144, RESULT_API_ERROR),
+            Some(FailureKind::ApiError)
+        );
+        // The router's model beside the one that did the work.
+        let routed = r#"{"type":"result","status":"success","stats":{"total_tokens":1000,"input_tokens":900,"output_tokens":100,"models":{"gemini-2.5-flash-lite":{"total_tokens":40},"gemini-2.5-pro":{"total_tokens":960}}}}"#;
+        assert_eq!(
+            p.served_model_from_line(routed).as_deref(),
+            Some("gemini-2.5-pro")
+        );
+        // The init event names what was asked for: not evidence.
+        let init = r#"{"type":"init","session_id":"g-1","model":"auto"}"#;
+        assert_eq!(p.served_model_from_line(init), None);
+        assert_eq!(p.usage_from_line(init), None);
+    }
+
+    #[test]
+    fn a_killed_run_is_read_from_its_chat() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        let id = "c36e55d3-54c0-4c36-8fe8-65482adb2452";
+        let chats = home.join(".gemini/tmp/proj/chats");
+        std::fs::create_dir_all(&chats).unwrap();
+        std::fs::create_dir_all(home.join(".gemini/tmp/other")).unwrap();
+        let answer = |id: &str, tool: &str| {
+            format!(
+                r#"{{"id":"{id}","timestamp":"t","type":"gemini","content":"","thoughts":[],"tokens":{{"input":100,"output":20,"cached":30,"thoughts":15,"tool":0,"total":135}},"model":"gemini-2.5-pro"{tool}}}"#
+            )
+        };
+        let chat = [
+            format!(r#"{{"sessionId":"{id}","projectHash":"h","startTime":"t","kind":"main"}}"#),
+            r#"{"$set":{"messages":[]}}"#.to_string(),
+            r#"{"id":"4cda","timestamp":"t","type":"user","content":[{"text":"Write out.md"}]}"#
+                .to_string(),
+            answer("8143", ""),
+            r#"{"$set":{"lastUpdated":"t"}}"#.to_string(),
+            // The same answer written again with its tool calls: once.
+            answer("8143", r#","toolCalls":[{"id":"w","name":"write_file"}]"#),
+            answer("9999", ""),
+        ]
+        .join("\n");
+        std::fs::write(chats.join("session-2026-12-01T17-20-c36e55d3.jsonl"), chat).unwrap();
+        let var = |_: &str| None;
+        let session = |cli_session_id| Session {
+            home,
+            var: &var,
+            cli_session_id,
+        };
+        let u = Provider::Gemini.usage_from_session(&session(id)).unwrap();
+        assert_eq!((u.input_tokens, u.cached_input_tokens), (200, Some(60)));
+        assert_eq!((u.output_tokens, u.reasoning_tokens), (70, Some(30)));
+        assert_eq!(u.model.as_deref(), Some("gemini-2.5-pro"));
+        assert_eq!(u.tokens_from, TokensFrom::SessionFile);
+        // Same first eight characters, another session: refused by its header.
+        let twin = "c36e55d3-0000-0000-0000-000000000000";
+        assert_eq!(Provider::Gemini.usage_from_session(&session(twin)), None);
+        assert_eq!(Provider::Gemini.usage_from_session(&session("short")), None);
+    }
+
+    #[test]
+    fn the_refused_argument_is_quoted_from_the_head() {
+        let out = format!(
+            "Unknown arguments: bogus, other\nUsage: gemini [options] [command]\n{}",
+            "  --flag  text\n".repeat(300)
+        );
+        assert_eq!(
+            Provider::Gemini.failure_kind(1, &out),
+            Some(FailureKind::ArgumentError)
+        );
+        assert_eq!(
+            Provider::Gemini.refused_argument(&out).as_deref(),
+            Some("Unknown arguments: bogus, other")
+        );
     }
 }

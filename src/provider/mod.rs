@@ -4,9 +4,12 @@
 //! parsed from those wire names at the edge (a spec, a team-state row, the
 //! wrapper's `--provider`). What okstra knows about one CLI — the argv it
 //! runs, how its failures read, where its output names the served model and
-//! its own session id, whether it takes okstra's session id — lives in that
-//! provider's module, behind the [`Adapter`] trait, so a fact about claude is
-//! written in `claude.rs` and nowhere else.
+//! its own session id, what the attempt spent (its usage, from the final
+//! usage event or, for a CLI stopped before printing one, its session file),
+//! whether it takes okstra's session id — lives in that provider's module,
+//! behind the [`Adapter`] trait, so a fact about claude is written in
+//! `claude.rs` and nowhere else. [`usage`] is the one vocabulary the three
+//! CLIs' token counts are translated into.
 //!
 //! Every agent reads its prompt on stdin (eager include): the wrapper points
 //! the child's stdin at the prompt file. `command` jobs get the prompt on
@@ -16,9 +19,13 @@ mod claude;
 mod codex;
 mod command;
 mod gemini;
+pub mod usage;
+
+pub use usage::{Pricing, Usage, UsageTotal};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -118,6 +125,46 @@ impl Provider {
         }
         self.adapter().failure_kind(exit_code, &Output::new(output))
     }
+
+    /// What the attempt spent so far, if this line of the CLI's structured
+    /// output is a usage event. Each provider's usage event covers the
+    /// whole attempt up to it, so the last one an attempt printed is its
+    /// usage: never add them up.
+    pub fn usage_from_line(self, line: &str) -> Option<Usage> {
+        self.adapter().usage(&parse_event(line)?)
+    }
+
+    /// What a CLI that was stopped before printing its final usage event
+    /// had recorded in its own session file, where that file is cheap to
+    /// find (PROVIDERS.md).
+    pub fn usage_from_session(self, session: &Session) -> Option<Usage> {
+        self.adapter().session_usage(session)
+    }
+
+    /// The CLI's own words naming the argument it refused, from a failed
+    /// run's output (its head: gemini prints them before 4 KB of usage).
+    pub fn refused_argument(self, output: &str) -> Option<String> {
+        self.adapter().refused_argument(&Output::new(output))
+    }
+}
+
+/// Where a CLI keeps its session files, for [`Provider::usage_from_session`].
+pub struct Session<'a> {
+    /// The home directory the CLI ran with.
+    pub home: &'a Path,
+    /// The CLI's environment (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, ...).
+    pub var: &'a dyn Fn(&str) -> Option<OsString>,
+    /// The CLI's own session (or thread) id, from its output.
+    pub cli_session_id: &'a str,
+}
+
+impl Session<'_> {
+    /// `var`, or `home/<default>` where it is unset or empty.
+    fn dir(&self, var: &str, default: &str) -> PathBuf {
+        (self.var)(var)
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| self.home.join(default), PathBuf::from)
+    }
 }
 
 impl fmt::Display for Provider {
@@ -161,6 +208,21 @@ trait Adapter: Sync {
 
     /// The CLI's own session id, if this output event carries it.
     fn cli_session_id(&self, event: &Value) -> Option<String>;
+
+    /// The attempt's usage up to this event, if it is the CLI's usage event.
+    fn usage(&self, _event: &Value) -> Option<Usage> {
+        None
+    }
+
+    /// The usage a stopped CLI left in its session file.
+    fn session_usage(&self, _session: &Session) -> Option<Usage> {
+        None
+    }
+
+    /// The CLI's message naming the argument it refused.
+    fn refused_argument(&self, _output: &Output) -> Option<String> {
+        None
+    }
 
     /// What a non-zero exit was, where the CLI lets it be told apart.
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind>;
@@ -255,6 +317,17 @@ fn field<'a>(event: &'a Value, key: &str) -> Option<&'a str> {
     event.get(key)?.as_str()
 }
 
+/// A session id read from a CLI's output, fit to name a file: no separator,
+/// no `..`, nothing odd. (The id comes from the child's output, so it is
+/// checked before it becomes part of a path.)
+fn safe_file_stem(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// What kind of failure a provider CLI's non-zero exit was, told apart where
 /// the CLI allows it (PROVIDERS.md), from its exit code and this attempt's
 /// output.
@@ -280,11 +353,14 @@ impl FailureKind {
         }
     }
 
-    /// What to do about it, for the error-log message.
-    pub fn hint(self, provider: Provider) -> String {
+    /// What to do about it, for the error-log message. `refused` is the
+    /// CLI's own message naming the argument it refused, where it printed
+    /// one ([`Provider::refused_argument`]).
+    pub fn hint(self, provider: Provider, refused: Option<&str>) -> String {
         match self {
             FailureKind::ArgumentError => format!(
-                "{provider} refused its arguments (check permissionMode/sandboxMode/approvalMode/extraArgs and the CLI version)"
+                "{provider} refused its arguments{} (check permissionMode/sandboxMode/approvalMode/extraArgs and the CLI version)",
+                refused.map(|r| format!(": {r}")).unwrap_or_default()
             ),
             FailureKind::NotLoggedIn => {
                 format!("{provider} is not logged in (run `{provider}` once interactively to log in)")
@@ -318,6 +394,21 @@ impl<'a> Output<'a> {
     /// argument parsing.
     fn has_event(&self) -> bool {
         self.text.lines().any(|l| parse_event(l).is_some())
+    }
+
+    /// The first line holding any of `needles` (lowercase), trimmed, at
+    /// most 300 bytes: a CLI's own message, quoted in a reason.
+    fn line_with(&self, needles: &[&str]) -> Option<String> {
+        let line = self.text.lines().find(|l| {
+            let lower = l.to_ascii_lowercase();
+            needles.iter().any(|n| lower.contains(n))
+        })?;
+        let line = line.trim();
+        let mut end = line.len().min(300);
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        Some(line[..end].to_string())
     }
 }
 
@@ -454,7 +545,11 @@ mod tests {
         }
         assert_eq!(FailureKind::NotLoggedIn.as_str(), "not-logged-in");
         assert!(FailureKind::NotLoggedIn
-            .hint(Provider::Claude)
+            .hint(Provider::Claude, None)
             .contains("log in"));
+        assert_eq!(
+            FailureKind::ArgumentError.hint(Provider::Gemini, Some("Unknown arguments: bogus")),
+            "gemini refused its arguments: Unknown arguments: bogus (check permissionMode/sandboxMode/approvalMode/extraArgs and the CLI version)"
+        );
     }
 }

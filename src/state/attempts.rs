@@ -19,6 +19,8 @@ pub const STARTED: &str = "started";
 /// Which attempt a record is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AttemptId {
+    /// "" for a job without an invocation: its record then has no
+    /// `dispatchId` key (an empty one, as older records have, is the same).
     pub dispatch_id: String,
     /// The worker's state key.
     pub key: String,
@@ -46,7 +48,7 @@ impl AttemptId {
     }
 
     fn matches(&self, row: &Map<String, Value>) -> bool {
-        row.get("dispatchId").and_then(Value::as_str) == Some(self.dispatch_id.as_str())
+        row_dispatch_id(row) == Some(self.dispatch_id.as_str())
             && row.get("key").and_then(Value::as_str) == Some(self.key.as_str())
             && row.get("attempt").and_then(Value::as_u64) == Some(u64::from(self.attempt))
             && row.get("planDigest").and_then(Value::as_str).unwrap_or("") == self.plan
@@ -172,10 +174,18 @@ fn describe(status: &str, result_path: Option<&str>, summary: Option<&Value>) ->
     out
 }
 
+/// A record's dispatch id: "" where it has none (absent, or empty as older
+/// records wrote it); `None` where it is not a string.
+pub(crate) fn row_dispatch_id(row: &Map<String, Value>) -> Option<&str> {
+    match row.get("dispatchId") {
+        None => Some(""),
+        Some(v) => v.as_str(),
+    }
+}
+
 /// A fresh record for an attempt that started at `started_at`.
 fn new_record(id: &AttemptId, started_at: &str) -> Map<String, Value> {
     let Value::Object(mut row) = json!({
-        "dispatchId": id.dispatch_id,
         "key": id.key,
         "attempt": id.attempt,
         "startedAt": started_at,
@@ -183,6 +193,9 @@ fn new_record(id: &AttemptId, started_at: &str) -> Map<String, Value> {
     }) else {
         unreachable!("json! object literal")
     };
+    if !id.dispatch_id.is_empty() {
+        row.insert("dispatchId".into(), json!(id.dispatch_id));
+    }
     if !id.plan.is_empty() {
         row.insert("planDigest".into(), json!(id.plan));
     }
@@ -267,7 +280,7 @@ pub fn apply_attempt_patches<'p>(
 
 fn id_of(row: &Map<String, Value>) -> Option<AttemptId> {
     Some(AttemptId {
-        dispatch_id: row.get("dispatchId")?.as_str()?.to_string(),
+        dispatch_id: row_dispatch_id(row)?.to_string(),
         key: row.get("key")?.as_str()?.to_string(),
         attempt: u32::try_from(row.get("attempt")?.as_u64()?).ok()?,
         plan: row
@@ -404,6 +417,41 @@ mod tests {
         let row = find_attempt(&doc, &id).unwrap();
         assert_eq!(row["startedAt"], "t5");
         assert_eq!(row["attempt"], 2);
+        assert!(
+            !row.contains_key("dispatchId"),
+            "absent, not empty: {row:?}"
+        );
+    }
+
+    #[test]
+    fn a_record_without_a_dispatch_id_is_found_as_older_empty_ones_are() {
+        let mut doc = fresh_document();
+        let id = AttemptId::new("", "w", 1);
+        assert!(start_attempt(&mut doc, &id, "t0"));
+        assert!(!start_attempt(&mut doc, &id, "t1"));
+        // An older okstra wrote `"dispatchId": ""`: the same attempt.
+        let mut old = fresh_document();
+        rows_mut(&mut old, ATTEMPTS).push(json!({"dispatchId": "", "key": "w", "attempt": 1, "startedAt": "t0", "status": STARTED}));
+        assert!(!start_attempt(&mut old, &id, "t1"));
+        assert!(finish_attempt(&mut old, &id, &done("r"), "t2").unwrap());
+        apply_attempt_patches(
+            &mut old,
+            [(
+                &id,
+                &AttemptPatch {
+                    started_at: Some("t3".into()),
+                    finish: None,
+                },
+            )],
+        )
+        .unwrap();
+        assert_eq!(super::super::team_state::rows(&old, ATTEMPTS).len(), 1);
+        // A record with a dispatch id is another attempt.
+        assert!(start_attempt(
+            &mut doc,
+            &AttemptId::new("inv:attempt-1", "w", 1),
+            "t4"
+        ));
     }
 
     #[test]

@@ -17,8 +17,21 @@ use crate::fsutil;
 /// Upper bound on one appended record, newline included.
 pub const MAX_RECORD_BYTES: usize = 4096;
 
-/// How much of a worker's log tail goes into `stderrExcerpt`.
+/// How much of a worker's log tail goes into `stderrExcerpt` where the start
+/// of the attempt's output is not known.
 pub const STDERR_TAIL_BYTES: usize = 800;
+
+/// How much of the start of an attempt's output goes into `stderrExcerpt`:
+/// a CLI names what it refused first (gemini prints "Unknown arguments: ..."
+/// before 4 KB of usage text).
+pub const STDERR_HEAD_BYTES: usize = 1024;
+
+/// How much of the end of an attempt's output goes into `stderrExcerpt`
+/// beside its head: where the wrapper and the CLI said how it ended.
+pub const STDERR_END_BYTES: usize = 2048;
+
+/// Between the head and the tail of an excerpt, where output was left out.
+const GAP: &str = "\n…\n";
 
 /// Put in place of the text cut from a shortened string.
 const ELLIPSIS: &str = "…";
@@ -34,17 +47,19 @@ pub fn append_error(path: &Path, record: Map<String, Value>) -> Result<(), Strin
 /// Serialise `record` into a line that, with its newline, fits in
 /// [`MAX_RECORD_BYTES`].
 ///
-/// An oversized record first loses the front of `stderrExcerpt` (the end of a
-/// log is where the failure is), down to nothing; then the longest remaining
-/// string fields lose their ends, one at a time. A record that still does not
-/// fit (huge keys, or non-string values) is refused rather than split.
+/// An oversized record first loses the middle of `stderrExcerpt` (its start
+/// names what a CLI refused, its end is where the failure is), keeping a
+/// third of what is left from the head and the rest from the tail, down to
+/// nothing; then the longest remaining string fields lose their ends, one at
+/// a time. A record that still does not fit (huge keys, or non-string
+/// values) is refused rather than split.
 pub fn fit_record(mut record: Map<String, Value>) -> Result<String, String> {
     let limit = MAX_RECORD_BYTES - 1;
     let mut line = serialise(&record)?;
 
     while line.len() > limit {
         let excess = line.len() - limit;
-        if !shorten(&mut record, "stderrExcerpt", excess, Keep::Tail) {
+        if !shorten(&mut record, "stderrExcerpt", excess, Keep::Ends) {
             break;
         }
         line = serialise(&record)?;
@@ -76,7 +91,8 @@ fn serialise(record: &Map<String, Value>) -> Result<String, String> {
 #[derive(Clone, Copy)]
 enum Keep {
     Head,
-    Tail,
+    /// A third of what stays from the head, the rest from the tail.
+    Ends,
 }
 
 /// Cut the string under `key` so its JSON form is at least `excess` bytes
@@ -94,14 +110,31 @@ fn shorten(record: &mut Map<String, Value>, key: &str, excess: usize, keep: Keep
     let need = excess + ELLIPSIS.len();
     let mut cut = 0;
     let boundary = match keep {
-        Keep::Tail => text
-            .char_indices()
-            .find_map(|(at, c)| {
-                let done = cut >= need;
-                cut += escaped_len(c);
-                done.then_some(at)
-            })
-            .map(|at| format!("{ELLIPSIS}{}", &text[at..])),
+        Keep::Ends => {
+            // What stays (in escaped bytes) is split: a third from the head,
+            // the rest from the tail.
+            let total: usize = text.chars().map(escaped_len).sum();
+            let keep = total.saturating_sub(need);
+            let mut used = 0;
+            let mut head_end = 0;
+            for (at, c) in text.char_indices() {
+                if used + escaped_len(c) > keep / 3 {
+                    break;
+                }
+                used += escaped_len(c);
+                head_end = at + c.len_utf8();
+            }
+            let mut tail_used = 0;
+            let mut tail_start = text.len();
+            for (at, c) in text[head_end..].char_indices().rev() {
+                if used + tail_used + escaped_len(c) > keep {
+                    break;
+                }
+                tail_used += escaped_len(c);
+                tail_start = head_end + at;
+            }
+            (keep > 0).then(|| format!("{}{ELLIPSIS}{}", &text[..head_end], &text[tail_start..]))
+        }
         Keep::Head => text
             .char_indices()
             .rev()
@@ -202,6 +235,60 @@ impl ErrorRecord {
     }
 }
 
+/// An attempt's output for `stderrExcerpt`: where the attempt's part of the
+/// log starts (`from`, the wrapper's `logOffset`) is known, its first
+/// [`STDERR_HEAD_BYTES`] and last [`STDERR_END_BYTES`] (all of it when that
+/// is no more), the gap marked; otherwise the log's last
+/// [`STDERR_TAIL_BYTES`] (the start of the log may be an earlier attempt's).
+/// Trimmed; `None` if nothing can be read or it holds only whitespace.
+pub fn log_excerpt(path: &Path, from: Option<u64>) -> Option<String> {
+    let Some(from) = from else {
+        return log_tail(path, STDERR_TAIL_BYTES);
+    };
+    let mut file = File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let size = len.saturating_sub(from);
+    let mut read = |at: u64, n: u64| -> Option<Vec<u8>> {
+        file.seek(SeekFrom::Start(at)).ok()?;
+        let mut bytes = Vec::new();
+        (&mut file).take(n).read_to_end(&mut bytes).ok()?;
+        Some(bytes)
+    };
+    let (head, end) = (STDERR_HEAD_BYTES as u64, STDERR_END_BYTES as u64);
+    let text = if size <= head + end {
+        String::from_utf8_lossy(&read(from, size)?).into_owned()
+    } else {
+        let first = read(from, head)?;
+        let last = read(len - end, end)?;
+        format!(
+            "{}{GAP}{}",
+            String::from_utf8_lossy(cut_partial_end(&first)).trim_end(),
+            String::from_utf8_lossy(cut_partial_start(&last)).trim_start()
+        )
+    };
+    let trimmed = text.trim();
+    (!trimmed.is_empty()).then(|| trimmed.to_string())
+}
+
+/// `bytes` without a character cut in half at its end.
+fn cut_partial_end(bytes: &[u8]) -> &[u8] {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => bytes,
+        Err(e) if e.error_len().is_none() => &bytes[..e.valid_up_to()],
+        Err(_) => bytes,
+    }
+}
+
+/// `bytes` without the continuation bytes of a character that began before.
+fn cut_partial_start(bytes: &[u8]) -> &[u8] {
+    let skip = bytes
+        .iter()
+        .take(3)
+        .take_while(|b| (*b & 0b1100_0000) == 0b1000_0000)
+        .count();
+    &bytes[skip..]
+}
+
 /// The last `max_bytes` of the file at `path` as text: invalid UTF-8 replaced,
 /// a character cut in half at the front dropped, surrounding whitespace
 /// trimmed. `None` if the file cannot be read or holds only whitespace.
@@ -285,8 +372,11 @@ mod tests {
     }
 
     #[test]
-    fn an_oversized_excerpt_keeps_its_tail() {
-        let stderr = format!("{}THE END", "noise \"quoted\" \u{1F600} ".repeat(500));
+    fn an_oversized_excerpt_keeps_its_head_and_its_tail() {
+        let stderr = format!(
+            "THE START {}THE END",
+            "noise \"quoted\" \u{1F600} ".repeat(500)
+        );
         let line = fit_record(record(&stderr, "attempt 1: failed")).unwrap();
         assert!(line.len() < MAX_RECORD_BYTES, "{}", line.len());
         assert!(
@@ -296,8 +386,48 @@ mod tests {
         );
         let back: Value = serde_json::from_str(&line).unwrap();
         let excerpt = back["stderrExcerpt"].as_str().unwrap();
-        assert!(excerpt.starts_with(ELLIPSIS) && excerpt.ends_with("THE END"));
+        assert!(excerpt.starts_with("THE START") && excerpt.ends_with("THE END"));
+        assert!(excerpt.contains(ELLIPSIS));
+        let (head, tail) = excerpt.split_once(ELLIPSIS).unwrap();
+        assert!(
+            tail.len() > head.len(),
+            "the tail keeps more: {} / {}",
+            head.len(),
+            tail.len()
+        );
         assert_eq!(back["message"], "attempt 1: failed");
+    }
+
+    #[test]
+    fn the_excerpt_is_the_attempts_head_and_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.log");
+        let earlier = "attempt 1 said this\n";
+        let usage = "  --option  some text\n".repeat(400);
+        std::fs::write(
+            &path,
+            format!("{earlier}Unknown arguments: bogus\n{usage}okstra worker: gemini exited 1\n"),
+        )
+        .unwrap();
+        let from = Some(earlier.len() as u64);
+        let excerpt = log_excerpt(&path, from).unwrap();
+        assert!(excerpt.starts_with("Unknown arguments: bogus"), "{excerpt}");
+        assert!(excerpt.ends_with("okstra worker: gemini exited 1"));
+        assert!(excerpt.contains(GAP));
+        assert!(excerpt.len() <= STDERR_HEAD_BYTES + STDERR_END_BYTES + GAP.len());
+        // Fitted into a record, both ends stay.
+        let line = fit_record(record(&excerpt, "attempt 2: failed")).unwrap();
+        let back: Value = serde_json::from_str(&line).unwrap();
+        let kept = back["stderrExcerpt"].as_str().unwrap();
+        assert!(kept.starts_with("Unknown arguments: bogus") && kept.ends_with("exited 1"));
+        // A short output whole; no offset: the log's tail.
+        std::fs::write(&path, format!("{earlier}short\n")).unwrap();
+        assert_eq!(log_excerpt(&path, from).as_deref(), Some("short"));
+        assert_eq!(
+            log_excerpt(&path, None).as_deref(),
+            Some("attempt 1 said this\nshort")
+        );
+        assert_eq!(log_excerpt(&dir.path().join("none"), from), None);
     }
 
     #[test]

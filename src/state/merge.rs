@@ -76,7 +76,8 @@ impl<'a> RowKeys<'a> {
 
     fn attempt_id(&self) -> Option<AttemptId> {
         Some(AttemptId {
-            dispatch_id: self.dispatch_id.as_deref()?.to_string(),
+            // Absent for a job without an invocation (see `AttemptId`).
+            dispatch_id: self.dispatch_id.as_deref().unwrap_or("").to_string(),
             key: self.key.as_deref()?.to_string(),
             attempt: u32::try_from(self.attempt()?).ok()?,
             plan: self.plan_digest.as_deref().unwrap_or("").to_string(),

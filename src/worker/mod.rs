@@ -60,9 +60,15 @@ pub const ABOUT: &str = "The built-in worker wrapper (started by `okstra exec`)"
 /// The shell's codes for a program that could not be executed / found.
 const NOT_EXECUTABLE_EXIT_CODE: i32 = 126;
 const NOT_FOUND_EXIT_CODE: i32 = 127;
-/// How much of the log's new output is searched for the served model and the
-/// CLI's session id; both come in the first events.
-const OUTPUT_SCAN_LIMIT: u64 = 1 << 20;
+/// How much of the log's new output one look reads: a burst of output is
+/// taken in pieces, so the supervising loop stays responsive.
+const OUTPUT_CHUNK: u64 = 1 << 20;
+/// A line longer than this is no event okstra reads (the CLIs' events are
+/// far shorter); it is dropped rather than held.
+const LONGEST_EVENT_LINE: usize = 16 << 20;
+/// How much of a failed attempt's output (its start, and its end) is read to
+/// tell its failure kind and quote what the CLI refused.
+const EXCERPT: u64 = 64 * 1024;
 
 /// The wrapper as a program of its own, named `bin_name`: the process's
 /// arguments read by clap (its help and errors on a bad one), then [`run`].
@@ -213,6 +219,16 @@ struct Status {
     served_model: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cli_session_id: Option<String>,
+    /// The exact argv the wrapper started (the provider CLI's, or a
+    /// `command` job's own).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    argv: Vec<String>,
+    /// Where this attempt's output starts in the log (earlier attempts'
+    /// output comes before it), in bytes.
+    log_offset: u64,
+    /// What the attempt spent, where its CLI says (`okstra::provider::Usage`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<provider::Usage>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     timed_out: bool,
     /// Ended because the wrapper was told to stop (SIGTERM / SIGINT from
@@ -326,6 +342,9 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             session_id: args.session_id.clone(),
             served_model: None,
             cli_session_id: None,
+            argv: Vec::new(),
+            log_offset: 0,
+            usage: None,
             timed_out: false,
             stopped: false,
             child_exit_code: None,
@@ -370,6 +389,8 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     let env = worker_env(args, &paths);
     // Output of earlier attempts may already be in the log; look only past it.
     let log_start = fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
+    status.status.argv = argv.clone();
+    status.status.log_offset = log_start;
 
     let spec = SpawnSpec {
         argv: &argv,
@@ -435,10 +456,11 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         &mut watch,
         &mut heartbeat,
     );
-    watch.scan();
+    watch.finish();
     let verdict = watch.verdict();
     status.status.served_model = watch.facts.served_model.clone();
     status.status.cli_session_id = watch.facts.cli_session_id.clone();
+    status.status.usage = watch.usage();
 
     let (code, error) = match outcome {
         // The served model is judged whatever the CLI's own exit code: a run
@@ -451,13 +473,17 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         }
         Outcome::Mismatch => (SERVED_MODEL_MISMATCH_EXIT_CODE, None),
         Outcome::Exited(code) if code != 0 => {
-            let error = match provider.failure_kind(code, &watch.tail()) {
+            let output = watch.excerpt();
+            let error = match provider.failure_kind(code, &output) {
                 Some(kind) => {
+                    let refused = (kind == provider::FailureKind::ArgumentError)
+                        .then(|| provider.refused_argument(&output))
+                        .flatten();
                     let problem = format!(
                         "{} exited {code}: {}: {}",
                         args.provider,
                         kind.as_str(),
-                        kind.hint(provider)
+                        kind.hint(provider, refused.as_deref())
                     );
                     say(format_args!("{problem}"));
                     status.status.failure_kind = Some(kind.as_str().into());
@@ -636,10 +662,13 @@ fn supervise(
     }
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq)]
 struct OutputFacts {
+    /// The model the CLI last said served (claude names one per answer).
     served_model: Option<String>,
     cli_session_id: Option<String>,
+    /// The CLI's last usage event: each covers the attempt up to it.
+    usage: Option<provider::Usage>,
 }
 
 /// What the wrapper needs to check the served model: the selected catalog
@@ -672,15 +701,17 @@ fn served_check(args: &WorkerArgs, paths: &Paths) -> Result<Option<ServedCheck>,
     }))
 }
 
-/// Reads this attempt's part of the log as it grows: the served model and
-/// the CLI's session id from the structured output, judged against the
-/// catalog as soon as the served model is known.
+/// Reads this attempt's part of the log as it grows: the served model (as
+/// each answer names it), the CLI's session id and its usage events, the
+/// served model judged against the catalog as soon as it is known.
 struct OutputWatch {
     provider: Provider,
     log: PathBuf,
     start: u64,
     offset: u64,
     partial: Vec<u8>,
+    /// The line held in `partial` was too long to be an event: skip to its end.
+    skipping: bool,
     facts: OutputFacts,
     check: Option<ServedCheck>,
 }
@@ -693,51 +724,63 @@ impl OutputWatch {
             start,
             offset: start,
             partial: Vec::new(),
+            skipping: false,
             facts: OutputFacts::default(),
             check,
         }
     }
 
-    fn done(&self) -> bool {
-        self.provider == Provider::Command
-            || (self.facts.served_model.is_some() && self.facts.cli_session_id.is_some())
-            || self.offset - self.start >= OUTPUT_SCAN_LIMIT
-    }
-
-    /// Read what was appended since the last call (up to the scan limit).
-    fn scan(&mut self) {
-        if self.done() {
-            return;
+    /// Read what was appended since the last call (up to [`OUTPUT_CHUNK`]);
+    /// whether anything was.
+    fn scan(&mut self) -> bool {
+        if self.provider == Provider::Command {
+            return false;
         }
         let Ok(mut file) = File::open(&self.log) else {
-            return;
+            return false;
         };
         if file.seek(SeekFrom::Start(self.offset)).is_err() {
-            return;
+            return false;
         }
-        let room = OUTPUT_SCAN_LIMIT - (self.offset - self.start);
         let mut chunk = Vec::new();
-        if file.take(room).read_to_end(&mut chunk).is_err() {
-            return;
+        if file.take(OUTPUT_CHUNK).read_to_end(&mut chunk).is_err() || chunk.is_empty() {
+            return false;
         }
         self.offset += chunk.len() as u64;
         self.partial.extend_from_slice(&chunk);
         while let Some(nl) = self.partial.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.partial.drain(..=nl).collect();
+            if std::mem::take(&mut self.skipping) {
+                continue;
+            }
             self.line(&String::from_utf8_lossy(&line));
         }
-        if self.done() && !self.partial.is_empty() {
+        if self.partial.len() > LONGEST_EVENT_LINE {
+            self.partial.clear();
+            self.skipping = true;
+        }
+        true
+    }
+
+    /// Read the rest of the output, once the CLI has ended, its last line
+    /// too (a CLI killed mid-line leaves no newline).
+    fn finish(&mut self) {
+        while self.scan() {}
+        if !self.partial.is_empty() && !self.skipping {
             let rest = std::mem::take(&mut self.partial);
             self.line(&String::from_utf8_lossy(&rest));
         }
     }
 
     fn line(&mut self, line: &str) {
-        if self.facts.served_model.is_none() {
-            self.facts.served_model = self.provider.served_model_from_line(line);
+        if let Some(model) = self.provider.served_model_from_line(line) {
+            self.facts.served_model = Some(model);
         }
         if self.facts.cli_session_id.is_none() {
             self.facts.cli_session_id = self.provider.cli_session_id_from_line(line);
+        }
+        if let Some(usage) = self.provider.usage_from_line(line) {
+            self.facts.usage = Some(usage);
         }
     }
 
@@ -759,20 +802,55 @@ impl OutputWatch {
         }
     }
 
-    /// The end of this attempt's output (at most 64 KiB), for telling
-    /// failure kinds apart.
-    fn tail(&self) -> String {
-        const TAIL: u64 = 64 * 1024;
+    /// The attempt's usage: the CLI's last usage event, or where it was
+    /// stopped before printing one, what its session file holds (found
+    /// through this process's `HOME`, which the CLI inherited); the model
+    /// that served filled in where the event does not name it; priced by
+    /// the catalog's `pricing` for the job's model, where it has one.
+    fn usage(&self) -> Option<provider::Usage> {
+        let usage = self.facts.usage.clone().or_else(|| {
+            let id = self.facts.cli_session_id.as_deref()?;
+            let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+            let var = |name: &str| std::env::var_os(name);
+            self.provider.usage_from_session(&provider::Session {
+                home: Path::new(&home),
+                var: &var,
+                cli_session_id: id,
+            })
+        })?;
+        let usage = provider::Usage {
+            model: usage.model.or_else(|| self.facts.served_model.clone()),
+            ..usage
+        };
+        let pricing = self
+            .check
+            .as_ref()
+            .and_then(|c| provider::Pricing::of(c.manifest.get("models")?.get(&c.model_ref)?));
+        Some(usage.priced(pricing.as_ref()))
+    }
+
+    /// This attempt's output for telling failure kinds apart: its start
+    /// (where an argument error is named, before any usage text) and its
+    /// end (where the CLI's last word is), [`EXCERPT`] bytes of each.
+    fn excerpt(&self) -> String {
         let Ok(mut file) = File::open(&self.log) else {
             return String::new();
         };
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let from = len.saturating_sub(TAIL).max(self.start);
-        let mut bytes = Vec::new();
-        if file.seek(SeekFrom::Start(from)).is_ok() {
-            let _ = file.read_to_end(&mut bytes);
+        let mut read = |from: u64, n: u64| {
+            let mut bytes = Vec::new();
+            if file.seek(SeekFrom::Start(from)).is_ok() {
+                let _ = (&mut file).take(n).read_to_end(&mut bytes);
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
+        let size = len.saturating_sub(self.start);
+        if size <= 2 * EXCERPT {
+            return read(self.start, size);
         }
-        String::from_utf8_lossy(&bytes).into_owned()
+        let head = read(self.start, EXCERPT);
+        let tail = read(len - EXCERPT, EXCERPT);
+        format!("{head}\n{tail}")
     }
 }
 
@@ -781,7 +859,7 @@ impl OutputWatch {
 fn output_facts(provider: &str, log: &Path, from: u64) -> OutputFacts {
     let provider = provider.parse().expect("a provider name");
     let mut watch = OutputWatch::new(provider, log, from, None);
-    watch.scan();
+    watch.finish();
     watch.facts
 }
 
@@ -976,7 +1054,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let script = r#"
             s=prompt.md.status.json; i=0
-            while [ ! -e $s ]; do i=$((i+1)); [ $i -gt 500 ] && exit 7; sleep 0.01; done
+            while [ ! -s $s ]; do i=$((i+1)); [ $i -gt 500 ] && exit 7; sleep 0.01; done
             grep -q '"state": "running"' $s || exit 8
             first=$(grep heartbeatAt $s)
             while [ "$(grep heartbeatAt $s)" = "$first" ]; do
@@ -1079,12 +1157,147 @@ mod tests {
             OutputFacts {
                 served_model: Some("claude-x".into()),
                 cli_session_id: Some("s-2".into()),
+                usage: None,
             }
         );
         assert_eq!(output_facts("command", &log, 0), OutputFacts::default());
         assert_eq!(
             output_facts("claude", &dir.path().join("none.log"), 0),
             OutputFacts::default()
+        );
+    }
+
+    /// claude's stream as 2.1.197 printed it against a loopback API: the
+    /// init event, two answers by the model that served, the result.
+    const CLAUDE_STREAM: &str = concat!(
+        r#"{"type":"system","subtype":"init","session_id":"s-1","model":"claude-sonnet-4-5"}"#,
+        "\n",
+        r#"{"type":"assistant","message":{"id":"msg_1","model":"claude-served-1","usage":{"input_tokens":100,"output_tokens":1}},"parent_tool_use_id":null,"session_id":"s-1"}"#,
+        "\n",
+        r#"{"type":"assistant","message":{"id":"msg_9","model":"claude-haiku-sub","usage":{"input_tokens":5,"output_tokens":1}},"parent_tool_use_id":"toolu_1","session_id":"s-1"}"#,
+        "\n",
+        r#"{"type":"assistant","message":{"id":"msg_2","model":"claude-served-2","usage":{"input_tokens":100,"output_tokens":1}},"parent_tool_use_id":null,"session_id":"s-1"}"#,
+        "\n",
+        r#"{"type":"result","subtype":"success","is_error":false,"session_id":"s-1","total_cost_usd":0.000978,"usage":{"input_tokens":200,"cache_creation_input_tokens":40,"cache_read_input_tokens":60,"output_tokens":14},"modelUsage":{"claude-sonnet-4-5":{"inputTokens":200,"outputTokens":14,"cacheReadInputTokens":60,"cacheCreationInputTokens":40,"costUSD":0.000978}}}"#,
+    );
+
+    #[test]
+    fn the_served_model_follows_the_answers_and_usage_is_the_last_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("p.log");
+        // The result line has no newline: a CLI may end without one.
+        fs::write(&log, CLAUDE_STREAM).unwrap();
+        let facts = output_facts("claude", &log, 0);
+        assert_eq!(
+            facts.served_model.as_deref(),
+            Some("claude-served-2"),
+            "the main loop's last answer; not the sub-agent's"
+        );
+        assert_eq!(facts.cli_session_id.as_deref(), Some("s-1"));
+        let usage = facts.usage.unwrap();
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+            (300, 14, 314),
+            "modelUsage, not the answers' snapshots summed"
+        );
+        assert_eq!(usage.cost_usd, Some(0.000978));
+    }
+
+    #[test]
+    fn codex_totals_are_cumulative_so_the_last_turn_is_the_attempts() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("p.log");
+        fs::write(
+            &log,
+            concat!(
+                r#"{"type":"thread.started","thread_id":"th-1"}"#,
+                "\n",
+                r#"{"type":"turn.completed","usage":{"input_tokens":100,"cached_input_tokens":0,"output_tokens":20,"reasoning_output_tokens":5}}"#,
+                "\n",
+                r#"{"type":"turn.completed","usage":{"input_tokens":260,"cached_input_tokens":90,"output_tokens":45,"reasoning_output_tokens":12}}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        let usage = output_facts("codex", &log, 0).usage.unwrap();
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens),
+            (260, 45),
+            "not 360 / 65"
+        );
+    }
+
+    #[test]
+    fn usage_is_priced_by_the_catalog_and_names_the_served_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("p.log");
+        fs::write(&log, CLAUDE_STREAM).unwrap();
+        let manifest = serde_json::json!({"models": {
+            "sonnet": {"provider": "claude", "modelId": "claude-sonnet-4-5", "versionKind": "channel",
+                       "channelFamily": "claude-served", "pricing": {"input": 3, "cachedInput": 0.3, "cacheWrite": 3.75, "output": 15}},
+            "bare": {"provider": "claude", "modelId": "x", "versionKind": "channel", "channelFamily": "claude-served"}
+        }});
+        let check = |model_ref: &str| ServedCheck {
+            model_ref: model_ref.into(),
+            manifest: manifest.clone(),
+        };
+        let mut watch = OutputWatch::new(Provider::Claude, &log, 0, Some(check("sonnet")));
+        watch.finish();
+        let usage = watch.usage().unwrap();
+        assert_eq!(usage.model.as_deref(), Some("claude-served-2"));
+        assert_eq!(
+            usage.cost_source,
+            Some(provider::usage::CostSource::PriceTable)
+        );
+        // 200 fresh at 3, 60 cached at 0.3, 40 written at 3.75, 14 out at 15.
+        assert_eq!(usage.cost_usd, Some(0.000978));
+        let mut watch = OutputWatch::new(Provider::Claude, &log, 0, Some(check("bare")));
+        watch.finish();
+        let usage = watch.usage().unwrap();
+        assert_eq!(
+            usage.cost_source,
+            Some(provider::usage::CostSource::CliEstimate),
+            "no pricing in the catalog: claude's own estimate"
+        );
+    }
+
+    #[test]
+    fn an_overlong_line_is_skipped_and_the_excerpt_keeps_both_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("p.log");
+        let huge = "x".repeat(LONGEST_EVENT_LINE + 10);
+        let init = r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m"}"#;
+        fs::write(&log, format!("{{\"type\":\"system\",{huge}\n{init}\n")).unwrap();
+        assert_eq!(
+            output_facts("claude", &log, 0).cli_session_id.as_deref(),
+            Some("s-1")
+        );
+
+        let usage_text = "usage: ".repeat(30_000);
+        fs::write(
+            &log,
+            format!(
+                "earlier attempt\nUnknown arguments: bogus\n{usage_text}\nokstra worker: the end\n"
+            ),
+        )
+        .unwrap();
+        let watch = OutputWatch::new(
+            Provider::Gemini,
+            &log,
+            "earlier attempt\n".len() as u64,
+            None,
+        );
+        let excerpt = watch.excerpt();
+        assert!(
+            excerpt.starts_with("Unknown arguments: bogus"),
+            "{}",
+            &excerpt[..40]
+        );
+        assert!(excerpt.trim_end().ends_with("okstra worker: the end"));
+        assert!(excerpt.len() as u64 <= 2 * EXCERPT + 1);
+        assert_eq!(
+            Provider::Gemini.refused_argument(&excerpt).as_deref(),
+            Some("Unknown arguments: bogus")
         );
     }
 }

@@ -1,0 +1,496 @@
+//! A stand-in for the three vendors' model APIs on 127.0.0.1, so that the
+//! real agent CLIs run whole turns in tests without credentials or network
+//! (PROVIDERS.md, "Running the real CLIs against a loopback API").
+//!
+//! One server speaks all three dialects, told apart by the path a request
+//! goes to: Anthropic Messages SSE (`POST /v1/messages`, claude), the OpenAI
+//! Responses stream (`POST /v1/responses`, codex), Gemini
+//! `streamGenerateContent` SSE (gemini). Each model request takes the next
+//! [`Step`] of the test's script: call the CLI's own file-writing tool,
+//! answer, fail with a status, or stall. Every answer reports the script's
+//! [`Tokens`] and names its served model, so a test knows exactly what the
+//! CLI was told it spent.
+//!
+//! std only: one thread accepts, one thread per connection; every response
+//! is written whole with `Connection: close`. Dropping the server stops it,
+//! stalled connections included.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What the API does with one model request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Ask the CLI to write `content` to `path` (relative to the project
+    /// root) with its own tool: claude's `Write`, codex's `apply_patch`
+    /// (through its shell tool), gemini's `write_file`.
+    WriteFile { path: String, content: String },
+    /// Answer with this text and end the turn.
+    Answer(String),
+    /// Refuse with this HTTP status and the vendor's error body.
+    Fail(u16),
+    /// Take the request and never answer.
+    Stall,
+}
+
+/// What one answer says it spent, in parts that never overlap.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// Prompt tokens neither read from nor written to a cache.
+    pub fresh_input: u64,
+    pub cache_read: u64,
+    /// Prompt tokens written to a cache (no such count in Gemini's API).
+    pub cache_write: u64,
+    /// Generated tokens besides reasoning.
+    pub output: u64,
+    /// Reasoning (thinking) tokens (claude's API counts them as output).
+    pub reasoning: u64,
+}
+
+impl Tokens {
+    fn add(&mut self, t: &Tokens) {
+        self.fresh_input += t.fresh_input;
+        self.cache_read += t.cache_read;
+        self.cache_write += t.cache_write;
+        self.output += t.output;
+        self.reasoning += t.reasoning;
+    }
+
+    /// okstra's `usage` for these tokens as `provider`'s CLI reports them
+    /// (the token fields only): what the run must have recorded.
+    pub fn expected_usage(&self, provider: &str) -> Value {
+        let input = self.fresh_input + self.cache_read + self.cache_write;
+        let output = self.output + self.reasoning;
+        let mut u = json!({
+            "inputTokens": input,
+            "cachedInputTokens": self.cache_read,
+            "outputTokens": output,
+            "totalTokens": input + output,
+        });
+        match provider {
+            "claude" => u["cacheWriteTokens"] = json!(self.cache_write),
+            "codex" => {
+                u["cacheWriteTokens"] = json!(self.cache_write);
+                u["reasoningTokens"] = json!(self.reasoning);
+            }
+            "gemini" => u["reasoningTokens"] = json!(self.reasoning),
+            other => panic!("no such provider {other}"),
+        }
+        u
+    }
+}
+
+/// What the API answers, request by request.
+#[derive(Debug, Clone)]
+pub struct Script {
+    pub steps: Vec<Step>,
+    /// The model every answer names as the one that served.
+    pub served_model: String,
+    /// What each answer (not a failure, not a stall) reports.
+    pub tokens: Tokens,
+}
+
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub body: Value,
+}
+
+struct Shared {
+    root: PathBuf,
+    /// The script of each dialect, by the CLI that speaks it.
+    scripts: HashMap<&'static str, Script>,
+    /// Model requests of each dialect so far (its next step's index).
+    next: Mutex<HashMap<&'static str, usize>>,
+    spent: Mutex<HashMap<&'static str, Tokens>>,
+    requests: Mutex<Vec<Request>>,
+    stop: AtomicBool,
+}
+
+pub struct MockApi {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl MockApi {
+    /// Start a server for a project at `root` (where the CLI's tool calls
+    /// write), answering every dialect as `script` says.
+    pub fn start(root: &Path, script: Script) -> MockApi {
+        MockApi::per_cli(
+            root,
+            CLIS.iter().map(|cli| (*cli, script.clone())).collect(),
+        )
+    }
+
+    /// Start a server with a script of its own for each CLI's dialect
+    /// (`claude`, `codex`, `gemini`), so that CLIs of one run answer apart.
+    pub fn per_cli(root: &Path, scripts: Vec<(&'static str, Script)>) -> MockApi {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared {
+            root: root.to_path_buf(),
+            scripts: scripts.into_iter().collect(),
+            next: Mutex::new(HashMap::new()),
+            spent: Mutex::new(HashMap::new()),
+            requests: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+        });
+        let s = Arc::clone(&shared);
+        let accept = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let s = Arc::clone(&s);
+                std::thread::spawn(move || serve(&s, conn));
+            }
+        });
+        MockApi {
+            addr,
+            shared,
+            accept: Some(accept),
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// What the answers to `cli` so far reported, summed.
+    pub fn spent(&self, cli: &str) -> Tokens {
+        self.shared
+            .spent
+            .lock()
+            .unwrap()
+            .get(cli)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<Request> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// Model requests `cli` made (answered, failed or stalled).
+    pub fn model_requests(&self, cli: &str) -> usize {
+        self.shared
+            .next
+            .lock()
+            .unwrap()
+            .get(cli)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for MockApi {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        // Wake the accepting thread.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The CLIs, by the dialect each speaks.
+const CLIS: [&str; 3] = ["claude", "codex", "gemini"];
+
+/// The vendor a request is for, by its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    Anthropic,
+    OpenAi,
+    Gemini,
+}
+
+impl Dialect {
+    fn cli(self) -> &'static str {
+        match self {
+            Dialect::Anthropic => "claude",
+            Dialect::OpenAi => "codex",
+            Dialect::Gemini => "gemini",
+        }
+    }
+}
+
+fn dialect(path: &str) -> Option<Dialect> {
+    let path = path.split('?').next().unwrap_or(path);
+    if path == "/v1/messages" {
+        Some(Dialect::Anthropic)
+    } else if path == "/v1/responses" {
+        Some(Dialect::OpenAi)
+    } else if path.starts_with("/v1beta/models/") && path.ends_with(":streamGenerateContent") {
+        Some(Dialect::Gemini)
+    } else {
+        None
+    }
+}
+
+fn serve(s: &Shared, conn: TcpStream) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+    let Ok(mut out) = conn.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(conn);
+    let Some(req) = read_request(&mut reader) else {
+        return;
+    };
+    s.requests.lock().unwrap().push(req.clone());
+    let Some(dialect) = dialect(&req.path).filter(|_| req.method == "POST") else {
+        respond(
+            &mut out,
+            404,
+            "application/json",
+            br#"{"error":"not here"}"#,
+        );
+        return;
+    };
+    let cli = dialect.cli();
+    let Some(script) = s.scripts.get(cli) else {
+        respond(
+            &mut out,
+            404,
+            "application/json",
+            br#"{"error":"no script"}"#,
+        );
+        return;
+    };
+    let step = {
+        let mut next = s.next.lock().unwrap();
+        let n = next.entry(cli).or_insert(0);
+        *n += 1;
+        script
+            .steps
+            .get(*n - 1)
+            .cloned()
+            .unwrap_or_else(|| Step::Answer("done".into()))
+    };
+    match step {
+        Step::Stall => {
+            while !s.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Step::Fail(status) => {
+            let body = error_body(dialect, status);
+            respond(&mut out, status, "application/json", body.as_bytes());
+        }
+        Step::Answer(_) | Step::WriteFile { .. } => {
+            let body = answer(s, script, dialect, &step);
+            s.spent
+                .lock()
+                .unwrap()
+                .entry(cli)
+                .or_default()
+                .add(&script.tokens);
+            respond(&mut out, 200, "text/event-stream", body.as_bytes());
+        }
+    }
+}
+
+/// Read one HTTP/1.1 request: its line, headers and body (by
+/// `Content-Length`, or chunked).
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<Request> {
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_string();
+    let path = parts.next()?.to_string();
+    let mut length = 0usize;
+    let mut chunked = false;
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (name, value) = h.split_once(':')?;
+        match name.trim().to_ascii_lowercase().as_str() {
+            "content-length" => length = value.trim().parse().ok()?,
+            "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
+            _ => {}
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size).ok()?;
+            let n = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
+            let mut chunk = vec![0; n + 2];
+            r.read_exact(&mut chunk).ok()?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else {
+        body.resize(length, 0);
+        r.read_exact(&mut body).ok()?;
+    }
+    Some(Request {
+        method,
+        path,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    })
+}
+
+fn respond(out: &mut TcpStream, status: u16, content_type: &str, body: &[u8]) {
+    let head = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        if status == 200 { "OK" } else { "Error" },
+        body.len()
+    );
+    let _ = out.write_all(head.as_bytes());
+    let _ = out.write_all(body);
+    let _ = out.flush();
+}
+
+fn error_body(dialect: Dialect, status: u16) -> String {
+    let message = format!("the mock API refuses this request (HTTP {status})");
+    match dialect {
+        Dialect::Anthropic => {
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+        }
+        Dialect::OpenAi => {
+            json!({"error": {"type": "invalid_request_error", "message": message, "code": null}})
+        }
+        Dialect::Gemini => {
+            json!({"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}})
+        }
+    }
+    .to_string()
+}
+
+/// An answer (a tool call or text) as `dialect`'s stream.
+fn answer(s: &Shared, script: &Script, dialect: Dialect, step: &Step) -> String {
+    let n = s.requests.lock().unwrap().len();
+    let t = &script.tokens;
+    let model = &script.served_model;
+    let abs = |p: &str| s.root.join(p).display().to_string();
+    match dialect {
+        Dialect::Anthropic => {
+            let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+            let mut out = ev(
+                "message_start",
+                json!({"type": "message_start", "message": {
+                    "id": format!("msg_mock_{n}"), "type": "message", "role": "assistant",
+                    "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+                    "usage": {"input_tokens": t.fresh_input, "cache_creation_input_tokens": t.cache_write,
+                              "cache_read_input_tokens": t.cache_read, "output_tokens": 1}}}),
+            );
+            let stop = match step {
+                Step::WriteFile { path, content } => {
+                    out += &ev(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": 0, "content_block":
+                               {"type": "tool_use", "id": format!("toolu_mock_{n}"), "name": "Write", "input": {}}}),
+                    );
+                    let input = json!({"file_path": abs(path), "content": content}).to_string();
+                    out += &ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input}}),
+                    );
+                    "tool_use"
+                }
+                Step::Answer(text) => {
+                    out += &ev(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                    );
+                    out += &ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+                    );
+                    "end_turn"
+                }
+                _ => unreachable!("only answers are streamed"),
+            };
+            out += &ev(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            );
+            out += &ev(
+                "message_delta",
+                json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+                       "usage": {"output_tokens": t.output + t.reasoning}}),
+            );
+            out + &ev("message_stop", json!({"type": "message_stop"}))
+        }
+        Dialect::OpenAi => {
+            let ev = |data: Value| {
+                format!(
+                    "event: {}\ndata: {data}\n\n",
+                    data["type"].as_str().unwrap_or("")
+                )
+            };
+            let id = format!("resp_mock_{n}");
+            let item = match step {
+                Step::WriteFile { path, content } => {
+                    let added: String = content.lines().map(|l| format!("+{l}\n")).collect();
+                    let cmd = format!(
+                        "apply_patch <<'PATCH'\n*** Begin Patch\n*** Add File: {path}\n{added}*** End Patch\nPATCH\n"
+                    );
+                    json!({"type": "function_call", "id": format!("fc_mock_{n}"), "call_id": format!("call_mock_{n}"),
+                           "name": "exec_command", "arguments": json!({"cmd": cmd}).to_string()})
+                }
+                Step::Answer(text) => {
+                    json!({"type": "message", "role": "assistant", "id": format!("msg_mock_{n}"),
+                                             "content": [{"type": "output_text", "text": text}]})
+                }
+                _ => unreachable!("only answers are streamed"),
+            };
+            let input = t.fresh_input + t.cache_read + t.cache_write;
+            let output = t.output + t.reasoning;
+            ev(json!({"type": "response.created", "response": {"id": id, "model": model}}))
+                + &ev(json!({"type": "response.output_item.done", "output_index": 0, "item": item}))
+                + &ev(
+                    json!({"type": "response.completed", "response": {"id": id, "model": model, "usage": {
+                    "input_tokens": input,
+                    "input_tokens_details": {"cached_tokens": t.cache_read, "cache_write_tokens": t.cache_write},
+                    "output_tokens": output,
+                    "output_tokens_details": {"reasoning_tokens": t.reasoning},
+                    "total_tokens": input + output}}}),
+                )
+        }
+        Dialect::Gemini => {
+            assert_eq!(t.cache_write, 0, "Gemini's API has no cache-write count");
+            let parts = match step {
+                Step::WriteFile { path, content } => {
+                    json!([{"functionCall": {"name": "write_file", "args": {"file_path": abs(path), "content": content}}}])
+                }
+                Step::Answer(text) => json!([{"text": text}]),
+                _ => unreachable!("only answers are streamed"),
+            };
+            let prompt = t.fresh_input + t.cache_read;
+            let chunk = json!({
+                "candidates": [{"content": {"parts": parts, "role": "model"}, "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": prompt, "cachedContentTokenCount": t.cache_read,
+                                  "candidatesTokenCount": t.output, "thoughtsTokenCount": t.reasoning,
+                                  "totalTokenCount": prompt + t.output + t.reasoning},
+                "modelVersion": model,
+                "responseId": format!("mock-{n}"),
+            });
+            format!("data: {chunk}\r\n\r\n")
+        }
+    }
+}

@@ -1,0 +1,848 @@
+//! The real agent CLIs end to end (issue 17), each through `okstra plan` and
+//! `okstra exec`, against a mock of its vendor's API on 127.0.0.1
+//! (`tests/mock_api`): the agent writes its result with its own tool, the
+//! recorded usage is what the mock reported, a served model other than the
+//! pinned one is caught, an API error settles `error` with its kind and
+//! keeps the usage spent, a stalled API ends in the idle timeout.
+//!
+//! Each test needs its CLI, found on PATH or where
+//! `scripts/install-agent-clis.sh` puts it (`target/agent-clis`). Without it
+//! the test is skipped, saying so on stderr; with `REQUIRE_AGENT_CLIS=1` (as
+//! `.ci/run` sets) it fails instead. Every CLI runs with a fresh HOME and
+//! TMPDIR, and an environment holding nothing but PATH and what points it at
+//! the mock: no credentials, no network.
+
+mod mock_api;
+
+use mock_api::{MockApi, Script, Step, Tokens};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The directory holding `program`: on PATH, or the install script's.
+fn cli_dir(program: &str) -> Option<PathBuf> {
+    let installed =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/agent-clis/node_modules/.bin");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([installed])
+        .find(|d| d.join(program).is_file())
+}
+
+/// `program`'s directory, or `None` having said why the test is skipped
+/// (a failure where `REQUIRE_AGENT_CLIS=1`).
+fn require(program: &str) -> Option<PathBuf> {
+    let dir = cli_dir(program);
+    if dir.is_none() {
+        let why = format!(
+            "`{program}` is neither on PATH nor in target/agent-clis (run scripts/install-agent-clis.sh)"
+        );
+        if std::env::var("REQUIRE_AGENT_CLIS").as_deref() == Ok("1") {
+            panic!("REQUIRE_AGENT_CLIS=1: {why}");
+        }
+        eprintln!("skipped: {why}");
+    }
+    dir
+}
+
+/// The catalog entry each CLI's jobs are pinned to, and its model id.
+fn pinned(provider: &str) -> (&'static str, &'static str) {
+    match provider {
+        "claude" => ("claude-pinned", "claude-sonnet-4-5"),
+        "codex" => ("gpt-pinned", "gpt-5"),
+        "gemini" => ("gemini-pinned", "gemini-2.5-pro"),
+        other => panic!("no such provider {other}"),
+    }
+}
+
+/// USD per million tokens: input, cached input, cache write, output.
+const PRICES: (f64, f64, f64, f64) = (3.0, 0.3, 3.75, 15.0);
+
+fn catalog() -> Value {
+    let pricing = json!({"input": PRICES.0, "cachedInput": PRICES.1, "cacheWrite": PRICES.2, "output": PRICES.3});
+    let mut models = serde_json::Map::new();
+    for (provider, family) in [
+        ("claude", "claude-sonnet"),
+        ("codex", "gpt"),
+        ("gemini", "gemini-pro"),
+    ] {
+        let (key, id) = pinned(provider);
+        models.insert(
+            key.into(),
+            json!({"provider": provider, "modelId": id, "versionKind": "pinned",
+                   "channelFamily": family, "pricing": pricing}),
+        );
+    }
+    Value::Object(models)
+}
+
+/// What `tokens` cost at [`PRICES`], as okstra must have priced them.
+fn priced(t: &Tokens) -> f64 {
+    let dollars = (t.fresh_input as f64 * PRICES.0
+        + t.cache_read as f64 * PRICES.1
+        + t.cache_write as f64 * PRICES.2
+        + (t.output + t.reasoning) as f64 * PRICES.3)
+        / 1e6;
+    (dollars * 1e9).round() / 1e9
+}
+
+/// What each answer of a CLI's script reports: every part its API has.
+fn tokens(provider: &str) -> Tokens {
+    Tokens {
+        fresh_input: 1200,
+        cache_read: 300,
+        cache_write: if provider == "gemini" { 0 } else { 40 },
+        output: 80,
+        reasoning: if provider == "claude" { 0 } else { 16 },
+    }
+}
+
+fn script(provider: &str, steps: Vec<Step>, served: &str) -> Script {
+    Script {
+        steps,
+        served_model: served.into(),
+        tokens: tokens(provider),
+    }
+}
+
+fn write_result(provider: &str, path: &str) -> Step {
+    Step::WriteFile {
+        path: path.into(),
+        content: format!("written by {provider} through its own tool\n"),
+    }
+}
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// A project whose jobs run real CLIs against one mock API.
+struct Fx {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    home: PathBuf,
+    tmp: PathBuf,
+    path: std::ffi::OsString,
+    mock: MockApi,
+}
+
+/// A worker of the spec: state key, provider, extra TOML lines.
+struct Worker<'a> {
+    key: &'a str,
+    provider: &'a str,
+    stage: &'a str,
+    extra: &'a str,
+}
+
+impl Fx {
+    /// One worker `w` of `provider`, its result `out/w.md`, the mock
+    /// answering with `steps` and naming `served` as the model that served.
+    fn one(provider: &str, steps: Vec<Step>, served: &str, extra: &str) -> Option<Fx> {
+        Fx::new(
+            &[Worker {
+                key: "w",
+                provider,
+                stage: "agents",
+                extra,
+            }],
+            |_| vec![(cli(provider), script(provider, steps, served))],
+        )
+    }
+
+    fn new(
+        workers: &[Worker],
+        scripts: impl FnOnce(&Path) -> Vec<(&'static str, Script)>,
+    ) -> Option<Fx> {
+        let mut dirs = Vec::new();
+        for w in workers {
+            dirs.push(require(w.provider)?);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (root, home, tmp) = (base.join("project"), base.join("home"), base.join("tmp"));
+        for d in [&root, &home, &tmp, &home.join(".gemini")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        // gemini reads its auth type from its settings; the key and the
+        // API's address come from the environment.
+        std::fs::write(
+            home.join(".gemini/settings.json"),
+            r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+        )
+        .unwrap();
+        let mock = MockApi::per_cli(&root, scripts(&root));
+        let mut manifest = json!({
+            "taskKey": "e2e",
+            "teamStatePath": "run/team-state.json",
+            "terminalBackend": "cli-wrapper",
+            "workflow": {"currentPhase": "implementation"},
+            "recommendedWorkers": [],
+        });
+        manifest["models"] = catalog();
+        write(
+            &root.join("run/run-manifest.json"),
+            &serde_json::to_string_pretty(&manifest).unwrap(),
+        );
+        let mut spec = String::from("[defaults]\nrole = \"analyst\"\n");
+        let mut stage = "";
+        for w in workers {
+            if w.stage != stage {
+                stage = w.stage;
+                spec.push_str(&format!("\n[[stages]]\nname = \"{stage}\"\n"));
+            }
+            let (_, model) = pinned(w.provider);
+            write(
+                &root.join(format!("prompts/{}.md", w.key)),
+                &format!("Write out/{}.md with your file-writing tool.\n", w.key),
+            );
+            spec.push_str(&format!(
+                "\n[[stages.workers]]\nworkerId = \"{key}\"\nprovider = \"{provider}\"\nmodelExecutionValue = \"{model}\"\npromptPath = \"prompts/{key}.md\"\nresultPath = \"out/{key}.md\"\n{extra}\n",
+                key = w.key,
+                provider = w.provider,
+                extra = w.extra,
+            ));
+            if w.provider == "codex" {
+                // codex is pointed at an API by its config (PROVIDERS.md).
+                spec.push_str(&format!(
+                    "extraArgs = [\"-c\", \"model_provider=mock\", \"-c\", 'model_providers.mock={{name=\"mock\",base_url=\"{}/v1\",env_key=\"MOCK_KEY\",wire_api=\"responses\"}}']\n",
+                    mock.url()
+                ));
+            }
+        }
+        write(&root.join("spec.toml"), &spec);
+        let mut path: Vec<PathBuf> = dirs;
+        path.extend(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        ));
+        let fx = Fx {
+            _dir: dir,
+            root,
+            home,
+            tmp,
+            path: std::env::join_paths(path).unwrap(),
+            mock,
+        };
+        let plan = fx.okstra(&[
+            "plan",
+            "spec.toml",
+            "--manifest",
+            "run/run-manifest.json",
+            "--out",
+            "plan.json",
+        ]);
+        assert_eq!(plan.code, 0, "plan:\n{}\n{}", plan.stdout, plan.stderr);
+        Some(fx)
+    }
+
+    /// `okstra ARGS` in the project, with an environment of PATH, the fresh
+    /// HOME and TMPDIR, and each CLI pointed at the mock.
+    fn okstra(&self, args: &[&str]) -> Ran {
+        let url = self.mock.url();
+        let out = Command::new(env!("CARGO_BIN_EXE_okstra"))
+            .current_dir(&self.root)
+            .env_clear()
+            .env("PATH", &self.path)
+            .env("HOME", &self.home)
+            .env("TMPDIR", &self.tmp)
+            .env("SOURCE_DATE_EPOCH", "1764460800")
+            .env("OKSTRA_STOP_GRACE_SECONDS", "2")
+            .env("ANTHROPIC_BASE_URL", &url)
+            .env("ANTHROPIC_API_KEY", "mock-key")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("MOCK_KEY", "mock-key")
+            .env("GEMINI_API_KEY", "mock-key")
+            .env("GOOGLE_GEMINI_BASE_URL", &url)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn exec(&self) -> Ran {
+        let ran = self.okstra(&["exec", "plan.json"]);
+        eprintln!(
+            "okstra exec exited {}\n{}\n{}",
+            ran.code, ran.stdout, ran.stderr
+        );
+        ran
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.root.join(rel)).unwrap_or_default()
+    }
+
+    fn json(&self, rel: &str) -> Value {
+        serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
+    }
+
+    fn rows(&self, key: &str) -> Vec<Value> {
+        self.json("run/team-state.json")["workerDispatches"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r["workerKey"] == key)
+            .collect()
+    }
+
+    fn errors(&self) -> Vec<Value> {
+        self.read("run/errors.jsonl")
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn events(&self, ty: &str, key: &str) -> Vec<Value> {
+        self.read("run/lead-events.jsonl")
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["type"] == ty && e["workerKey"] == key)
+            .collect()
+    }
+
+    /// The worker's log, shown when an assertion needs it.
+    fn log(&self, key: &str) -> String {
+        self.read(&format!("prompts/{key}.md.log"))
+    }
+}
+
+fn cli(provider: &str) -> &'static str {
+    match provider {
+        "claude" => "claude",
+        "codex" => "codex",
+        "gemini" => "gemini",
+        other => panic!("no such provider {other}"),
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Every key of `expected` has its value in `usage`.
+#[track_caller]
+fn assert_tokens(usage: &Value, expected: &Value, what: &str) {
+    for (k, v) in expected.as_object().unwrap() {
+        assert_eq!(&usage[k], v, "{what}: {k} in {usage}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The agent writes its result with its own tool; usage is the mock's.
+// ---------------------------------------------------------------------------
+
+fn writes_its_result_with_its_own_tool(provider: &str, served: &str, tool_sign: &str) {
+    let steps = vec![
+        write_result(provider, "out/w.md"),
+        Step::Answer("done".into()),
+    ];
+    let Some(fx) = Fx::one(provider, steps, served, "") else {
+        return;
+    };
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 0, "{log}");
+    let rows = fx.rows("w");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = &rows[0];
+    assert_eq!(row["status"], "completed", "{row}\n{log}");
+    assert_eq!(
+        fx.read("out/w.md"),
+        format!("written by {provider} through its own tool\n"),
+        "the agent wrote its result"
+    );
+    assert!(
+        log.contains(tool_sign),
+        "the CLI ran its own tool ({tool_sign}):\n{log}"
+    );
+    assert_eq!(
+        fx.mock.model_requests(provider),
+        2,
+        "the tool's result went back to the API"
+    );
+
+    let spent = fx.mock.spent(provider);
+    let usage = &row["usage"];
+    assert_tokens(usage, &spent.expected_usage(provider), provider);
+    assert_eq!(usage["tokensFrom"], "cli-output");
+    assert_eq!(usage["costSource"], "price-table", "{usage}");
+    let cost = usage["costUsd"].as_f64().unwrap();
+    assert!(
+        (cost - priced(&spent)).abs() < 1e-12,
+        "{cost} vs {}",
+        priced(&spent)
+    );
+    if provider == "codex" {
+        assert!(
+            usage.get("model").is_none(),
+            "codex names no model: {usage}"
+        );
+    } else {
+        assert_eq!(usage["model"], served, "{usage}");
+        assert_eq!(row["servedModel"], served);
+    }
+    let sidecar = fx.json("prompts/w.md.status.json");
+    assert_eq!(&sidecar["usage"], usage, "the sidecar says the same");
+    assert_eq!(sidecar["argv"][0], provider, "{sidecar}");
+    assert_eq!(row["cliArgv"], sidecar["argv"]);
+    let collected = &fx.events("worker-result-collected", "w")[0];
+    assert_eq!(&collected["usage"], usage, "the event says the same");
+    // Keys without a value are absent, not empty.
+    if provider != "claude" {
+        assert!(row.get("sessionId").is_none(), "{row}");
+    }
+    let team = fx.json("run/team-state.json");
+    for a in team["attempts"].as_array().unwrap() {
+        assert!(
+            a.get("dispatchId").is_none(),
+            "no invocation, no dispatch id: {a}"
+        );
+    }
+}
+
+#[test]
+fn claude_writes_its_result_with_its_own_tool() {
+    writes_its_result_with_its_own_tool("claude", "claude-sonnet-4-5", r#""name":"Write""#);
+}
+
+#[test]
+fn codex_writes_its_result_with_its_own_tool() {
+    writes_its_result_with_its_own_tool("codex", "gpt-5", r#""type":"file_change""#);
+}
+
+#[test]
+fn gemini_writes_its_result_with_its_own_tool() {
+    writes_its_result_with_its_own_tool("gemini", "gemini-2.5-pro", r#""tool_name":"write_file""#);
+}
+
+// ---------------------------------------------------------------------------
+// Another model served than the pinned one: the served-model check.
+// ---------------------------------------------------------------------------
+
+fn another_served_model_is_caught(provider: &str, served: &str) {
+    let steps = vec![
+        write_result(provider, "out/w.md"),
+        Step::Answer("done".into()),
+    ];
+    let Some(fx) = Fx::one(provider, steps, served, "") else {
+        return;
+    };
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 1, "{log}");
+    let rows = fx.rows("w");
+    assert_eq!(rows.len(), 1, "a mismatch is not retried: {rows:?}");
+    let row = &rows[0];
+    assert_eq!(row["status"], "error", "{row}");
+    assert_eq!(row["exitCode"], 86, "{row}");
+    assert_eq!(row["failureKind"], "served-model-mismatch", "{row}");
+    assert_eq!(row["servedModel"], served, "{row}");
+    let (model_ref, _) = pinned(provider);
+    let sidecar = fx.json("prompts/w.md.status.json");
+    let error = sidecar["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(model_ref) && error.contains(served),
+        "{sidecar}"
+    );
+}
+
+#[test]
+fn claude_served_by_another_model_is_caught() {
+    another_served_model_is_caught("claude", "claude-opus-4-1");
+}
+
+#[test]
+fn gemini_served_by_another_model_is_caught() {
+    another_served_model_is_caught("gemini", "gemini-2.5-flash");
+}
+
+// ---------------------------------------------------------------------------
+// An API error: `error` with its kind, the usage spent before it kept.
+// ---------------------------------------------------------------------------
+
+fn an_api_error_keeps_the_usage_spent(provider: &str, exit_code: i64, tokens_from: &str) {
+    let (_, model) = pinned(provider);
+    let steps = vec![write_result(provider, "out/w.md"), Step::Fail(400)];
+    let Some(fx) = Fx::one(provider, steps, model, "") else {
+        return;
+    };
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 1, "{log}");
+    assert_eq!(fx.mock.model_requests(provider), 2, "{log}");
+    let rows = fx.rows("w");
+    let row = &rows[0];
+    assert_eq!(row["status"], "error", "{row}\n{log}");
+    assert_eq!(row["failureKind"], "api-error", "{row}\n{log}");
+    assert_eq!(row["exitCode"], exit_code, "{row}");
+    // The first answer's tokens were spent; the refusal spent none.
+    let spent = fx.mock.spent(provider);
+    assert_eq!(spent, tokens(provider));
+    assert_tokens(&row["usage"], &spent.expected_usage(provider), provider);
+    assert_eq!(row["usage"]["tokensFrom"], tokens_from, "{row}");
+    let errors = fx.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["exitCode"], exit_code);
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[api-error]"),
+        "{}",
+        errors[0]
+    );
+}
+
+#[test]
+fn claude_api_error_settles_error_and_keeps_the_usage_spent() {
+    an_api_error_keeps_the_usage_spent("claude", 1, "cli-output");
+}
+
+#[test]
+fn codex_api_error_settles_error_and_keeps_the_usage_spent() {
+    // codex prints no usage for a failed turn: it is read from the rollout.
+    an_api_error_keeps_the_usage_spent("codex", 1, "session-file");
+}
+
+#[test]
+fn gemini_api_error_settles_error_and_keeps_the_usage_spent() {
+    // gemini exits with the HTTP status modulo 256.
+    an_api_error_keeps_the_usage_spent("gemini", 400 % 256, "cli-output");
+}
+
+// ---------------------------------------------------------------------------
+// A stalled API: the worker's log stops growing, the idle timeout ends it.
+// ---------------------------------------------------------------------------
+
+fn a_stalled_api_ends_in_the_idle_timeout(provider: &str) {
+    let (_, model) = pinned(provider);
+    let Some(fx) = Fx::one(
+        provider,
+        vec![Step::Stall],
+        model,
+        "idleTimeoutSeconds = 15",
+    ) else {
+        return;
+    };
+    let started = Instant::now();
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert!(started.elapsed() < Duration::from_secs(90), "{log}");
+    assert_eq!(ran.code, 1, "{log}");
+    assert_eq!(
+        fx.mock.model_requests(provider),
+        1,
+        "it stalled at the API: {log}"
+    );
+    let row = &fx.rows("w")[0];
+    assert_eq!(row["status"], "timeout", "{row}");
+    assert_eq!(row["exitCode"], 124, "{row}");
+    assert_eq!(row["failureKind"], "timeout", "{row}");
+    let sidecar = fx.json("prompts/w.md.status.json");
+    assert_eq!(sidecar["exitCode"], 124, "{sidecar}");
+    assert_eq!(sidecar["failureKind"], "timeout", "{sidecar}");
+    let errors = fx.errors();
+    assert_eq!(errors[0]["exitCode"], 124, "{errors:?}");
+}
+
+#[test]
+fn claude_stalled_api_ends_in_the_idle_timeout() {
+    a_stalled_api_ends_in_the_idle_timeout("claude");
+}
+
+#[test]
+fn codex_stalled_api_ends_in_the_idle_timeout() {
+    a_stalled_api_ends_in_the_idle_timeout("codex");
+}
+
+#[test]
+fn gemini_stalled_api_ends_in_the_idle_timeout() {
+    a_stalled_api_ends_in_the_idle_timeout("gemini");
+}
+
+// ---------------------------------------------------------------------------
+// Diagnostics of a refused command line (issue 15), from the real CLIs.
+// ---------------------------------------------------------------------------
+
+fn a_refused_argument_is_named(provider: &str, exit_code: i64, named: &str) {
+    let (_, model) = pinned(provider);
+    let extra = if provider == "codex" {
+        // codex's jobs carry the mock's config in extraArgs: add to it.
+        ""
+    } else {
+        "extraArgs = [\"--okstra-bogus-flag\"]"
+    };
+    let Some(fx) = Fx::one(provider, vec![], model, extra) else {
+        return;
+    };
+    if provider == "codex" {
+        let spec = fx
+            .read("spec.toml")
+            .replace("extraArgs = [", "extraArgs = [\"--okstra-bogus-flag\", ");
+        write(&fx.root.join("spec.toml"), &spec);
+        let plan = fx.okstra(&[
+            "plan",
+            "spec.toml",
+            "--manifest",
+            "run/run-manifest.json",
+            "--out",
+            "plan.json",
+        ]);
+        assert_eq!(plan.code, 0, "{}", plan.stderr);
+    }
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 1, "{log}");
+    assert_eq!(
+        fx.mock.model_requests(provider),
+        0,
+        "refused before any request"
+    );
+    let row = &fx.rows("w")[0];
+    assert_eq!(row["failureKind"], "argument-error", "{row}\n{log}");
+    assert_eq!(row["exitCode"], exit_code, "{row}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(named),
+        "the reason names the argument: {reason}"
+    );
+    let ran_argv = row["cliArgv"].as_array().unwrap();
+    assert_eq!(ran_argv[0], provider);
+    assert!(ran_argv.contains(&json!("--okstra-bogus-flag")), "{row}");
+    let excerpt = fx.errors()[0]["stderrExcerpt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(excerpt.contains(named), "the error log keeps it: {excerpt}");
+}
+
+#[test]
+fn claude_refusing_an_argument_names_it() {
+    a_refused_argument_is_named("claude", 1, "--okstra-bogus-flag");
+}
+
+#[test]
+fn codex_refusing_an_argument_names_it() {
+    a_refused_argument_is_named("codex", 2, "--okstra-bogus-flag");
+}
+
+#[test]
+fn gemini_refusing_an_argument_names_it() {
+    // gemini names it first, then prints 4 KB of usage text.
+    a_refused_argument_is_named("gemini", 1, "Unknown arguments: okstra-bogus-flag");
+}
+
+#[test]
+fn claude_bypass_permissions_as_root_unsandboxed_says_so() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: claude refuses bypassPermissions only as root");
+        return;
+    }
+    // Unconfined: a confined claude is told it runs in a sandbox.
+    let extra = if confinement_supported() {
+        "permissionMode = \"bypassPermissions\"\nconfinement = \"none\""
+    } else {
+        "permissionMode = \"bypassPermissions\""
+    };
+    let Some(fx) = Fx::one("claude", vec![], "claude-sonnet-4-5", extra) else {
+        return;
+    };
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 1, "{log}");
+    let row = &fx.rows("w")[0];
+    assert_eq!(row["failureKind"], "argument-error", "{row}\n{log}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(reason.contains("cannot be used with root"), "{reason}");
+    assert!(reason.contains("IS_SANDBOX=1"), "{reason}");
+}
+
+// ---------------------------------------------------------------------------
+// A three-provider run: `okstra status` adds usage up per worker, stage, run.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_three_provider_run_adds_up_in_okstra_status() {
+    let workers = [
+        Worker {
+            key: "drafter",
+            provider: "claude",
+            stage: "draft",
+            extra: "",
+        },
+        Worker {
+            key: "reviewer",
+            provider: "codex",
+            stage: "review",
+            extra: "",
+        },
+        Worker {
+            key: "checker",
+            provider: "gemini",
+            stage: "review",
+            extra: "",
+        },
+    ];
+    let Some(fx) = Fx::new(&workers, |_| {
+        workers
+            .iter()
+            .map(|w| {
+                let (_, model) = pinned(w.provider);
+                let steps = vec![
+                    write_result(w.provider, &format!("out/{}.md", w.key)),
+                    Step::Answer("done".into()),
+                ];
+                (cli(w.provider), script(w.provider, steps, model))
+            })
+            .collect()
+    }) else {
+        return;
+    };
+    let ran = fx.exec();
+    assert_eq!(
+        ran.code,
+        0,
+        "{}",
+        fx.log("drafter") + &fx.log("reviewer") + &fx.log("checker")
+    );
+    assert!(
+        ran.stdout.contains("tokens") && ran.stdout.contains("spent"),
+        "{}",
+        ran.stdout
+    );
+    let status = fx.okstra(&["status", "--manifest", "run/run-manifest.json"]);
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    // For the README: the run's status as a person reads it.
+    eprintln!("--- okstra status ---\n{}", status.stdout);
+    let doc = fx.okstra(&[
+        "status",
+        "--manifest",
+        "run/run-manifest.json",
+        "--format",
+        "json",
+    ]);
+    let usage = serde_json::from_str::<Value>(&doc.stdout).unwrap()["usage"].clone();
+    let sum = |ps: &[&str]| -> Tokens {
+        let mut t = Tokens::default();
+        for p in ps {
+            let s = fx.mock.spent(p);
+            t.fresh_input += s.fresh_input;
+            t.cache_read += s.cache_read;
+            t.cache_write += s.cache_write;
+            t.output += s.output;
+            t.reasoning += s.reasoning;
+        }
+        t
+    };
+    let total = |t: &Tokens| t.fresh_input + t.cache_read + t.cache_write + t.output + t.reasoning;
+    let stages: Vec<(String, u64)> = usage["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["stage"].as_str().unwrap().to_string(),
+                s["totalTokens"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            ("draft".to_string(), total(&sum(&["claude"]))),
+            ("review".to_string(), total(&sum(&["codex", "gemini"]))),
+        ],
+        "{usage}"
+    );
+    let all = sum(&["claude", "codex", "gemini"]);
+    assert_eq!(usage["run"]["totalTokens"], total(&all));
+    assert_eq!(usage["run"]["attempts"], 3);
+    assert_eq!(
+        usage["run"]["unpricedAttempts"], 0,
+        "the catalog prices all three"
+    );
+    let cost = usage["run"]["costUsd"].as_f64().unwrap();
+    let expected = priced(&sum(&["claude"])) + priced(&sum(&["codex"])) + priced(&sum(&["gemini"]));
+    assert!((cost - expected).abs() < 1e-9, "{cost} vs {expected}");
+    for (key, provider) in [
+        ("drafter", "claude"),
+        ("reviewer", "codex"),
+        ("checker", "gemini"),
+    ] {
+        assert_eq!(
+            usage["workers"][key]["totalTokens"],
+            total(&fx.mock.spent(provider)),
+            "{key}"
+        );
+    }
+    let text = status.stdout;
+    for needle in ["tokens", "cost", "draft", "review", "(run)"] {
+        assert!(text.contains(needle), "{needle}:\n{text}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Confinement (SPEC §9): a tool call writing outside the job's policy fails
+// in the agent; the tree is unchanged.
+// ---------------------------------------------------------------------------
+
+/// Whether this okstra confines workers (the Landlock work of issue 14).
+fn confinement_supported() -> bool {
+    let out = Command::new(env!("CARGO_BIN_EXE_okstra"))
+        .args(["worker", "--help"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).contains("--confinement")
+}
+
+#[test]
+fn claude_confined_cannot_write_outside_its_policy() {
+    if !confinement_supported() {
+        eprintln!("skipped: this okstra's wrapper has no --confinement (the Landlock work of issue 14 is not merged)");
+        return;
+    }
+    let steps = vec![
+        // Inside the project (claude's own permission check lets it pass),
+        // outside the job's write policy: the kernel refuses it.
+        write_result("claude", "elsewhere/planted.md"),
+        write_result("claude", "out/w.md"),
+        Step::Answer("done".into()),
+    ];
+    let Some(fx) = Fx::one(
+        "claude",
+        steps,
+        "claude-sonnet-4-5",
+        "confinement = \"required\"",
+    ) else {
+        return;
+    };
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 0, "{log}");
+    assert!(
+        !fx.root.join("elsewhere").join("planted.md").exists(),
+        "the tree is unchanged"
+    );
+    // The agent's tool reported the refusal back to the API.
+    let refused = fx.mock.requests().iter().any(|r| {
+        r.body["messages"].as_array().is_some_and(|ms| {
+            ms.iter().any(|m| {
+                m["content"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "tool_result" && c["is_error"] == true)
+                })
+            })
+        })
+    });
+    assert!(refused, "the Write tool failed in the agent:\n{log}");
+    assert_eq!(fx.rows("w")[0]["status"], "completed");
+}
