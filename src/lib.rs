@@ -5,6 +5,7 @@ pub mod audit;
 pub mod canonical;
 pub mod cli;
 pub mod compile;
+pub mod confine;
 pub mod diag;
 pub mod exec;
 pub mod fault;

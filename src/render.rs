@@ -2,7 +2,10 @@
 //! `okstra show` print. Stable and plain, so it diffs well and snapshots
 //! well.
 
+use crate::confine::Offer;
 use crate::plan::{Identity, Job, Plan};
+use crate::provider::Provider;
+use crate::vocab::Confinement;
 use std::fmt::Write as _;
 
 /// Quote one argv word the way a POSIX shell would need it.
@@ -102,6 +105,9 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
         "  retries    at most {} attempts per job; backend default {}",
         plan.policy.max_attempts, plan.run.terminal_backend
     );
+    let offer = crate::confine::offer();
+    let _ = writeln!(out, "  confinement {}", offer_line(&offer));
+    let root = rustix::process::geteuid().is_root();
     for (i, stage) in plan.stages.iter().enumerate() {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -118,7 +124,7 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
             }
         );
         for job in &stage.jobs {
-            job_block(&mut out, job);
+            job_block(&mut out, job, &offer, root);
         }
     }
     let _ = writeln!(out);
@@ -142,7 +148,65 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
     out
 }
 
-fn job_block(out: &mut String, job: &Job) {
+/// What this machine offers, and so what `auto` means here.
+fn offer_line(offer: &Offer) -> String {
+    match offer {
+        Offer::Landlock { abi } => format!(
+            "this machine offers Landlock ABI {abi}: jobs with confinement auto or required are confined"
+        ),
+        Offer::Unavailable(why) => format!(
+            "this machine cannot confine ({why}): jobs with confinement auto run unconfined, exec refuses required ones"
+        ),
+    }
+}
+
+/// Whether and how a job will be confined here, with the directories it
+/// may write (as the wrapper is told: `.` is the project root).
+fn confinement_line(job: &Job, offer: &Offer) -> String {
+    let mode = job.write_enforcement.confinement;
+    if mode == Confinement::None {
+        return "no (confinement none): the audit alone judges its writes".into();
+    }
+    let wrapper_writes = [job.log_path(), job.status_path()];
+    let dirs: Vec<String> = crate::confine::policy_dirs(&job.write_policy.allow, &wrapper_writes)
+        .into_iter()
+        .map(|d| if d.is_empty() { ".".into() } else { d })
+        .collect();
+    let state = if job.provider.is_agent() {
+        ", its provider's state"
+    } else {
+        ""
+    };
+    let here = match crate::confine::decide(mode, offer) {
+        Ok(true) => format!("yes here ({})", offer.applied()),
+        Ok(false) => "not here".into(),
+        Err(_) => "not here: exec will refuse it".into(),
+    };
+    format!(
+        "{mode}, {here} · may write under {} (+ a private TMPDIR{state})",
+        dirs.join(", ")
+    )
+}
+
+/// claude refuses `bypassPermissions` as root unless it is told it runs in
+/// a sandbox: confined, the wrapper says so (`IS_SANDBOX=1`); unconfined,
+/// the review warns.
+fn root_bypass_warning(job: &Job, offer: &Offer, root: bool) -> Option<String> {
+    let bypass = job
+        .provider_command
+        .windows(2)
+        .any(|w| w[0] == "--permission-mode" && w[1] == "bypassPermissions")
+        || job.provider_command.iter().any(|a| {
+            a == "--permission-mode=bypassPermissions" || a == "--dangerously-skip-permissions"
+        });
+    let confined = crate::confine::decide(job.write_enforcement.confinement, offer) == Ok(true);
+    let sandboxed = job.env.get("IS_SANDBOX").is_some_and(|v| v == "1");
+    (job.provider == Provider::Claude && bypass && root && !confined && !sandboxed).then(|| {
+        "claude refuses bypassPermissions as root outside a sandbox, and this job runs unconfined here: confine it (confinement auto on a kernel with Landlock), or run okstra as another user".to_string()
+    })
+}
+
+fn job_block(out: &mut String, job: &Job, offer: &Offer, root: bool) {
     let _ = writeln!(out, "  ● {} ({})", job.label(), job.key);
     let _ = writeln!(out, "      identity  {}", identity_line(job));
     let model = if job.model_execution_value.is_empty() {
@@ -212,6 +276,10 @@ fn job_block(out: &mut String, job: &Job) {
         short(&job.write_policy.digest),
         job.write_enforcement.mutation_audit
     );
+    let _ = writeln!(out, "      confined  {}", confinement_line(job, offer));
+    if let Some(warning) = root_bypass_warning(job, offer, root) {
+        let _ = writeln!(out, "      warning:  {warning}");
+    }
 }
 
 #[cfg(test)]

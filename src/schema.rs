@@ -809,6 +809,7 @@ mod tests {
             },
             write_enforcement: WriteEnforcement {
                 mutation_audit: crate::vocab::MutationAudit::Batch,
+                confinement: crate::vocab::Confinement::Required,
             },
         };
         let mut plan = Plan {

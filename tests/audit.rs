@@ -77,7 +77,7 @@ impl Fx {
     /// Write `spec.toml` with these stages.
     fn spec(&self, stages: &[(&str, Vec<Job>)]) -> &Self {
         let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n",
+            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\nconfinement = \"none\"\n\n",
             self.scratch.path().display()
         );
         for (name, jobs) in stages {

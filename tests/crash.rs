@@ -33,7 +33,7 @@ fn fixture(scratch: &Path) -> Project {
         )
     };
     let spec = format!(
-        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n[[stages]]\nname = \"build\"\n\n{}{}[[stages]]\nname = \"check\"\n\n{}",
+        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\nconfinement = \"none\"\n\n[[stages]]\nname = \"build\"\n\n{}{}[[stages]]\nname = \"check\"\n\n{}",
         scratch.display(),
         worker("impl", write),
         worker("flaky", &flaky),

@@ -56,7 +56,7 @@ impl Fx {
         let fx = Fx::bare();
         fx.p.write_json("run/run-manifest.json", &v1_manifest());
         let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n",
+            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\nconfinement = \"none\"\n\n",
             fx.scratch.path().display()
         );
         for (name, jobs) in stages {
@@ -849,7 +849,7 @@ fn v2_spec(fx: &Fx, impl_script: &str, ver_script: &str) -> String {
     let spec = V2_SPEC.replacen(
         "modelExecutionValue = \"model-a\"\n",
         &format!(
-            "modelExecutionValue = \"model-a\"\nenv = {{ SCRATCH = \"{}\" }}\n",
+            "modelExecutionValue = \"model-a\"\nenv = {{ SCRATCH = \"{}\" }}\nconfinement = \"none\"\n",
             fx.scratch.path().display()
         ),
         1,

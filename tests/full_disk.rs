@@ -44,7 +44,7 @@ fn fixture(scratch: &Path) -> Project {
     let p = Project::new();
     p.write_json("run/run-manifest.json", &v1_manifest());
     let mut spec = format!(
-        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n",
+        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\nconfinement = \"none\"\n\n",
         scratch.display()
     );
     for stage in ["one", "two"] {

@@ -107,7 +107,7 @@ impl Fx {
             std::fs::create_dir_all(fx.p.path(d)).unwrap();
         }
         let mut spec =
-            String::from("[defaults]\nrole = \"analyst\"\n\n[[stages]]\nname = \"agents\"\n\n");
+            String::from("[defaults]\nrole = \"analyst\"\nconfinement = \"none\"\n\n[[stages]]\nname = \"agents\"\n\n");
         for w in workers {
             let id = w
                 .lines()

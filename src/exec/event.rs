@@ -139,6 +139,10 @@ pub struct Settled {
     pub cli_session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<String>,
+    /// The kernel confinement the worker ran under, from its status
+    /// sidecar: `landlock-abi<N>` or `none` (SPEC §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<String>,
     /// The attempt ended because exec was interrupted or died, not by its
     /// own doing: the next exec starts a new attempt that does not count
     /// against the retry limit (SPEC §5.8).
@@ -231,6 +235,7 @@ mod tests {
             served_model: None,
             cli_session_id: None,
             failure_kind: Some("interrupted".into()),
+            confinement: None,
             resumable: true,
             mutation_audit: None,
             error_log_append: None,

@@ -85,6 +85,24 @@ pub fn binding_changes(plan: &Plan, manifest_doc: &Value) -> Vec<Diagnostic> {
         .collect()
 }
 
+/// Jobs with `confinement = "required"` on a machine that cannot confine
+/// (SPEC §9): one diagnostic each, so exec refuses before anything starts.
+pub fn unconfinable(plan: &Plan, offer: &crate::confine::Offer) -> Vec<Diagnostic> {
+    plan.jobs()
+        .filter_map(|job| {
+            let why = crate::confine::decide(job.write_enforcement.confinement, offer).err()?;
+            Some(
+                Diagnostic::new(
+                    Code::ExecConfinementUnavailable,
+                    format!("{}: confinement is required, but {why}", job.label()),
+                )
+                .worker(job.label().to_string())
+                .help("run it on a kernel with Landlock ABI 6 or newer (Linux 6.12+, `lsm=...,landlock`), or plan it with confinement = \"auto\" to run unconfined here"),
+            )
+        })
+        .collect()
+}
+
 /// All of §5.1 but the lock and what [`super::load`] checks (format and
 /// digest).
 pub fn verify(plan: &Plan, root: &Path) -> Result<Option<Value>, Diagnostics> {
@@ -96,6 +114,12 @@ pub fn verify(plan: &Plan, root: &Path) -> Result<Option<Value>, Diagnostics> {
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
     if let Some(doc) = &manifest {
         diags.extend(binding_changes(plan, doc));
+    }
+    if plan
+        .jobs()
+        .any(|j| j.write_enforcement.confinement == crate::vocab::Confinement::Required)
+    {
+        diags.extend(unconfinable(plan, &crate::confine::offer()));
     }
     if diags.is_empty() {
         Ok(manifest)
@@ -137,6 +161,34 @@ mod tests {
             "participantAssignments": [{"participantRef": "p"}],
             "models": {"m1": model}
         })
+    }
+
+    #[test]
+    fn only_required_jobs_are_refused_and_only_without_landlock() {
+        let plan = |mode: &str| -> Plan {
+            let mut j = serde_json::to_value(job("1")).unwrap();
+            j["writeEnforcement"]["confinement"] = json!(mode);
+            serde_json::from_value(json!({
+                "formatVersion": 2, "okstraVersion": "0", "createdAt": "t", "projectRoot": "/p",
+                "run": {"taskKey": "t", "manifestPath": "m", "teamStatePath": "ts", "leadEventsPath": "e",
+                        "errorLogPath": "x", "terminalBackend": "cli-wrapper", "mode": "spec"},
+                "inputs": [], "policy": {"maxAttempts": 2}, "stages": [{"name": "s", "jobs": [j]}]
+            }))
+            .unwrap()
+        };
+        let none = crate::confine::Offer::Unavailable("no Landlock".into());
+        let here = crate::confine::Offer::Landlock { abi: 7 };
+        let refused = unconfinable(&plan("required"), &none);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].code, Code::ExecConfinementUnavailable);
+        assert!(
+            refused[0].message.contains("no Landlock"),
+            "{}",
+            refused[0].message
+        );
+        assert!(unconfinable(&plan("required"), &here).is_empty());
+        assert!(unconfinable(&plan("auto"), &none).is_empty());
+        assert!(unconfinable(&plan("none"), &none).is_empty());
     }
 
     #[test]

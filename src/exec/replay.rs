@@ -332,6 +332,7 @@ mod tests {
             served_model: None,
             cli_session_id: None,
             failure_kind: None,
+            confinement: None,
             resumable,
             mutation_audit: None,
             error_log_append: None,

@@ -1064,6 +1064,7 @@ impl Runner<'_> {
             served_model: said("servedModel"),
             cli_session_id: said("cliSessionId"),
             failure_kind: d.failure_kind.clone(),
+            confinement: said("confinement"),
             resumable: d.resumable,
             mutation_audit: summary,
             error_log_append,

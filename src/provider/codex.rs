@@ -5,6 +5,8 @@ use super::{
     API_SIGNS, LOGIN_SIGNS,
 };
 use serde_json::Value;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 pub struct Codex;
 
@@ -59,6 +61,11 @@ impl Adapter for Codex {
     }
 
     /// Argument errors exit 2; the rest exit 1 and are told apart by output.
+    /// `~/.codex` (or `CODEX_HOME`): sessions, logs, auth.
+    fn state_dirs(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+        vec![var("CODEX_HOME").map_or_else(|| home.join(".codex"), PathBuf::from)]
+    }
+
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind> {
         if exit_code == 2 {
             Some(FailureKind::ArgumentError)

@@ -19,6 +19,7 @@ mod gemini;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -109,6 +110,17 @@ impl Provider {
             .filter(|s| !s.is_empty())
     }
 
+    /// The directories the CLI keeps its own state in (sessions, settings,
+    /// caches), which a confined worker must be able to write (SPEC §9),
+    /// for the wrapper's environment: `HOME` and the CLI's own variables.
+    pub fn state_dirs(self) -> Vec<PathBuf> {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let Some(home) = var("HOME").map(PathBuf::from) else {
+            return Vec::new();
+        };
+        self.adapter().state_dirs(&home, &var)
+    }
+
     /// Classify a failed run from its exit code and this attempt's output
     /// (stdout and stderr together, as the log holds them). `None` when the
     /// exit was 0 or the CLI gave no sign.
@@ -164,6 +176,12 @@ trait Adapter: Sync {
 
     /// What a non-zero exit was, where the CLI lets it be told apart.
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind>;
+
+    /// Where the CLI writes its own state, given the home directory and the
+    /// environment (found by running it confined; PROVIDERS.md).
+    fn state_dirs(&self, _home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+        Vec::new()
+    }
 }
 
 /// An agent CLI's executable, for `okstra doctor`.

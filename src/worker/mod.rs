@@ -22,12 +22,14 @@ mod args;
 
 pub use args::{Presentation, WorkerArgs};
 
+use crate::confine;
 use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
 use crate::provider::{
     self, ArgvRequest, Provider, ProviderOptions, SERVED_MODEL_MISMATCH_EXIT_CODE,
     TIMEOUT_EXIT_CODE,
 };
+use crate::vocab::Confinement;
 use serde::Serialize;
 use serde_json::Value;
 use std::fs::{self, File};
@@ -55,6 +57,9 @@ pub const NEVER_RELEASED_EXIT_CODE: i32 = 75;
 /// could not be written (a full disk, say), or which could not record
 /// `running` before starting the child (sysexits' EX_IOERR).
 pub const STATUS_WRITE_FAILED_EXIT_CODE: i32 = 74;
+/// Exit code of a wrapper that did not start its child because the
+/// confinement asked for could not be applied (sysexits' EX_OSERR).
+pub const CONFINEMENT_FAILED_EXIT_CODE: i32 = 71;
 /// What `okstra worker --help` and `okstra-worker --help` say it is.
 pub const ABOUT: &str = "The built-in worker wrapper (started by `okstra exec`)";
 /// The shell's codes for a program that could not be executed / found.
@@ -224,6 +229,10 @@ struct Status {
     child_exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// What kernel confinement the child ran under (SPEC §9):
+    /// `landlock-abi<N>`, or `none`. Absent when it never started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    confinement: Option<&'static str>,
     /// What kind of failure a non-zero exit was, where it can be told:
     /// `argument-error`, `not-logged-in`, `api-error`, `cli-error`,
     /// `cli-not-found`, `served-model-mismatch`, `timeout`.
@@ -330,6 +339,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             stopped: false,
             child_exit_code: None,
             error: None,
+            confinement: None,
             failure_kind: None,
         },
         started,
@@ -367,9 +377,31 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         session_id: args.session_id.as_deref(),
         project_is_git_repo: paths.root.ancestors().any(|d| d.join(".git").exists()),
     });
-    let env = worker_env(args, &paths);
+    let mut env = worker_env(args, &paths);
     // Output of earlier attempts may already be in the log; look only past it.
     let log_start = fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
+
+    // Prepared here, in the parent: the child only restricts itself. The
+    // private TMPDIR lives until the attempt ended, then goes.
+    let confined = match prepare_confinement(args, &paths, provider) {
+        Ok(confined) => confined,
+        Err(problem) => {
+            say(format_args!("not starting {}: {problem}", args.provider));
+            status.status.failure_kind = Some("confinement-failed".into());
+            return status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem));
+        }
+    };
+    let hook = confined.as_ref().map(|c| {
+        env.extend(c.env(provider));
+        let rules = Arc::clone(&c.rules);
+        // SAFETY: the hook runs between fork and exec. It only duplicates
+        // the ruleset's descriptor and makes the prctl and
+        // landlock_restrict_self system calls on a ruleset built before the
+        // fork; it allocates nothing, takes no lock and cannot panic (see
+        // `confine::Prepared::restrict`).
+        unsafe { process::PreExec::new(move || rules.restrict()) }
+    });
+    status.status.confinement = Some(confined.as_ref().map_or("none", |c| c.rules.applied));
 
     let spec = SpawnSpec {
         argv: &argv,
@@ -377,7 +409,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         env: &env,
         log: None,
         stdin: Some(&paths.prompt),
-        pre_exec: None,
+        pre_exec: hook.as_ref(),
     };
     // Released by exec, the attempt has started, and the sidecar is the
     // evidence (SPEC §5.8): it is written before the child starts, and
@@ -451,7 +483,11 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         }
         Outcome::Mismatch => (SERVED_MODEL_MISMATCH_EXIT_CODE, None),
         Outcome::Exited(code) if code != 0 => {
-            let error = match provider.failure_kind(code, &watch.tail()) {
+            let tail = watch.tail();
+            if let Some(c) = &confined {
+                c.explain_refusals(&tail);
+            }
+            let error = match provider.failure_kind(code, &tail) {
                 Some(kind) => {
                     let problem = format!(
                         "{} exited {code}: {}: {}",
@@ -499,6 +535,93 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         ));
     }
     code
+}
+
+/// A worker's confinement, prepared in the parent (SPEC §9).
+struct Confined {
+    rules: Arc<confine::Prepared>,
+    /// The private TMPDIR, removed when the attempt is over.
+    tmp: tempfile::TempDir,
+}
+
+impl Confined {
+    /// What the child's environment gains: its TMPDIR, and for claude
+    /// `IS_SANDBOX=1`, since it now is in one (so `bypassPermissions` runs
+    /// as root).
+    fn env(&self, provider: Provider) -> Vec<(String, String)> {
+        let mut env = vec![("TMPDIR".into(), self.tmp.path().display().to_string())];
+        if provider == Provider::Claude {
+            env.push(("IS_SANDBOX".into(), "1".into()));
+        }
+        env
+    }
+
+    /// A failed child whose output says a write was refused: say where it
+    /// may write, so the log explains its own EACCES.
+    fn explain_refusals(&self, output: &str) {
+        if output.contains("Permission denied") || output.contains("EACCES") {
+            let dirs: Vec<String> = self
+                .rules
+                .dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            say(format_args!(
+                "the worker is confined ({}): it may write only under {} and /dev/null-like devices; a write elsewhere fails with EACCES (Permission denied)",
+                self.rules.applied,
+                dirs.join(", ")
+            ));
+        }
+    }
+}
+
+/// The confinement `args` ask for, prepared: `None` when the child runs
+/// unconfined (`none`, or `auto` on a kernel without Landlock); `Err` when
+/// it must not start (`required` where the kernel cannot, or a directory
+/// that cannot be made or is reached through a symlink).
+fn prepare_confinement(
+    args: &WorkerArgs,
+    paths: &Paths,
+    provider: Provider,
+) -> Result<Option<Confined>, String> {
+    if args.confinement == Confinement::None {
+        return Ok(None);
+    }
+    let offer = confine::offer();
+    let abi = match (confine::decide(args.confinement, &offer), &offer) {
+        (Ok(true), confine::Offer::Landlock { abi }) => *abi,
+        (Err(why), _) => return Err(format!("confinement is required, but {why}")),
+        _ => return Ok(None),
+    };
+    let tmp =
+        private_tmpdir(&paths.root).map_err(|e| format!("cannot make a private TMPDIR: {e}"))?;
+    let mut outside = vec![tmp.path().to_path_buf()];
+    outside.extend(provider.state_dirs());
+    let rules = confine::Prepared::build(
+        &confine::Grants {
+            root: &paths.root,
+            confine_dirs: &args.confine_dirs,
+            outside: &outside,
+        },
+        abi,
+    )?;
+    Ok(Some(Confined {
+        rules: Arc::new(rules),
+        tmp,
+    }))
+}
+
+/// A fresh directory under the system's temp directory, outside the
+/// project (a TMPDIR inside the project would let the worker write there).
+fn private_tmpdir(root: &Path) -> io::Result<tempfile::TempDir> {
+    let base = std::env::temp_dir();
+    let base = match base.canonicalize() {
+        Ok(real) if !real.starts_with(root) => real,
+        _ => PathBuf::from("/tmp"),
+    };
+    tempfile::Builder::new()
+        .prefix("okstra-worker-")
+        .tempdir_in(base)
 }
 
 /// What can be refused before starting anything; the provider, parsed.
