@@ -142,8 +142,13 @@ pub fn policy_dirs(allow: &[String], skip: &[String]) -> Vec<String> {
         .collect();
     dirs.sort();
     dirs.dedup();
+    // The project root (``) covers every relative directory, not the
+    // absolute ones outside it (a worktree elsewhere).
     let covered = |d: &String, by: &String| {
-        d != by && (by.is_empty() || by == "/" || d.starts_with(&format!("{by}/")))
+        d != by
+            && ((by.is_empty() && !d.starts_with('/'))
+                || by == "/"
+                || d.starts_with(&format!("{by}/")))
     };
     let keep: Vec<String> = dirs
         .iter()
@@ -370,6 +375,8 @@ mod tests {
         // A wildcard in the first segment, or a file at the top: the root.
         assert_eq!(dirs(&["**/*.rs", "src/**"], &[]), [""]);
         assert_eq!(dirs(&["result.md"], &[]), [""]);
+        // The root does not cover a worktree outside the project.
+        assert_eq!(dirs(&["r.md", "/wt/**"], &[]), ["", "/wt"]);
     }
 
     #[test]

@@ -301,6 +301,58 @@ mod tests {
         );
     }
 
+    fn job(provider: &str, confinement: &str, argv: &[&str]) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "key": "w", "identity": {"version": "1", "workerId": "w"},
+            "provider": provider, "backend": "cli-wrapper", "role": "analyst",
+            "dispatchKind": "initial", "round": 1, "promptPath": "p/w.md",
+            "resultPath": "out/w.md", "workerResultPath": "out/w.md", "completionPaths": ["out/w.md"],
+            "command": [], "providerCommand": argv,
+            "takesSessionId": false, "idleTimeoutSeconds": 600, "livenessMode": "wrapper-status",
+            "writePolicy": {"role": "analyst", "allow": ["out/w.md", "p/w.md.log", "p/w.md.status.json"], "digest": ""},
+            "writeEnforcement": {"mutationAudit": "batch", "confinement": confinement}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_review_says_whether_a_job_is_confined_here_and_where_it_may_write() {
+        let here = Offer::Landlock { abi: 7 };
+        let none = Offer::Unavailable("no Landlock".into());
+        let auto = job("command", "auto", &["true"]);
+        assert_eq!(
+            confinement_line(&auto, &here),
+            "auto, yes here (landlock-abi7) · may write under out (+ a private TMPDIR)"
+        );
+        assert!(confinement_line(&auto, &none).starts_with("auto, not here ·"));
+        let required = job("claude", "required", &["claude"]);
+        assert_eq!(
+            confinement_line(&required, &none),
+            "required, not here: exec will refuse it · may write under out (+ a private TMPDIR, its provider's state)"
+        );
+        assert!(confinement_line(&job("command", "none", &[]), &here)
+            .starts_with("no (confinement none)"));
+        assert!(offer_line(&none).contains("cannot confine (no Landlock)"));
+    }
+
+    #[test]
+    fn an_unconfined_root_claude_with_bypass_permissions_is_warned_about() {
+        let here = Offer::Landlock { abi: 7 };
+        let none = Offer::Unavailable("no".into());
+        let argv = ["claude", "-p", "--permission-mode", "bypassPermissions"];
+        let auto = job("claude", "auto", &argv);
+        assert!(root_bypass_warning(&auto, &none, true).is_some());
+        // Near misses: confined here, not root, another mode, or sandboxed.
+        assert!(root_bypass_warning(&auto, &here, true).is_none());
+        assert!(root_bypass_warning(&auto, &none, false).is_none());
+        let plan_mode = job("claude", "auto", &["claude", "--permission-mode", "plan"]);
+        assert!(root_bypass_warning(&plan_mode, &none, true).is_none());
+        let mut sandboxed = job("claude", "none", &argv);
+        sandboxed.env.insert("IS_SANDBOX".into(), "1".into());
+        assert!(root_bypass_warning(&sandboxed, &here, true).is_none());
+        assert!(root_bypass_warning(&job("claude", "none", &argv), &here, true).is_some());
+    }
+
     #[test]
     fn shell_quoting() {
         assert_eq!(shell_word("plain/path.json"), "plain/path.json");

@@ -464,3 +464,39 @@ fn a_write_directory_behind_a_symlink_is_never_granted() {
     let log = fx.p.read("prompts/a.md.log");
     assert!(log.contains("symlink"), "{log}");
 }
+
+#[test]
+fn a_worktree_outside_the_project_is_writable_confined_and_its_neighbours_are_not() {
+    if !landlock_here() {
+        return;
+    }
+    let fx = Fx::new();
+    let outside = tempfile::tempdir().unwrap();
+    let outside = outside.path().canonicalize().unwrap();
+    std::fs::create_dir_all(outside.join("wt")).unwrap();
+    std::fs::write(outside.join("wt/lib.rs"), "fn a() {}\n").unwrap();
+    std::fs::write(outside.join("neighbour.txt"), "keep\n").unwrap();
+    let wt = outside.join("wt").display().to_string();
+    let script = format!(
+        "t worktree 'echo \"fn b() {{}}\" >> {wt}/lib.rs'\nt neighbour 'echo x >> {}/neighbour.txt'\n",
+        outside.display()
+    );
+    fx.spec(&[(
+        "a",
+        &format!("role = \"implementer\"\nworktreePath = \"{wt}\""),
+        script,
+    )]);
+    let run = fx.exec();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let o = fx.outcomes("a");
+    assert!(!o["worktree"].0, "{:?}", o["worktree"]);
+    assert_refused(&o, "neighbour", "Permission denied");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("wt/lib.rs")).unwrap(),
+        "fn a() {}\nfn b() {}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("neighbour.txt")).unwrap(),
+        "keep\n"
+    );
+}
