@@ -146,9 +146,11 @@ pub fn policy_dirs(allow: &[String], skip: &[String]) -> Vec<String> {
     // absolute ones outside it (a worktree elsewhere).
     let covered = |d: &String, by: &String| {
         d != by
-            && ((by.is_empty() && !d.starts_with('/'))
-                || by == "/"
-                || d.starts_with(&format!("{by}/")))
+            && match by.as_str() {
+                "" => !d.starts_with('/'),
+                "/" => true,
+                by => d.starts_with(&format!("{by}/")),
+            }
     };
     let keep: Vec<String> = dirs
         .iter()
