@@ -1,12 +1,14 @@
 //! Kernel write confinement of a worker (SPEC §9), with Linux Landlock.
 //!
-//! The wrapper (unconfined) prepares everything in the parent: it creates
-//! each directory the worker may write, opens it, and builds the ruleset.
-//! Between fork and exec the child only calls `landlock_restrict_self`, so
-//! the worker and everything it starts can write only there, and cannot
-//! signal or reach through an abstract unix socket any process outside its
-//! domain (exec, the wrapper). Reads, network and pathname unix sockets are
-//! not confined; the README's threat model says what that leaves.
+//! The wrapper (unconfined) prepares everything: it creates each directory
+//! the worker may write, opens it, and builds the ruleset. Then a thread
+//! of its own restricts itself (Landlock binds the calling thread only)
+//! and starts the worker, which inherits the domain before its first
+//! instruction, so the worker and everything it starts can write only
+//! there, and cannot signal or reach through an abstract unix socket any
+//! process outside its domain (exec, the wrapper, whose main thread stays
+//! unconfined). Reads, network and pathname unix sockets are not confined;
+//! the README's threat model says what that leaves.
 //!
 //! Which directories: for each write-policy pattern its longest literal
 //! directory ([`policy_dirs`], at plan time; the audit still checks the
@@ -177,9 +179,9 @@ fn literal_dir(pattern: &str) -> String {
     }
 }
 
-/// A ruleset built in the parent, applied in the child by [`restrict`].
+/// A ruleset built ahead, applied by [`restrict_this_thread`].
 ///
-/// [`restrict`]: Prepared::restrict
+/// [`restrict_this_thread`]: Prepared::restrict_this_thread
 #[derive(Debug)]
 pub struct Prepared {
     ruleset: RulesetCreated,
@@ -233,15 +235,16 @@ impl Prepared {
         })
     }
 
-    /// Restrict the calling process. Run in the child between fork and
-    /// exec: no allocation (the ruleset's descriptor is duplicated, and the
-    /// error is the kernel's errno).
-    pub fn restrict(&self) -> io::Result<()> {
-        match self.ruleset.try_clone()?.restrict_self() {
-            Ok(_) => Ok(()),
-            // The crate's error wraps the errno of the call that failed.
-            Err(_) => Err(io::Error::last_os_error()),
-        }
+    /// Restrict the calling thread for good (`no_new_privs`, then the
+    /// ruleset), and so every process it starts from now on; the process's
+    /// other threads are left as they were (the crate's all-threads flag
+    /// is not asked for). Call it on a thread made for the purpose.
+    pub fn restrict_this_thread(&self) -> io::Result<()> {
+        self.ruleset
+            .try_clone()?
+            .restrict_self()
+            .map(|_| ())
+            .map_err(io::Error::other)
     }
 }
 

@@ -381,8 +381,9 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     // Output of earlier attempts may already be in the log; look only past it.
     let log_start = fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
 
-    // Prepared here, in the parent: the child only restricts itself. The
-    // private TMPDIR lives until the attempt ended, then goes.
+    // Prepared here, before the sidecar says the attempt started: only the
+    // restriction itself is left for the start. The private TMPDIR lives
+    // until the attempt ended, then goes.
     let confined = match prepare_confinement(args, &paths, provider) {
         Ok(confined) => confined,
         Err(problem) => {
@@ -391,16 +392,9 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             return status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem));
         }
     };
-    let hook = confined.as_ref().map(|c| {
+    if let Some(c) = &confined {
         env.extend(c.env(provider));
-        let rules = Arc::clone(&c.rules);
-        // SAFETY: the hook runs between fork and exec. It only duplicates
-        // the ruleset's descriptor and makes the prctl and
-        // landlock_restrict_self system calls on a ruleset built before the
-        // fork; it allocates nothing, takes no lock and cannot panic (see
-        // `confine::Prepared::restrict`).
-        unsafe { process::PreExec::new(move || rules.restrict()) }
-    });
+    }
     status.status.confinement = Some(confined.as_ref().map_or("none", |c| c.rules.applied));
 
     let spec = SpawnSpec {
@@ -409,7 +403,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         env: &env,
         log: None,
         stdin: Some(&paths.prompt),
-        pre_exec: hook.as_ref(),
+        pre_exec: None,
     };
     // Released by exec, the attempt has started, and the sidecar is the
     // evidence (SPEC §5.8): it is written before the child starts, and
@@ -423,7 +417,20 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             return STATUS_WRITE_FAILED_EXIT_CODE;
         }
     }
-    let mut child = match process::spawn_in_caller_group(&spec) {
+    let launched = match &confined {
+        Some(c) => c.spawn(&spec),
+        None => Ok(process::spawn_in_caller_group(&spec)),
+    };
+    let launched = match launched {
+        Ok(launched) => launched,
+        Err(problem) => {
+            say(format_args!("not starting {}: {problem}", args.provider));
+            status.status.confinement = None;
+            status.status.failure_kind = Some("confinement-failed".into());
+            return status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem));
+        }
+    };
+    let mut child = match launched {
         Ok(child) => child,
         Err(err) => {
             let program = argv.first().map(String::as_str).unwrap_or_default();
@@ -537,14 +544,43 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     code
 }
 
-/// A worker's confinement, prepared in the parent (SPEC §9).
+/// A worker's confinement, prepared in the wrapper (SPEC §9).
 struct Confined {
-    rules: Arc<confine::Prepared>,
+    rules: confine::Prepared,
     /// The private TMPDIR, removed when the attempt is over.
     tmp: tempfile::TempDir,
 }
 
 impl Confined {
+    /// Start the child confined: `Err` when the confinement could not be
+    /// applied (the child was not started), else what the start gave.
+    ///
+    /// Landlock binds the thread that restricts itself, and a process
+    /// inherits the domain of the thread that made it. So the ruleset is
+    /// applied to a thread made for this one start, which then starts the
+    /// child: the child is confined before its first instruction, while
+    /// the wrapper's main thread, which writes the status sidecar, stops
+    /// the child and removes the TMPDIR, stays outside the domain (and the
+    /// child, whose parent is the wrapper's process, cannot signal it).
+    /// Not a pre-exec hook: that needs `unsafe` (code between fork and
+    /// exec), and makes std fork where it now uses posix_spawn.
+    fn spawn(&self, spec: &SpawnSpec) -> Result<io::Result<Spawned>, String> {
+        std::thread::scope(|s| {
+            let starter = std::thread::Builder::new()
+                .name("confined-start".into())
+                .spawn_scoped(s, || {
+                    self.rules
+                        .restrict_this_thread()
+                        .map_err(|e| format!("cannot confine the worker: {e}"))?;
+                    Ok(process::spawn_in_caller_group(spec))
+                })
+                .map_err(|e| format!("cannot start the thread that confines the worker: {e}"))?;
+            starter
+                .join()
+                .unwrap_or_else(|_| Err("the thread that confines the worker panicked".into()))
+        })
+    }
+
     /// What the child's environment gains: its TMPDIR, and for claude
     /// `IS_SANDBOX=1`, since it now is in one (so `bypassPermissions` runs
     /// as root).
@@ -605,10 +641,7 @@ fn prepare_confinement(
         },
         abi,
     )?;
-    Ok(Some(Confined {
-        rules: Arc::new(rules),
-        tmp,
-    }))
+    Ok(Some(Confined { rules, tmp }))
 }
 
 /// A fresh directory under the system's temp directory, outside the
@@ -1085,6 +1118,42 @@ mod tests {
         assert_eq!(execute(&a, &stop, fast()), 42);
         trigger.join().unwrap();
         assert_eq!(status(dir.path())["exitCode"], 42);
+    }
+
+    #[test]
+    fn a_confined_child_is_bound_and_the_wrapper_is_not() {
+        if let confine::Offer::Unavailable(why) = confine::offer() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let script = r#"
+            echo in > out/in.txt
+            if echo x 2>/dev/null > outside.txt; then echo allowed; else echo refused; fi > out/write
+            if kill -0 $PPID 2>/dev/null; then echo allowed; else echo refused; fi > out/signal
+            echo "$TMPDIR" > out/tmpdir; echo t > "$TMPDIR/t"
+        "#;
+        let mut a = args(&root, script);
+        a.confinement = Confinement::Required;
+        a.confine_dirs = vec!["out".into()];
+        let stop = AtomicBool::new(false);
+        assert_eq!(execute(&a, &stop, fast()), 0);
+        let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
+        assert_eq!(read("out/in.txt"), "in\n");
+        assert_eq!(read("out/write"), "refused\n");
+        assert!(!root.join("outside.txt").exists());
+        assert_eq!(read("out/signal"), "refused\n", "the wrapper is outside");
+        // The wrapper's thread wrote the sidecar outside the child's
+        // directories, and removed the TMPDIR; this thread writes anywhere.
+        let s = status(&root);
+        assert_eq!(s["state"], "exited");
+        assert!(s["confinement"]
+            .as_str()
+            .unwrap()
+            .starts_with("landlock-abi"));
+        assert!(!Path::new(read("out/tmpdir").trim()).exists());
+        fs::write(root.join("after.txt"), "unbound\n").unwrap();
     }
 
     fn fast() -> Timing {
