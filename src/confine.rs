@@ -45,14 +45,7 @@ pub const SIMULATE_UNAVAILABLE_ENV: &str = "OKSTRA_TEST_NO_LANDLOCK";
 
 /// Devices every program expects to write (their directory is never
 /// granted, only these files).
-const DEVICES: [&str; 6] = [
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/tty",
-];
+const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 
 /// What this kernel offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,9 +209,14 @@ impl Prepared {
             dirs.push((grants.root.join(d), fd));
         }
         for d in grants.outside {
-            let fd = std::fs::create_dir_all(d)
-                .and_then(|()| open_path(d))
-                .map_err(|e| format!("cannot prepare the directory {}: {e}", d.display()))?;
+            // Nearly always there already: made only when missing.
+            let fd = match open_path(d) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(d).and_then(|()| open_path(d))
+                }
+                other => other,
+            }
+            .map_err(|e| format!("cannot prepare the directory {}: {e}", d.display()))?;
             dirs.push((d.clone(), fd));
         }
         let files = inherited_outputs().into_iter().chain(devices());
@@ -334,6 +332,7 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
 /// (`/dev/stderr`, `/proc/self/fd/2`) lands on them, and must work.
 fn inherited_outputs() -> Vec<OwnedFd> {
     let mut out = Vec::new();
+    let mut seen = Vec::new();
     for fd in [1, 2] {
         let flags = OFlags::PATH | OFlags::CLOEXEC;
         let Ok(file) = rustix::fs::open(format!("/proc/self/fd/{fd}"), flags, Mode::empty()) else {
@@ -343,10 +342,14 @@ fn inherited_outputs() -> Vec<OwnedFd> {
             continue;
         };
         let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+        // stdout and stderr are nearly always the same log: one rule.
+        let id = (stat.st_dev, stat.st_ino);
         if matches!(
             kind,
             rustix::fs::FileType::RegularFile | rustix::fs::FileType::CharacterDevice
-        ) {
+        ) && !seen.contains(&id)
+        {
+            seen.push(id);
             out.push(file);
         }
     }
