@@ -43,6 +43,22 @@ const MAX_ABI: u8 = 7;
 /// no Landlock, so tests can show what a machine without it does.
 pub const SIMULATE_UNAVAILABLE_ENV: &str = "OKSTRA_TEST_NO_LANDLOCK";
 
+/// In debug builds only, an absolute directory a confined worker may also
+/// write: the scratch directory outside the project through which the
+/// test suites' fixture workers report to the test (run counters, markers),
+/// so those suites run under the default confinement. A release build
+/// ignores it; tests/confinement.rs never sets it.
+pub const TEST_ALSO_WRITABLE_ENV: &str = "OKSTRA_TEST_ALSO_WRITABLE";
+
+/// The directory [`TEST_ALSO_WRITABLE_ENV`] names, in a debug build.
+pub fn test_also_writable() -> Option<PathBuf> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let dir = PathBuf::from(std::env::var_os(TEST_ALSO_WRITABLE_ENV)?);
+    dir.is_absolute().then_some(dir)
+}
+
 /// Devices every program expects to write (their directory is never
 /// granted, only these files).
 const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];

@@ -633,6 +633,7 @@ fn prepare_confinement(
         private_tmpdir(&paths.root).map_err(|e| format!("cannot make a private TMPDIR: {e}"))?;
     let mut outside = vec![tmp.path().to_path_buf()];
     outside.extend(provider.state_dirs());
+    outside.extend(confine::test_also_writable());
     let rules = confine::Prepared::build(
         &confine::Grants {
             root: &paths.root,

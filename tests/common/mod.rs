@@ -186,6 +186,18 @@ impl Project {
 }
 
 /// The lines of a file that may not exist yet (a worker's run counter).
+/// A job spec's `env` line for fixture workers that report to the test
+/// through `scratch`, a directory outside the project (never seen by the
+/// mutation audit): `SCRATCH` names it, and the debug build's test seam
+/// lets a worker confined by the default `confinement = "auto"` write it.
+pub fn scratch_env(scratch: &Path) -> String {
+    format!(
+        "env = {{ SCRATCH = \"{0}\", {1} = \"{0}\" }}",
+        scratch.display(),
+        okstra::confine::TEST_ALSO_WRITABLE_ENV
+    )
+}
+
 pub fn lines_of(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
