@@ -283,7 +283,7 @@ fn landlock_cannot_stop_a_mode_change_and_the_audit_still_catches_it() {
 }
 
 #[test]
-fn a_worker_cannot_signal_exec_or_its_wrapper_and_exec_finishes() {
+fn a_worker_cannot_signal_or_look_into_exec_or_its_wrapper_and_exec_finishes() {
     if !landlock_here() {
         return;
     }
@@ -294,6 +294,9 @@ t kill-exec "kill -TERM $exec_pid"
 t kill-wrapper "kill -KILL $PPID"
 t kill-exec-group "kill -TERM -$(awk '{print $5}' /proc/$exec_pid/stat)"
 t kill-self 'sh -c "kill -TERM \$\$"; true'
+t peek-wrapper "readlink -v /proc/$PPID/exe"
+t peek-exec "readlink -v /proc/$exec_pid/cwd"
+t peek-self "readlink -v /proc/self/exe"
 "#;
     fx.spec(&[("a", "", script.to_string())]);
     let run = fx.exec();
@@ -307,6 +310,13 @@ t kill-self 'sh -c "kill -TERM \$\$"; true'
         assert_refused(&o, name, "not permitted");
     }
     assert!(!o["kill-self"].0, "its own processes it may signal");
+    // Landlock refuses ptrace access across domains (attaching, memory,
+    // a process's executable and working directory); what /proc shows
+    // without it (environ, cmdline, maps) stays readable, as the README says.
+    for name in ["peek-wrapper", "peek-exec"] {
+        assert_refused(&o, name, "Permission denied");
+    }
+    assert!(!o["peek-self"].0, "its own it may look into");
     assert_eq!(fx.p.worker_row("a")["status"], "completed");
     assert_eq!(run.json()["jobs"][0]["status"], "completed");
 }
