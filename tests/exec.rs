@@ -1299,8 +1299,10 @@ fn with_the_batch_audit_the_round_settles_after_it_ended() {
 
 #[test]
 fn a_launch_failure_stops_and_settles_the_whole_batch() {
-    // With two slots, a and x start together; x ends at once and its slot
-    // goes to b, which cannot be started (its log path is a directory).
+    // With two slots, a and x start together; x ends as soon as a has
+    // started (not before: a stopped before its first line would leave no
+    // run to count) and its slot goes to b, which cannot be started (its
+    // log path is a directory).
     // a, still running, is stopped and waited for; b and c never start;
     // a, b and c settle `error` naming the failure.
     let fx = Fx::new(&[(
@@ -1313,7 +1315,7 @@ fn a_launch_failure_stops_and_settles_the_whole_batch() {
                     wait_in_sh("$S/never")
                 ),
             ),
-            job("x", WRITE_RESULT),
+            job("x", format!("{}{WRITE_RESULT}", wait_in_sh("$S/a.started"))),
             job("b", WRITE_RESULT),
             job("c", WRITE_RESULT),
         ],
