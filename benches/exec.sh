@@ -10,6 +10,10 @@
 #                                    judged against its parent this way: on
 #                                    a shared machine the table moves more
 #                                    between runs than a change moves it)
+#   OKSTRA_BENCH_CONFINED=1          also time the same jobs confined by
+#                                    Landlock (`confinement = "auto"`), side
+#                                    by side with the unconfined ones (0 skips;
+#                                    skipped where the kernel has no Landlock)
 #   OKSTRA_BENCH_AUDIT_FILES=200     source files in the audit variant's tree
 #                                    (0 skips the variant)
 #   OKSTRA_BENCH_AUDIT_SIZES="100 200 400"  job counts of the audit variant:
@@ -37,6 +41,7 @@ runs=${1:-3}
 sizes=${OKSTRA_BENCH_SIZES:-1000 5000}
 audit_files=${OKSTRA_BENCH_AUDIT_FILES:-200}
 audit_sizes=${OKSTRA_BENCH_AUDIT_SIZES:-100 200 400}
+confined=${OKSTRA_BENCH_CONFINED:-1}
 
 if ! parallel --version 2>/dev/null | grep -q 'GNU parallel'; then
   echo "GNU parallel is not installed: installing it (apt-get update && apt-get install -y parallel)" >&2
@@ -47,6 +52,10 @@ fi
 
 cargo build --release --quiet
 bin=$PWD/target/release/okstra
+if [ "$confined" = 1 ] && ! "$bin" doctor --format json | grep -q 'landlock-abi'; then
+  echo "this kernel offers no Landlock: the confined variant is skipped" >&2
+  confined=0
+fi
 baseline=${OKSTRA_BENCH_BASELINE:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -147,15 +156,21 @@ echo
 declare -A best
 for n in $sizes; do
   fixture "$n" "plain-$n"
+  if [ "$confined" = 1 ]; then
+    fixture "$n" "confined-$n" --confinement auto
+  fi
   for _ in $(seq "$runs"); do
     keep_best "okstra-$n" okstra "plain-$n" "$n"
+    if [ "$confined" = 1 ]; then
+      keep_best "confined-$n" okstra "confined-$n" "$n"
+    fi
     if [ -n "$baseline" ]; then
       keep_best "baseline-$n" okstra "plain-$n" "$n" "$baseline"
     fi
     keep_best "xargs-$n" xargs "plain-$n" "$n"
     keep_best "parallel-$n" parallel "plain-$n" "$n"
   done
-  set_aside "plain-$n" "plain-$n.pristine"
+  set_aside "plain-$n" "plain-$n.pristine" "confined-$n" "confined-$n.pristine"
 done
 if [ "$audit_files" -gt 0 ]; then
   for n in $audit_sizes; do
@@ -168,17 +183,20 @@ if [ "$audit_files" -gt 0 ]; then
 fi
 
 args=()
+confined_best=()
 for n in $sizes; do
   args+=("$n" "${best[okstra-$n]}" "${best[baseline-$n]:-0}" "${best[xargs-$n]}" "${best[parallel-$n]}")
+  confined_best+=("$n:${best[confined-$n]:-0}")
 done
 audit=()
 if [ "$audit_files" -gt 0 ]; then
   for n in $audit_sizes; do audit+=("$n:${best[audit-$n]}"); done
 fi
-python3 - "$audit_files" "${audit[*]:-}" "${args[@]}" <<'PY'
+python3 - "$audit_files" "${audit[*]:-}" "${confined_best[*]}" "${args[@]}" <<'PY'
 import sys
 audit_files, audit = int(sys.argv[1]), sys.argv[2].split()
-rows = [sys.argv[i:i + 5] for i in range(3, len(sys.argv), 5)]
+confined = {int(n): int(us) for n, us in (x.split(":") for x in sys.argv[3].split())}
+rows = [sys.argv[i:i + 5] for i in range(4, len(sys.argv), 5)]
 res = {}
 builds = [("okstra", 0)] + ([("baseline", 1)] if all(int(r[2]) > 0 for r in rows) else [])
 head = ["jobs"] + [f"{b} exec -c2" for b, _ in builds] + ["xargs -P2", "parallel -j2 --joblog"]
@@ -202,8 +220,21 @@ if audit:
     for item in audit:
         n, us = (int(x) for x in item.split(":"))
         print(f"| {n:,} | {us / 1e6:.2f} s | {us / 1000 / n:.2f} ms |")
+if any(confined.values()):
+    print()
+    print("okstra exec -c2, the same jobs unconfined (`none`) and confined by Landlock (`auto`), same rounds:")
+    print()
+    print("| jobs | none | auto (Landlock) | confinement adds |")
+    print("| ---: | ---: | ---: | ---: |")
+    for n, (ok, *_rest) in res.items():
+        c = confined[n] / 1000 / n
+        print(f"| {n:,} | {ok:.3f} ms | {c:.3f} ms | {c - ok:+.3f} ms |")
 print()
 for n, (ok, base, xa, pa) in res.items():
+    if confined.get(n):
+        c = confined[n] / 1000 / n
+        print(f"{n:,} jobs: confinement adds {c - ok:+.3f} ms/job (target <= 0.2 ms: "
+              f"{'met' if c - ok <= 0.2 else 'MISSED'})")
     for name, i in builds:
         t = (ok, base)[i]
         print(f"{n:,} jobs: {name} {t:.2f} ms/job, {t / xa:.2f}x xargs (target <= 4x: "

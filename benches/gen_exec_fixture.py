@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate a project of N trivial `command` jobs for the executor benchmark.
 
-usage: gen_exec_fixture.py N DIR [--audit FILES]
+usage: gen_exec_fixture.py N DIR [--audit FILES] [--confinement MODE]
 
 Builds on gen_plan_fixture.py (one stage of N v2 workers, `command`
 provider), then makes every job trivial but complete: it writes its own
@@ -13,6 +13,10 @@ By default the jobs opt out of the mutation audit (`mutationAudit = "none"`).
 With `--audit FILES` they keep the default (`batch`) and the project gets a
 small tree of FILES source files in FILES/20 directories for exec to
 snapshot and compare.
+
+`--confinement MODE` sets the jobs' kernel confinement (`none`, `auto`,
+`required`); without it they run unconfined (`none`), as before
+confinement existed, so figures stay comparable across versions.
 """
 import os
 import sys
@@ -30,6 +34,11 @@ def main():
         i = args.index("--audit")
         audit_files = int(args[i + 1])
         del args[i:i + 2]
+    confinement = "none"
+    if "--confinement" in args:
+        i = args.index("--confinement")
+        confinement = args[i + 1]
+        del args[i:i + 2]
     n, root = int(args[0]), args[1]
     sys.argv = [sys.argv[0], str(n), root]
     gen_plan_fixture.main()
@@ -41,6 +50,7 @@ def main():
                      ('mutationAudit = "none"\n', "" if audit_files else 'mutationAudit = "none"\n')):
         assert spec.count(old) == 1, f"unexpected fixture spec: {old!r} not found once"
         spec = spec.replace(old, new)
+    spec = spec.replace("[defaults]\n", f'[defaults]\nconfinement = "{confinement}"\n', 1)
     with open(spec_path, "w") as f:
         f.write(spec)
 

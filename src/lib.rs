@@ -6,6 +6,7 @@ pub mod beneath;
 pub mod canonical;
 pub mod cli;
 pub mod compile;
+pub mod confine;
 pub mod diag;
 pub mod exec;
 pub mod fault;

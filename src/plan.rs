@@ -4,7 +4,7 @@
 
 use crate::canonical;
 use crate::provider::Provider;
-use crate::vocab::{Audience, Backend, DispatchKind, MutationAudit, Role};
+use crate::vocab::{Audience, Backend, Confinement, DispatchKind, MutationAudit, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -173,6 +173,20 @@ pub struct WritePolicy {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WriteEnforcement {
     pub mutation_audit: MutationAudit,
+    /// Kernel confinement asked for (SPEC §9); what was applied is on each
+    /// dispatch row. Absent means `none`: so a plan made before the key
+    /// existed (whose wrapper argv carries no confinement) reads, and
+    /// writes back, as what it runs.
+    #[serde(default = "unconfined", skip_serializing_if = "is_unconfined")]
+    pub confinement: Confinement,
+}
+
+fn unconfined() -> Confinement {
+    Confinement::None
+}
+
+fn is_unconfined(c: &Confinement) -> bool {
+    *c == Confinement::None
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

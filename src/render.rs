@@ -9,8 +9,10 @@
 //! `providerCommand`), and every `env` entry with its value, a secret-looking
 //! one as a short digest.
 
+use crate::confine::Offer;
 use crate::plan::{Identity, Job, Plan};
 use crate::provider::{self, ArgvRequest, Provider, ProviderOptions};
+use crate::vocab::Confinement;
 use std::ffi::OsString;
 
 /// Quote one argv word the way a POSIX shell would need it. A word holding
@@ -166,6 +168,9 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
         plan.policy.max_attempts,
         plan.run.terminal_backend
     );
+    let offer = crate::confine::offer();
+    say!(&mut out, "  confinement {}", offer_line(&offer));
+    let root = rustix::process::geteuid().is_root();
     for (i, stage) in plan.stages.iter().enumerate() {
         out.push('\n');
         say!(
@@ -182,7 +187,7 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
             }
         );
         for job in &stage.jobs {
-            job_block(&mut out, job, &mut git);
+            job_block(&mut out, job, &mut git, &offer, root);
         }
     }
     out.push('\n');
@@ -250,7 +255,65 @@ fn cost_line(job: &Job) -> Option<String> {
     })
 }
 
-fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
+/// What this machine offers, and so what `auto` means here.
+fn offer_line(offer: &Offer) -> String {
+    match offer {
+        Offer::Landlock { abi } => format!(
+            "this machine offers Landlock ABI {abi}: jobs with confinement auto or required are confined"
+        ),
+        Offer::Unavailable(why) => format!(
+            "this machine cannot confine ({why}): jobs with confinement auto run unconfined, exec refuses required ones"
+        ),
+    }
+}
+
+/// Whether and how a job will be confined here, with the directories it
+/// may write (as the wrapper is told: `.` is the project root).
+fn confinement_line(job: &Job, offer: &Offer) -> String {
+    let mode = job.write_enforcement.confinement;
+    if mode == Confinement::None {
+        return "no (confinement none): the audit alone judges its writes".into();
+    }
+    let wrapper_writes = [job.log_path(), job.status_path()];
+    let dirs: Vec<String> = crate::confine::policy_dirs(&job.write_policy.allow, &wrapper_writes)
+        .into_iter()
+        .map(|d| if d.is_empty() { ".".into() } else { d })
+        .collect();
+    let state = if job.provider.is_agent() {
+        ", its provider's state"
+    } else {
+        ""
+    };
+    let here = match crate::confine::decide(mode, offer) {
+        Ok(true) => format!("yes here ({})", offer.applied()),
+        Ok(false) => "not here".into(),
+        Err(_) => "not here: exec will refuse it".into(),
+    };
+    format!(
+        "{mode}, {here} · may write under {} (+ a private TMPDIR{state})",
+        dirs.join(", ")
+    )
+}
+
+/// claude refuses `bypassPermissions` as root unless it is told it runs in
+/// a sandbox: confined, the wrapper says so (`IS_SANDBOX=1`); unconfined,
+/// the review warns.
+fn root_bypass_warning(job: &Job, offer: &Offer, root: bool) -> Option<String> {
+    let bypass = job
+        .provider_command
+        .windows(2)
+        .any(|w| w[0] == "--permission-mode" && w[1] == "bypassPermissions")
+        || job.provider_command.iter().any(|a| {
+            a == "--permission-mode=bypassPermissions" || a == "--dangerously-skip-permissions"
+        });
+    let confined = crate::confine::decide(job.write_enforcement.confinement, offer) == Ok(true);
+    let sandboxed = job.env.get("IS_SANDBOX").is_some_and(|v| v == "1");
+    (job.provider == Provider::Claude && bypass && root && !confined && !sandboxed).then(|| {
+        "claude refuses bypassPermissions as root outside a sandbox, and this job runs unconfined here: confine it (confinement auto on a kernel with Landlock), or run okstra as another user".to_string()
+    })
+}
+
+fn job_block(out: &mut String, job: &Job, git: &mut GitRepos, offer: &Offer, root: bool) {
     say!(out, "  ● {} ({})", job.label(), job.key);
     say!(out, "      identity  {}", identity_line(job));
     let model = if job.model_execution_value.is_empty() {
@@ -314,8 +377,9 @@ fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
         shell_line(&line),
         if job.takes_session_id { FRESH } else { "" }
     );
-    match wrapper_runs(&line, git) {
-        Ok((argv, takes_session_id)) => {
+    let confined = crate::confine::decide(job.write_enforcement.confinement, offer) == Ok(true);
+    match wrapper_runs(&line, git, confined) {
+        Ok((argv, takes_session_id, confined_note)) => {
             let fresh = job.takes_session_id && takes_session_id;
             say!(
                 out,
@@ -323,8 +387,12 @@ fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
                 shell_line(&argv),
                 if fresh { FRESH } else { "" }
             );
-            if argv != job.provider_command {
-                say!(out, "      note      the plan's providerCommand differs: shown is what the wrapper line runs");
+            match confined_note {
+                Some(note) => say!(out, "      note      confined here, {note}"),
+                None if argv != job.provider_command => {
+                    say!(out, "      note      the plan's providerCommand differs: shown is what the wrapper line runs");
+                }
+                None => {}
             }
         }
         Err(why) => {
@@ -346,6 +414,10 @@ fn job_block(out: &mut String, job: &Job, git: &mut GitRepos) {
         short(&job.write_policy.digest),
         job.write_enforcement.mutation_audit
     );
+    say!(out, "      confined  {}", confinement_line(job, offer));
+    if let Some(warning) = root_bypass_warning(job, offer, root) {
+        say!(out, "      warning:  {warning}");
+    }
 }
 
 /// Whether a project root lies in a git repository (any ancestor holds
@@ -367,7 +439,11 @@ impl GitRepos {
 /// why it runs none. Read with the wrapper's own parser and assembled as
 /// the wrapper assembles it (src/worker/mod.rs), with the project's git
 /// state as it is now.
-fn wrapper_runs(line: &[String], git: &mut GitRepos) -> Result<(Vec<String>, bool), String> {
+/// `confined`: the worker will run under okstra's confinement here, which
+/// may change the CLI's options (the note says how).
+type Runs = (Vec<String>, bool, Option<String>);
+
+fn wrapper_runs(line: &[String], git: &mut GitRepos, confined: bool) -> Result<Runs, String> {
     if line.first().map(String::as_str) != Some("okstra")
         || line.get(1).map(String::as_str) != Some("worker")
     {
@@ -389,11 +465,16 @@ fn wrapper_runs(line: &[String], git: &mut GitRepos) -> Result<(Vec<String>, boo
     }
     let root = std::path::absolute(&args.project_root).unwrap_or(args.project_root.clone());
     let write_dirs: Vec<_> = args.write_dirs.iter().map(|d| root.join(d)).collect();
-    let options = ProviderOptions {
+    let mut options = ProviderOptions {
         permission_mode: args.permission_mode.clone(),
         sandbox_mode: args.sandbox_mode.clone(),
         approval_mode: args.approval_mode.clone(),
         extra_args: args.extra_args.clone(),
+    };
+    let note = if confined {
+        provider.under_confinement(&mut options)
+    } else {
+        None
     };
     let argv = provider::build_argv(&ArgvRequest {
         provider,
@@ -405,7 +486,7 @@ fn wrapper_runs(line: &[String], git: &mut GitRepos) -> Result<(Vec<String>, boo
         session_id: None,
         project_is_git_repo: git.holds(&root),
     });
-    Ok((argv, provider.takes_session_id()))
+    Ok((argv, provider.takes_session_id(), note))
 }
 
 /// Whether an environment name looks like it holds a secret.
@@ -502,6 +583,58 @@ mod tests {
             t,
             "job     status     reason\na       completed\nlonger  error      it broke\n"
         );
+    }
+
+    fn job(provider: &str, confinement: &str, argv: &[&str]) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "key": "w", "identity": {"version": "1", "workerId": "w"},
+            "provider": provider, "backend": "cli-wrapper", "role": "analyst",
+            "dispatchKind": "initial", "round": 1, "promptPath": "p/w.md",
+            "resultPath": "out/w.md", "workerResultPath": "out/w.md", "completionPaths": ["out/w.md"],
+            "command": [], "providerCommand": argv,
+            "takesSessionId": false, "idleTimeoutSeconds": 600, "livenessMode": "wrapper-status",
+            "writePolicy": {"role": "analyst", "allow": ["out/w.md", "p/w.md.log", "p/w.md.status.json"], "digest": ""},
+            "writeEnforcement": {"mutationAudit": "batch", "confinement": confinement}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_review_says_whether_a_job_is_confined_here_and_where_it_may_write() {
+        let here = Offer::Landlock { abi: 7 };
+        let none = Offer::Unavailable("no Landlock".into());
+        let auto = job("command", "auto", &["true"]);
+        assert_eq!(
+            confinement_line(&auto, &here),
+            "auto, yes here (landlock-abi7) · may write under out (+ a private TMPDIR)"
+        );
+        assert!(confinement_line(&auto, &none).starts_with("auto, not here ·"));
+        let required = job("claude", "required", &["claude"]);
+        assert_eq!(
+            confinement_line(&required, &none),
+            "required, not here: exec will refuse it · may write under out (+ a private TMPDIR, its provider's state)"
+        );
+        assert!(confinement_line(&job("command", "none", &[]), &here)
+            .starts_with("no (confinement none)"));
+        assert!(offer_line(&none).contains("cannot confine (no Landlock)"));
+    }
+
+    #[test]
+    fn an_unconfined_root_claude_with_bypass_permissions_is_warned_about() {
+        let here = Offer::Landlock { abi: 7 };
+        let none = Offer::Unavailable("no".into());
+        let argv = ["claude", "-p", "--permission-mode", "bypassPermissions"];
+        let auto = job("claude", "auto", &argv);
+        assert!(root_bypass_warning(&auto, &none, true).is_some());
+        // Near misses: confined here, not root, another mode, or sandboxed.
+        assert!(root_bypass_warning(&auto, &here, true).is_none());
+        assert!(root_bypass_warning(&auto, &none, false).is_none());
+        let plan_mode = job("claude", "auto", &["claude", "--permission-mode", "plan"]);
+        assert!(root_bypass_warning(&plan_mode, &none, true).is_none());
+        let mut sandboxed = job("claude", "none", &argv);
+        sandboxed.env.insert("IS_SANDBOX".into(), "1".into());
+        assert!(root_bypass_warning(&sandboxed, &here, true).is_none());
+        assert!(root_bypass_warning(&job("claude", "none", &argv), &here, true).is_some());
     }
 
     #[test]

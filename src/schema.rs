@@ -1211,6 +1211,7 @@ mod tests {
             },
             write_enforcement: WriteEnforcement {
                 mutation_audit: crate::vocab::MutationAudit::Batch,
+                confinement: crate::vocab::Confinement::Required,
             },
             slurm: full.then(|| SlurmOptions {
                 partition: Some("debug".into()),

@@ -1,8 +1,8 @@
-//! The words a job is described in: backend, mutation audit, dispatch kind,
-//! role and audience. Each is a type serialised to its wire name, parsed once
+//! The words a job is described in: backend, mutation audit, confinement,
+//! dispatch kind, role and audience. Each is a type serialised to its wire name, parsed once
 //! where an input is read (compile) and matched on everywhere past it.
 //!
-//! Backend and mutation audit are closed vocabularies. Dispatch kind, role
+//! Backend, mutation audit and confinement are closed vocabularies. Dispatch kind, role
 //! and audience are open: users may write any kind, role or audience, so
 //! the types name the words okstra acts on and carry any other word as
 //! written. The provider vocabulary is [`crate::provider::Provider`]; the
@@ -63,6 +63,44 @@ impl MutationAudit {
             MutationAudit::Batch => "batch",
             MutationAudit::Off => "none",
         }
+    }
+}
+
+/// Whether a job's worker is confined by the kernel (SPEC §9).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Confinement {
+    /// Confined where the kernel offers Landlock ABI 6 or newer, otherwise
+    /// not (said in the plan review and by doctor).
+    #[default]
+    Auto,
+    /// Confined, or not run at all: exec refuses the plan
+    /// (`exec/confinement-unavailable`) where the kernel cannot.
+    Required,
+    /// Never confined; the mutation audit alone judges the writes.
+    None,
+}
+
+impl Confinement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confinement::Auto => "auto",
+            Confinement::Required => "required",
+            Confinement::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Confinement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Confinement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        from_wire(s).ok_or_else(|| format!("unknown confinement `{s}`"))
     }
 }
 
@@ -278,6 +316,16 @@ mod tests {
             assert_eq!(serde_json::to_value(m).unwrap(), json!(wire));
             assert_eq!(wire.parse::<MutationAudit>(), Ok(m));
         }
+        for (c, wire) in [
+            (Confinement::Auto, "auto"),
+            (Confinement::Required, "required"),
+            (Confinement::None, "none"),
+        ] {
+            assert_eq!(c.as_str(), wire);
+            assert_eq!(serde_json::to_value(c).unwrap(), json!(wire));
+            assert_eq!(wire.parse::<Confinement>(), Ok(c));
+        }
+        assert_eq!(Confinement::default(), Confinement::Auto);
         assert!("tmux".parse::<Backend>().is_err());
         assert!("Batch".parse::<MutationAudit>().is_err());
     }

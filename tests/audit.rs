@@ -4,6 +4,13 @@
 //!
 //! Workers talk to the test through a scratch directory outside the project
 //! (`$SCRATCH`), so run counters never show up in the audit.
+//!
+//! Workers run unconfined (`confinement = "none"`): what is tested here is
+//! the audit judging writes that happened, and these workers make the very
+//! writes Landlock refuses under the default `auto` (tests/confinement.rs
+//! shows each of them refused). Unconfined is where the audit alone stands:
+//! `none`, a kernel without Landlock, or a write done for a confined worker
+//! by a process outside its domain.
 
 mod common;
 use common::*;
@@ -77,8 +84,8 @@ impl Fx {
     /// Write `spec.toml` with these stages.
     fn spec(&self, stages: &[(&str, Vec<Job>)]) -> &Self {
         let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n",
-            self.scratch.path().display()
+            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\n{}\nconfinement = \"none\"\n\n",
+            scratch_env(self.scratch.path())
         );
         for (name, jobs) in stages {
             spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));

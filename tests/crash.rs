@@ -33,8 +33,8 @@ fn fixture(scratch: &Path) -> Project {
         )
     };
     let spec = format!(
-        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n[[stages]]\nname = \"build\"\n\n{}{}[[stages]]\nname = \"check\"\n\n{}",
-        scratch.display(),
+        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\n{}\n\n[[stages]]\nname = \"build\"\n\n{}{}[[stages]]\nname = \"check\"\n\n{}",
+        scratch_env(scratch),
         worker("impl", write),
         worker("flaky", &flaky),
         worker("ver", write),

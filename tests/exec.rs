@@ -4,7 +4,9 @@
 //! Workers talk to the test through a scratch directory outside the project
 //! (`$SCRATCH`), so run counters and marker files are never seen by the
 //! mutation audit. Tests synchronise on marker files polled with a deadline,
-//! never on fixed sleeps.
+//! never on fixed sleeps. Workers run under the default confinement (`auto`:
+//! Landlock where the kernel has it), the scratch directory granted them by
+//! a debug build's test seam; the few that must not be confined say why.
 
 mod common;
 use common::*;
@@ -44,6 +46,11 @@ fn job<'a>(id: &'a str, script: impl Into<String>) -> Job<'a> {
 
 const WRITE_RESULT: &str = "echo done > \"$R\"\n";
 
+/// The `extra` of a job that must run unconfined: workers here run under
+/// the default `confinement = "auto"`, and a test about something a
+/// confined worker cannot do says why it uses this.
+const UNCONFINED: &str = "confinement = \"none\"";
+
 /// A project plus a scratch directory outside it.
 struct Fx {
     p: Project,
@@ -56,8 +63,8 @@ impl Fx {
         let fx = Fx::bare();
         fx.p.write_json("run/run-manifest.json", &v1_manifest());
         let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n",
-            fx.scratch.path().display()
+            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\n{}\n\n",
+            scratch_env(fx.scratch.path())
         );
         for (name, jobs) in stages {
             spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));
@@ -235,6 +242,9 @@ fn success() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["status"], "completed");
     assert_eq!(rows[0]["exitCode"], 0);
+    // Confined by default wherever the kernel offers Landlock.
+    let here = okstra::confine::offer().applied();
+    assert_eq!(rows[0]["confinement"], here, "{:?}", rows[0]);
     let types: Vec<String> = fx
         .events()
         .iter()
@@ -264,8 +274,16 @@ fn success() {
 #[test]
 fn the_wrapper_is_okstra_worker_beside_okstra_and_the_plan_keeps_the_wire_form() {
     // The job's parent is the wrapper; /proc names its executable.
+    // Unconfined: Landlock refuses a confined worker a look at a process
+    // outside its domain (`/proc/PID/exe` needs ptrace access).
     let script = format!("readlink /proc/$PPID/exe > \"$S/wrapper\"\n{WRITE_RESULT}");
-    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    let fx = Fx::new(&[(
+        "only",
+        vec![Job {
+            extra: UNCONFINED,
+            ..job("a", script)
+        }],
+    )]);
     fx.plan();
     let planned = fx.p.read_json("plan.json")["stages"][0]["jobs"][0]["command"].clone();
     assert_eq!(planned[0], "okstra");
@@ -886,8 +904,8 @@ fn v2_spec(fx: &Fx, impl_script: &str, ver_script: &str) -> String {
     let spec = V2_SPEC.replacen(
         "modelExecutionValue = \"model-a\"\n",
         &format!(
-            "modelExecutionValue = \"model-a\"\nenv = {{ SCRATCH = \"{}\" }}\n",
-            fx.scratch.path().display()
+            "modelExecutionValue = \"model-a\"\n{}\n",
+            scratch_env(fx.scratch.path())
         ),
         1,
     );
@@ -1080,9 +1098,14 @@ fn json_summary() {
 
 #[test]
 fn a_write_outside_the_policy_fails_the_audit_without_retry() {
+    // Unconfined: the kernel would refuse the stray write, and this is
+    // about what exec does with the audit's finding.
     let fx = Fx::new(&[(
         "only",
-        vec![job("a", format!("echo sneaky > stray.txt\n{WRITE_RESULT}"))],
+        vec![Job {
+            extra: UNCONFINED,
+            ..job("a", format!("echo sneaky > stray.txt\n{WRITE_RESULT}"))
+        }],
     )]);
     fx.plan();
     let run = fx.exec(&[]);
@@ -1105,8 +1128,15 @@ fn a_write_outside_the_policy_fails_the_audit_without_retry() {
 #[test]
 fn a_stray_write_blocks_the_retry_of_a_missing_artifact() {
     // Without the stray file this attempt would be retried (exit 0, result
-    // missing); the audit forbids it.
-    let fx = Fx::new(&[("only", vec![job("a", "echo sneaky > stray.txt\nexit 0\n")])]);
+    // missing); the audit forbids it. Unconfined: the kernel would refuse
+    // the stray write.
+    let fx = Fx::new(&[(
+        "only",
+        vec![Job {
+            extra: UNCONFINED,
+            ..job("a", "echo sneaky > stray.txt\nexit 0\n")
+        }],
+    )]);
     fx.plan();
     let run = fx.exec(&[]);
     assert_code(&run, 1);
@@ -1306,8 +1336,10 @@ fn with_the_batch_audit_the_round_settles_after_it_ended() {
 
 #[test]
 fn a_launch_failure_stops_and_settles_the_whole_batch() {
-    // With two slots, a and x start together; x ends at once and its slot
-    // goes to b, which cannot be started (its log path is a directory).
+    // With two slots, a and x start together; x ends as soon as a has
+    // started (not before: a stopped before its first line would leave no
+    // run to count) and its slot goes to b, which cannot be started (its
+    // log path is a directory).
     // a, still running, is stopped and waited for; b and c never start;
     // a, b and c settle `error` naming the failure.
     let fx = Fx::new(&[(

@@ -5,6 +5,12 @@
 //! worker are a violation of the stage that changed them; records a worker
 //! forged in the events log are not believed by the next exec. Each beside
 //! a near miss that must pass.
+//!
+//! Workers run unconfined (`confinement = "none"`), as in tests/audit.rs:
+//! these hostile workers make the very writes Landlock refuses under the
+//! default `auto`; what is tested is that the audit and exec's own checks
+//! judge them where confinement does not stand (`none`, a kernel without
+//! Landlock, a write done by a process outside the worker's domain).
 
 mod common;
 use common::*;
@@ -17,7 +23,9 @@ use std::process::Command;
 fn project(stages: &[(&str, &[(&str, &str)])]) -> Project {
     let p = Project::new();
     p.write_json("run/run-manifest.json", &v1_manifest());
-    let mut spec = String::from("[defaults]\nprovider = \"command\"\nrole = \"analyst\"\n\n");
+    let mut spec = String::from(
+        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nconfinement = \"none\"\n\n",
+    );
     for (name, jobs) in stages {
         spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));
         for (id, script) in *jobs {

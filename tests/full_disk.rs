@@ -44,8 +44,8 @@ fn fixture(scratch: &Path) -> Project {
     let p = Project::new();
     p.write_json("run/run-manifest.json", &v1_manifest());
     let mut spec = format!(
-        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nenv = {{ SCRATCH = \"{}\" }}\n\n",
-        scratch.display()
+        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\n{}\n\n",
+        scratch_env(scratch)
     );
     for stage in ["one", "two"] {
         spec.push_str(&format!("[[stages]]\nname = \"{stage}\"\n\n"));

@@ -24,6 +24,7 @@ n=$(cat "$S/$K.count" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$S/$K.count
 : > "$S/$K.$n.argv"
 for a in "$@"; do printf '%s\n' "$a" >> "$S/$K.$n.argv"; done
 cat > "$S/$K.$n.stdin"
+printf '%s\n' "${IS_SANDBOX:-}" > "$S/$K.$n.sandbox"
 model=""; sid=""; prev=""
 for a in "$@"; do
   case "$prev" in --model|-m) model="$a";; --session-id) sid="$a";; esac
@@ -85,6 +86,7 @@ struct Fx {
     p: Project,
     scratch: tempfile::TempDir,
     bin: tempfile::TempDir,
+    home: tempfile::TempDir,
 }
 
 /// A catalog: a claude channel, a gemini pinned model, a codex pinned model.
@@ -113,6 +115,7 @@ impl Fx {
             p: Project::new(),
             scratch: tempfile::tempdir().unwrap(),
             bin: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
         };
         let script = fx.bin.path().join("fake-cli");
         std::fs::write(&script, FAKE_CLI).unwrap();
@@ -158,8 +161,13 @@ impl Fx {
             .env("SOURCE_DATE_EPOCH", "1764460800")
             .env("OKSTRA_STOP_GRACE_SECONDS", "1")
             // Reaches the fake CLIs through exec's environment (a pane's
-            // launcher restores it).
+            // launcher restores it), and confined (debug builds) they may
+            // write it.
             .env("SCRATCH", self.scratch.path())
+            .env(okstra::confine::TEST_ALSO_WRITABLE_ENV, self.scratch.path())
+            // The providers' state directories a confined worker may
+            // write (`~/.claude`, ...) are made here, not in the real home.
+            .env("HOME", self.home.path())
             .env_remove("TMUX")
             .env_remove("TMUX_PANE")
             .env_remove("CMUX_WORKSPACE_ID")
@@ -268,6 +276,13 @@ fn claude_argv_prompt_and_a_fresh_session_id_per_attempt() {
         assert_eq!(fx.stdin("cl", n), "# prompt of cl\n", "the prompt on stdin");
     }
     assert_ne!(sessions[0], sessions[1], "a fresh session id per attempt");
+    // Confined by default where the kernel offers Landlock: claude is told
+    // it is in a sandbox, and may write its own state directory, made in
+    // this test's HOME.
+    let confined = okstra::confine::offer().applied() != "none";
+    let sandbox = std::fs::read_to_string(fx.scratch.path().join("cl.1.sandbox")).unwrap();
+    assert_eq!(sandbox.trim() == "1", confined, "IS_SANDBOX={sandbox}");
+    assert_eq!(fx.home.path().join(".claude").is_dir(), confined);
     let rows = fx.rows("cl");
     assert_eq!(rows.len(), 2, "{rows:?}");
     for (row, sid) in rows.iter().zip(&sessions) {
@@ -303,6 +318,17 @@ fn codex_and_gemini_argv_and_stdin() {
     let wt = format!("{r}/wt");
     let aux = format!("{r}/aux");
 
+    // Confined (the default `auto`, where the kernel offers Landlock), codex
+    // runs without its own sandbox, which cannot start inside okstra's.
+    let confined = matches!(
+        okstra::confine::offer(),
+        okstra::confine::Offer::Landlock { .. }
+    );
+    let sandbox = if confined {
+        "danger-full-access"
+    } else {
+        "workspace-write"
+    };
     let codex = fx.argv("cx", 1);
     assert_eq!(
         codex,
@@ -313,7 +339,7 @@ fn codex_and_gemini_argv_and_stdin() {
             "-C",
             &r,
             "--sandbox",
-            "workspace-write",
+            sandbox,
             "--json",
             "--skip-git-repo-check",
             "--add-dir",
@@ -366,7 +392,14 @@ fn spec_options_reach_the_cli() {
                 "sonnet",
                 "permissionMode = \"plan\"\nextraArgs = [\"--max-turns\", \"3\"]",
             ),
-            worker("cx", "codex", "gpt-5", "sandboxMode = \"read-only\""),
+            // Unconfined: confined, codex runs without a sandbox of its own
+            // whatever the spec says (codex_and_gemini_argv_and_stdin).
+            worker(
+                "cx",
+                "codex",
+                "gpt-5",
+                "sandboxMode = \"read-only\"\nconfinement = \"none\"",
+            ),
             worker("gm", "gemini", "gemini-2.5-pro", "approvalMode = \"yolo\""),
         ],
     );

@@ -6,6 +6,11 @@
 //! run through `okstra worker` with the argv okstra builds, a clean `HOME`,
 //! no credentials, the prompt on stdin and a wall-clock limit: it must fail
 //! for lack of credentials or network, never with an argument error.
+//!
+//! Each CLI runs twice: unconfined, and confined by Landlock (SPEC §9) as
+//! exec runs it (write access to the project, a private TMPDIR and the
+//! CLI's own state directory). Confined, it must get exactly as far, and
+//! its output must show no refused write (EACCES) on its own files.
 
 use serde_json::Value;
 use std::path::PathBuf;
@@ -26,8 +31,15 @@ struct Ran {
     took: Duration,
 }
 
-/// `okstra worker` running `provider` in a fresh project with a clean HOME.
-fn run_worker(provider: &str, model: &str, timeout_secs: u64) -> Option<Ran> {
+/// `okstra worker` running `provider` in a fresh project with a clean HOME,
+/// with `--confinement confinement` (`none` or `required`).
+fn run_worker(
+    provider: &str,
+    model: &str,
+    timeout_secs: u64,
+    confinement: &str,
+    extra_args: &[&str],
+) -> Option<Ran> {
     let Some(_) = on_path(provider) else {
         eprintln!(
             "skipped: `{provider}` is not on PATH (run scripts/install-agent-clis.sh and add its bin directory to PATH)"
@@ -53,6 +65,10 @@ fn run_worker(provider: &str, model: &str, timeout_secs: u64) -> Option<Ran> {
         .arg("--write-dir")
         .arg(&extra)
         .args(["--session-id", &session])
+        .args(["--confinement", confinement, "--confine-dir", "."])
+        .args(extra_args)
+        .arg("--confine-dir")
+        .arg(&extra)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", &home)
@@ -73,7 +89,7 @@ fn run_worker(provider: &str, model: &str, timeout_secs: u64) -> Option<Ran> {
             .unwrap();
     let log = std::fs::read_to_string(root.join("prompt.md.log")).unwrap_or_default();
     eprintln!(
-        "{provider}: okstra worker exited {code} after {:.1} s; status: {status}\n--- log (last 1500 bytes) ---\n{}",
+        "{provider} ({confinement}): okstra worker exited {code} after {:.1} s; status: {status}\n--- log (last 1500 bytes) ---\n{}",
         took.as_secs_f64(),
         tail(&log, 1500)
     );
@@ -114,29 +130,65 @@ fn assert_not_an_argument_error(provider: &str, r: &Ran) {
     }
 }
 
-#[test]
-fn claude_fails_for_lack_of_credentials_not_arguments() {
-    let Some(r) = run_worker("claude", "sonnet", 120) else {
-        return;
-    };
-    assert_not_an_argument_error("claude", &r);
+/// Confined, no write of the CLI's was refused, and the sidecar says it
+/// was confined.
+#[track_caller]
+fn assert_confined_cleanly(provider: &str, r: &Ran) {
+    assert_eq!(r.status["confinement"], "landlock-abi7", "{}", r.status);
+    for needle in ["EACCES", "Permission denied", "permission denied", "EROFS"] {
+        assert!(
+            !r.log.contains(needle),
+            "{provider} was refused a write of its own ({needle}):\n{}",
+            r.log
+        );
+    }
+}
+
+fn landlock_here() -> bool {
+    let here = matches!(
+        okstra::confine::offer(),
+        okstra::confine::Offer::Landlock { .. }
+    );
+    if !here {
+        eprintln!("skipped: this kernel offers no Landlock ABI 6");
+    }
+    here
+}
+
+fn check_claude(r: &Ran) {
+    assert_not_an_argument_error("claude", r);
     // "Not logged in" arrives within seconds; argument errors would too, so
     // the kind tells them apart.
     assert_eq!(r.code, 1, "{}", r.log);
-    assert_eq!(kind(&r), "not-logged-in", "{}", r.log);
+    assert_eq!(kind(r), "not-logged-in", "{}", r.log);
     // The init event came: the model and the session id okstra minted.
     assert!(r.status["servedModel"].is_string(), "{}", r.status);
     assert_eq!(r.status["cliSessionId"], r.status["sessionId"]);
 }
 
 #[test]
-fn codex_fails_for_lack_of_network_not_arguments() {
-    // Without credentials codex retries forever: the wrapper's wall clock
-    // stops it.
-    let Some(r) = run_worker("codex", "gpt-5", 20) else {
+fn claude_fails_for_lack_of_credentials_not_arguments() {
+    let Some(r) = run_worker("claude", "sonnet", 120, "none", &[]) else {
         return;
     };
-    assert_not_an_argument_error("codex", &r);
+    check_claude(&r);
+    assert_eq!(r.status["confinement"], "none");
+}
+
+#[test]
+fn claude_confined_gets_as_far_as_unconfined() {
+    if !landlock_here() {
+        return;
+    }
+    let Some(r) = run_worker("claude", "sonnet", 120, "required", &[]) else {
+        return;
+    };
+    check_claude(&r);
+    assert_confined_cleanly("claude", &r);
+}
+
+fn check_codex(r: &Ran) {
+    assert_not_an_argument_error("codex", r);
     assert_ne!(r.code, 2, "codex argument errors exit 2:\n{}", r.log);
     assert!(
         r.log.contains("thread.started"),
@@ -145,7 +197,7 @@ fn codex_fails_for_lack_of_network_not_arguments() {
     );
     assert!(r.status["cliSessionId"].is_string(), "{}", r.status);
     assert!(
-        matches!(kind(&r), "timeout" | "api-error" | "not-logged-in"),
+        matches!(kind(r), "timeout" | "api-error" | "not-logged-in"),
         "{}",
         r.status
     );
@@ -153,16 +205,78 @@ fn codex_fails_for_lack_of_network_not_arguments() {
 }
 
 #[test]
-fn gemini_fails_for_lack_of_credentials_not_arguments() {
-    let Some(r) = run_worker("gemini", "gemini-2.5-pro", 120) else {
+fn codex_fails_for_lack_of_network_not_arguments() {
+    // Without credentials codex retries forever: the wrapper's wall clock
+    // stops it.
+    let Some(r) = run_worker("codex", "gpt-5", 20, "none", &[]) else {
         return;
     };
-    assert_not_an_argument_error("gemini", &r);
+    check_codex(&r);
+}
+
+#[test]
+fn codex_confined_gets_as_far_as_unconfined() {
+    if !landlock_here() {
+        return;
+    }
+    let Some(r) = run_worker("codex", "gpt-5", 20, "required", &[]) else {
+        return;
+    };
+    check_codex(&r);
+    assert_confined_cleanly("codex", &r);
+}
+
+fn check_gemini(r: &Ran) {
+    assert_not_an_argument_error("gemini", r);
     assert_eq!(r.code, 41, "gemini's missing-auth code:\n{}", r.log);
-    assert_eq!(kind(&r), "not-logged-in");
+    assert_eq!(kind(r), "not-logged-in");
     assert!(
         !r.log.contains("Approval mode overridden"),
         "the approval mode must survive an untrusted folder:\n{}",
         r.log
     );
+}
+
+#[test]
+fn gemini_fails_for_lack_of_credentials_not_arguments() {
+    let Some(r) = run_worker("gemini", "gemini-2.5-pro", 120, "none", &[]) else {
+        return;
+    };
+    check_gemini(&r);
+}
+
+#[test]
+fn gemini_confined_gets_as_far_as_unconfined() {
+    if !landlock_here() {
+        return;
+    }
+    let Some(r) = run_worker("gemini", "gemini-2.5-pro", 120, "required", &[]) else {
+        return;
+    };
+    check_gemini(&r);
+    assert_confined_cleanly("gemini", &r);
+}
+
+#[test]
+fn claude_bypass_permissions_as_root_runs_only_confined() {
+    // As root claude refuses bypassPermissions outside a sandbox; confined,
+    // the wrapper tells it it is in one (IS_SANDBOX=1).
+    if !rustix::process::geteuid().is_root() || !landlock_here() {
+        eprintln!("skipped: needs root and Landlock");
+        return;
+    }
+    let bypass = ["--permission-mode", "bypassPermissions"];
+    let Some(unconfined) = run_worker("claude", "sonnet", 120, "none", &bypass) else {
+        return;
+    };
+    assert!(
+        unconfined.log.contains("cannot be used with root"),
+        "{}",
+        unconfined.log
+    );
+    let Some(confined) = run_worker("claude", "sonnet", 120, "required", &bypass) else {
+        return;
+    };
+    check_claude(&confined);
+    assert_confined_cleanly("claude", &confined);
 }

@@ -386,6 +386,20 @@ fn writes_its_result_with_its_own_tool(provider: &str, served: &str, tool_sign: 
             usage.get("model").is_none(),
             "codex names no model: {usage}"
         );
+        // Confined (this machine offers Landlock), codex's own bubblewrap
+        // sandbox cannot start: the wrapper runs it without one and says so.
+        if row["confinement"].as_str().is_some_and(|c| c != "none") {
+            let argv = row["cliArgv"].as_array().cloned().unwrap_or_default();
+            assert!(
+                argv.windows(2)
+                    .any(|w| w[0] == "--sandbox" && w[1] == "danger-full-access"),
+                "{argv:?}"
+            );
+            assert!(
+                log.contains("cannot start inside okstra's Landlock"),
+                "{log}"
+            );
+        }
     } else {
         assert_eq!(usage["model"], served, "{usage}");
         assert_eq!(row["servedModel"], served);

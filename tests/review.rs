@@ -9,24 +9,12 @@ use common::*;
 use serde_json::{json, Value};
 
 fn settings(p: &Project) -> insta::Settings {
-    let root = p.root().canonicalize().unwrap().display().to_string();
     let mut s = insta::Settings::clone_current();
-    s.add_filter(&regex_escape(&root), "[ROOT]");
-    s.add_filter(r"\b[0-9a-f]{12}\b", "[SHA12]");
+    for (from, to) in review_filters(p) {
+        s.add_filter(&from, to);
+    }
     s.set_prepend_module_to_snapshot(false);
     s
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '/' || c == '_' || c == '-' {
-                c.to_string()
-            } else {
-                format!("\\{c}")
-            }
-        })
-        .collect()
 }
 
 fn plan_text(p: &Project, spec: &str) -> String {
@@ -151,4 +139,44 @@ fn an_edited_plan_cannot_forge_lines_of_the_review() {
         .filter(|l| l.starts_with("      runs "))
         .count();
     assert_eq!(runs, 2, "{}", show.stdout);
+}
+
+/// A codex job confined here runs without its own sandbox (bubblewrap
+/// cannot start inside Landlock): the review says so and shows the argv the
+/// wrapper will run; unconfined, the plan's sandbox stands.
+#[test]
+fn a_confined_codex_job_shows_the_sandbox_it_runs_with() {
+    let p = Project::new();
+    p.write_json("run/run-manifest.json", &v1_manifest());
+    p.write("prompts/codex.md", "# review\n");
+    let spec = |confinement: &str| {
+        format!(
+            "[[workers]]\nworkerId = \"codex\"\nrole = \"analyst\"\npromptPath = \"prompts/codex.md\"\nresultPath = \"results/codex.md\"\nmodelExecutionValue = \"gpt-5\"\nconfinement = \"{confinement}\"\n"
+        )
+    };
+    p.write("spec.toml", &spec("auto"));
+    let text = plan_text(&p, "spec.toml");
+    let runs = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("      runs "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    if matches!(
+        okstra::confine::offer(),
+        okstra::confine::Offer::Landlock { .. }
+    ) {
+        assert!(
+            runs(&text).contains("--sandbox danger-full-access"),
+            "{text}"
+        );
+        assert!(
+            text.contains("note      confined here, codex runs with --sandbox danger-full-access instead of workspace-write"),
+            "{text}"
+        );
+    }
+    p.write("spec.toml", &spec("none"));
+    let text = plan_text(&p, "spec.toml");
+    assert!(runs(&text).contains("--sandbox workspace-write"), "{text}");
+    assert!(!text.contains("confined here"), "{text}");
 }

@@ -483,10 +483,12 @@ fn translator_end_to_end_status_lives_on_its_dispatch_row() {
 #[test]
 fn exec_refuses_a_job_whose_binding_changed_mid_run() {
     let p = v2_project();
-    // The implementer re-binds the verifier's role execution while it runs.
+    // The implementer re-binds the verifier's role execution while it runs
+    // (standing in for the lead, so unconfined: a confined worker cannot
+    // write the manifest).
     let spec = p.read("spec.toml").replacen(
         "command = [\"sh\", \"-c\", \"mkdir -p results && echo done > results/impl.md\"]",
-        "command = [\"sh\", \"-c\", \"mkdir -p results && echo done > results/impl.md && sed -i 's/sha256:/sha256:0/' run/run-manifest.json\"]",
+        "command = [\"sh\", \"-c\", \"mkdir -p results && echo done > results/impl.md && sed -i 's/sha256:/sha256:0/' run/run-manifest.json\"]\nconfinement = \"none\"",
         1,
     );
     p.write("spec.toml", &spec);
@@ -523,7 +525,7 @@ fn exec_binding_gate_near_miss_manifest_edit_outside_bindings() {
     let p = v2_project();
     let spec = p.read("spec.toml").replacen(
         "command = [\"sh\", \"-c\", \"mkdir -p results && echo done > results/impl.md\"]",
-        "command = [\"sh\", \"-c\", \"mkdir -p results && echo done > results/impl.md && sed -i 's/fixture-task/fixture-task-2/' run/run-manifest.json\"]",
+        "command = [\"sh\", \"-c\", \"mkdir -p results && echo done > results/impl.md && sed -i 's/fixture-task/fixture-task-2/' run/run-manifest.json\"]\nconfinement = \"none\"",
         1,
     );
     p.write("spec.toml", &spec);

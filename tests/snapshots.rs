@@ -5,30 +5,9 @@
 mod common;
 use common::*;
 
-fn filters(p: &Project) -> Vec<(String, String)> {
-    let root = p.root().canonicalize().unwrap().display().to_string();
-    vec![
-        (regex_escape(&root), "[ROOT]".into()),
-        (r"\b[0-9a-f]{12}\b".into(), "[SHA12]".into()),
-        (r"sha256:[0-9a-f]{64}".into(), "sha256:[DIGEST]".into()),
-    ]
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '/' || c == '_' || c == '-' {
-                c.to_string()
-            } else {
-                format!("\\{c}")
-            }
-        })
-        .collect()
-}
-
 fn settings(p: &Project) -> insta::Settings {
     let mut s = insta::Settings::clone_current();
-    for (from, to) in filters(p) {
+    for (from, to) in review_filters(p) {
         s.add_filter(&from, to);
     }
     s.set_prepend_module_to_snapshot(false);

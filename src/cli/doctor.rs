@@ -182,6 +182,26 @@ fn provider_checks(needed: Option<&[Provider]>) -> Vec<Check> {
         .collect()
 }
 
+/// What kernel confinement this machine offers (SPEC §9): the Landlock
+/// ABI, or why there is none; a warning, since `auto` then runs workers
+/// unconfined and only `required` jobs are refused.
+fn confinement_check() -> Check {
+    match crate::confine::offer() {
+        offer @ crate::confine::Offer::Landlock { .. } => check(
+            "confinement",
+            Level::Ok,
+            format!("{} ({})", offer.describe(), offer.applied()),
+            "",
+        ),
+        offer => check(
+            "confinement",
+            Level::Warn,
+            format!("{}; jobs with confinement auto run unconfined, required ones are refused", offer.describe()),
+            "use a kernel with Landlock ABI 6 or newer (Linux 6.12+) with `landlock` in its `lsm=` list",
+        ),
+    }
+}
+
 fn schema_checks() -> Check {
     let broken: Vec<&str> = SchemaKind::ALL
         .iter()
@@ -348,7 +368,7 @@ fn run_checks(root: &Path, manifest_path: &Path) -> (Vec<Check>, Option<Vec<Prov
 
 pub fn doctor(args: &DoctorArgs) -> ExitStatus {
     let mut root = paths::canonical_root(&args.project_root);
-    let mut checks = vec![schema_checks()];
+    let mut checks = vec![schema_checks(), confinement_check()];
     let mut needed = None;
     let mut plan = None;
     let mut manifest = args.manifest.as_ref().map(|m| {

@@ -10,7 +10,7 @@
 //! types and versions together and reports every problem at once.
 
 use crate::plan::SlurmOptions;
-use crate::vocab::{Backend, MutationAudit};
+use crate::vocab::{Backend, Confinement, MutationAudit};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -104,6 +104,8 @@ pub struct WorkerFields {
     pub timeout_seconds: Option<u64>,
     #[serde(default, deserialize_with = "word")]
     pub mutation_audit: Option<MutationAudit>,
+    #[serde(default, deserialize_with = "word")]
+    pub confinement: Option<Confinement>,
     #[serde(default, deserialize_with = "word")]
     pub backend: Option<Backend>,
     #[serde(default, deserialize_with = "text")]
@@ -385,7 +387,7 @@ mod tests {
             "provider": "codex", "role": "verifier", "dispatchKind": "reverify-r2",
             "completionPaths": ["a", "b"], "env": {"A": "1"}, "idleTimeoutSeconds": 30,
             "mutationAudit": "none", "backend": "pane", "extraArgs": ["--x"],
-            "unknownKey": true
+            "confinement": "required", "unknownKey": true
         }));
         assert_eq!(f.provider.as_deref(), Some("codex"));
         assert_eq!(f.dispatch_kind.as_deref(), Some("reverify-r2"));
@@ -393,6 +395,7 @@ mod tests {
         assert_eq!(f.env.get("A").map(String::as_str), Some("1"));
         assert_eq!(f.idle_timeout_seconds, Some(30));
         assert_eq!(f.mutation_audit, Some(MutationAudit::Off));
+        assert_eq!(f.confinement, Some(Confinement::Required));
         assert_eq!(f.backend, Some(Backend::Pane));
         assert_eq!(f.extra_args, vec!["--x".to_string()]);
     }

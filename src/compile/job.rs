@@ -23,7 +23,7 @@ use crate::plan::{self, Identity, Invocation, Job};
 use crate::policy;
 use crate::provider::{self, Provider, ProviderOptions};
 use crate::source::SourceFile;
-use crate::vocab::{Audience, Backend, DispatchKind, MutationAudit, Role};
+use crate::vocab::{Audience, Backend, Confinement, DispatchKind, MutationAudit, Role};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -601,6 +601,7 @@ fn assemble(
         },
         write_enforcement: plan::WriteEnforcement {
             mutation_audit: f.mutation_audit.unwrap_or(MutationAudit::Batch),
+            confinement: f.confinement.unwrap_or_default(),
         },
         // Only a Slurm job is submitted: a `[slurm]` table in `defaults`
         // leaves the run's local jobs as they are.
@@ -865,11 +866,29 @@ fn wrapper_command(w: &WrapperCommand) -> Vec<String> {
             model_ref.into(),
         ]);
     }
+    argv.extend(confinement_flags(job));
     if job.provider == Provider::Command {
         argv.push("--".into());
         argv.extend(w.command.iter().cloned());
     }
     argv
+}
+
+/// `--confinement MODE` and a `--confine-dir` per directory the job may
+/// write (SPEC §9); nothing for `none`. The log and status sidecar are
+/// left out: the wrapper writes them, not the worker.
+fn confinement_flags(job: &Job) -> Vec<String> {
+    let mode = job.write_enforcement.confinement;
+    if mode == Confinement::None {
+        return Vec::new();
+    }
+    let mut flags = vec!["--confinement".to_string(), mode.as_str().to_string()];
+    let wrapper_writes = [job.log_path(), job.status_path()];
+    for dir in crate::confine::policy_dirs(&job.write_policy.allow, &wrapper_writes) {
+        let dir = if dir.is_empty() { ".".to_string() } else { dir };
+        flags.extend(["--confine-dir".to_string(), dir]);
+    }
+    flags
 }
 
 #[cfg(test)]
@@ -1028,6 +1047,43 @@ mod tests {
         });
         assert!(argv.join(" ").contains("--presentation quiet"));
         assert_eq!(argv[argv.len() - 4..], ["--", "sh", "-c", "x"]);
+        assert!(
+            !shown.contains("--confinement"),
+            "the fixture job is `none`"
+        );
+    }
+
+    #[test]
+    fn a_confined_job_names_its_write_directories_but_not_the_wrappers_files() {
+        let mut j = job(Provider::Command, Backend::CliWrapper);
+        j.write_enforcement.confinement = Confinement::Auto;
+        j.write_policy.allow = vec![
+            "out/r.md".into(),
+            "out/r.md.audit.json".into(),
+            "p.md.log".into(),
+            "p.md.status.json".into(),
+            "src/**".into(),
+        ];
+        assert_eq!(
+            confinement_flags(&j),
+            [
+                "--confinement",
+                "auto",
+                "--confine-dir",
+                "out",
+                "--confine-dir",
+                "src"
+            ]
+        );
+        // A result at the top grants the project root, written `.`.
+        j.write_policy.allow.push("r.md".into());
+        j.write_enforcement.confinement = Confinement::Required;
+        assert_eq!(
+            confinement_flags(&j),
+            ["--confinement", "required", "--confine-dir", "."]
+        );
+        j.write_enforcement.confinement = Confinement::None;
+        assert!(confinement_flags(&j).is_empty());
     }
 
     #[test]

@@ -151,6 +151,10 @@ pub struct Settled {
     /// What the attempt spent, from its status sidecar, where the CLI said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// The kernel confinement the worker ran under, from its status
+    /// sidecar: `landlock-abi<N>` or `none` (SPEC §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<String>,
     /// The attempt ended because exec was interrupted or died, not by its
     /// own doing: the next exec starts a new attempt that does not count
     /// against the retry limit (SPEC §5.8).
@@ -246,6 +250,7 @@ mod tests {
             failure_kind: Some("interrupted".into()),
             cli_argv: vec![],
             usage: None,
+            confinement: None,
             resumable: true,
             mutation_audit: None,
             error_log_append: None,

@@ -87,6 +87,20 @@ pub fn binding_changes(plan: &Plan, jobs: &Jobs, manifest_doc: &Value) -> Vec<Di
         .collect()
 }
 
+/// A job with `confinement = "required"` on a machine that cannot confine
+/// (SPEC §9), so exec refuses before anything starts.
+pub fn unconfinable(job: &plan::Job, offer: &crate::confine::Offer) -> Option<Diagnostic> {
+    let why = crate::confine::decide(job.write_enforcement.confinement, offer).err()?;
+    Some(
+        Diagnostic::new(
+            Code::ExecConfinementUnavailable,
+            format!("{}: confinement is required, but {why}", job.label()),
+        )
+        .worker(job.label().to_string())
+        .help("run it on a kernel with Landlock ABI 6 or newer (Linux 6.12+, `lsm=...,landlock`), or plan it with confinement = \"auto\" to run unconfined here"),
+    )
+}
+
 /// All of §5.1 but the lock and what [`super::load`] checks (format and
 /// digest).
 /// Returns the manifest's identity (modification time and length) as it
@@ -108,6 +122,13 @@ pub fn verify(
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
     if let Some(doc) = &manifest {
         diags.extend(binding_changes(plan, jobs, doc));
+    }
+    // The kernel is asked only when some job requires confinement.
+    let offer = std::cell::OnceCell::new();
+    for (_, job) in jobs.each() {
+        if job.write_enforcement.confinement == crate::vocab::Confinement::Required {
+            diags.extend(unconfinable(&job, offer.get_or_init(crate::confine::offer)));
+        }
     }
     if diags.is_empty() {
         Ok(stamp.filter(|_| manifest.is_some()))
@@ -149,6 +170,34 @@ mod tests {
             "participantAssignments": [{"participantRef": "p"}],
             "models": {"m1": model}
         })
+    }
+
+    #[test]
+    fn only_required_jobs_are_refused_and_only_without_landlock() {
+        let plan = |mode: &str| -> Plan {
+            let mut j = serde_json::to_value(job("1")).unwrap();
+            j["writeEnforcement"]["confinement"] = json!(mode);
+            serde_json::from_value(json!({
+                "formatVersion": 2, "okstraVersion": "0", "createdAt": "t", "projectRoot": "/p",
+                "run": {"taskKey": "t", "manifestPath": "m", "teamStatePath": "ts", "leadEventsPath": "e",
+                        "errorLogPath": "x", "terminalBackend": "cli-wrapper", "mode": "spec"},
+                "inputs": [], "policy": {"maxAttempts": 2}, "stages": [{"name": "s", "jobs": [j]}]
+            }))
+            .unwrap()
+        };
+        let none = crate::confine::Offer::Unavailable("no Landlock".into());
+        let here = crate::confine::Offer::Landlock { abi: 7 };
+        let first = |p: Plan| p.jobs().next().cloned().unwrap();
+        let refused = unconfinable(&first(plan("required")), &none).unwrap();
+        assert_eq!(refused.code, Code::ExecConfinementUnavailable);
+        assert!(
+            refused.message.contains("no Landlock"),
+            "{}",
+            refused.message
+        );
+        assert!(unconfinable(&first(plan("required")), &here).is_none());
+        assert!(unconfinable(&first(plan("auto")), &none).is_none());
+        assert!(unconfinable(&first(plan("none")), &none).is_none());
     }
 
     #[test]

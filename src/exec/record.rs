@@ -500,6 +500,7 @@ pub fn dispatch_row(job: &Job, d: &Dispatched, settled: Option<&Settled>) -> Val
                 ("servedModel", &s.served_model),
                 ("cliSessionId", &s.cli_session_id),
                 ("failureKind", &s.failure_kind),
+                ("confinement", &s.confinement),
             ] {
                 if let Some(v) = v {
                     put(k, json!(v));

@@ -333,6 +333,7 @@ mod tests {
             failure_kind: None,
             cli_argv: vec![],
             usage: None,
+            confinement: None,
             resumable,
             mutation_audit: None,
             error_log_append: None,

@@ -1247,6 +1247,7 @@ impl Runner<'_> {
             failure_kind: d.failure_kind.clone(),
             cli_argv,
             usage: usage.clone(),
+            confinement: said("confinement"),
             resumable: d.resumable,
             mutation_audit: summary,
             error_log_append,

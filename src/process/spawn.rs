@@ -43,8 +43,9 @@ pub struct SpawnSpec<'a> {
     /// stdin is read from here; `None` gives `/dev/null` (or, through
     /// [`spawn_gated`], the gate's pipe).
     pub stdin: Option<&'a Path>,
-    /// Run in the child between fork and exec. Kernel confinement (SPEC §9)
-    /// goes here; nothing passes one yet.
+    /// Run in the child between fork and exec. Nothing passes one:
+    /// kernel confinement (SPEC §9) restricts a thread that starts the
+    /// child instead (`worker::Confined::spawn`), with no `unsafe`.
     pub pre_exec: Option<&'a PreExec>,
 }
 

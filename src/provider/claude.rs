@@ -7,7 +7,9 @@ use super::{
 };
 use serde_json::Value;
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 
 pub struct Claude;
 
@@ -77,6 +79,11 @@ impl Adapter for Claude {
 
     /// Every claude failure exits 1: tell them apart by the output. An
     /// argument error is instant: a message, no structured event.
+    /// `~/.claude` (or `CLAUDE_CONFIG_DIR`): sessions, settings, todos.
+    fn state_dirs(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+        vec![var("CLAUDE_CONFIG_DIR").map_or_else(|| home.join(".claude"), PathBuf::from)]
+    }
+
     fn failure_kind(&self, _exit_code: i32, output: &Output) -> Option<FailureKind> {
         if output.mentions(LOGIN_SIGNS) {
             Some(FailureKind::NotLoggedIn)

@@ -3,16 +3,20 @@
 use super::usage::{count, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    Session, API_SIGNS, LOGIN_SIGNS,
+    ProviderOptions, Session, API_SIGNS, LOGIN_SIGNS,
 };
 use serde_json::Value;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub struct Codex;
 
 /// The sandbox a job gets when it names none: writes inside the workspace.
 pub const DEFAULT_SANDBOX_MODE: &str = "workspace-write";
+
+/// codex's mode without a sandbox of its own.
+const NO_SANDBOX: &str = "danger-full-access";
 
 impl Adapter for Codex {
     fn program(&self) -> Option<Program> {
@@ -20,6 +24,24 @@ impl Adapter for Codex {
             name: "codex",
             install: "install it (npm install -g @openai/codex) and put it on PATH",
         })
+    }
+
+    /// codex's own sandbox runs each tool in bubblewrap, which maps its user
+    /// namespace through `/proc/<pid>/uid_map`: a write Landlock refuses, so
+    /// inside okstra's confinement every tool (a file edit, a shell
+    /// command) would fail. Confined, codex runs without its own sandbox and
+    /// okstra's stands in for it: writes are held to the same directories
+    /// or fewer; what is lost is codex cutting its tool commands off the
+    /// network (README, threat model).
+    fn under_confinement(&self, options: &mut ProviderOptions) -> Option<String> {
+        let planned = or_default(&options.sandbox_mode, DEFAULT_SANDBOX_MODE);
+        if planned == NO_SANDBOX {
+            return None;
+        }
+        options.sandbox_mode = Some(NO_SANDBOX.into());
+        Some(format!(
+            "codex runs with --sandbox {NO_SANDBOX} instead of {planned}: its own sandbox (bubblewrap) cannot start inside okstra's Landlock confinement, which holds its writes instead; its tool commands are not cut off the network"
+        ))
     }
 
     fn argv(&self, req: &ArgvRequest) -> Vec<String> {
@@ -62,6 +84,11 @@ impl Adapter for Codex {
     }
 
     /// Argument errors exit 2; the rest exit 1 and are told apart by output.
+    /// `~/.codex` (or `CODEX_HOME`): sessions, logs, auth.
+    fn state_dirs(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+        vec![var("CODEX_HOME").map_or_else(|| home.join(".codex"), PathBuf::from)]
+    }
+
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind> {
         if exit_code == 2 {
             Some(FailureKind::ArgumentError)
@@ -180,6 +207,38 @@ mod tests {
         build_argv, dirs, request, strings, ArgvRequest, Provider, ProviderOptions, Session,
     };
     use super::*;
+
+    #[test]
+    fn confined_codex_runs_without_its_own_sandbox_and_says_so() {
+        for planned in [None, Some("workspace-write"), Some("read-only")] {
+            let mut options = ProviderOptions {
+                sandbox_mode: planned.map(str::to_string),
+                ..ProviderOptions::default()
+            };
+            let note = Provider::Codex.under_confinement(&mut options).unwrap();
+            assert_eq!(options.sandbox_mode.as_deref(), Some("danger-full-access"));
+            assert!(note.contains("bubblewrap"), "{note}");
+            assert!(
+                note.contains(planned.unwrap_or("workspace-write")),
+                "{note}"
+            );
+            let dirs = dirs();
+            let argv = build_argv(&request(Provider::Codex, &dirs, &options));
+            assert!(argv
+                .windows(2)
+                .any(|w| w == ["--sandbox", "danger-full-access"]));
+        }
+        // Near misses: already without a sandbox, or another CLI.
+        let mut options = ProviderOptions {
+            sandbox_mode: Some("danger-full-access".into()),
+            ..ProviderOptions::default()
+        };
+        assert_eq!(Provider::Codex.under_confinement(&mut options), None);
+        let mut options = ProviderOptions::default();
+        assert_eq!(Provider::Claude.under_confinement(&mut options), None);
+        assert_eq!(Provider::Gemini.under_confinement(&mut options), None);
+        assert_eq!(options.sandbox_mode, None);
+    }
 
     #[test]
     fn codex_argv_defaults() {

@@ -7,7 +7,9 @@ use super::{
 };
 use serde_json::{Map, Value};
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 
 pub struct Gemini;
 
@@ -86,6 +88,11 @@ impl Adapter for Gemini {
     /// gemini has exit codes of its own (41 auth; 42, 44, 52, 53 other
     /// fatal errors); argument errors exit 1 and print "Unknown arguments"
     /// first.
+    /// `~/.gemini`: settings, chats, the project's temp files.
+    fn state_dirs(&self, home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+        vec![home.join(".gemini")]
+    }
+
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind> {
         match exit_code {
             41 => Some(FailureKind::NotLoggedIn),

@@ -116,6 +116,23 @@ impl Provider {
             .filter(|s| !s.is_empty())
     }
 
+    /// The directories the CLI keeps its own state in (sessions, settings,
+    /// caches), which a confined worker must be able to write (SPEC §9),
+    /// for the wrapper's environment: `HOME` and the CLI's own variables.
+    pub fn state_dirs(self) -> Vec<PathBuf> {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let Some(home) = var("HOME").map(PathBuf::from) else {
+            return Vec::new();
+        };
+        self.adapter().state_dirs(&home, &var)
+    }
+
+    /// How the CLI's options change when okstra confines the worker (SPEC
+    /// §9), and why: `None` when they stand as planned.
+    pub fn under_confinement(self, options: &mut ProviderOptions) -> Option<String> {
+        self.adapter().under_confinement(options)
+    }
+
     /// Classify a failed run from its exit code and this attempt's output
     /// (stdout and stderr together, as the log holds them). `None` when the
     /// exit was 0 or the CLI gave no sign.
@@ -226,6 +243,19 @@ trait Adapter: Sync {
 
     /// What a non-zero exit was, where the CLI lets it be told apart.
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind>;
+
+    /// Where the CLI writes its own state, given the home directory and the
+    /// environment (found by running it confined; PROVIDERS.md).
+    fn state_dirs(&self, _home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// The CLI's options changed for a run under okstra's confinement, with
+    /// a note saying what changed and why (for the worker's log and the
+    /// review); `None` when the options stand as planned.
+    fn under_confinement(&self, _options: &mut ProviderOptions) -> Option<String> {
+        None
+    }
 }
 
 /// An agent CLI's executable, for `okstra doctor`.

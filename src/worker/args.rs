@@ -1,5 +1,6 @@
 //! The arguments of the wrapper (`okstra-worker`, `okstra worker`).
 
+use crate::vocab::Confinement;
 use std::path::PathBuf;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,6 +80,17 @@ pub struct WorkerArgs {
     /// never released this attempt: exit 75 having written nothing.
     #[arg(long)]
     pub gated: bool,
+    /// Kernel confinement of the child and everything it starts (SPEC §9):
+    /// `auto` confines where the kernel offers Landlock ABI 6 or newer,
+    /// `required` refuses to start the child where it cannot, `none` never
+    /// confines.
+    #[arg(long, value_name = "MODE", default_value_t = Confinement::None)]
+    pub confinement: Confinement,
+    /// A directory a confined child may write, besides its private TMPDIR
+    /// and its provider's state (repeatable; relative to the project root
+    /// unless absolute). Made when missing; never reached through a symlink.
+    #[arg(long = "confine-dir", value_name = "DIR")]
+    pub confine_dirs: Vec<PathBuf>,
     /// The argv of a `command` job.
     #[arg(last = true, value_name = "ARGV")]
     pub command: Vec<String>,

@@ -22,12 +22,14 @@ mod args;
 
 pub use args::{Presentation, WorkerArgs};
 
+use crate::confine;
 use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
 use crate::provider::{
     self, ArgvRequest, Provider, ProviderOptions, SERVED_MODEL_MISMATCH_EXIT_CODE,
     TIMEOUT_EXIT_CODE,
 };
+use crate::vocab::Confinement;
 use serde::Serialize;
 use serde_json::Value;
 use std::fs::{self, File};
@@ -55,6 +57,9 @@ pub const NEVER_RELEASED_EXIT_CODE: i32 = 75;
 /// could not be written (a full disk, say), or which could not record
 /// `running` before starting the child (sysexits' EX_IOERR).
 pub const STATUS_WRITE_FAILED_EXIT_CODE: i32 = 74;
+/// Exit code of a wrapper that did not start its child because the
+/// confinement asked for could not be applied (sysexits' EX_OSERR).
+pub const CONFINEMENT_FAILED_EXIT_CODE: i32 = 71;
 /// What `okstra worker --help` and `okstra-worker --help` say it is.
 pub const ABOUT: &str = "The built-in worker wrapper (started by `okstra exec`)";
 /// The shell's codes for a program that could not be executed / found.
@@ -240,6 +245,10 @@ struct Status {
     child_exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// What kernel confinement the child ran under (SPEC §9):
+    /// `landlock-abi<N>`, or `none`. Absent when it never started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    confinement: Option<&'static str>,
     /// What kind of failure a non-zero exit was, where it can be told:
     /// `argument-error`, `not-logged-in`, `api-error`, `cli-error`,
     /// `cli-not-found`, `served-model-mismatch`, `timeout`.
@@ -349,6 +358,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             stopped: false,
             child_exit_code: None,
             error: None,
+            confinement: None,
             failure_kind: None,
         },
         started,
@@ -370,12 +380,28 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         }
     };
 
-    let options = ProviderOptions {
+    // Prepared here, before the sidecar says the attempt started: only the
+    // restriction itself is left for the start. The private TMPDIR lives
+    // until the attempt ended, then goes.
+    let confined = match prepare_confinement(args, &paths, provider) {
+        Ok(confined) => confined,
+        Err(problem) => {
+            say(format_args!("not starting {}: {problem}", args.provider));
+            status.status.failure_kind = Some("confinement-failed".into());
+            return status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem));
+        }
+    };
+    let mut options = ProviderOptions {
         permission_mode: args.permission_mode.clone(),
         sandbox_mode: args.sandbox_mode.clone(),
         approval_mode: args.approval_mode.clone(),
         extra_args: args.extra_args.clone(),
     };
+    if confined.is_some() {
+        if let Some(note) = provider.under_confinement(&mut options) {
+            say(format_args!("{note}"));
+        }
+    }
     let argv = provider::build_argv(&ArgvRequest {
         provider,
         model: &args.model,
@@ -386,11 +412,16 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         session_id: args.session_id.as_deref(),
         project_is_git_repo: paths.root.ancestors().any(|d| d.join(".git").exists()),
     });
-    let env = worker_env(args, &paths);
+    let mut env = worker_env(args, &paths);
     // Output of earlier attempts may already be in the log; look only past it.
     let log_start = fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
     status.status.argv = argv.clone();
     status.status.log_offset = log_start;
+
+    if let Some(c) = &confined {
+        env.extend(c.env(provider));
+    }
+    status.status.confinement = Some(confined.as_ref().map_or("none", |c| c.rules.applied));
 
     let spec = SpawnSpec {
         argv: &argv,
@@ -412,7 +443,20 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             return STATUS_WRITE_FAILED_EXIT_CODE;
         }
     }
-    let mut child = match process::spawn_in_caller_group(&spec) {
+    let launched = match &confined {
+        Some(c) => c.spawn(&spec),
+        None => Ok(process::spawn_in_caller_group(&spec)),
+    };
+    let launched = match launched {
+        Ok(launched) => launched,
+        Err(problem) => {
+            say(format_args!("not starting {}: {problem}", args.provider));
+            status.status.confinement = None;
+            status.status.failure_kind = Some("confinement-failed".into());
+            return status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem));
+        }
+    };
+    let mut child = match launched {
         Ok(child) => child,
         Err(err) => {
             let program = argv.first().map(String::as_str).unwrap_or_default();
@@ -474,6 +518,9 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         Outcome::Mismatch => (SERVED_MODEL_MISMATCH_EXIT_CODE, None),
         Outcome::Exited(code) if code != 0 => {
             let output = watch.excerpt();
+            if let Some(c) = &confined {
+                c.explain_refusals(&output);
+            }
             let error = match provider.failure_kind(code, &output) {
                 Some(kind) => {
                     let refused = (kind == provider::FailureKind::ArgumentError)
@@ -525,6 +572,120 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         ));
     }
     code
+}
+
+/// A worker's confinement, prepared in the wrapper (SPEC §9).
+struct Confined {
+    rules: confine::Prepared,
+    /// The private TMPDIR, removed when the attempt is over.
+    tmp: tempfile::TempDir,
+}
+
+impl Confined {
+    /// Start the child confined: `Err` when the confinement could not be
+    /// applied (the child was not started), else what the start gave.
+    ///
+    /// Landlock binds the thread that restricts itself, and a process
+    /// inherits the domain of the thread that made it. So the ruleset is
+    /// applied to a thread made for this one start, which then starts the
+    /// child: the child is confined before its first instruction, while
+    /// the wrapper's main thread, which writes the status sidecar, stops
+    /// the child and removes the TMPDIR, stays outside the domain (and the
+    /// child, whose parent is the wrapper's process, cannot signal it).
+    /// Not a pre-exec hook: that needs `unsafe` (code between fork and
+    /// exec), and makes std fork where it now uses posix_spawn.
+    fn spawn(&self, spec: &SpawnSpec) -> Result<io::Result<Spawned>, String> {
+        std::thread::scope(|s| {
+            let starter = std::thread::Builder::new()
+                .name("confined-start".into())
+                .spawn_scoped(s, || {
+                    self.rules
+                        .restrict_this_thread()
+                        .map_err(|e| format!("cannot confine the worker: {e}"))?;
+                    Ok(process::spawn_in_caller_group(spec))
+                })
+                .map_err(|e| format!("cannot start the thread that confines the worker: {e}"))?;
+            starter
+                .join()
+                .unwrap_or_else(|_| Err("the thread that confines the worker panicked".into()))
+        })
+    }
+
+    /// What the child's environment gains: its TMPDIR, and for claude
+    /// `IS_SANDBOX=1`, since it now is in one (so `bypassPermissions` runs
+    /// as root).
+    fn env(&self, provider: Provider) -> Vec<(String, String)> {
+        let mut env = vec![("TMPDIR".into(), self.tmp.path().display().to_string())];
+        if provider == Provider::Claude {
+            env.push(("IS_SANDBOX".into(), "1".into()));
+        }
+        env
+    }
+
+    /// A failed child whose output says a write was refused: say where it
+    /// may write, so the log explains its own EACCES.
+    fn explain_refusals(&self, output: &str) {
+        if output.contains("Permission denied") || output.contains("EACCES") {
+            let dirs: Vec<String> = self
+                .rules
+                .dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            say(format_args!(
+                "the worker is confined ({}): it may write only under {} and /dev/null-like devices; a write elsewhere fails with EACCES (Permission denied)",
+                self.rules.applied,
+                dirs.join(", ")
+            ));
+        }
+    }
+}
+
+/// The confinement `args` ask for, prepared: `None` when the child runs
+/// unconfined (`none`, or `auto` on a kernel without Landlock); `Err` when
+/// it must not start (`required` where the kernel cannot, or a directory
+/// that cannot be made or is reached through a symlink).
+fn prepare_confinement(
+    args: &WorkerArgs,
+    paths: &Paths,
+    provider: Provider,
+) -> Result<Option<Confined>, String> {
+    if args.confinement == Confinement::None {
+        return Ok(None);
+    }
+    let offer = confine::offer();
+    let abi = match (confine::decide(args.confinement, &offer), &offer) {
+        (Ok(true), confine::Offer::Landlock { abi }) => *abi,
+        (Err(why), _) => return Err(format!("confinement is required, but {why}")),
+        _ => return Ok(None),
+    };
+    let tmp =
+        private_tmpdir(&paths.root).map_err(|e| format!("cannot make a private TMPDIR: {e}"))?;
+    let mut outside = vec![tmp.path().to_path_buf()];
+    outside.extend(provider.state_dirs());
+    outside.extend(confine::test_also_writable());
+    let rules = confine::Prepared::build(
+        &confine::Grants {
+            root: &paths.root,
+            confine_dirs: &args.confine_dirs,
+            outside: &outside,
+        },
+        abi,
+    )?;
+    Ok(Some(Confined { rules, tmp }))
+}
+
+/// A fresh directory under the system's temp directory, outside the
+/// project (a TMPDIR inside the project would let the worker write there).
+fn private_tmpdir(root: &Path) -> io::Result<tempfile::TempDir> {
+    let base = std::env::temp_dir();
+    let base = match base.canonicalize() {
+        Ok(real) if !real.starts_with(root) => real,
+        _ => PathBuf::from("/tmp"),
+    };
+    tempfile::Builder::new()
+        .prefix("okstra-worker-")
+        .tempdir_in(base)
 }
 
 /// What can be refused before starting anything; the provider, parsed.
@@ -1040,6 +1201,42 @@ mod tests {
         assert_eq!(execute(&a, &stop, fast()), 42);
         trigger.join().unwrap();
         assert_eq!(status(dir.path())["exitCode"], 42);
+    }
+
+    #[test]
+    fn a_confined_child_is_bound_and_the_wrapper_is_not() {
+        if let confine::Offer::Unavailable(why) = confine::offer() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let script = r#"
+            echo in > out/in.txt
+            if echo x 2>/dev/null > outside.txt; then echo allowed; else echo refused; fi > out/write
+            if kill -0 $PPID 2>/dev/null; then echo allowed; else echo refused; fi > out/signal
+            echo "$TMPDIR" > out/tmpdir; echo t > "$TMPDIR/t"
+        "#;
+        let mut a = args(&root, script);
+        a.confinement = Confinement::Required;
+        a.confine_dirs = vec!["out".into()];
+        let stop = AtomicBool::new(false);
+        assert_eq!(execute(&a, &stop, fast()), 0);
+        let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
+        assert_eq!(read("out/in.txt"), "in\n");
+        assert_eq!(read("out/write"), "refused\n");
+        assert!(!root.join("outside.txt").exists());
+        assert_eq!(read("out/signal"), "refused\n", "the wrapper is outside");
+        // The wrapper's thread wrote the sidecar outside the child's
+        // directories, and removed the TMPDIR; this thread writes anywhere.
+        let s = status(&root);
+        assert_eq!(s["state"], "exited");
+        assert!(s["confinement"]
+            .as_str()
+            .unwrap()
+            .starts_with("landlock-abi"));
+        assert!(!Path::new(read("out/tmpdir").trim()).exists());
+        fs::write(root.join("after.txt"), "unbound\n").unwrap();
     }
 
     fn fast() -> Timing {

@@ -186,6 +186,18 @@ impl Project {
 }
 
 /// The lines of a file that may not exist yet (a worker's run counter).
+/// A job spec's `env` line for fixture workers that report to the test
+/// through `scratch`, a directory outside the project (never seen by the
+/// mutation audit): `SCRATCH` names it, and the debug build's test seam
+/// lets a worker confined by the default `confinement = "auto"` write it.
+pub fn scratch_env(scratch: &Path) -> String {
+    format!(
+        "env = {{ SCRATCH = \"{0}\", {1} = \"{0}\" }}",
+        scratch.display(),
+        okstra::confine::TEST_ALSO_WRITABLE_ENV
+    )
+}
+
 pub fn lines_of(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -375,4 +387,44 @@ pub fn plan_json(p: &Project, spec: &str) -> Run {
         "--format",
         "json",
     ])
+}
+
+/// What a review snapshot leaves out: the project root, short and long
+/// digests, and what this machine's kernel offers for confinement (the
+/// review says it; it is not the plan's).
+#[allow(dead_code)]
+pub fn review_filters(p: &Project) -> Vec<(String, String)> {
+    let root = p.root().canonicalize().unwrap().display().to_string();
+    vec![
+        (regex_escape(&root), "[ROOT]".into()),
+        (r"\b[0-9a-f]{12}\b".into(), "[SHA12]".into()),
+        (r"sha256:[0-9a-f]{64}".into(), "sha256:[DIGEST]".into()),
+        (
+            r"confinement this machine .*".into(),
+            "confinement [THIS MACHINE]".into(),
+        ),
+        (
+            r"(yes here \(landlock-abi\d\)|not here(: exec will refuse it)?)".into(),
+            "[HERE]".into(),
+        ),
+        // A codex job confined here runs without its own sandbox.
+        (
+            r"\n      note      confined here, [^\n]*".into(),
+            String::new(),
+        ),
+    ]
+}
+
+/// `s` as a regular expression matching itself.
+#[allow(dead_code)]
+pub fn regex_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '/' || c == '_' || c == '-' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
 }

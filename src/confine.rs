@@ -1,0 +1,453 @@
+//! Kernel write confinement of a worker (SPEC §9), with Linux Landlock.
+//!
+//! The wrapper (unconfined) prepares everything: it creates each directory
+//! the worker may write, opens it, and builds the ruleset. Then a thread
+//! of its own restricts itself (Landlock binds the calling thread only)
+//! and starts the worker, which inherits the domain before its first
+//! instruction, so the worker and everything it starts can write only
+//! there, and cannot signal or reach through an abstract unix socket any
+//! process outside its domain (exec, the wrapper, whose main thread stays
+//! unconfined). Reads, network and pathname unix sockets are not confined;
+//! the README's threat model says what that leaves.
+//!
+//! Which directories: for each write-policy pattern its longest literal
+//! directory ([`policy_dirs`], at plan time; the audit still checks the
+//! exact patterns), a private `TMPDIR`, the provider's own state
+//! directories, `/dev/null`-like devices, and the files the worker's
+//! stdout and stderr already are (its log, or its pane's terminal), so
+//! `> /dev/stderr` works.
+
+use crate::policy;
+use crate::vocab::Confinement;
+use landlock::{
+    Access, AccessFs, CompatLevel, Compatible, LandlockStatus, PathBeneath, RestrictSelf, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+/// The oldest Landlock ABI okstra confines with: 6, the first with scopes
+/// (signals, abstract unix sockets), without which a worker could kill
+/// exec.
+const MIN_ABI: u8 = 6;
+
+/// The newest ABI whose rights okstra asks for. ABI 7 adds only audit
+/// logging to 6; newer ABIs' rights (9 restricts connecting to pathname
+/// unix sockets) are left until they are measured against the real CLIs.
+const MAX_ABI: u8 = 7;
+
+/// In debug builds only, this variable makes the kernel look as if it had
+/// no Landlock, so tests can show what a machine without it does.
+pub const SIMULATE_UNAVAILABLE_ENV: &str = "OKSTRA_TEST_NO_LANDLOCK";
+
+/// In debug builds only, an absolute directory a confined worker may also
+/// write: the scratch directory outside the project through which the
+/// test suites' fixture workers report to the test (run counters, markers),
+/// so those suites run under the default confinement. A release build
+/// ignores it; tests/confinement.rs never sets it.
+pub const TEST_ALSO_WRITABLE_ENV: &str = "OKSTRA_TEST_ALSO_WRITABLE";
+
+/// The directory [`TEST_ALSO_WRITABLE_ENV`] names, in a debug build.
+pub fn test_also_writable() -> Option<PathBuf> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let dir = PathBuf::from(std::env::var_os(TEST_ALSO_WRITABLE_ENV)?);
+    dir.is_absolute().then_some(dir)
+}
+
+/// Devices every program expects to write (their directory is never
+/// granted, only these files).
+const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+
+/// What this kernel offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offer {
+    /// Landlock at this ABI (at least [`MIN_ABI`]).
+    Landlock { abi: u8 },
+    /// No confinement here, and why.
+    Unavailable(String),
+}
+
+impl Offer {
+    /// What a worker would get here: `landlock-abi<N>`, or `none`.
+    pub fn applied(&self) -> &'static str {
+        match self {
+            Offer::Landlock { abi: 6 } => "landlock-abi6",
+            Offer::Landlock { .. } => "landlock-abi7",
+            Offer::Unavailable(_) => "none",
+        }
+    }
+
+    /// One line for people (plan review, doctor).
+    pub fn describe(&self) -> String {
+        match self {
+            Offer::Landlock { abi } => format!(
+                "Landlock ABI {abi}: workers are confined (writes, signals, abstract unix sockets)"
+            ),
+            Offer::Unavailable(why) => format!("no confinement: {why}"),
+        }
+    }
+}
+
+/// Ask the kernel which Landlock ABI it offers.
+pub fn offer() -> Offer {
+    if cfg!(debug_assertions) && std::env::var_os(SIMULATE_UNAVAILABLE_ENV).is_some() {
+        return Offer::Unavailable(format!(
+            "Landlock reported unavailable ({SIMULATE_UNAVAILABLE_ENV} is set, a debug build's test seam)"
+        ));
+    }
+    // A `RestrictSelf` with nothing to apply and no `no_new_privs` only
+    // probes: the crate keeps its own probe private.
+    let status = RestrictSelf::default().no_new_privs(false).apply();
+    match status.map(|s| s.landlock) {
+        Ok(LandlockStatus::Available { effective_abi, .. }) => {
+            let abi: u8 = effective_abi.to_string().parse().unwrap_or(0);
+            if abi >= MIN_ABI {
+                Offer::Landlock {
+                    abi: abi.min(MAX_ABI),
+                }
+            } else {
+                Offer::Unavailable(format!(
+                    "the kernel offers Landlock ABI {abi}; okstra needs {MIN_ABI} or newer (Linux 6.12), for signal scoping"
+                ))
+            }
+        }
+        Ok(LandlockStatus::NotEnabled) => Offer::Unavailable(
+            "the kernel has Landlock but it is not enabled (add `landlock` to the `lsm=` boot parameter)"
+                .into(),
+        ),
+        Ok(LandlockStatus::NotImplemented) => {
+            Offer::Unavailable("the kernel has no Landlock (Linux 6.12 or newer has it)".into())
+        }
+        Err(e) => Offer::Unavailable(format!("cannot ask the kernel about Landlock: {e}")),
+    }
+}
+
+/// Whether a job asking for `wanted` is confined on a machine offering
+/// `offer`; `Err` for `required` where it cannot be.
+pub fn decide(wanted: Confinement, offer: &Offer) -> Result<bool, String> {
+    match (wanted, offer) {
+        (Confinement::None, _) => Ok(false),
+        (_, Offer::Landlock { .. }) => Ok(true),
+        (Confinement::Auto, Offer::Unavailable(_)) => Ok(false),
+        (Confinement::Required, Offer::Unavailable(why)) => Err(why.clone()),
+    }
+}
+
+/// The directories a confined worker may write for a write policy: each
+/// pattern's longest literal directory (`src/**` and `src/*.rs` give
+/// `src`, `out/r.md` gives `out`, `**/x` gives the project root, written
+/// ``), leaving out `skip` (files the wrapper writes, not the worker), and
+/// any directory under another one listed.
+pub fn policy_dirs(allow: &[String], skip: &[String]) -> Vec<String> {
+    let skip: Vec<String> = skip.iter().filter_map(|s| policy::normalise(s)).collect();
+    let mut dirs: Vec<String> = allow
+        .iter()
+        .filter_map(|p| policy::normalise(p))
+        .filter(|p| !p.is_empty() && !skip.contains(p))
+        .map(|p| literal_dir(&p))
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    // The project root (``) covers every relative directory, not the
+    // absolute ones outside it (a worktree elsewhere).
+    let covered = |d: &String, by: &String| {
+        d != by
+            && match by.as_str() {
+                "" => !d.starts_with('/'),
+                "/" => true,
+                by => d.starts_with(&format!("{by}/")),
+            }
+    };
+    let keep: Vec<String> = dirs
+        .iter()
+        .filter(|d| !dirs.iter().any(|by| covered(d, by)))
+        .cloned()
+        .collect();
+    keep
+}
+
+/// The longest literal directory of a normalised pattern: its directory
+/// part, cut before the first segment holding a wildcard.
+fn literal_dir(pattern: &str) -> String {
+    let segments: Vec<&str> = pattern.split('/').collect();
+    let dir = &segments[..segments.len() - 1];
+    let literal: Vec<&str> = dir
+        .iter()
+        .take_while(|s| !policy::is_glob(s))
+        .copied()
+        .collect();
+    match literal.as_slice() {
+        // `/x` (or a glob right under `/`): the root directory itself.
+        [""] => "/".into(),
+        parts => parts.join("/"),
+    }
+}
+
+/// A ruleset built ahead, applied by [`restrict_this_thread`].
+///
+/// [`restrict_this_thread`]: Prepared::restrict_this_thread
+#[derive(Debug)]
+pub struct Prepared {
+    ruleset: RulesetCreated,
+    /// `landlock-abi<N>`: what the dispatch row records.
+    pub applied: &'static str,
+    /// The directories granted, for the log and the review.
+    pub dirs: Vec<PathBuf>,
+}
+
+/// Where a confined worker may write.
+pub struct Grants<'a> {
+    /// The project root: `confine_dirs` are relative to it.
+    pub root: &'a Path,
+    /// Policy directories (relative to `root`, or absolute), created when
+    /// missing, each component opened without following a symlink.
+    pub confine_dirs: &'a [PathBuf],
+    /// Directories outside the project (the private TMPDIR, the provider's
+    /// state), created when missing.
+    pub outside: &'a [PathBuf],
+}
+
+impl Prepared {
+    /// Create and open every granted directory and build the ruleset for
+    /// the kernel's `offer`. Nothing is restricted yet.
+    pub fn build(grants: &Grants, abi: u8) -> Result<Prepared, String> {
+        let root = std::fs::File::open(grants.root)
+            .map_err(|e| format!("cannot open the project root: {e}"))?;
+        let mut dirs: Vec<(PathBuf, OwnedFd)> = Vec::new();
+        for d in grants.confine_dirs {
+            let fd = open_made_nofollow(root.as_fd(), d)
+                .map_err(|e| format!("cannot prepare the write directory {}: {e}", d.display()))?;
+            dirs.push((grants.root.join(d), fd));
+        }
+        for d in grants.outside {
+            // Nearly always there already: made only when missing.
+            let fd = match open_path(d) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(d).and_then(|()| open_path(d))
+                }
+                other => other,
+            }
+            .map_err(|e| format!("cannot prepare the directory {}: {e}", d.display()))?;
+            dirs.push((d.clone(), fd));
+        }
+        let files = inherited_outputs().into_iter().chain(devices());
+        let ruleset = ruleset(abi, dirs.iter().map(|(_, fd)| fd), files)
+            .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
+        Ok(Prepared {
+            ruleset,
+            applied: if abi >= 7 {
+                "landlock-abi7"
+            } else {
+                "landlock-abi6"
+            },
+            dirs: dirs.into_iter().map(|(p, _)| p).collect(),
+        })
+    }
+
+    /// Restrict the calling thread for good (`no_new_privs`, then the
+    /// ruleset), and so every process it starts from now on; the process's
+    /// other threads are left as they were (the crate's all-threads flag
+    /// is not asked for). Call it on a thread made for the purpose.
+    pub fn restrict_this_thread(&self) -> io::Result<()> {
+        self.ruleset
+            .try_clone()?
+            .restrict_self()
+            .map(|_| ())
+            .map_err(io::Error::other)
+    }
+}
+
+/// The ruleset: every write right of ABI 6–7 handled, granted under `dirs`
+/// and, as file rights, on `files`; signals and abstract unix sockets
+/// scoped. A hard requirement: a kernel below ABI 6 fails here rather than
+/// confining less than it says.
+fn ruleset<'a>(
+    abi: u8,
+    dirs: impl Iterator<Item = &'a OwnedFd>,
+    files: impl Iterator<Item = OwnedFd>,
+) -> Result<RulesetCreated, landlock::RulesetError> {
+    let level = if abi >= 7 { ABI::V7 } else { ABI::V6 };
+    let write = AccessFs::from_write(level);
+    let file_write = write & AccessFs::from_file(level);
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(write)?
+        .scope(Scope::from_all(level))?
+        .create()?;
+    for fd in dirs {
+        created = created.add_rule(PathBeneath::new(fd.as_fd(), write))?;
+    }
+    for fd in files {
+        created = created.add_rule(PathBeneath::new(fd, file_write))?;
+    }
+    Ok(created)
+}
+
+/// `dir` (relative to `root`, or absolute) opened as an `O_PATH`
+/// descriptor, each missing component created, no component followed if
+/// it is a symlink: a rule is never redirected, nor widened to an
+/// existing ancestor.
+fn open_made_nofollow(root: std::os::fd::BorrowedFd, dir: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut at: OwnedFd = if dir.is_absolute() {
+        rustix::fs::open("/", flags, Mode::empty())?
+    } else {
+        rustix::fs::openat(root, ".", flags, Mode::empty())?
+    };
+    for c in dir.components() {
+        let name = match c {
+            Component::Normal(name) => name,
+            Component::RootDir | Component::CurDir => continue,
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a write directory may not climb with `..`",
+                ))
+            }
+        };
+        let next = match rustix::fs::openat(&at, name, flags, Mode::empty()) {
+            Err(Errno::NOENT) => {
+                match rustix::fs::mkdirat(&at, name, Mode::from_raw_mode(0o777)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                rustix::fs::openat(&at, name, flags, Mode::empty())
+            }
+            other => other,
+        };
+        at = next.map_err(|e| match e {
+            Errno::LOOP | Errno::NOTDIR => io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "`{}` is a symlink or not a directory: a write directory is never a redirect",
+                    name.to_string_lossy()
+                ),
+            ),
+            e => e.into(),
+        })?;
+    }
+    Ok(at)
+}
+
+/// `path` as an `O_PATH` descriptor, what a Landlock rule is made from.
+fn open_path(path: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// The files the worker's stdout and stderr already are, when they are
+/// regular files (the log) or terminals (a pane): reopening them by path
+/// (`/dev/stderr`, `/proc/self/fd/2`) lands on them, and must work.
+fn inherited_outputs() -> Vec<OwnedFd> {
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    for fd in [1, 2] {
+        let flags = OFlags::PATH | OFlags::CLOEXEC;
+        let Ok(file) = rustix::fs::open(format!("/proc/self/fd/{fd}"), flags, Mode::empty()) else {
+            continue;
+        };
+        let Ok(stat) = rustix::fs::fstat(&file) else {
+            continue;
+        };
+        let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+        // stdout and stderr are nearly always the same log: one rule.
+        let id = (stat.st_dev, stat.st_ino);
+        if matches!(
+            kind,
+            rustix::fs::FileType::RegularFile | rustix::fs::FileType::CharacterDevice
+        ) && !seen.contains(&id)
+        {
+            seen.push(id);
+            out.push(file);
+        }
+    }
+    out
+}
+
+/// The `/dev/null`-like devices that exist here.
+fn devices() -> Vec<OwnedFd> {
+    DEVICES
+        .iter()
+        .filter_map(|d| open_path(Path::new(d)).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs(allow: &[&str], skip: &[&str]) -> Vec<String> {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        policy_dirs(&s(allow), &s(skip))
+    }
+
+    #[test]
+    fn each_pattern_grants_its_longest_literal_directory() {
+        assert_eq!(dirs(&["src/**"], &[]), ["src"]);
+        assert_eq!(dirs(&["src/*.rs", "docs/a/b.md"], &[]), ["docs/a", "src"]);
+        assert_eq!(dirs(&["src/{a,b}/x.rs"], &[]), ["src"]);
+        assert_eq!(dirs(&["/wt/abs/**"], &[]), ["/wt/abs"]);
+        assert_eq!(dirs(&["a/*/b/c"], &[]), ["a"]);
+        // A wildcard in the first segment, or a file at the top: the root.
+        assert_eq!(dirs(&["**/*.rs", "src/**"], &[]), [""]);
+        assert_eq!(dirs(&["result.md"], &[]), [""]);
+        // The root does not cover a worktree outside the project.
+        assert_eq!(dirs(&["r.md", "/wt/**"], &[]), ["", "/wt"]);
+    }
+
+    #[test]
+    fn nested_and_repeated_directories_fold_and_skipped_files_go() {
+        assert_eq!(
+            dirs(
+                &[
+                    "results/a.md",
+                    "results/a.md.audit.json",
+                    "results/deep/x.md",
+                    "prompts/a.md.log",
+                    "prompts/a.md.status.json",
+                ],
+                &["prompts/a.md.log", "./prompts/a.md.status.json"]
+            ),
+            ["results"]
+        );
+        // `srcx` is not under `src`.
+        assert_eq!(dirs(&["src/**", "srcx/**"], &[]), ["src", "srcx"]);
+    }
+
+    #[test]
+    fn required_is_refused_only_where_nothing_is_offered() {
+        let here = Offer::Landlock { abi: 7 };
+        let none = Offer::Unavailable("no".into());
+        assert_eq!(decide(Confinement::Auto, &here), Ok(true));
+        assert_eq!(decide(Confinement::Required, &here), Ok(true));
+        assert_eq!(decide(Confinement::None, &here), Ok(false));
+        assert_eq!(decide(Confinement::Auto, &none), Ok(false));
+        assert_eq!(decide(Confinement::None, &none), Ok(false));
+        assert_eq!(decide(Confinement::Required, &none), Err("no".into()));
+        assert_eq!(here.applied(), "landlock-abi7");
+        assert_eq!(Offer::Landlock { abi: 6 }.applied(), "landlock-abi6");
+        assert_eq!(none.applied(), "none");
+    }
+
+    #[test]
+    fn a_write_directory_is_made_but_never_reached_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::File::open(dir.path()).unwrap();
+        open_made_nofollow(root.as_fd(), Path::new("a/b/c")).unwrap();
+        assert!(dir.path().join("a/b/c").is_dir());
+        std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink("elsewhere", dir.path().join("link")).unwrap();
+        let err = open_made_nofollow(root.as_fd(), Path::new("link/new")).unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+        assert!(!dir.path().join("elsewhere/new").exists());
+        assert!(open_made_nofollow(root.as_fd(), Path::new("a/../x")).is_err());
+    }
+}
