@@ -8,9 +8,14 @@
 //! microseconds, once per job and attempt, next to a process start each.
 
 use crate::plan::{Job, Plan, Stage};
+use crate::vocab::Backend;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+
+/// What is held of one job before it is parsed: its canonical text, its
+/// state key and its backend.
+pub type Held = (Box<str>, Box<str>, Backend);
 
 pub struct Jobs {
     /// Each job's JSON text, in plan order.
@@ -19,24 +24,28 @@ pub struct Jobs {
     keys: Vec<Box<str>>,
     /// Each job's stage.
     stage: Vec<u32>,
+    /// Each job's backend, known without parsing it.
+    backend: Vec<Backend>,
     /// The jobs parsed and being worked on, by index.
     parsed: RefCell<HashMap<usize, Rc<Job>>>,
 }
 
 impl Jobs {
-    /// From each stage's jobs as (text, key).
-    pub fn from_stages(stages: Vec<Vec<(Box<str>, Box<str>)>>) -> Jobs {
+    /// From each stage's jobs.
+    pub fn from_stages(stages: Vec<Vec<Held>>) -> Jobs {
         let mut jobs = Jobs {
             texts: Vec::new(),
             keys: Vec::new(),
             stage: Vec::new(),
+            backend: Vec::new(),
             parsed: RefCell::new(HashMap::new()),
         };
         for (si, stage) in stages.into_iter().enumerate() {
-            for (text, key) in stage {
+            for (text, key, backend) in stage {
                 jobs.texts.push(text);
                 jobs.keys.push(key);
                 jobs.stage.push(si as u32);
+                jobs.backend.push(backend);
             }
         }
         jobs
@@ -52,7 +61,7 @@ impl Jobs {
                     .into_iter()
                     .map(|job| {
                         let text = serde_json::to_string(&job).unwrap_or_default();
-                        (text.into_boxed_str(), job.key.into_boxed_str())
+                        (text.into_boxed_str(), job.key.into_boxed_str(), job.backend)
                     })
                     .collect()
             })
@@ -74,6 +83,11 @@ impl Jobs {
 
     pub fn key(&self, i: usize) -> &str {
         &self.keys[i]
+    }
+
+    /// Whether any job runs on `backend`.
+    pub fn uses(&self, backend: Backend) -> bool {
+        self.backend.contains(&backend)
     }
 
     /// Job `i`, parsed (and kept parsed until [`Self::forget`]).

@@ -52,7 +52,7 @@ pub struct Lean {
 /// [`load`], keeping each job as its canonical text.
 pub fn load_lean(path: &Path) -> Result<Lean, Diagnostic> {
     let (plan, stages) = read(path, |text, job| {
-        (text.into_boxed_str(), job.key.into_boxed_str())
+        (text.into_boxed_str(), job.key.into_boxed_str(), job.backend)
     })?;
     Ok(Lean {
         plan,
@@ -88,19 +88,25 @@ fn read<T: Send>(
             format!("cannot read plan {shown}: {e}"),
         )
     })?;
-    let top: RawObject = serde_json::from_slice(&bytes).map_err(|e| {
-        refuse(
-            Code::PlanUnreadable,
-            format!("plan {shown} is not a JSON object: {e}"),
-        )
-    })?;
-    check_version(&top).map_err(|m| refuse(Code::PlanVersion, m))?;
-    let recorded = top
-        .get("digest")
-        .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
-        .unwrap_or_default();
-    let read = digest_and_jobs(&top, &keep)
-        .map_err(|m| refuse(Code::PlanUnreadable, format!("plan {shown}: {m}")))?;
+    // The file's bytes are held only while they are read: what is kept is
+    // each job as `keep` makes it, and the plan's head as text.
+    let (recorded, read, head) = {
+        let top: RawObject = serde_json::from_slice(&bytes).map_err(|e| {
+            refuse(
+                Code::PlanUnreadable,
+                format!("plan {shown} is not a JSON object: {e}"),
+            )
+        })?;
+        check_version(&top).map_err(|m| refuse(Code::PlanVersion, m))?;
+        let recorded = top
+            .get("digest")
+            .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+            .unwrap_or_default();
+        let read = digest_and_jobs(&top, &keep)
+            .map_err(|m| refuse(Code::PlanUnreadable, format!("plan {shown}: {m}")))?;
+        (recorded, read, head_text(&top))
+    };
+    drop(bytes);
     if let Some((at, n)) = read.inexact {
         return Err(refuse(
             Code::PlanDigestMismatch,
@@ -124,12 +130,28 @@ fn read<T: Send>(
             format!("the plan records digest {recorded}, but its content digests to {actual}: it was edited after `okstra plan` wrote it"),
         ));
     }
-    typed(&top, stages).map_err(|m| {
+    typed(&head, stages).map_err(|m| {
         refuse(
             Code::PlanUnreadable,
             format!("plan {shown} does not have the plan shape: {m}"),
         )
     })
+}
+
+/// The plan's top-level object without its stages' content, as JSON text
+/// (`"stages": []`): parsed straight into a [`Plan`], never into a tree.
+fn head_text(top: &RawObject) -> String {
+    let mut text = String::from("{");
+    for (k, v) in top {
+        if k != "stages" {
+            text.push_str(&Value::from(k.as_ref()).to_string());
+            text.push(':');
+            text.push_str(v.get());
+            text.push(',');
+        }
+    }
+    text.push_str("\"stages\":[]}");
+    text
 }
 
 fn check_version(top: &RawObject) -> Result<(), String> {
@@ -172,7 +194,9 @@ fn digest_and_jobs<T: Send>(
     keep: &(impl Fn(String, Job) -> T + Sync),
 ) -> Result<Read<T>, String> {
     use sha2::{Digest, Sha256};
-    const CHUNK: usize = 512;
+    // A chunk of jobs is parsed (as trees) at once, in parallel: small
+    // enough that the trees never weigh much next to the texts kept.
+    const CHUNK: usize = 128;
     let stages_raw: Vec<RawObject> = match top.get("stages") {
         Some(r) => serde_json::from_str(r.get()).map_err(|e| format!("`stages`: {e}"))?,
         None => Vec::new(),
@@ -315,18 +339,8 @@ fn around_mark(value: &Value) -> (String, String) {
 
 /// The typed plan head (each stage named, no jobs) and each stage's jobs.
 #[allow(clippy::type_complexity)]
-fn typed<T>(top: &RawObject, stages: Vec<ParsedStage<T>>) -> Result<(Plan, Vec<Vec<T>>), String> {
-    let mut head = Map::new();
-    for (k, v) in top {
-        if k != "stages" {
-            head.insert(
-                k.to_string(),
-                serde_json::from_str(v.get()).map_err(|e| e.to_string())?,
-            );
-        }
-    }
-    head.insert("stages".into(), Value::Array(Vec::new()));
-    let mut plan: Plan = serde_json::from_value(Value::Object(head)).map_err(|e| e.to_string())?;
+fn typed<T>(head: &str, stages: Vec<ParsedStage<T>>) -> Result<(Plan, Vec<Vec<T>>), String> {
+    let mut plan: Plan = serde_json::from_str(head).map_err(|e| e.to_string())?;
     let mut all = Vec::with_capacity(stages.len());
     for (name, extra, jobs) in stages {
         if let Some(k) = extra.first() {

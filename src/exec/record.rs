@@ -225,8 +225,15 @@ impl Recorder {
         Ok(filled)
     }
 
-    pub fn maybe_flush(&mut self) -> Result<(), StateError> {
-        self.ledger.maybe_flush().map(drop)
+    /// Write team-state when it is due (its interval passed, or many rows
+    /// are held), the events it reflects made durable first: team-state
+    /// never runs ahead of the log it is a view of.
+    pub fn maybe_flush(&mut self) -> Result<(), String> {
+        if !self.ledger.flush_due() {
+            return Ok(());
+        }
+        self.commit(Sync::Data).map_err(|e| e.to_string())?;
+        self.ledger.flush().map_err(|e| format!("team-state: {e}"))
     }
 
     pub fn flush(&mut self) -> Result<(), StateError> {

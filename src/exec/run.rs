@@ -145,7 +145,7 @@ impl<'a> Runner<'a> {
         let (audit_roots, audit_exclude) = audit_walk(root, plan, jobs, &rec);
         let n = jobs.len();
         let mut backend = Backends::new(Local::new(opts.worker.clone()));
-        if plan.jobs().any(|j| j.backend == Backend::Slurm) {
+        if jobs.uses(Backend::Slurm) {
             backend.add(
                 Backend::Slurm,
                 Box::new(super::backend::slurm::Slurm::new(opts.worker.clone(), plan)),
@@ -1119,7 +1119,7 @@ impl Runner<'_> {
             retries.extend(self.settle_with(e, judge, &own));
         }
         if let Err(e) = self.rec.maybe_flush() {
-            self.fatal.get_or_insert(format!("team-state: {e}"));
+            self.fatal.get_or_insert(e);
         }
         retries
     }
@@ -1129,7 +1129,11 @@ impl Runner<'_> {
     fn settle_one(&mut self, si: usize, e: Ended) -> Option<(usize, u64)> {
         let mut own = self.rec.own_file_changes();
         own.extend(self.forged.remove(&si).unwrap_or_default());
-        self.settle_with(e, Judge::Off, &own)
+        let next = self.settle_with(e, Judge::Off, &own);
+        if let Err(e) = self.rec.maybe_flush() {
+            self.fatal.get_or_insert(e);
+        }
+        next
     }
 
     /// Gather the facts of an ended attempt, decide, record, report; the

@@ -74,6 +74,11 @@ struct Pending {
 }
 
 impl Pending {
+    /// Rows held: what a flush has to merge.
+    fn len(&self) -> usize {
+        self.dispatches.len() + self.workers.rows.len() + self.attempts.rows.len()
+    }
+
     fn is_empty(&self) -> bool {
         self.dispatches.is_empty()
             && self.workers.is_empty()
@@ -85,6 +90,12 @@ impl Pending {
 /// [`Ledger::maybe_flush`] waits at least this many times the last flush's
 /// duration between flushes (after the end of one, before the next).
 const FLUSH_SPACING: u32 = 30;
+
+/// Rows held past which a flush is due sooner (after [`CAP_SPACING`] times
+/// the last flush's duration): what is held between flushes stays small
+/// however fast jobs end, at a bounded share of the time.
+const PENDING_CAP: usize = 1024;
+const CAP_SPACING: u32 = 3;
 
 /// Buffered, merge-on-flush writer of one team-state file.
 #[derive(Debug)]
@@ -330,13 +341,25 @@ impl Ledger {
     /// time goes to rewriting the file however large it grew. Returns whether
     /// it flushed.
     pub fn maybe_flush(&mut self) -> Result<bool, StateError> {
-        let interval = self
-            .flush_interval
-            .max(self.last_flush_cost.saturating_mul(FLUSH_SPACING));
-        if !self.is_dirty() || self.last_flush.elapsed() < interval {
+        if !self.flush_due() {
             return Ok(false);
         }
         self.flush().map(|()| true)
+    }
+
+    /// Whether [`Self::maybe_flush`] would write now: something is pending
+    /// and the interval passed, or [`PENDING_CAP`] rows are held.
+    pub fn flush_due(&self) -> bool {
+        if !self.is_dirty() {
+            return false;
+        }
+        let since = self.last_flush.elapsed();
+        let interval = self
+            .flush_interval
+            .max(self.last_flush_cost.saturating_mul(FLUSH_SPACING));
+        since >= interval
+            || (self.pending.len() >= PENDING_CAP
+                && since >= self.last_flush_cost.saturating_mul(CAP_SPACING))
     }
 }
 

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Executor memory benchmark (issue 12): the peak RSS of `okstra exec` running
+# N trivial jobs (default 10,000) in one stage, against a ceiling.
+#
+# usage: benches/exec_memory.sh [N]
+#   MAX_MB   peak RSS allowed, in MB (default 100)
+#
+# The project is made by benches/gen_exec_fixture.py (one stage of N v2
+# `command` jobs, each writing its own result) and planned once; exec runs
+# it at --concurrency 2 under GNU time. Fails (exit 1) when exec does not
+# complete every job, or when its peak RSS is above MAX_MB. Also prints the
+# plan file's size, which exec reads whole while it checks the digest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-10000}
+max_mb=${MAX_MB:-100}
+[ -x /usr/bin/time ] || { echo "needs GNU time (/usr/bin/time): apt-get install time" >&2; exit 1; }
+cargo build --release --quiet
+bin=$PWD/target/release/okstra
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+python3 benches/gen_exec_fixture.py "$n" "$work/p" >/dev/null
+(cd "$work/p" && "$bin" plan spec.toml --manifest run/run-manifest.json --out plan.json >/dev/null)
+plan_mb=$(awk -v b="$(stat -c %s "$work/p/plan.json")" 'BEGIN {printf "%.1f", b / 1e6}')
+
+status=0
+(cd "$work/p" && /usr/bin/time -v "$bin" exec --concurrency 2 plan.json \
+  >"$work/exec.out" 2>"$work/time.txt") || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "okstra exec exited $status, expected 0:" >&2
+  grep -v '^\s' "$work/time.txt" | tail -5 >&2
+  exit 1
+fi
+done=$(python3 -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["workerDispatches"]
+print(sum(r.get("status") == "completed" for r in rows))' "$work/p/run/team-state.json")
+if [ "$done" -ne "$n" ]; then
+  echo "$done of $n dispatch rows completed" >&2
+  exit 1
+fi
+kib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/time.txt")
+wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/time.txt")
+mb=$(awk -v k="$kib" 'BEGIN {printf "%.1f", k * 1024 / 1e6}')
+echo "okstra exec, $n jobs (plan $plan_mb MB): peak RSS $mb MB, wall $wall (ceiling $max_mb MB)"
+awk -v m="$mb" -v c="$max_mb" 'BEGIN {exit !(m <= c)}' || {
+  echo "peak RSS $mb MB is above the ceiling of $max_mb MB" >&2
+  exit 1
+}
