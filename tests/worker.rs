@@ -180,7 +180,6 @@ fn a_gated_wrapper_released_records_running_then_runs() {
         env: &[],
         log: Some(process::Log::Path(&log)),
         stdin: None,
-        pre_exec: None,
     };
     let (mut child, mut gate) = process::spawn_gated(&spec).unwrap();
     // Held at the gate: nothing written yet.
@@ -205,7 +204,6 @@ fn a_gated_wrapper_never_released_exits_75_having_done_nothing() {
         env: &[],
         log: Some(process::Log::Path(&log)),
         stdin: None,
-        pre_exec: None,
     };
     let (mut child, gate) = process::spawn_gated(&spec).unwrap();
     drop(gate);
@@ -246,7 +244,6 @@ fn a_status_file_that_cannot_be_written_is_a_clear_failure_not_a_panic() {
         env: &[],
         log: Some(process::Log::Path(&log)),
         stdin: None,
-        pre_exec: None,
     };
     let (mut child, mut gate) = process::spawn_gated(&spec).unwrap();
     gate.release().unwrap();

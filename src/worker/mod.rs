@@ -429,7 +429,6 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         env: &env,
         log: None,
         stdin: Some(&paths.prompt),
-        pre_exec: None,
     };
     // Released by exec, the attempt has started, and the sidecar is the
     // evidence (SPEC §5.8): it is written before the child starts, and

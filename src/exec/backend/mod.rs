@@ -241,7 +241,6 @@ impl Dispatch for Local {
                     env: launch.env,
                     log: Some(process::Log::File(launch.log_file)),
                     stdin: None,
-                    pre_exec: None,
                 })?;
                 let pid = child.pid();
                 self.notices()?.watch(child);
