@@ -203,6 +203,46 @@ impl Beneath {
             .map_err(|e| io_error(&self.path.join(rel), e))
     }
 
+    /// Create `rel`, which must not exist yet, holding `bytes`, written with
+    /// one `write(2)`: a reader sees no file, an empty one or all of it,
+    /// never a part, and a writer killed meanwhile leaves it empty or whole.
+    /// For the first version of a liveness file; later versions go through
+    /// [`Self::write_atomic`]. More than a page (4 KiB) is refused
+    /// (`InvalidInput`, nothing created): only a write within one page is
+    /// copied whole before the size moves. On a failed write the file is
+    /// removed again; `AlreadyExists` means it was there before (a symlink
+    /// there is a [`BeneathError::Symlink`]).
+    pub fn create_whole(&self, rel: &Path, bytes: &[u8]) -> Result<()> {
+        const PAGE: usize = 4096;
+        if bytes.len() > PAGE {
+            return Err(BeneathError::Io {
+                path: self.path.join(rel),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} bytes do not fit in one page", bytes.len()),
+                ),
+            });
+        }
+        let mut file = self.open_file(rel, WriteMode::CreateNew)?;
+        let written = match file.write(bytes) {
+            Ok(n) if n == bytes.len() => Ok(()),
+            Ok(n) => Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write: {n} of {} bytes", bytes.len()),
+            )),
+            Err(e) => Err(e),
+        };
+        if let Err(source) = written {
+            drop(file);
+            let _ = self.remove_file(rel);
+            return Err(BeneathError::Io {
+                path: self.path.join(rel),
+                source,
+            });
+        }
+        Ok(())
+    }
+
     /// Replace `rel` whole with `bytes`: a temporary file in the same
     /// directory, renamed over `rel`, both relative to the directory's
     /// descriptor; with [`Durability::Fsync`] the temporary is fsynced
@@ -655,6 +695,30 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(read(&f.root.join("inside/ok.json")), "1");
+    }
+
+    #[test]
+    fn create_whole_makes_a_new_file_only_and_never_through_a_symlink() {
+        for r in BOTH {
+            let f = fixture();
+            let b = f.beneath(r);
+            let rel = Path::new("inside/status.json");
+            b.create_whole(rel, b"{\"state\":\"running\"}\n").unwrap();
+            assert_eq!(read(&f.root.join(rel)), "{\"state\":\"running\"}\n");
+            let big = Path::new("inside/big.json");
+            let refused = b.create_whole(big, &[b' '; 4097]).unwrap_err();
+            assert_eq!(refused.kind(), io::ErrorKind::InvalidInput);
+            assert!(!f.root.join(big).exists(), "nothing created");
+            let again = b.create_whole(rel, b"other").unwrap_err();
+            assert_eq!(again.kind(), io::ErrorKind::AlreadyExists, "{again}");
+            assert_eq!(read(&f.root.join(rel)), "{\"state\":\"running\"}\n");
+            symlink(f.outside.join("victim"), f.root.join("inside/link.json")).unwrap();
+            let err = b
+                .create_whole(Path::new("inside/link.json"), b"x")
+                .unwrap_err();
+            assert!(err.is_symlink(), "{r:?}: {err}");
+            assert_eq!(f.victim(), "untouched");
+        }
     }
 
     #[test]

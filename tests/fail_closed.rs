@@ -333,3 +333,34 @@ fn okstra_never_writes_through_a_symlink_it_finds_in_the_project() {
         "exec wrote through the link: {after:?}"
     );
 }
+
+#[test]
+fn the_wrapper_never_writes_its_sidecar_through_a_symlink_planted_mid_run() {
+    // The worker swaps its status sidecar for a link to a file outside the
+    // project while it runs: the wrapper's last write of the sidecar is
+    // refused rather than written through, the outside file is untouched,
+    // and the attempt is not believed to have succeeded.
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim.json");
+    std::fs::write(&victim, "keep\n").unwrap();
+    let swap = format!(
+        "rm -f prompts/a.md.status.json && ln -s '{}' prompts/a.md.status.json\n{WRITE}",
+        victim.display()
+    );
+    let p = project(&[("only", &[("a", swap.as_str())])]);
+    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+    let job = &run.json()["jobs"][0];
+    assert_eq!(job["status"], "error", "{job}");
+    let reason = job["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("could not record how the worker ended"),
+        "{reason}"
+    );
+    let log = p.read("prompts/a.md.log");
+    assert!(log.contains("symlink"), "{log}");
+    // Near miss: the same worker without the swap completes.
+    let p = project(&[("only", &[("a", WRITE)])]);
+    assert_eq!(p.okstra(&["exec", "plan.json"]).code, 0);
+}

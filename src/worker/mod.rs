@@ -22,6 +22,7 @@ mod args;
 
 pub use args::{Presentation, WorkerArgs};
 
+use crate::beneath::Beneath;
 use crate::confine;
 use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
@@ -259,6 +260,9 @@ struct Status {
 /// Owns the status sidecar: every write goes through here.
 struct StatusFile {
     path: PathBuf,
+    /// The project root, which the sidecar is written below without
+    /// following a symlink (SPEC §1); why not, when it cannot be opened.
+    own: Result<Beneath, String>,
     status: Status,
     started: Instant,
     warned: bool,
@@ -274,17 +278,7 @@ impl StatusFile {
         self.status.heartbeat_at = now_rfc3339();
         let mut bytes = serde_json::to_vec_pretty(&self.status).unwrap_or_default();
         bytes.push(b'\n');
-        // Liveness, rewritten every heartbeat: atomic, not fsynced (see
-        // `Durability::NoFsync`). exec removes the sidecar before it starts
-        // the wrapper, so the first write, often the only one, makes the
-        // file with one write rather than a temporary and a rename.
-        let durability = crate::fsutil::Durability::NoFsync;
-        let first = !self.written && crate::fsutil::create_whole(&self.path, &bytes).is_ok();
-        let written = if first {
-            Ok(())
-        } else {
-            crate::fsutil::write_atomic(&self.path, &bytes, durability)
-        };
+        let written = self.put(&bytes);
         self.written |= written.is_ok();
         if let Err(err) = &written {
             if !self.warned {
@@ -296,6 +290,28 @@ impl StatusFile {
             }
         }
         written
+    }
+
+    /// Write `bytes` as the sidecar, below the project root, never through
+    /// a symlink: one planted at the sidecar, or at a directory above it,
+    /// is refused (the write fails), so the wrapper never writes outside.
+    /// Liveness, rewritten every heartbeat: atomic, not fsynced (see
+    /// `Durability::NoFsync`). exec removes the sidecar before it starts
+    /// the wrapper, so the first write, often the only one, makes the file
+    /// with one write rather than a temporary and a rename.
+    fn put(&self, bytes: &[u8]) -> io::Result<()> {
+        let own = self.own.as_ref().map_err(|e| io::Error::other(e.clone()))?;
+        let rel = own.relative(&self.path)?;
+        if !self.written {
+            match own.create_whole(rel, bytes) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_symlink() => return Err(e.into()),
+                // There already (a run by hand), or more than a page.
+                Err(_) => {}
+            }
+        }
+        let durability = crate::fsutil::Durability::NoFsync;
+        Ok(own.write_atomic(rel, bytes, durability)?)
     }
 
     /// Record the exit; `exit_code` is what the wrapper exits with, unless
@@ -337,6 +353,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     };
     let mut status = StatusFile {
         path: paths.status.clone(),
+        own: Beneath::open(&paths.root).map_err(|e| e.to_string()),
         status: Status {
             state: "running",
             pid: None,
