@@ -109,6 +109,18 @@ pub fn pid_alive(pid: u32) -> bool {
     exists && !matches!(proc_stat(pid), Some(stat) if stat.state == 'Z')
 }
 
+/// SIGKILL whatever is left of process group `pgid` once its leader (a
+/// worker's wrapper, which led the group) ended: members it left behind (a
+/// worker whose wrapper was killed, a backgrounded grandchild) have no one
+/// watching them any more, and what they write now would land in a later
+/// stage's audit. Call it as soon as the leader was reaped: a group's id
+/// stays taken while any member lives, so it names no one else.
+pub fn kill_leftovers(pgid: u32) {
+    if group_alive(pgid) {
+        let _ = StopTarget::Group { pid: pgid, pgid }.signal(rustix::process::Signal::KILL);
+    }
+}
+
 /// Whether any live (non-zombie) process is in process group `pgid`.
 pub fn group_alive(pgid: u32) -> bool {
     group_alive_any(&[pgid])
