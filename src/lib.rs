@@ -23,6 +23,7 @@ pub mod schema;
 pub mod served_model;
 pub mod source;
 pub mod state;
+pub mod tmpdir;
 pub mod vocab;
 pub mod worker;
 

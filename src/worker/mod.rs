@@ -30,6 +30,7 @@ use crate::provider::{
     self, ArgvRequest, Provider, ProviderOptions, SERVED_MODEL_MISMATCH_EXIT_CODE,
     TIMEOUT_EXIT_CODE,
 };
+use crate::tmpdir;
 use crate::vocab::Confinement;
 use serde::Serialize;
 use serde_json::Value;
@@ -594,7 +595,50 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
 struct Confined {
     rules: confine::Prepared,
     /// The private TMPDIR, removed when the attempt is over.
-    tmp: tempfile::TempDir,
+    tmp: PrivateTmp,
+}
+
+/// The confined worker's private TMPDIR (see [`crate::tmpdir`]): the one
+/// exec named (`--tmp-dir`), or one named here; removed when dropped, once
+/// the worker ended. exec removes one it named again once it settled the
+/// attempt, so a wrapper killed before this ran leaves nothing behind.
+struct PrivateTmp {
+    root: tmpdir::Root,
+    name: String,
+    path: PathBuf,
+}
+
+impl PrivateTmp {
+    fn make(args: &WorkerArgs, project: &Path) -> io::Result<PrivateTmp> {
+        let (root, name) = match &args.tmp_dir {
+            Some(dir) => tmpdir::Root::of(dir)?,
+            None => (tmpdir::Root::system(project)?, tmpdir::own_name()),
+        };
+        // A TMPDIR in the project would let the worker write there.
+        if root
+            .path()
+            .canonicalize()?
+            .starts_with(project.canonicalize()?)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is inside the project", root.path().display()),
+            ));
+        }
+        let path = root.create(&name)?;
+        Ok(PrivateTmp { root, name, path })
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        if let Err(err) = self.root.remove(&self.name) {
+            say(format_args!(
+                "cannot remove the worker's private TMPDIR {}: {err}",
+                self.path.display()
+            ));
+        }
+    }
 }
 
 impl Confined {
@@ -631,7 +675,7 @@ impl Confined {
     /// `IS_SANDBOX=1`, since it now is in one (so `bypassPermissions` runs
     /// as root).
     fn env(&self, provider: Provider) -> Vec<(String, String)> {
-        let mut env = vec![("TMPDIR".into(), self.tmp.path().display().to_string())];
+        let mut env = vec![("TMPDIR".into(), self.tmp.path.display().to_string())];
         if provider == Provider::Claude {
             env.push(("IS_SANDBOX".into(), "1".into()));
         }
@@ -675,9 +719,9 @@ fn prepare_confinement(
         (Err(why), _) => return Err(format!("confinement is required, but {why}")),
         _ => return Ok(None),
     };
-    let tmp =
-        private_tmpdir(&paths.root).map_err(|e| format!("cannot make a private TMPDIR: {e}"))?;
-    let mut outside = vec![tmp.path().to_path_buf()];
+    let tmp = PrivateTmp::make(args, &paths.root)
+        .map_err(|e| format!("cannot make a private TMPDIR: {e}"))?;
+    let mut outside = vec![tmp.path.clone()];
     outside.extend(provider.state_dirs());
     outside.extend(confine::test_also_writable());
     let rules = confine::Prepared::build(
@@ -689,19 +733,6 @@ fn prepare_confinement(
         abi,
     )?;
     Ok(Some(Confined { rules, tmp }))
-}
-
-/// A fresh directory under the system's temp directory, outside the
-/// project (a TMPDIR inside the project would let the worker write there).
-fn private_tmpdir(root: &Path) -> io::Result<tempfile::TempDir> {
-    let base = std::env::temp_dir();
-    let base = match base.canonicalize() {
-        Ok(real) if !real.starts_with(root) => real,
-        _ => PathBuf::from("/tmp"),
-    };
-    tempfile::Builder::new()
-        .prefix("okstra-worker-")
-        .tempdir_in(base)
 }
 
 /// What can be refused before starting anything; the provider, parsed.
