@@ -266,9 +266,14 @@ sleep 2"#;
 fn a_write_landing_between_two_stages_is_caught_in_the_next() {
     // Stage 1's worker leaves a background writer behind; its write lands
     // after stage 1 settled. Stage 2's baseline is stage 1's last walk, so
-    // the write is seen there, not taken in as part of the baseline.
+    // the write is seen there, not taken in as part of the baseline. The
+    // writer leaves the worker's process group (what stays in it is killed
+    // once the wrapper ended), and the worker waits until it has.
     let leave = format!(
-        "{WRITE}\nsetsid sh -c 'sleep 0.3; echo late > late.txt' </dev/null >/dev/null 2>&1 &"
+        "{WRITE}\nsetsid sh -c 'sleep 0.3; echo late > late.txt' </dev/null >/dev/null 2>&1 &\n\
+         bg=$!; i=0\n\
+         while [ \"$(cut -d' ' -f5 /proc/$bg/stat)\" = \"$(cut -d' ' -f5 /proc/$$/stat)\" ]; do\n\
+         i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done"
     );
     let wait = format!("sleep 1\n{WRITE}");
     let p = project(&[
