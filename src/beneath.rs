@@ -203,6 +203,46 @@ impl Beneath {
             .map_err(|e| io_error(&self.path.join(rel), e))
     }
 
+    /// Create `rel`, which must not exist yet, holding `bytes`, written with
+    /// one `write(2)`: a reader sees no file, an empty one or all of it,
+    /// never a part, and a writer killed meanwhile leaves it empty or whole.
+    /// For the first version of a liveness file; later versions go through
+    /// [`Self::write_atomic`]. More than a page (4 KiB) is refused
+    /// (`InvalidInput`, nothing created): only a write within one page is
+    /// copied whole before the size moves. On a failed write the file is
+    /// removed again; `AlreadyExists` means it was there before (a symlink
+    /// there is a [`BeneathError::Symlink`]).
+    pub fn create_whole(&self, rel: &Path, bytes: &[u8]) -> Result<()> {
+        const PAGE: usize = 4096;
+        if bytes.len() > PAGE {
+            return Err(BeneathError::Io {
+                path: self.path.join(rel),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} bytes do not fit in one page", bytes.len()),
+                ),
+            });
+        }
+        let mut file = self.open_file(rel, WriteMode::CreateNew)?;
+        let written = match file.write(bytes) {
+            Ok(n) if n == bytes.len() => Ok(()),
+            Ok(n) => Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write: {n} of {} bytes", bytes.len()),
+            )),
+            Err(e) => Err(e),
+        };
+        if let Err(source) = written {
+            drop(file);
+            let _ = self.remove_file(rel);
+            return Err(BeneathError::Io {
+                path: self.path.join(rel),
+                source,
+            });
+        }
+        Ok(())
+    }
+
     /// Replace `rel` whole with `bytes`: a temporary file in the same
     /// directory, renamed over `rel`, both relative to the directory's
     /// descriptor; with [`Durability::Fsync`] the temporary is fsynced
@@ -425,6 +465,195 @@ impl Beneath {
             component: self.path.join(prefix),
         }
     }
+}
+
+/// How often [`remove_tree_at`] looks again at a directory that was not
+/// empty when its last entry had gone: something still writing in it (a
+/// worker's straggler) loses that race within a few rounds, or the removal
+/// gives up and says so.
+const REMOVE_ROUNDS: u32 = 16;
+
+/// What [`remove_tree_at`] found at a name.
+enum Found {
+    Gone,
+    /// Not a directory (a file, a symlink, a FIFO...): unlinked as it is.
+    NotDir,
+    /// A directory, opened for reading, which its owner may now write.
+    Dir(OwnedFd),
+}
+
+/// A directory [`remove_tree_at`] is emptying.
+struct Frame {
+    fd: OwnedFd,
+    /// Its name in its parent (the frame below it, or the starting `dir`).
+    name: OsString,
+    /// Where it is below the starting directory, for messages.
+    path: PathBuf,
+    /// Subdirectories still to empty and remove.
+    pending: Vec<OsString>,
+    listed: bool,
+    rounds: u32,
+}
+
+/// Remove `name` from `dir` and, if it is a directory, everything below it,
+/// without following a symlink anywhere: a symlink is unlinked as the entry
+/// it is, never entered, so nothing outside the tree is touched. A
+/// directory its owner may not read, write or search (a worker's `chmod
+/// 0`, a read-only subdirectory) is given back `u+rwx` first, through the
+/// descriptor opened without following, never by name. Iterative, each
+/// directory opened relative to its parent: no depth or path-length limit.
+///
+/// `Ok(false)` when there was nothing at `name`. An error names the entry
+/// that could not be removed (what is left is left).
+pub fn remove_tree_at(dir: BorrowedFd, name: &OsStr) -> io::Result<bool> {
+    let top = PathBuf::from(name);
+    let mut stack = match found_at(dir, name, &top)? {
+        Found::Gone => return Ok(false),
+        Found::NotDir => return unlink_entry(dir, name, &top),
+        Found::Dir(fd) => vec![Frame::new(fd, name.to_os_string(), top)],
+    };
+    while let Some(frame) = stack.last_mut() {
+        if !frame.listed {
+            frame.list_and_unlink()?;
+        }
+        if let Some(sub) = frame.pending.pop() {
+            let path = frame.path.join(&sub);
+            match found_at(frame.fd.as_fd(), &sub, &path)? {
+                Found::Gone => {}
+                Found::NotDir => {
+                    unlink_entry(frame.fd.as_fd(), &sub, &path)?;
+                }
+                Found::Dir(fd) => stack.push(Frame::new(fd, sub, path)),
+            }
+            continue;
+        }
+        let done = stack.pop().expect("the frame looked at");
+        let parent = stack.last().map_or(dir, |f| f.fd.as_fd());
+        match rustix::fs::unlinkat(parent, &done.name, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            // Written to since it was listed: list it again.
+            Err(Errno::NOTEMPTY) if done.rounds < REMOVE_ROUNDS => {
+                let mut again = done;
+                again.listed = false;
+                again.rounds += 1;
+                stack.push(again);
+            }
+            Err(Errno::NOTEMPTY) => {
+                return Err(io::Error::other(format!(
+                "{}: still not empty after {REMOVE_ROUNDS} rounds (something keeps writing in it)",
+                done.path.display()
+            )))
+            }
+            Err(e) => return Err(removal_error(&done.path, e)),
+        }
+    }
+    Ok(true)
+}
+
+impl Frame {
+    fn new(fd: OwnedFd, name: OsString, path: PathBuf) -> Frame {
+        Frame {
+            fd,
+            name,
+            path,
+            pending: Vec::new(),
+            listed: false,
+            rounds: 0,
+        }
+    }
+
+    /// Unlink every entry that is not a directory; note the directories.
+    fn list_and_unlink(&mut self) -> io::Result<()> {
+        let mut names = Vec::new();
+        let mut entries =
+            rustix::fs::Dir::read_from(&self.fd).map_err(|e| removal_error(&self.path, e))?;
+        while let Some(entry) = entries.read() {
+            let entry = entry.map_err(|e| removal_error(&self.path, e))?;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                use std::os::unix::ffi::OsStrExt;
+                names.push(OsStr::from_bytes(name).to_os_string());
+            }
+        }
+        for name in names {
+            // `unlinkat` without `AT_REMOVEDIR` removes anything but a
+            // directory (a symlink itself, never its target).
+            match rustix::fs::unlinkat(&self.fd, &name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(Errno::ISDIR) => self.pending.push(name),
+                Err(e) => return Err(removal_error(&self.path.join(&name), e)),
+            }
+        }
+        self.listed = true;
+        Ok(())
+    }
+}
+
+/// What is at `name` in `dir`, a directory opened (never through a
+/// symlink) and made writable by its owner.
+fn found_at(dir: BorrowedFd, name: &OsStr, path: &Path) -> io::Result<Found> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(Found::Gone),
+        // A symlink (`ELOOP`, or `ENOTDIR` with `O_DIRECTORY`) or a file.
+        Err(Errno::LOOP | Errno::NOTDIR) => return Ok(Found::NotDir),
+        // Not readable by us: make it so through a descriptor of the
+        // directory itself.
+        Err(Errno::ACCESS) => match reopen_writable(dir, name) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(Found::Gone),
+            Err(Errno::LOOP | Errno::NOTDIR) => return Ok(Found::NotDir),
+            Err(e) => return Err(removal_error(path, e)),
+        },
+        Err(e) => return Err(removal_error(path, e)),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| removal_error(path, e))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+        return Ok(Found::NotDir);
+    }
+    let mode = stat.st_mode & 0o7777;
+    if mode & 0o700 != 0o700 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode | 0o700))
+            .map_err(|e| removal_error(path, e))?;
+    }
+    Ok(Found::Dir(fd))
+}
+
+/// `name` in `dir`, a directory its owner may not read: opened as a path
+/// only (no permission needed, no symlink followed), given `u+rwx` through
+/// its `/proc/self/fd` link (`fchmod` takes no `O_PATH` descriptor; the
+/// link is the inode itself, not a name to resolve), and reopened for
+/// reading through the same link.
+fn reopen_writable(dir: BorrowedFd, name: &OsStr) -> std::result::Result<OwnedFd, Errno> {
+    use std::os::fd::AsRawFd;
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let path_fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
+    let stat = rustix::fs::fstat(&path_fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+        return Err(Errno::NOTDIR);
+    }
+    let link = format!("/proc/self/fd/{}", path_fd.as_raw_fd());
+    rustix::fs::chmod(&link, Mode::from_raw_mode((stat.st_mode & 0o7777) | 0o700))?;
+    rustix::fs::open(
+        &link,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Unlink `name` (not a directory) from `dir`; whether it was there.
+fn unlink_entry(dir: BorrowedFd, name: &OsStr, path: &Path) -> io::Result<bool> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) => Ok(true),
+        Err(Errno::NOENT) => Ok(false),
+        Err(e) => Err(removal_error(path, e)),
+    }
+}
+
+fn removal_error(path: &Path, e: Errno) -> io::Error {
+    let e = io::Error::from(e);
+    io::Error::new(e.kind(), format!("cannot remove {}: {e}", path.display()))
 }
 
 fn is_symlink(dir: &Dir, name: &OsStr) -> bool {
@@ -655,6 +884,162 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(read(&f.root.join("inside/ok.json")), "1");
+    }
+
+    #[test]
+    fn create_whole_makes_a_new_file_only_and_never_through_a_symlink() {
+        for r in BOTH {
+            let f = fixture();
+            let b = f.beneath(r);
+            let rel = Path::new("inside/status.json");
+            b.create_whole(rel, b"{\"state\":\"running\"}\n").unwrap();
+            assert_eq!(read(&f.root.join(rel)), "{\"state\":\"running\"}\n");
+            let big = Path::new("inside/big.json");
+            let refused = b.create_whole(big, &[b' '; 4097]).unwrap_err();
+            assert_eq!(refused.kind(), io::ErrorKind::InvalidInput);
+            assert!(!f.root.join(big).exists(), "nothing created");
+            let again = b.create_whole(rel, b"other").unwrap_err();
+            assert_eq!(again.kind(), io::ErrorKind::AlreadyExists, "{again}");
+            assert_eq!(read(&f.root.join(rel)), "{\"state\":\"running\"}\n");
+            symlink(f.outside.join("victim"), f.root.join("inside/link.json")).unwrap();
+            let err = b
+                .create_whole(Path::new("inside/link.json"), b"x")
+                .unwrap_err();
+            assert!(err.is_symlink(), "{r:?}: {err}");
+            assert_eq!(f.victim(), "untouched");
+        }
+    }
+
+    /// A tree a worker could leave: files, nested and deep directories,
+    /// a read-only directory, one with no permissions at all, a FIFO, and
+    /// symlinks to a file and a directory outside, and a dangling one.
+    fn nasty_tree(top: &Path, outside: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+        std::fs::create_dir_all(top.join("a/b/c")).unwrap();
+        for i in 0..50 {
+            std::fs::write(top.join(format!("a/f{i}")), "x").unwrap();
+        }
+        std::fs::write(top.join("a/b/c/deep"), "x").unwrap();
+        // Deeper than PATH_MAX: made one level at a time.
+        let mut at = File::open(top).unwrap();
+        for level in 0..200 {
+            let name = if level == 0 {
+                "d"
+            } else {
+                "0123456789abcdef0123456789abcdef"
+            };
+            rustix::fs::mkdirat(&at, name, Mode::RWXU).unwrap();
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+            at = File::from(rustix::fs::openat(&at, name, flags, Mode::empty()).unwrap());
+        }
+        rustix::fs::openat(&at, "leaf", OFlags::CREATE | OFlags::WRONLY, Mode::RUSR).unwrap();
+        std::fs::create_dir(top.join("ro")).unwrap();
+        std::fs::write(top.join("ro/kept"), "x").unwrap();
+        mode(&top.join("ro"), 0o500).unwrap();
+        std::fs::create_dir_all(top.join("closed/inner")).unwrap();
+        std::fs::write(top.join("closed/inner/f"), "x").unwrap();
+        mode(&top.join("closed/inner"), 0o000).unwrap();
+        mode(&top.join("closed"), 0o000).unwrap();
+        rustix::fs::mknodat(CWD, top.join("fifo"), FileType::Fifo, Mode::RUSR, 0).unwrap();
+        symlink(outside.join("victim"), top.join("a/to-file")).unwrap();
+        symlink(outside, top.join("a/to-dir")).unwrap();
+        symlink(outside.join("nothing"), top.join("dangling")).unwrap();
+    }
+
+    #[test]
+    fn a_tree_is_removed_whole_and_nothing_outside_it_is_touched() {
+        use std::os::unix::fs::PermissionsExt;
+        let f = fixture();
+        let top = f.root.join("inside/tmp");
+        std::fs::create_dir(&top).unwrap();
+        nasty_tree(&top, &f.outside);
+        std::fs::create_dir(f.outside.join("dir")).unwrap();
+        std::fs::write(f.outside.join("dir/keep"), "keep").unwrap();
+        let outside_mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode();
+        let before = (
+            outside_mode(&f.outside),
+            outside_mode(&f.outside.join("victim")),
+        );
+        let inside = File::open(f.root.join("inside")).unwrap();
+        assert!(remove_tree_at(inside.as_fd(), OsStr::new("tmp")).unwrap());
+        assert!(!top.exists());
+        assert_eq!(f.victim(), "untouched");
+        assert_eq!(read(&f.outside.join("dir/keep")), "keep");
+        assert_eq!(
+            (
+                outside_mode(&f.outside),
+                outside_mode(&f.outside.join("victim"))
+            ),
+            before,
+            "no chmod landed outside"
+        );
+        // Nothing there: false. A symlink at the top is unlinked, not followed.
+        assert!(!remove_tree_at(inside.as_fd(), OsStr::new("tmp")).unwrap());
+        symlink(&f.outside, f.root.join("inside/tmp")).unwrap();
+        assert!(remove_tree_at(inside.as_fd(), OsStr::new("tmp")).unwrap());
+        assert!(f.root.join("inside").read_dir().unwrap().next().is_none());
+        assert_eq!(f.victim(), "untouched");
+        assert!(f.outside.join("dir/keep").exists());
+    }
+
+    #[test]
+    fn the_removal_needs_no_privilege() {
+        // As root (a container, CI) permission bits bind nothing, so the
+        // way around a worker's `chmod 0` is tried again as `nobody`.
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let test = "beneath::tests::a_tree_is_removed_whole_and_nothing_outside_it_is_touched";
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&exe)
+            .args(["--exact", test])
+            .env("TMPDIR", "/tmp")
+            .output();
+        let out = match out {
+            Ok(out) if !matches!(out.status.code(), Some(126 | 127)) => out,
+            other => {
+                eprintln!("skipped: cannot run {} as nobody: {other:?}", exe.display());
+                return;
+            }
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn a_tree_written_to_while_it_is_removed_still_goes_or_the_removal_says_why() {
+        let f = fixture();
+        let top = f.root.join("inside/busy");
+        std::fs::create_dir_all(top.join("sub")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (top, stop) = (top.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // Fails once the directory is gone, as a confined worker would.
+                    let _ = std::fs::write(top.join(format!("sub/f{i}")), "x");
+                    i += 1;
+                }
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let inside = File::open(f.root.join("inside")).unwrap();
+        let removed = remove_tree_at(inside.as_fd(), OsStr::new("busy"));
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        match removed {
+            Ok(true) => assert!(!top.exists()),
+            Ok(false) => panic!("it was there"),
+            Err(e) => assert!(e.to_string().contains("keeps writing"), "{e}"),
+        }
     }
 
     #[test]

@@ -150,6 +150,8 @@ codes! {
         "a job requires kernel confinement (`confinement = \"required\"`) that this machine cannot apply";
     AuditIncomplete = "audit/incomplete", JobsFailed,
         "the mutation audit could not walk or compare the tree; the jobs it covers settle `error`";
+    ExecCleanupIncomplete = "exec/cleanup-incomplete", JobsFailed,
+        "a confined worker's private TMPDIR could not be removed once its attempt settled";
 }
 
 /// How a command ends. Mapped to a process exit code in exactly one place.

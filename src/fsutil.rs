@@ -108,46 +108,6 @@ pub fn write_atomic_with<T>(
     Ok(value)
 }
 
-/// Create `path`, which must not exist yet, holding `bytes`, written with one
-/// `write(2)`: a reader sees no file, an empty one or all of it, never a
-/// part (the size is set once the bytes are in), and a writer killed
-/// meanwhile leaves it empty or whole. For the first version of a liveness
-/// file; later versions go through [`write_atomic`]. More than a page
-/// (4 KiB) is refused (`InvalidInput`, nothing created): only a write within
-/// one page is copied whole before the size moves. On any failure the file
-/// is removed again, and `AlreadyExists` means it was there before.
-pub fn create_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    const PAGE: usize = 4096;
-    if bytes.len() > PAGE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} bytes do not fit in one page", bytes.len()),
-        ));
-    }
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .open(path)?;
-    let written = match file.write(bytes) {
-        Ok(n) if n == bytes.len() => Ok(()),
-        Ok(n) => Err(io::Error::new(
-            io::ErrorKind::WriteZero,
-            format!(
-                "short write to {}: {n} of {} bytes",
-                path.display(),
-                bytes.len()
-            ),
-        )),
-        Err(e) => Err(e),
-    };
-    if written.is_err() {
-        drop(file);
-        let _ = fs::remove_file(path);
-    }
-    written
-}
-
 /// fsync a directory so that a rename inside it survives a power cut.
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
@@ -449,25 +409,6 @@ pub fn utc_now_millis() -> String {
 mod tests {
     use super::*;
     use std::sync::{Arc, Barrier};
-
-    #[test]
-    fn create_whole_makes_a_new_file_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("status.json");
-        create_whole(&path, b"{\"state\":\"running\"}\n").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"{\"state\":\"running\"}\n");
-        let big = dir.path().join("big.json");
-        let refused = create_whole(&big, &[b' '; 4097]).unwrap_err();
-        assert_eq!(refused.kind(), io::ErrorKind::InvalidInput);
-        assert!(!big.exists(), "nothing created");
-        let again = create_whole(&path, b"other").unwrap_err();
-        assert_eq!(again.kind(), io::ErrorKind::AlreadyExists);
-        assert_eq!(
-            fs::read(&path).unwrap(),
-            b"{\"state\":\"running\"}\n",
-            "left alone"
-        );
-    }
 
     #[test]
     fn write_atomic_creates_parents_and_replaces() {

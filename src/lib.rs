@@ -1,6 +1,8 @@
 //! okstra: compile job specs into frozen, reviewable plans and run them
 //! crash-safely. See SPEC.md for the contract; README.md for the tour.
 
+#![forbid(unsafe_code)]
+
 pub mod audit;
 pub mod beneath;
 pub mod canonical;
@@ -21,6 +23,7 @@ pub mod schema;
 pub mod served_model;
 pub mod source;
 pub mod state;
+pub mod tmpdir;
 pub mod vocab;
 pub mod worker;
 

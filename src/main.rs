@@ -1,3 +1,5 @@
+#![forbid(unsafe_code)]
+
 // Planning builds and drops millions of small strings and maps; mimalloc
 // does that about a quarter faster than glibc's malloc (benches/plan.sh).
 // The per-job wrapper is its own binary (src/bin/okstra-worker.rs), on the

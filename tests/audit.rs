@@ -571,24 +571,18 @@ fn evasion_mode_change_of_an_old_file() {
     // Past the racy window the snapshot holds no hash: stat alone decides.
     let fx = Fx::new();
     fx.p.write("run.sh", "echo hi\n");
-    let old = libc::timespec {
-        tv_sec: 1_600_000_000,
-        tv_nsec: 0,
-    };
-    set_times(&fx.p.path("run.sh"), old);
+    set_times(&fx.p.path("run.sh"), 1_600_000_000);
     let script = format!("chmod +x run.sh\n{WRITE_RESULT}");
     fx.spec(&[("only", vec![job("a", script)])]).plan();
     assert_code(&fx.exec(), 1);
     assert_blocked(&fx, "a", "contract-failed-unattributed", &["run.sh"]);
 }
 
-fn set_times(p: &std::path::Path, t: libc::timespec) {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    let times = [t, t];
-    // SAFETY: a valid NUL-terminated path and two timespecs.
-    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
-    assert_eq!(rc, 0);
+/// Set `p`'s access and modification times to `secs` after the epoch.
+fn set_times(p: &std::path::Path, secs: u64) {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    let times = std::fs::FileTimes::new().set_accessed(t).set_modified(t);
+    std::fs::File::open(p).unwrap().set_times(times).unwrap();
 }
 
 #[test]
@@ -614,13 +608,7 @@ fn evasion_file_renamed_out_of_an_allowed_path() {
 fn evasion_touch_back_the_mtime_after_a_same_size_rewrite() {
     let fx = Fx::new();
     fx.p.write("config.txt", "value=1\n");
-    set_times(
-        &fx.p.path("config.txt"),
-        libc::timespec {
-            tv_sec: 1_600_000_000,
-            tv_nsec: 0,
-        },
-    );
+    set_times(&fx.p.path("config.txt"), 1_600_000_000);
     let script =
         format!("echo value=2 > config.txt && touch -d @1600000000 config.txt\n{WRITE_RESULT}");
     fx.spec(&[("only", vec![job("a", script)])]).plan();
@@ -1066,8 +1054,7 @@ fn a_resumed_exec_compares_against_the_stored_stage_snapshot() {
         .collect();
     assert!(!top.contains(&"stray.txt".to_string()), "{top:?}");
     assert!(!top.contains(&"results".to_string()), "{top:?}");
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+    child.kill().unwrap();
     let _ = child.wait();
     std::fs::write(fx.scratch("release"), "").unwrap();
     let run = fx.exec();

@@ -695,6 +695,29 @@ fn workers_that_ignore_sigterm_stop_within_one_grace_period() {
 }
 
 #[test]
+fn what_a_worker_leaves_in_its_group_goes_when_its_wrapper_ends() {
+    // One worker leaves a process behind in the background; the other's
+    // wrapper is killed with kill -9 while the worker runs on. Neither is
+    // left running once exec has seen its wrapper end. (A process that
+    // leaves the group, `setsid`, is the audit's: tests/fail_closed.rs.)
+    let left = "sleep 60 &\necho $! > \"$S/$K.bg\"\n".to_string() + WRITE_RESULT;
+    let orphaned = "echo $$ > \"$S/$K.bg\"\nwhile :; do sleep 0.05; done\n";
+    let fx = Fx::new(&[("only", vec![job("a", left), job("b", orphaned)])]);
+    fx.plan();
+    let mut child = fx.spawn_exec(&[]);
+    wait_for("b to start", 10, || fx.scratch("b.bg").exists());
+    let status = fx.p.read_json("prompts/b.md.status.json");
+    signal(status["wrapperPid"].as_u64().unwrap() as u32, Signal::KILL);
+    assert_eq!(wait_child(&mut child, 20), 1);
+    assert_eq!(fx.worker_row("a")["status"], "completed");
+    assert_eq!(fx.worker_row("b")["status"], "error");
+    for key in ["a", "b"] {
+        let pid = read_pid(&fx.scratch(&format!("{key}.bg")));
+        wait_for(&format!("{key}'s leftover to go"), 5, || !pid_alive(pid));
+    }
+}
+
+#[test]
 fn locked_run_is_refused() {
     let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();

@@ -266,9 +266,14 @@ sleep 2"#;
 fn a_write_landing_between_two_stages_is_caught_in_the_next() {
     // Stage 1's worker leaves a background writer behind; its write lands
     // after stage 1 settled. Stage 2's baseline is stage 1's last walk, so
-    // the write is seen there, not taken in as part of the baseline.
+    // the write is seen there, not taken in as part of the baseline. The
+    // writer leaves the worker's process group (what stays in it is killed
+    // once the wrapper ended), and the worker waits until it has.
     let leave = format!(
-        "{WRITE}\nsetsid sh -c 'sleep 0.3; echo late > late.txt' </dev/null >/dev/null 2>&1 &"
+        "{WRITE}\nsetsid sh -c 'sleep 0.3; echo late > late.txt' </dev/null >/dev/null 2>&1 &\n\
+         bg=$!; i=0\n\
+         while [ \"$(cut -d' ' -f5 /proc/$bg/stat)\" = \"$(cut -d' ' -f5 /proc/$$/stat)\" ]; do\n\
+         i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done"
     );
     let wait = format!("sleep 1\n{WRITE}");
     let p = project(&[
@@ -332,4 +337,35 @@ fn okstra_never_writes_through_a_symlink_it_finds_in_the_project() {
         after.len(),
         "exec wrote through the link: {after:?}"
     );
+}
+
+#[test]
+fn the_wrapper_never_writes_its_sidecar_through_a_symlink_planted_mid_run() {
+    // The worker swaps its status sidecar for a link to a file outside the
+    // project while it runs: the wrapper's last write of the sidecar is
+    // refused rather than written through, the outside file is untouched,
+    // and the attempt is not believed to have succeeded.
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim.json");
+    std::fs::write(&victim, "keep\n").unwrap();
+    let swap = format!(
+        "rm -f prompts/a.md.status.json && ln -s '{}' prompts/a.md.status.json\n{WRITE}",
+        victim.display()
+    );
+    let p = project(&[("only", &[("a", swap.as_str())])]);
+    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+    let job = &run.json()["jobs"][0];
+    assert_eq!(job["status"], "error", "{job}");
+    let reason = job["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("could not record how the worker ended"),
+        "{reason}"
+    );
+    let log = p.read("prompts/a.md.log");
+    assert!(log.contains("symlink"), "{log}");
+    // Near miss: the same worker without the swap completes.
+    let p = project(&[("only", &[("a", WRITE)])]);
+    assert_eq!(p.okstra(&["exec", "plan.json"]).code, 0);
 }

@@ -180,7 +180,6 @@ fn a_gated_wrapper_released_records_running_then_runs() {
         env: &[],
         log: Some(process::Log::Path(&log)),
         stdin: None,
-        pre_exec: None,
     };
     let (mut child, mut gate) = process::spawn_gated(&spec).unwrap();
     // Held at the gate: nothing written yet.
@@ -205,7 +204,6 @@ fn a_gated_wrapper_never_released_exits_75_having_done_nothing() {
         env: &[],
         log: Some(process::Log::Path(&log)),
         stdin: None,
-        pre_exec: None,
     };
     let (mut child, gate) = process::spawn_gated(&spec).unwrap();
     drop(gate);
@@ -246,7 +244,6 @@ fn a_status_file_that_cannot_be_written_is_a_clear_failure_not_a_panic() {
         env: &[],
         log: Some(process::Log::Path(&log)),
         stdin: None,
-        pre_exec: None,
     };
     let (mut child, mut gate) = process::spawn_gated(&spec).unwrap();
     gate.release().unwrap();
@@ -271,5 +268,80 @@ fn a_full_disk_under_stderr_too_ends_in_an_exit_code_not_a_panic() {
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(74), "{out:?}");
+    }
+}
+
+#[test]
+fn the_wrapper_never_writes_its_sidecar_through_a_symlink() {
+    // A link planted at the sidecar, or at the directory holding it, to
+    // somewhere outside the project: the wrapper's writes are refused (it
+    // exits 74, its child's success unrecorded), and nothing outside moves.
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim.json");
+    for cmd in wrappers() {
+        let p = project();
+        std::fs::write(&victim, "keep\n").unwrap();
+        std::os::unix::fs::symlink(&victim, p.path("prompts/w.md.status.json")).unwrap();
+        let out = exec_form(cmd, &p, "1", "echo ran > results/w.md")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{err}");
+        assert!(err.contains("symlink"), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+        let link = p.path("prompts/w.md.status.json");
+        assert!(
+            link.symlink_metadata().unwrap().is_symlink(),
+            "left as found"
+        );
+        let names: Vec<_> = std::fs::read_dir(p.path("prompts")).unwrap().collect();
+        assert_eq!(names.len(), 2, "no temporary left: {names:?}");
+    }
+    for cmd in wrappers() {
+        // The prompt's directory itself a link to outside: read through,
+        // never written through.
+        let p = Project::new();
+        let elsewhere = outside.path().join("prompts");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("w.md"), "the prompt\n").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, p.path("prompts")).unwrap();
+        std::fs::create_dir_all(p.path("results")).unwrap();
+        let out = exec_form(cmd, &p, "1", "cat > results/w.md")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{err}");
+        assert!(err.contains("symlink"), "{err}");
+        assert_eq!(p.read("results/w.md"), "the prompt\n");
+        let names: Vec<_> = std::fs::read_dir(&elsewhere).unwrap().collect();
+        assert_eq!(names.len(), 1, "nothing written outside: {names:?}");
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+    // Gated, as exec starts it: the attempt does not start.
+    let p = project();
+    std::fs::write(&victim, "keep\n").unwrap();
+    std::os::unix::fs::symlink(&victim, p.path("prompts/w.md.status.json")).unwrap();
+    let argv = gated_argv(&p);
+    let log = p.path("prompts/w.md.log");
+    let spec = SpawnSpec {
+        argv: &argv,
+        cwd: p.root(),
+        env: &[],
+        log: Some(process::Log::Path(&log)),
+        stdin: None,
+    };
+    let (mut child, mut gate) = process::spawn_gated(&spec).unwrap();
+    gate.release().unwrap();
+    assert_eq!(child.wait().unwrap(), 74);
+    assert!(!p.exists("results/w.md"), "not started");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+    // The near miss: a plain sidecar left by an earlier run by hand is
+    // replaced.
+    for cmd in wrappers() {
+        let p = project();
+        p.write("prompts/w.md.status.json", "{\"state\": \"old\"}\n");
+        let out = exec_form(cmd, &p, "1", "exit 0").output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(status(&p)["state"], "exited");
     }
 }

@@ -6,6 +6,8 @@
 //! mimalloc would set up its arenas for a process that allocates a few
 //! kilobytes. `okstra worker` runs the same code with the same arguments.
 
+#![forbid(unsafe_code)]
+
 fn main() -> std::process::ExitCode {
     okstra::worker::main("okstra-worker")
 }

@@ -93,6 +93,10 @@ pub struct Dispatched {
     /// The wrapper argv exec started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub argv: Vec<String>,
+    /// The confined worker's private TMPDIR exec named (`--tmp-dir`), which
+    /// exec removes once it settled the attempt, a resumed exec too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_dir: Option<String>,
 }
 
 /// How a backend knows an attempt it started.
@@ -226,6 +230,7 @@ mod tests {
             prompt_path: "p.md".into(),
             result_path: "r.md".into(),
             argv: vec![],
+            tmp_dir: None,
         });
         let line = e.line();
         assert!(

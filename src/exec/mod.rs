@@ -48,7 +48,8 @@ pub struct Outcomes {
     /// Jobs refused at their start because their model binding moved
     /// (`exec/binding-changed`); they were not run.
     pub refused: Vec<Diagnostic>,
-    /// What else went wrong, said once for the run (`audit/incomplete`).
+    /// What else went wrong, said once for the run (`audit/incomplete`,
+    /// `exec/cleanup-incomplete`): any of them fails the run.
     pub problems: Vec<Diagnostic>,
     /// A record that could not be written stopped the run: why.
     pub fatal: Option<String>,
@@ -172,7 +173,10 @@ pub fn exit_status(o: &Outcomes) -> ExitStatus {
         ExitStatus::Interrupted
     } else if !o.refused.is_empty() {
         ExitStatus::PlanRefused
-    } else if o.fatal.is_none() && o.reports.iter().all(|r| r.status == "completed") {
+    } else if o.fatal.is_none()
+        && o.problems.is_empty()
+        && o.reports.iter().all(|r| r.status == "completed")
+    {
         ExitStatus::Success
     } else {
         ExitStatus::JobsFailed

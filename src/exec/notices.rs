@@ -204,7 +204,6 @@ mod tests {
             env: &[],
             log: None,
             stdin: None,
-            pre_exec: None,
         })
         .unwrap()
     }
@@ -246,7 +245,6 @@ mod tests {
             env: &[],
             log: None,
             stdin: None,
-            pre_exec: None,
         })
         .unwrap();
         let (quick_pid, slow_pid) = (quick.pid(), slow.pid());

@@ -317,6 +317,7 @@ mod tests {
             prompt_path: "p".into(),
             result_path: "r".into(),
             argv: vec![],
+            tmp_dir: None,
         })
     }
 

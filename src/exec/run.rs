@@ -23,6 +23,7 @@ use crate::compile::paths;
 use crate::diag::{Code, Diagnostic};
 use crate::plan::{Identity, Job, Plan, MAX_ATTEMPTS};
 use crate::state::journal::Sync;
+use crate::tmpdir;
 use crate::vocab::{Backend, MutationAudit, Role};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
@@ -117,6 +118,11 @@ pub(super) struct Runner<'a> {
     last_after: Option<audit::Snapshot>,
     /// The project root, for okstra's own writes below it.
     own: std::sync::Arc<Beneath>,
+    /// What confinement this kernel offers, asked at the first start.
+    offer: std::cell::OnceCell<crate::confine::Offer>,
+    /// Where this exec makes private TMPDIRs, opened at the first start
+    /// of a confined worker.
+    tmp_root: Option<tmpdir::Root>,
 }
 
 /// Each job's binding verdict as of a manifest modification time and length
@@ -175,6 +181,8 @@ impl<'a> Runner<'a> {
             manifest_cache: manifest_stamp.map(|(t, l)| (Some(t), l, Some(vec![None; jobs.len()]))),
             last_after: None,
             own,
+            offer: std::cell::OnceCell::new(),
+            tmp_root: None,
         }
     }
 
@@ -512,7 +520,13 @@ impl<'a> Runner<'a> {
 
     /// The wrapper argv of one attempt: the plan's command with the
     /// attempt's own flags before the provider's `--`.
-    fn worker_argv(&self, job: &Job, attempt: u64, session_id: Option<&str>) -> Vec<String> {
+    fn worker_argv(
+        &self,
+        job: &Job,
+        attempt: u64,
+        session_id: Option<&str>,
+        tmp_dir: Option<&Path>,
+    ) -> Vec<String> {
         let mut argv: Vec<String> = job.command.clone();
         let split = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
         let mut extra = vec![
@@ -525,6 +539,9 @@ impl<'a> Runner<'a> {
         }
         if let Some(s) = session_id {
             extra.extend(["--session-id".into(), s.to_string()]);
+        }
+        if let Some(dir) = tmp_dir {
+            extra.extend(["--tmp-dir".into(), dir.display().to_string()]);
         }
         argv.splice(split..split, extra);
         argv
@@ -618,7 +635,8 @@ impl<'a> Runner<'a> {
         let session_id = job
             .takes_session_id
             .then(|| uuid::Uuid::new_v4().to_string());
-        let argv = self.worker_argv(&job, attempt, session_id.as_deref());
+        let tmp_dir = self.private_tmp(&job, attempt)?;
+        let argv = self.worker_argv(&job, attempt, session_id.as_deref(), tmp_dir.as_deref());
         let status = self.abs(&job.status_path());
         // okstra's own writes never go through a symlink (SPEC §1): the log
         // is opened here, below the root, and handed to the wrapper; the
@@ -665,7 +683,59 @@ impl<'a> Runner<'a> {
             prompt_path: job.prompt_path.clone(),
             result_path: job.result_path.clone(),
             argv: started.argv,
+            tmp_dir: tmp_dir.map(|d| d.display().to_string()),
         })
+    }
+
+    /// The private TMPDIR exec names for an attempt whose worker will be
+    /// confined here (SPEC §9, [`crate::tmpdir`]), cleared of whatever an
+    /// earlier start of the same attempt left there. `None` for a worker
+    /// that runs unconfined, or on another machine (a Slurm node's temp
+    /// directory is not exec's to reach: there the wrapper names and
+    /// removes its own).
+    fn private_tmp(&mut self, job: &Job, attempt: u64) -> std::io::Result<Option<PathBuf>> {
+        let offer = self.offer.get_or_init(crate::confine::offer);
+        let confined = crate::confine::decide(job.write_enforcement.confinement, offer);
+        if job.backend == Backend::Slurm || confined != Ok(true) {
+            return Ok(None);
+        }
+        if self.tmp_root.is_none() {
+            self.tmp_root = Some(tmpdir::Root::system(&self.root)?);
+        }
+        let root = self.tmp_root.as_ref().expect("opened above");
+        let name = self.tmp_name(job, attempt);
+        root.remove(&name)?;
+        Ok(Some(root.path().join(name)))
+    }
+
+    fn tmp_name(&self, job: &Job, attempt: u64) -> String {
+        tmpdir::attempt_name(&self.root, self.rec.store().path(), &job.key, attempt)
+    }
+
+    /// Remove an ended attempt's private TMPDIR, whoever ended it: the
+    /// wrapper removes it itself, but one killed first (the SIGKILL that
+    /// ends a stop, `kill -9`) cannot. Done before the settlement is
+    /// recorded, so an exec that dies in between leaves it to the next,
+    /// which settles the attempt again. One that cannot be removed is
+    /// reported (`exec/cleanup-incomplete`, exit 1), never passed over.
+    fn remove_private_tmp(&mut self, job: &Job, d: &Dispatched) {
+        let Some(recorded) = &d.tmp_dir else {
+            return;
+        };
+        let expected = self.tmp_name(job, d.head.attempt);
+        if let Err(e) = tmpdir::remove_recorded(Path::new(recorded), &expected) {
+            let text = format!(
+                "{} (attempt {}): its private TMPDIR was not removed: {e}",
+                job.label(),
+                d.head.attempt
+            );
+            self.say(text.clone());
+            self.problems.push(
+                Diagnostic::new(Code::ExecCleanupIncomplete, text)
+                    .worker(job.label().to_string())
+                    .help("remove it by hand once nothing of the worker runs any more (`chmod -R u+rwx` first if it holds read-only directories)"),
+            );
+        }
     }
 
     /// Run a round: launch `pending` (bounded by `--concurrency`) beside the
@@ -1142,6 +1212,7 @@ impl Runner<'_> {
         let i = e.job;
         let job = self.job(i);
         let attempt = e.dispatched.head.attempt;
+        self.remove_private_tmp(&job, &e.dispatched);
         let status_doc = super::settle::read_status(&self.abs(&job.status_path()));
         let said = |k: &str| {
             status_doc

@@ -10,7 +10,7 @@ mod spawn;
 mod stop;
 
 pub use spawn::{
-    find_program, spawn, spawn_gated, spawn_in_caller_group, Gate, Log, PreExec, SpawnSpec, Spawned,
+    find_program, spawn, spawn_gated, spawn_in_caller_group, Gate, Log, SpawnSpec, Spawned,
 };
 pub use stop::{stop_all, NotOurChildren, Reaper, StopTarget};
 
@@ -109,6 +109,18 @@ pub fn pid_alive(pid: u32) -> bool {
     exists && !matches!(proc_stat(pid), Some(stat) if stat.state == 'Z')
 }
 
+/// SIGKILL whatever is left of process group `pgid` once its leader (a
+/// worker's wrapper, which led the group) ended: members it left behind (a
+/// worker whose wrapper was killed, a backgrounded grandchild) have no one
+/// watching them any more, and what they write now would land in a later
+/// stage's audit. Call it as soon as the leader was reaped: a group's id
+/// stays taken while any member lives, so it names no one else.
+pub fn kill_leftovers(pgid: u32) {
+    if group_alive(pgid) {
+        let _ = StopTarget::Group { pid: pgid, pgid }.signal(rustix::process::Signal::KILL);
+    }
+}
+
 /// Whether any live (non-zombie) process is in process group `pgid`.
 pub fn group_alive(pgid: u32) -> bool {
     group_alive_any(&[pgid])
@@ -192,7 +204,6 @@ mod tests {
             env: &[],
             log: None,
             stdin: None,
-            pre_exec: None,
         }
     }
 
@@ -226,7 +237,6 @@ mod tests {
             env: &env,
             log: Some(Log::Path(&log)),
             stdin: Some(&input),
-            pre_exec: None,
         })
         .unwrap();
         assert_eq!(child.wait().unwrap(), 3);
@@ -386,41 +396,6 @@ mod tests {
         assert_eq!(child.wait().unwrap(), 0);
         let err = gate.release().unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
-    }
-
-    #[test]
-    fn a_pre_exec_hook_runs_before_the_program_and_its_error_fails_the_spawn() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = argv(&["sh", "-c", "echo ran"]);
-        let log = dir.path().join("hook.log");
-        // SAFETY: the hooks make one system call (umask) or none, and build
-        // their error from a number: no allocation, no lock.
-        let (narrow, refuse) = unsafe {
-            (
-                PreExec::new(|| {
-                    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-                    Ok(())
-                }),
-                PreExec::new(|| Err(io::Error::from_raw_os_error(1))),
-            )
-        };
-        let umask = argv(&["sh", "-c", "umask"]);
-        let mut child = spawn(&SpawnSpec {
-            log: Some(Log::Path(&log)),
-            pre_exec: Some(&narrow),
-            ..spec(&umask, dir.path())
-        })
-        .unwrap();
-        assert_eq!(child.wait().unwrap(), 0);
-        assert_eq!(fs::read_to_string(&log).unwrap(), "0077\n");
-        let err = spawn(&SpawnSpec {
-            log: Some(Log::Path(&log)),
-            pre_exec: Some(&refuse),
-            ..spec(&a, dir.path())
-        })
-        .unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(1));
-        assert_eq!(fs::read_to_string(&log).unwrap(), "0077\n", "never ran");
     }
 
     #[test]

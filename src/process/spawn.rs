@@ -23,7 +23,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -43,10 +42,6 @@ pub struct SpawnSpec<'a> {
     /// stdin is read from here; `None` gives `/dev/null` (or, through
     /// [`spawn_gated`], the gate's pipe).
     pub stdin: Option<&'a Path>,
-    /// Run in the child between fork and exec. Nothing passes one:
-    /// kernel confinement (SPEC §9) restricts a thread that starts the
-    /// child instead (`worker::Confined::spawn`), with no `unsafe`.
-    pub pre_exec: Option<&'a PreExec>,
 }
 
 /// Where a child's stdout and stderr are appended.
@@ -57,28 +52,6 @@ pub enum Log<'a> {
     /// A file the caller opened already (exec opens a worker's log without
     /// following a symlink at any component, SPEC §1).
     File(&'a File),
-}
-
-/// Code run in a child after fork, before exec (see [`PreExec::new`]).
-#[derive(Clone)]
-pub struct PreExec(Arc<dyn Fn() -> io::Result<()> + Send + Sync>);
-
-impl PreExec {
-    /// A hook for [`SpawnSpec::pre_exec`]; an error from it fails the
-    /// spawn with that error, and the program never runs.
-    ///
-    /// # Safety
-    ///
-    /// `hook` runs in the child of a fork of a process that may have other
-    /// threads; their locks (the allocator's among them) stay held for ever
-    /// in the child. So it must do only what is async-signal-safe: system
-    /// calls on data prepared before the spawn (a Landlock ruleset built in
-    /// the parent, then `landlock_restrict_self`), no allocation, no lock,
-    /// no panic. This is `std::os::unix::process::CommandExt::pre_exec`'s
-    /// contract, taken on by whoever builds the hook.
-    pub unsafe fn new(hook: impl Fn() -> io::Result<()> + Send + Sync + 'static) -> PreExec {
-        PreExec(Arc::new(hook))
-    }
 }
 
 /// The write end of a gated child's stdin (see [`spawn_gated`]), or of the
@@ -209,15 +182,6 @@ fn start(spec: &SpawnSpec, own_group: bool, gate: Option<io::PipeReader>) -> io:
         // setpgid(0, 0) in the child before exec: the group exists before
         // spawn returns, so anyone may signal it at once.
         cmd.process_group(0);
-    }
-    if let Some(hook) = spec.pre_exec {
-        let hook = Arc::clone(&hook.0);
-        // SAFETY: `PreExec::new`, which is unsafe, made its caller promise
-        // that the hook does only async-signal-safe work, which is all
-        // `pre_exec` asks; the closure around it adds only a call through
-        // an `Arc` allocated before the fork (no allocation, no refcount
-        // change in the child).
-        unsafe { cmd.pre_exec(move || hook()) };
     }
     let child = cmd.spawn()?;
     Ok(Spawned {

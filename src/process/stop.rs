@@ -221,7 +221,6 @@ mod tests {
             env: &[],
             log: None,
             stdin: None,
-            pre_exec: None,
         })
         .unwrap()
     }
@@ -295,7 +294,6 @@ mod tests {
             env: &[],
             log: None,
             stdin: None,
-            pre_exec: None,
         })
         .unwrap();
         assert_eq!(

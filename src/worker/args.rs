@@ -91,6 +91,13 @@ pub struct WorkerArgs {
     /// unless absolute). Made when missing; never reached through a symlink.
     #[arg(long = "confine-dir", value_name = "DIR")]
     pub confine_dirs: Vec<PathBuf>,
+    /// The private TMPDIR of a confined child, `<temp>/okstra-<uid>/<name>`,
+    /// named by exec, which removes it once it settled the attempt (so a
+    /// wrapper killed before it cleaned up leaves nothing); made here when
+    /// the child is confined. Without it a confined child gets one named
+    /// here.
+    #[arg(long, value_name = "DIR")]
+    pub tmp_dir: Option<PathBuf>,
     /// The argv of a `command` job.
     #[arg(last = true, value_name = "ARGV")]
     pub command: Vec<String>,

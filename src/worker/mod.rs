@@ -22,6 +22,7 @@ mod args;
 
 pub use args::{Presentation, WorkerArgs};
 
+use crate::beneath::Beneath;
 use crate::confine;
 use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
@@ -29,6 +30,7 @@ use crate::provider::{
     self, ArgvRequest, Provider, ProviderOptions, SERVED_MODEL_MISMATCH_EXIT_CODE,
     TIMEOUT_EXIT_CODE,
 };
+use crate::tmpdir;
 use crate::vocab::Confinement;
 use serde::Serialize;
 use serde_json::Value;
@@ -259,6 +261,9 @@ struct Status {
 /// Owns the status sidecar: every write goes through here.
 struct StatusFile {
     path: PathBuf,
+    /// The project root, which the sidecar is written below without
+    /// following a symlink (SPEC §1); why not, when it cannot be opened.
+    own: Result<Beneath, String>,
     status: Status,
     started: Instant,
     warned: bool,
@@ -274,17 +279,7 @@ impl StatusFile {
         self.status.heartbeat_at = now_rfc3339();
         let mut bytes = serde_json::to_vec_pretty(&self.status).unwrap_or_default();
         bytes.push(b'\n');
-        // Liveness, rewritten every heartbeat: atomic, not fsynced (see
-        // `Durability::NoFsync`). exec removes the sidecar before it starts
-        // the wrapper, so the first write, often the only one, makes the
-        // file with one write rather than a temporary and a rename.
-        let durability = crate::fsutil::Durability::NoFsync;
-        let first = !self.written && crate::fsutil::create_whole(&self.path, &bytes).is_ok();
-        let written = if first {
-            Ok(())
-        } else {
-            crate::fsutil::write_atomic(&self.path, &bytes, durability)
-        };
+        let written = self.put(&bytes);
         self.written |= written.is_ok();
         if let Err(err) = &written {
             if !self.warned {
@@ -296,6 +291,28 @@ impl StatusFile {
             }
         }
         written
+    }
+
+    /// Write `bytes` as the sidecar, below the project root, never through
+    /// a symlink: one planted at the sidecar, or at a directory above it,
+    /// is refused (the write fails), so the wrapper never writes outside.
+    /// Liveness, rewritten every heartbeat: atomic, not fsynced (see
+    /// `Durability::NoFsync`). exec removes the sidecar before it starts
+    /// the wrapper, so the first write, often the only one, makes the file
+    /// with one write rather than a temporary and a rename.
+    fn put(&self, bytes: &[u8]) -> io::Result<()> {
+        let own = self.own.as_ref().map_err(|e| io::Error::other(e.clone()))?;
+        let rel = own.relative(&self.path)?;
+        if !self.written {
+            match own.create_whole(rel, bytes) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_symlink() => return Err(e.into()),
+                // There already (a run by hand), or more than a page.
+                Err(_) => {}
+            }
+        }
+        let durability = crate::fsutil::Durability::NoFsync;
+        Ok(own.write_atomic(rel, bytes, durability)?)
     }
 
     /// Record the exit; `exit_code` is what the wrapper exits with, unless
@@ -337,6 +354,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     };
     let mut status = StatusFile {
         path: paths.status.clone(),
+        own: Beneath::open(&paths.root).map_err(|e| e.to_string()),
         status: Status {
             state: "running",
             pid: None,
@@ -429,7 +447,6 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         env: &env,
         log: None,
         stdin: Some(&paths.prompt),
-        pre_exec: None,
     };
     // Released by exec, the attempt has started, and the sidecar is the
     // evidence (SPEC §5.8): it is written before the child starts, and
@@ -578,7 +595,50 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
 struct Confined {
     rules: confine::Prepared,
     /// The private TMPDIR, removed when the attempt is over.
-    tmp: tempfile::TempDir,
+    tmp: PrivateTmp,
+}
+
+/// The confined worker's private TMPDIR (see [`crate::tmpdir`]): the one
+/// exec named (`--tmp-dir`), or one named here; removed when dropped, once
+/// the worker ended. exec removes one it named again once it settled the
+/// attempt, so a wrapper killed before this ran leaves nothing behind.
+struct PrivateTmp {
+    root: tmpdir::Root,
+    name: String,
+    path: PathBuf,
+}
+
+impl PrivateTmp {
+    fn make(args: &WorkerArgs, project: &Path) -> io::Result<PrivateTmp> {
+        let (root, name) = match &args.tmp_dir {
+            Some(dir) => tmpdir::Root::of(dir)?,
+            None => (tmpdir::Root::system(project)?, tmpdir::own_name()),
+        };
+        // A TMPDIR in the project would let the worker write there.
+        if root
+            .path()
+            .canonicalize()?
+            .starts_with(project.canonicalize()?)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is inside the project", root.path().display()),
+            ));
+        }
+        let path = root.create(&name)?;
+        Ok(PrivateTmp { root, name, path })
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        if let Err(err) = self.root.remove(&self.name) {
+            say(format_args!(
+                "cannot remove the worker's private TMPDIR {}: {err}",
+                self.path.display()
+            ));
+        }
+    }
 }
 
 impl Confined {
@@ -615,7 +675,7 @@ impl Confined {
     /// `IS_SANDBOX=1`, since it now is in one (so `bypassPermissions` runs
     /// as root).
     fn env(&self, provider: Provider) -> Vec<(String, String)> {
-        let mut env = vec![("TMPDIR".into(), self.tmp.path().display().to_string())];
+        let mut env = vec![("TMPDIR".into(), self.tmp.path.display().to_string())];
         if provider == Provider::Claude {
             env.push(("IS_SANDBOX".into(), "1".into()));
         }
@@ -659,9 +719,9 @@ fn prepare_confinement(
         (Err(why), _) => return Err(format!("confinement is required, but {why}")),
         _ => return Ok(None),
     };
-    let tmp =
-        private_tmpdir(&paths.root).map_err(|e| format!("cannot make a private TMPDIR: {e}"))?;
-    let mut outside = vec![tmp.path().to_path_buf()];
+    let tmp = PrivateTmp::make(args, &paths.root)
+        .map_err(|e| format!("cannot make a private TMPDIR: {e}"))?;
+    let mut outside = vec![tmp.path.clone()];
     outside.extend(provider.state_dirs());
     outside.extend(confine::test_also_writable());
     let rules = confine::Prepared::build(
@@ -673,19 +733,6 @@ fn prepare_confinement(
         abi,
     )?;
     Ok(Some(Confined { rules, tmp }))
-}
-
-/// A fresh directory under the system's temp directory, outside the
-/// project (a TMPDIR inside the project would let the worker write there).
-fn private_tmpdir(root: &Path) -> io::Result<tempfile::TempDir> {
-    let base = std::env::temp_dir();
-    let base = match base.canonicalize() {
-        Ok(real) if !real.starts_with(root) => real,
-        _ => PathBuf::from("/tmp"),
-    };
-    tempfile::Builder::new()
-        .prefix("okstra-worker-")
-        .tempdir_in(base)
 }
 
 /// What can be refused before starting anything; the provider, parsed.

@@ -22,7 +22,7 @@ use super::notices::Notices;
 use crate::plan::Job;
 use crate::process::{self, Gate, SpawnSpec, StopTarget};
 use crate::vocab::Backend;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -171,6 +171,9 @@ pub struct Local {
     pane: Option<pane::Pane>,
     /// Exit notices already taken from their source.
     stash: Vec<(Handle, i32)>,
+    /// The `cli-wrapper` wrappers started here and not yet ended: each
+    /// leads its own process group.
+    leaders: HashSet<u32>,
 }
 
 impl Local {
@@ -181,6 +184,7 @@ impl Local {
             gates: HashMap::new(),
             pane: None,
             stash: Vec::new(),
+            leaders: HashSet::new(),
         }
     }
 
@@ -241,10 +245,10 @@ impl Dispatch for Local {
                     env: launch.env,
                     log: Some(process::Log::File(launch.log_file)),
                     stdin: None,
-                    pre_exec: None,
                 })?;
                 let pid = child.pid();
                 self.notices()?.watch(child);
+                self.leaders.insert(pid);
                 (pid, gate)
             }
         };
@@ -284,8 +288,13 @@ impl Dispatch for Local {
         let sender = notices.sender();
         let status: PathBuf = status.to_path_buf();
         let pid_start = d.pid_start;
+        let leader = d.head.dispatch_mode == Backend::CliWrapper;
         std::thread::spawn(move || {
             let code = pane::watch_foreign(pid, pid_start, &status);
+            if leader {
+                // An earlier exec's wrapper led its own group, as ours do.
+                process::kill_leftovers(pid);
+            }
             sender.send(pid, code);
         });
     }
@@ -307,6 +316,10 @@ impl Dispatch for Local {
         }
         for (handle, _) in &out {
             self.gates.remove(handle);
+            // Reaped just now: what its group still holds is left over.
+            if let Some(pid) = handle.pid().filter(|p| self.leaders.remove(p)) {
+                process::kill_leftovers(pid);
+            }
         }
         out
     }
@@ -318,6 +331,10 @@ impl Dispatch for Local {
             .filter_map(|h| h.pid().map(|p| (*h, p)))
             .collect();
         let targets: Vec<StopTarget> = ours.iter().map(|(_, p)| StopTarget::group_of(*p)).collect();
+        for (_, pid) in &ours {
+            // Stopped with their whole group.
+            self.leaders.remove(pid);
+        }
         let codes = match self.notices() {
             Ok(notices) => process::stop_all(&targets, grace, notices),
             Err(_) => process::stop_all(&targets, grace, &mut process::NotOurChildren),
