@@ -20,6 +20,7 @@ pub struct ExecArgs {
     /// How many jobs of a stage run at once (default: all).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// Progress on stderr and the summary on stdout as text, or as JSON (progress one JSON object a line on stderr, the summary one document on stdout).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -30,8 +31,10 @@ pub struct RunArgs {
     pub spec: PathBuf,
     #[command(flatten)]
     pub target: RunTarget,
+    /// How many jobs of a stage run at once (default: all).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// As `okstra exec --format`: text, or JSON lines of progress on stderr and one JSON summary on stdout.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -41,8 +44,10 @@ pub struct StatusArgs {
     /// The run manifest.
     #[arg(long, value_name = "M")]
     pub manifest: PathBuf,
+    /// The project root the manifest's paths are relative to.
     #[arg(long, default_value = ".", value_name = "R")]
     pub project_root: PathBuf,
+    /// Print the workers and dispatches as tables, or as one JSON document on stdout.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
