@@ -139,6 +139,8 @@ fn bash_completes_the_commands_and_the_format_values() {
         values.sort();
         assert_eq!(values, ["json", "text"], "okstra {cmd} --format");
     }
+    let flags = bash_offers(&["okstra", "exec", "--"]);
+    assert!(flags.iter().any(|f| f == "--junit"), "{flags:?}");
 }
 
 #[test]
