@@ -86,9 +86,11 @@ impl Fx {
         };
         std::fs::create_dir_all(fx.p.path("results")).unwrap();
         fx.p.write_json("run/run-manifest.json", &v1_manifest());
+        // The scratch directory is granted to the (confined) workers by
+        // the debug build's test seam, as in tests/exec.rs.
         let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nbackend = \"slurm\"\nslurm = {{ timeLimit = \"5\" }}\nenv = {{ SCRATCH = \"{}\" }}\n\n",
-            fx.scratch.path().display()
+            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nbackend = \"slurm\"\nslurm = {{ timeLimit = \"5\" }}\n{}\n\n",
+            scratch_env(fx.scratch.path())
         );
         for (name, jobs) in stages {
             spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));

@@ -145,7 +145,8 @@ impl<'a> Runner<'a> {
         let (audit_roots, audit_exclude) = audit_walk(root, plan, jobs, &rec);
         let n = jobs.len();
         let mut backend = Backends::new(Local::new(opts.worker.clone()));
-        if plan.jobs().any(|j| j.backend == Backend::Slurm) {
+        // `plan` holds no jobs (the verified plan keeps them in `jobs`).
+        if jobs.each().any(|(_, j)| j.backend == Backend::Slurm) {
             backend.add(
                 Backend::Slurm,
                 Box::new(super::backend::slurm::Slurm::new(opts.worker.clone(), plan)),
