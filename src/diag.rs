@@ -132,6 +132,8 @@ codes! {
         "a file exists but cannot be read";
     InputInvalid = "input/invalid", InvalidInput,
         "an input whose content is unusable for a reason no more specific code covers";
+    OutputUnwritable = "output/unwritable", InvalidInput,
+        "an output okstra was told to write (`--out`, `--junit`) that cannot be written";
     PlanVersion = "plan/version", PlanRefused,
         "a plan whose `formatVersion` this okstra does not support";
     PlanDigestMismatch = "plan/digest-mismatch", PlanRefused,
@@ -403,8 +405,10 @@ impl From<Vec<Diagnostic>> for Diagnostics {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
+    /// For people: tables, summaries, rustc-like errors on stderr.
     #[default]
     Text,
+    /// For programs: one JSON document on stdout (errors as `{"ok": false, "errors": [...]}`).
     Json,
 }
 

@@ -1115,8 +1115,13 @@ fn json_summary() {
     assert_eq!(jobs[1]["stage"], "first");
     assert_eq!(jobs[1]["attempts"], 2);
     assert!(jobs[1]["durationMs"].is_u64());
-    // Progress goes to stderr, never into the JSON.
-    assert!(run.stderr.contains("dispatched a"), "{}", run.stderr);
+    // Progress goes to stderr, never into the JSON: one object a line.
+    let dispatched = run
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .any(|n| n["event"]["type"] == "worker-dispatched" && n["event"]["workerKey"] == "a");
+    assert!(dispatched, "{}", run.stderr);
 }
 
 #[test]

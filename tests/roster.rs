@@ -1,7 +1,8 @@
-//! Roster mode, translator reservations, the exec-time binding gate and
-//! `okstra doctor`, run through the real binary on fixture projects: each
-//! refusal code triggered beside a near miss, and roster and translator runs
-//! end to end (plan, then exec with `command` workers).
+//! Roster mode, translator reservations and the exec-time binding gate,
+//! run through the real binary on fixture projects: each refusal code
+//! triggered beside a near miss, and roster and translator runs end to end
+//! (plan, then exec with `command` workers). `okstra doctor` is in
+//! tests/doctor.rs.
 
 mod common;
 use common::*;
@@ -532,106 +533,6 @@ fn exec_binding_gate_near_miss_manifest_edit_outside_bindings() {
     assert_eq!(plan_json(&p, "spec.toml").code, 0);
     let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-}
-
-// ------------------------------------------------------------------ doctor
-
-fn doctor(p: &Project, path_dir: &std::path::Path) -> Run {
-    let out = assert_cmd::Command::cargo_bin("okstra")
-        .unwrap()
-        .current_dir(p.root())
-        .env("PATH", path_dir)
-        .args([
-            "doctor",
-            "--manifest",
-            "run/run-manifest.json",
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn status_of<'a>(run: &'a Value, name: &str) -> &'a str {
-    run["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"].as_str().unwrap().starts_with(name))
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or("(absent)")
-}
-
-#[test]
-fn doctor_all_well_and_each_miss() {
-    let bin = tempfile::tempdir().unwrap();
-    let p = roster_project();
-    // Only command workers: missing agent CLIs are warnings.
-    let run = doctor(&p, bin.path());
-    assert_eq!(run.code, 0, "{}", run.stdout);
-    let out = run.json();
-    assert_eq!(out["ok"], true);
-    for name in [
-        "schemas",
-        "manifest",
-        "team-state",
-        "exec lock",
-        "run directory",
-    ] {
-        assert_eq!(status_of(&out, name), "ok", "{name}: {out}");
-    }
-    assert_eq!(status_of(&out, "provider claude"), "warn");
-
-    // A roster worker on claude needs the CLI: missing is a failure with a fix.
-    edit_json(&p, "run/run-manifest.json", |m| {
-        m["recommendedWorkers"] = json!(["claude", "w1"])
-    });
-    let run = doctor(&p, bin.path());
-    assert_eq!(run.code, 2);
-    let out = run.json();
-    assert_eq!(status_of(&out, "provider claude"), "fail");
-    assert!(out
-        .to_string()
-        .contains("npm install -g @anthropic-ai/claude-code"));
-    // ... and a claude on PATH that answers --version is fine.
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let c = bin.path().join("claude");
-        std::fs::write(&c, "#!/bin/sh\necho '2.1.197 (Claude Code)'\n").unwrap();
-        std::fs::set_permissions(&c, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let path = format!("{}:/usr/bin:/bin", bin.path().display());
-    let run = doctor(&p, std::path::Path::new(&path));
-    assert_eq!(run.code, 0, "{}", run.stdout);
-    assert!(run.stdout.contains("2.1.197"));
-
-    // A held exec lock.
-    let lock = okstra::fsutil::FileLock::try_acquire(&p.path("run/team-state.json.exec.lock"))
-        .unwrap()
-        .unwrap();
-    let run = doctor(&p, std::path::Path::new(&path));
-    assert_eq!(run.code, 2);
-    assert_eq!(status_of(&run.json(), "exec lock"), "fail");
-    drop(lock);
-    assert_eq!(doctor(&p, std::path::Path::new(&path)).code, 0);
-
-    // A team-state that is not valid, then a schema-invalid manifest.
-    p.write("run/team-state.json", "{\"workers\": 3}");
-    let run = doctor(&p, std::path::Path::new(&path));
-    assert_eq!(run.code, 2);
-    assert_eq!(status_of(&run.json(), "team-state"), "fail");
-    p.write("run/team-state.json", "{}");
-    edit_json(&p, "run/run-manifest.json", |m| {
-        m["recommendedWorkers"] = json!("w1")
-    });
-    let run = doctor(&p, std::path::Path::new(&path));
-    assert_eq!(run.code, 2);
-    assert_eq!(status_of(&run.json(), "manifest"), "fail");
 }
 
 #[test]

@@ -20,6 +20,11 @@ pub struct ExecArgs {
     /// How many jobs of a stage run at once (default: all).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// Write a JUnit XML report here once the run ended (one test case per
+    /// job, a test suite per stage, retries as reruns), whole or not at all.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Progress on stderr and the summary on stdout as text, or as JSON (progress one JSON object a line on stderr, the summary one document on stdout).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -30,8 +35,13 @@ pub struct RunArgs {
     pub spec: PathBuf,
     #[command(flatten)]
     pub target: RunTarget,
+    /// How many jobs of a stage run at once (default: all).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// Write a JUnit XML report here once the run ended (as `okstra exec --junit`).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// As `okstra exec --format`: text, or JSON lines of progress on stderr and one JSON summary on stdout.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -41,16 +51,19 @@ pub struct StatusArgs {
     /// The run manifest.
     #[arg(long, value_name = "M")]
     pub manifest: PathBuf,
+    /// The project root the manifest's paths are relative to.
     #[arg(long, default_value = ".", value_name = "R")]
     pub project_root: PathBuf,
+    /// Print the workers and dispatches as tables, or as one JSON document on stdout.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
 
-fn options(concurrency: Option<usize>, format: Format) -> Options {
+fn options(concurrency: Option<usize>, format: Format, junit: Option<PathBuf>) -> Options {
     Options {
         concurrency,
         format,
+        junit,
         worker: match std::env::current_exe() {
             Ok(okstra) => exec::backend::WorkerExe::beside(&okstra),
             Err(_) => exec::backend::WorkerExe::subcommand(Path::new("okstra")),
@@ -64,14 +77,50 @@ fn options(concurrency: Option<usize>, format: Format) -> Options {
     }
 }
 
+/// Refuse a `--junit` path that cannot be written before anything runs:
+/// its directory must exist and be writable, and it must not be one.
+fn check_junit(path: Option<&Path>) -> Result<(), Diagnostic> {
+    let Some(path) = path else { return Ok(()) };
+    let shown = path.display().to_string();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let why = if path.is_dir() {
+        Some("it is a directory".to_string())
+    } else if !dir.is_dir() {
+        Some(format!("its directory {} does not exist", dir.display()))
+    } else if rustix::fs::access(&dir, rustix::fs::Access::WRITE_OK).is_err() {
+        Some(format!("its directory {} is not writable", dir.display()))
+    } else {
+        None
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(Diagnostic::new(
+            Code::OutputUnwritable,
+            format!("cannot write the JUnit report {shown}: {why}"),
+        )
+        .in_file(shown)
+        .help("choose a file in an existing, writable directory (nothing was run)")),
+    }
+}
+
 pub fn exec(args: &ExecArgs) -> ExitStatus {
-    match exec::exec(&args.plan, &options(args.concurrency, args.format)) {
+    if let Err(d) = check_junit(args.junit.as_deref()) {
+        return report(&Diagnostics::from(d), args.format);
+    }
+    let opts = options(args.concurrency, args.format, args.junit.clone());
+    match exec::exec(&args.plan, &opts) {
         Ok(outcomes) => finish(&outcomes, args.format),
         Err(diags) => report(&diags, args.format),
     }
 }
 
 pub fn run(args: &RunArgs) -> ExitStatus {
+    if let Err(d) = check_junit(args.junit.as_deref()) {
+        return report(&Diagnostics::from(d), args.format);
+    }
     let plan = match compile::compile(&plan_cmd::request(Some(args.spec.clone()), &args.target)) {
         Ok(p) => p,
         Err(d) => return report(&d, args.format),
@@ -103,6 +152,7 @@ pub fn run(args: &RunArgs) -> ExitStatus {
     let status = exec(&ExecArgs {
         plan: path.clone(),
         concurrency: args.concurrency,
+        junit: args.junit.clone(),
         format: args.format,
     });
     drop(dir);

@@ -17,8 +17,11 @@ macro_rules! out {
 
 mod doctor;
 mod exec;
+mod generated;
 mod plan;
 mod validate;
+
+pub use generated::pages as man_pages;
 
 pub use validate::{check_document, Kind as DocumentKind};
 
@@ -52,9 +55,12 @@ pub struct Cli {
 /// The `--color` choice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ColorChoice {
+    /// Colour a terminal, unless NO_COLOR is set (CLICOLOR_FORCE forces it).
     #[default]
     Auto,
+    /// Always colour.
     Always,
+    /// Never colour.
     Never,
 }
 
@@ -100,6 +106,10 @@ pub enum Command {
     Schema(validate::SchemaArgs),
     /// Check what a run needs (provider CLIs, manifest, team-state, schemas, lock, run directory) and say how to fix each miss.
     Doctor(doctor::DoctorArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    Completions(generated::CompletionsArgs),
+    /// Print the man page (roff) of okstra or of one command.
+    Man(generated::ManArgs),
     #[command(about = crate::worker::ABOUT)]
     Worker(crate::worker::WorkerArgs),
 }
@@ -131,6 +141,8 @@ pub fn main() -> ExitStatus {
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
         Command::Doctor(args) => doctor::doctor(&args),
+        Command::Completions(args) => generated::completions(&args),
+        Command::Man(args) => generated::man(&args),
         // The same wrapper as `okstra-worker`, for an okstra without it.
         Command::Worker(args) => std::process::exit(crate::worker::run(&args)),
     }

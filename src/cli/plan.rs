@@ -16,6 +16,7 @@ pub struct PlanArgs {
     /// Where to write the plan.
     #[arg(long, default_value = "plan.json", value_name = "P")]
     pub out: PathBuf,
+    /// Print the summary (or errors) as text, or as one JSON document on stdout.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -24,6 +25,7 @@ pub struct PlanArgs {
 pub struct ShowArgs {
     /// The plan to review.
     pub plan: PathBuf,
+    /// Print the plan for review as text, or the plan document itself as JSON.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -51,9 +53,10 @@ pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {
     )
     .map_err(|e| {
         Diagnostic::new(
-            Code::InputUnreadable,
+            Code::OutputUnwritable,
             format!("cannot write the plan to {}: {e}", out.display()),
         )
+        .in_file(out.display().to_string())
         .help("choose a writable --out path")
     })
 }

@@ -9,25 +9,33 @@ use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
+    /// A job spec (TOML or JSON).
     Jobs,
+    /// A run manifest (run-manifest.json).
     Manifest,
+    /// A prompt's invocation metadata (`<prompt>.meta.json`).
     Metadata,
+    /// A plan written by `okstra plan`.
     Plan,
+    /// A run's team-state.
     TeamState,
+    /// An implementation plan with conformance declarations.
     ImplementationPlan,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct ValidateArgs {
-    /// Files to check.
-    #[arg(required = true)]
+    /// Files to check; `-` reads one from stdin (named `<stdin>` in
+    /// errors; TOML or JSON, told by its first character).
+    #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// What the files are; guessed from the name and content when omitted.
     #[arg(long, value_enum)]
     pub kind: Option<Kind>,
     /// The project root paths inside the files are relative to.
-    #[arg(long, default_value = ".")]
+    #[arg(long, default_value = ".", value_name = "R")]
     pub project_root: PathBuf,
+    /// Print the verdict (or errors) as text, or as one JSON document on stdout.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -41,7 +49,14 @@ pub struct SchemaArgs {
     /// Write the schema files into this directory instead of printing.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Print the list (or what was written) as text, or as one JSON
+    /// document on stdout; a schema itself is JSON either way.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
 }
+
+/// How stdin is named in messages.
+pub const STDIN_NAME: &str = "<stdin>";
 
 fn guess(path: &Path, doc: Option<&serde_json::Value>) -> Kind {
     let name = path
@@ -76,16 +91,51 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
     let root = compile::paths::canonical_root(&args.project_root);
     let mut all = Diagnostics::default();
     let mut checked = Vec::new();
+    let mut stdin_read = false;
     for file in &args.files {
         let mut ctx = Ctx::new(root.clone());
-        let display = file.display().to_string();
-        let format = SourceFormat::for_path(file);
-        let Some(mut loaded) = ctx.load("input", &display, file, format) else {
+        let from_stdin = file.as_os_str() == "-";
+        let display = if from_stdin {
+            STDIN_NAME.to_string()
+        } else {
+            file.display().to_string()
+        };
+        let loaded = if from_stdin {
+            if std::mem::replace(&mut stdin_read, true) {
+                all.push(
+                    crate::diag::Diagnostic::new(
+                        Code::InputInvalid,
+                        "`-` is named twice: stdin holds one file",
+                    )
+                    .in_file(STDIN_NAME)
+                    .help("name `-` once; give the other files by path"),
+                );
+                continue;
+            }
+            match read_stdin() {
+                Ok(bytes) => {
+                    let format = sniff(&bytes);
+                    ctx.load_bytes("input", STDIN_NAME, bytes, format)
+                }
+                Err(d) => {
+                    ctx.push(d);
+                    None
+                }
+            }
+        } else {
+            ctx.load("input", &display, file, SourceFormat::for_path(file))
+        };
+        let Some(mut loaded) = loaded else {
             all.extend(ctx.diags.0);
             continue;
         };
-        let kind = args.kind.unwrap_or_else(|| guess(file, Some(&loaded.doc)));
-        check_document(&mut ctx, &mut loaded, kind, file);
+        let named = if from_stdin {
+            Path::new(STDIN_NAME)
+        } else {
+            file.as_path()
+        };
+        let kind = args.kind.unwrap_or_else(|| guess(named, Some(&loaded.doc)));
+        check_document(&mut ctx, &mut loaded, kind, named);
         if ctx.diags.is_empty() {
             checked.push((display, kind));
         }
@@ -108,9 +158,41 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
     ExitStatus::Success
 }
 
+/// All of stdin, or the diagnostic saying why not.
+fn read_stdin() -> Result<Vec<u8>, crate::diag::Diagnostic> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .read_to_end(&mut bytes)
+        .map_err(|e| {
+            crate::diag::Diagnostic::new(Code::InputUnreadable, format!("cannot read stdin: {e}"))
+                .in_file(STDIN_NAME)
+                .help("pipe the file in: okstra validate - < spec.toml")
+        })?;
+    Ok(bytes)
+}
+
+/// JSON when the text starts (after blanks) with `{`, or with `[` and the
+/// whole parses as JSON; TOML otherwise (whose `[table]` headers also
+/// start with `[`).
+fn sniff(bytes: &[u8]) -> SourceFormat {
+    let start = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    let json = match start {
+        Some(b'{') => true,
+        Some(b'[') => serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok(),
+        _ => false,
+    };
+    if json {
+        SourceFormat::Json
+    } else {
+        SourceFormat::Toml
+    }
+}
+
 /// The checks `okstra validate` runs on one parsed file of `kind`; problems
 /// go to `ctx`. (A jobs document's workers are moved out of `loaded.doc`;
-/// a plan is read again from `file`, as exec reads it.)
+/// a plan is read again from its text, as exec reads it; `file` names it.)
 pub fn check_document(ctx: &mut Ctx, loaded: &mut Loaded, kind: Kind, file: &Path) {
     match kind {
         Kind::Jobs => compile::check_spec_alone(ctx, loaded),
@@ -119,7 +201,8 @@ pub fn check_document(ctx: &mut Ctx, loaded: &mut Loaded, kind: Kind, file: &Pat
         Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, loaded, &|_| false),
         // The same reading as exec's, so both refuse a plan alike.
         Kind::Plan => {
-            if let Err(d) = crate::exec::load::load(file) {
+            let shown = file.display().to_string();
+            if let Err(d) = crate::exec::load::load_bytes(&shown, loaded.src.text().as_bytes()) {
                 let pointer = match (&d.pointer, d.code) {
                     (Some(p), _) => p.clone(),
                     (None, Code::PlanVersion) => "/formatVersion".into(),
@@ -185,34 +268,54 @@ pub fn schema(args: &SchemaArgs) -> ExitStatus {
                     format!("no schema named `{name}`"),
                 )
                 .help(format!("choose one of: {}", names.join(", ")));
-                return report(&Diagnostics::from(d), Format::Text);
+                return report(&Diagnostics::from(d), args.format);
             }
         },
     };
+    let entry = |k: &SchemaKind| serde_json::json!({"name": k.name(), "file": k.file_name()});
     match &args.out {
         Some(dir) => {
+            let mut wrote = Vec::new();
             for k in &kinds {
                 let path = dir.join(k.file_name());
                 if let Err(e) =
                     std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, k.text()))
                 {
                     let d = crate::diag::Diagnostic::new(
-                        Code::InputUnreadable,
+                        Code::OutputUnwritable,
                         format!("cannot write {}: {e}", path.display()),
                     )
+                    .in_file(path.display().to_string())
                     .help("choose a writable --out directory");
-                    return report(&Diagnostics::from(d), Format::Text);
+                    return report(&Diagnostics::from(d), args.format);
                 }
-                outln!("wrote {}", path.display());
+                if args.format == Format::Text {
+                    outln!("wrote {}", path.display());
+                }
+                wrote.push(path.display().to_string());
+            }
+            if args.format == Format::Json {
+                outln!("{}", serde_json::json!({"ok": true, "wrote": wrote}));
             }
         }
+        // A schema is JSON already: printed byte for byte in either format.
         None if args.name.is_some() => out!("{}", kinds[0].text()),
-        None => {
-            for k in &kinds {
-                outln!("{:<11} {}", k.name(), k.file_name());
+        None => match args.format {
+            Format::Json => outln!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "ok": true,
+                    "schemas": kinds.iter().map(entry).collect::<Vec<_>>(),
+                }))
+                .unwrap_or_default()
+            ),
+            Format::Text => {
+                for k in &kinds {
+                    outln!("{:<11} {}", k.name(), k.file_name());
+                }
+                outln!("\nPrint one with `okstra schema NAME`, or write them all with `okstra schema --out DIR`.");
             }
-            outln!("\nPrint one with `okstra schema NAME`, or write them all with `okstra schema --out DIR`.");
-        }
+        },
     }
     ExitStatus::Success
 }

@@ -146,6 +146,26 @@ impl Ctx {
         }
     }
 
+    /// [`Self::load`], of bytes already read (`okstra validate -`).
+    pub fn load_bytes(
+        &mut self,
+        kind: &str,
+        display: &str,
+        bytes: Vec<u8>,
+        format: Format,
+    ) -> Option<Loaded> {
+        match SourceFile::from_bytes(display, bytes, format) {
+            Ok((doc, src)) => {
+                self.record_input(kind, display, src.text().as_bytes());
+                Some(Loaded { doc, src })
+            }
+            Err(d) => {
+                self.push(d);
+                None
+            }
+        }
+    }
+
     /// Schema-check a document; `covered` lets a caller drop complaints a
     /// rule of SPEC §2–§3 reports under its own code.
     pub fn schema_check(

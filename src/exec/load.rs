@@ -60,6 +60,16 @@ pub fn load_lean(path: &Path) -> Result<Lean, Diagnostic> {
     })
 }
 
+/// [`load`], of a plan's bytes already read (`okstra validate -`), named
+/// `shown` in messages.
+pub fn load_bytes(shown: &str, bytes: &[u8]) -> Result<Loaded, Diagnostic> {
+    let (mut plan, stages) = read_bytes(shown.to_string(), Ok(bytes.to_vec()), |_text, job| job)?;
+    for (stage, jobs) in plan.stages.iter_mut().zip(stages) {
+        stage.jobs = jobs;
+    }
+    Ok(Loaded { plan })
+}
+
 /// Read and check the plan at `path`: its head (stages named, jobs empty),
 /// and what `keep` makes of each job (its canonical text and typed form),
 /// stage by stage.
@@ -67,7 +77,16 @@ fn read<T: Send>(
     path: &Path,
     keep: impl Fn(String, Job) -> T + Sync,
 ) -> Result<(Plan, Vec<Vec<T>>), Diagnostic> {
-    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| e.to_string());
+    read_bytes(path.display().to_string(), bytes, keep)
+}
+
+/// [`read`], given the file's bytes (or why they could not be read).
+fn read_bytes<T: Send>(
+    shown: String,
+    bytes: Result<Vec<u8>, String>,
+    keep: impl Fn(String, Job) -> T + Sync,
+) -> Result<(Plan, Vec<Vec<T>>), Diagnostic> {
     let refuse = |code: Code, message: String| {
         let help = match code {
             Code::PlanVersion => {
@@ -82,7 +101,7 @@ fn read<T: Send>(
             .in_file(shown.clone())
             .help(help)
     };
-    let bytes = std::fs::read(path).map_err(|e| {
+    let bytes = bytes.map_err(|e| {
         refuse(
             Code::PlanUnreadable,
             format!("cannot read plan {shown}: {e}"),

@@ -39,6 +39,8 @@ pub struct Options {
     pub worker: backend::WorkerExe,
     /// How long stopped workers get between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// Where to write the JUnit XML report, once the run ended.
+    pub junit: Option<PathBuf>,
 }
 
 pub struct Outcomes {
@@ -97,10 +99,34 @@ pub fn verify(path: &Path) -> Result<Verified, Diagnostics> {
     })
 }
 
-/// `okstra exec PLAN`: verify, then run with the reporters for `opts.format`.
+/// `okstra exec PLAN`: verify, then run with the reporters for `opts.format`
+/// (and the JUnit report, written once the run ended, interrupted too).
 pub fn exec(path: &Path, opts: &Options) -> Result<Outcomes, Diagnostics> {
     let verified = verify(path)?;
-    run(&verified, opts, report::for_format(opts.format))
+    let mut reporters = report::for_format(opts.format);
+    let junit = opts.junit.clone().map(|out| {
+        let order = verified
+            .plan
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(si, stage)| {
+                let keys = (0..verified.jobs.len())
+                    .filter(|&i| verified.jobs.stage_of(i) == si)
+                    .map(|i| verified.jobs.key(i).to_string())
+                    .collect();
+                (stage.name.clone(), keys)
+            })
+            .collect();
+        let (collector, writer) = report::junit::junit(&verified.plan, order, out);
+        reporters.push(Box::new(collector));
+        writer
+    });
+    let mut outcomes = run(&verified, opts, reporters)?;
+    if let Some(Err(d)) = junit.map(|j| j.write()) {
+        outcomes.problems.push(d);
+    }
+    Ok(outcomes)
 }
 
 /// Run a verified plan: lock the run, resume what its records say, run what
@@ -173,11 +199,16 @@ pub fn exit_status(o: &Outcomes) -> ExitStatus {
         ExitStatus::Interrupted
     } else if !o.refused.is_empty() {
         ExitStatus::PlanRefused
-    } else if o.fatal.is_none()
-        && o.problems.is_empty()
-        && o.reports.iter().all(|r| r.status == "completed")
-    {
-        ExitStatus::Success
+    } else if o.fatal.is_none() && o.reports.iter().all(|r| r.status == "completed") {
+        // Every job did its work, but an asked-for report was not written,
+        // or something exec owes the run (a cleanup) did not complete.
+        if o.problems.iter().any(|d| d.code == Code::OutputUnwritable) {
+            ExitStatus::InvalidInput
+        } else if o.problems.is_empty() {
+            ExitStatus::Success
+        } else {
+            ExitStatus::JobsFailed
+        }
     } else {
         ExitStatus::JobsFailed
     }

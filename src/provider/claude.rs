@@ -1,5 +1,6 @@
 //! claude (`@anthropic-ai/claude-code`): print mode, stream-json output.
 
+use super::login::{self, Found, Login, Where};
 use super::usage::{count, CostSource, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
@@ -82,6 +83,10 @@ impl Adapter for Claude {
     /// `~/.claude` (or `CLAUDE_CONFIG_DIR`): sessions, settings, todos.
     fn state_dirs(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
         vec![var("CLAUDE_CONFIG_DIR").map_or_else(|| home.join(".claude"), PathBuf::from)]
+    }
+
+    fn login(&self, at: &Where) -> Option<Login> {
+        Some(login_of(at))
     }
 
     fn failure_kind(&self, _exit_code: i32, output: &Output) -> Option<FailureKind> {
@@ -256,6 +261,109 @@ fn transcript_usage(reader: impl BufRead) -> Option<Usage> {
         model: (!model.is_empty()).then(|| model.clone()),
         ..tokens.usage(TokensFrom::SessionFile)
     })
+}
+
+/// The variables that log claude in, each alone.
+const KEY_VARS: [&str; 3] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
+
+/// The variables that send claude to another cloud, whose credentials
+/// (AWS, Google Cloud, Azure) are that cloud's business.
+const CLOUD_VARS: [(&str, &str); 3] = [
+    ("CLAUDE_CODE_USE_BEDROCK", "Amazon Bedrock"),
+    ("CLAUDE_CODE_USE_VERTEX", "Google Vertex AI"),
+    ("CLAUDE_CODE_USE_FOUNDRY", "Microsoft Foundry"),
+];
+
+const LOGIN_FIX: &str = "log in once as the user who runs okstra: `claude auth login` (or `claude`, then /login); or set ANTHROPIC_API_KEY";
+
+/// Whether claude is logged in, as `claude auth status` tells it: a cloud
+/// provider chosen by variable; an API key or token variable; the same in
+/// the `env` of `settings.json`, or an `apiKeyHelper` there; a claude.ai
+/// login in `.credentials.json` (an access token with the
+/// `user:inference` scope); a key from `/login` (`primaryApiKey` in
+/// `.claude.json`). `CLAUDE_CONFIG_DIR` moves the first two files and
+/// `.claude.json` into it; otherwise they are `~/.claude/` and `~/`.
+fn login_of(at: &Where) -> Login {
+    for (var, cloud) in CLOUD_VARS {
+        if at.truthy(var) {
+            return Login::Unknown(format!(
+                "{var} is set: claude uses {cloud}, whose credentials cannot be checked without the network"
+            ));
+        }
+    }
+    if let Some(var) = KEY_VARS.iter().find(|v| (at.var)(v).is_some()) {
+        return Login::Yes(format!("{var} is set"));
+    }
+    let Some(dir) = at.dir("CLAUDE_CONFIG_DIR", ".claude") else {
+        return Login::Unknown("HOME is not set, so claude's files cannot be found".into());
+    };
+    let mut notes = Vec::new();
+    let settings = dir.join("settings.json");
+    match login::json_file(&settings) {
+        Found::Read(doc) => {
+            if let Some(var) = KEY_VARS
+                .iter()
+                .find(|v| login::text_at(&doc, &format!("/env/{v}")).is_some())
+            {
+                return Login::Yes(format!("{var} is set in {}", settings.display()));
+            }
+            for (var, cloud) in CLOUD_VARS {
+                let on = login::text_at(&doc, &format!("/env/{var}"))
+                    .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+                if on {
+                    return Login::Unknown(format!(
+                        "{} sets {var}: claude uses {cloud}, whose credentials cannot be checked without the network",
+                        settings.display()
+                    ));
+                }
+            }
+            if login::text_at(&doc, "/apiKeyHelper").is_some() {
+                return Login::Yes(format!("apiKeyHelper in {}", settings.display()));
+            }
+        }
+        Found::Broken(why) => notes.push(why),
+        Found::Absent => {}
+    }
+    let credentials = dir.join(".credentials.json");
+    match login::json_file(&credentials) {
+        Found::Read(doc) => {
+            let token = login::text_at(&doc, "/claudeAiOauth/accessToken").is_some();
+            let scoped = doc
+                .pointer("/claudeAiOauth/scopes")
+                .and_then(Value::as_array)
+                .is_some_and(|s| s.iter().any(|s| s == "user:inference"));
+            if token && scoped {
+                return Login::Yes(format!("claude.ai login in {}", credentials.display()));
+            }
+            notes.push(format!(
+                "{} holds no access token with the user:inference scope",
+                credentials.display()
+            ));
+        }
+        Found::Broken(why) => notes.push(why),
+        Found::Absent => notes.push(format!("no {}", credentials.display())),
+    }
+    let global = match (at.var)("CLAUDE_CONFIG_DIR") {
+        Some(d) => PathBuf::from(d).join(".claude.json"),
+        None => dir.parent().unwrap_or(&dir).join(".claude.json"),
+    };
+    if let Found::Read(doc) = login::json_file(&global) {
+        if login::text_at(&doc, "/primaryApiKey").is_some() {
+            return Login::Yes(format!("the API key from /login in {}", global.display()));
+        }
+    }
+    Login::no(
+        format!(
+            "none of {} is set; {}",
+            KEY_VARS.join(", "),
+            notes.join("; ")
+        ),
+        LOGIN_FIX,
+    )
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! codex (`@openai/codex`): `codex exec`, JSON lines output.
 
+use super::login::{self, Found, Login, Where};
 use super::usage::{count, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
@@ -87,6 +88,10 @@ impl Adapter for Codex {
     /// `~/.codex` (or `CODEX_HOME`): sessions, logs, auth.
     fn state_dirs(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
         vec![var("CODEX_HOME").map_or_else(|| home.join(".codex"), PathBuf::from)]
+    }
+
+    fn login(&self, at: &Where) -> Option<Login> {
+        Some(login_of(at))
     }
 
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind> {
@@ -199,6 +204,123 @@ fn newest_days(root: &std::path::Path, count: usize) -> Vec<PathBuf> {
         }
     }
     days
+}
+
+const LOGIN_FIX: &str = "log in once as the user who runs okstra: `codex login` (or `printenv OPENAI_API_KEY | codex login --with-api-key`); or set CODEX_API_KEY";
+
+/// The `-c key=value` overrides of an argv, by key.
+fn overrides(argv: &[String]) -> Vec<(&str, &str)> {
+    let mut out = Vec::new();
+    let mut args = argv.iter();
+    while let Some(arg) = args.next() {
+        let pair = match arg.as_str() {
+            "-c" | "--config" => args.next().map(String::as_str),
+            a => a.strip_prefix("--config="),
+        };
+        if let Some((k, v)) = pair.and_then(|p| p.split_once('=')) {
+            out.push((k.trim(), v.trim()));
+        }
+    }
+    out
+}
+
+/// A `-c` value as codex reads it: TOML, or else the raw string.
+fn toml_value(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+/// Whether `codex exec` has a credential, as it picks one: `CODEX_API_KEY`;
+/// for a model provider other than OpenAI's (`model_provider`, from `-c`
+/// or `config.toml`), that provider's `env_key`; otherwise `auth.json` in
+/// `CODEX_HOME` (default `~/.codex`): an `OPENAI_API_KEY` from `codex login
+/// --with-api-key`, or ChatGPT tokens from `codex login`. `OPENAI_API_KEY`
+/// in the environment is not read by `codex exec` (0.171).
+fn login_of(at: &Where) -> Login {
+    if (at.var)("CODEX_API_KEY").is_some() {
+        return Login::Yes("CODEX_API_KEY is set".into());
+    }
+    let Some(dir) = at.dir("CODEX_HOME", ".codex") else {
+        return Login::Unknown("HOME is not set, so codex's files cannot be found".into());
+    };
+    let config_path = dir.join("config.toml");
+    let config = match login::toml_file(&config_path) {
+        Found::Read(t) => t,
+        _ => toml::Table::new(),
+    };
+    let cli = overrides(at.argv);
+    let setting = |key: &str| -> Option<toml::Value> {
+        match cli.iter().rev().find(|(k, _)| *k == key) {
+            Some((_, v)) => Some(toml_value(v)),
+            None => {
+                let mut parts = key.split('.');
+                let mut here = config.get(parts.next()?)?;
+                for p in parts {
+                    here = here.get(p)?;
+                }
+                Some(here.clone())
+            }
+        }
+    };
+    let provider = setting("model_provider")
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "openai".into());
+    if provider != "openai" {
+        let table = setting(&format!("model_providers.{provider}"));
+        let env_key = table
+            .as_ref()
+            .and_then(|t| t.get("env_key"))
+            .and_then(|k| k.as_str().map(str::to_string))
+            .or_else(|| {
+                setting(&format!("model_providers.{provider}.env_key"))
+                    .and_then(|k| k.as_str().map(str::to_string))
+            });
+        return match env_key {
+            Some(key) if (at.var)(&key).is_some() => Login::Yes(format!(
+                "model provider `{provider}` reads its key from {key}, which is set"
+            )),
+            Some(key) => Login::no(
+                format!("model provider `{provider}` reads its key from {key}, which is not set"),
+                format!("set {key} in the environment okstra runs in"),
+            ),
+            None => Login::Unknown(format!(
+                "model provider `{provider}` names no env_key; whether it needs a login cannot be told"
+            )),
+        };
+    }
+    let auth = dir.join("auth.json");
+    let mut looked = match login::json_file(&auth) {
+        Found::Read(doc) => {
+            if login::text_at(&doc, "/OPENAI_API_KEY").is_some() {
+                return Login::Yes(format!("API key in {}", auth.display()));
+            }
+            let tokens = ["/tokens/access_token", "/tokens/refresh_token"];
+            if tokens.iter().any(|p| login::text_at(&doc, p).is_some()) {
+                return Login::Yes(format!("ChatGPT login in {}", auth.display()));
+            }
+            format!("{} holds no API key and no ChatGPT tokens", auth.display())
+        }
+        Found::Broken(why) => why,
+        Found::Absent => {
+            let store = setting("cli_auth_credentials_store");
+            if let Some(store @ ("keyring" | "auto")) = store.as_ref().and_then(|s| s.as_str()) {
+                return Login::Unknown(format!(
+                    "{} keeps codex's login in the system keyring (cli_auth_credentials_store = \"{store}\"), which okstra does not read",
+                    config_path.display()
+                ));
+            }
+            format!("no {} and CODEX_API_KEY is not set", auth.display())
+        }
+    };
+    if (at.var)("OPENAI_API_KEY").is_some() {
+        looked.push_str(
+            "; OPENAI_API_KEY is set, but `codex exec` does not read it (`codex login --with-api-key` stores it)",
+        );
+    }
+    Login::no(looked, LOGIN_FIX)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! gemini (`@google/gemini-cli`): stream-json output, approval modes.
 
+use super::login::{self, Found, Login, Where};
 use super::usage::{count, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
@@ -91,6 +92,10 @@ impl Adapter for Gemini {
     /// `~/.gemini`: settings, chats, the project's temp files.
     fn state_dirs(&self, home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
         vec![home.join(".gemini")]
+    }
+
+    fn login(&self, at: &Where) -> Option<Login> {
+        Some(login_of(at))
     }
 
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind> {
@@ -215,6 +220,160 @@ fn chat_usage(reader: impl BufRead, session_id: &str) -> Option<Usage> {
         model: (!model.is_empty()).then(|| model.clone()),
         ..Usage::new(input, output + thoughts, TokensFrom::SessionFile)
     })
+}
+
+const LOGIN_FIX: &str = "log in once as the user who runs okstra: run `gemini` in a terminal and choose Login with Google; or set GEMINI_API_KEY (in the environment or a .env file gemini reads) and select it with `\"security\": {\"auth\": {\"selectedType\": \"gemini-api-key\"}}` in ~/.gemini/settings.json";
+
+/// The auth type gemini's settings select: system settings over the
+/// project's over the user's (`security.auth.selectedType`, or the older
+/// `selectedAuthType`); with the file that says it.
+fn selected_type(at: &Where, gemini_dir: &Path) -> Result<Option<(String, PathBuf)>, String> {
+    let system = (at.var)("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/etc/gemini-cli/settings.json"));
+    let files = [
+        system,
+        at.project_root.join(".gemini/settings.json"),
+        gemini_dir.join("settings.json"),
+    ];
+    for file in files {
+        match login::json_file(&file) {
+            Found::Read(doc) => {
+                let chosen = login::text_at(&doc, "/security/auth/selectedType")
+                    .or_else(|| login::text_at(&doc, "/selectedAuthType"));
+                if let Some(t) = chosen {
+                    return Ok(Some((t.to_string(), file)));
+                }
+            }
+            Found::Broken(why) => return Err(why),
+            Found::Absent => {}
+        }
+    }
+    Ok(None)
+}
+
+/// A variable as gemini sees it: its environment, else the first `.env`
+/// it finds from the project root up to `/`, else `~/.env`. (`.gemini/.env`
+/// files count only in a folder gemini trusts, which cannot be told here.)
+fn gemini_var(at: &Where, name: &str) -> Option<(String, String)> {
+    if let Some(v) = (at.var)(name) {
+        return Some((v, "the environment".into()));
+    }
+    let from_project = at
+        .project_root
+        .ancestors()
+        .map(|d| d.join(".env"))
+        .find(|p| p.is_file());
+    let file = from_project.or_else(|| Some(at.home()?.join(".env")).filter(|p| p.is_file()))?;
+    let value = login::dotenv_value(&file, name)?;
+    Some((value, file.display().to_string()))
+}
+
+/// Whether gemini passes its own auth check (exit 41 when not) and has a
+/// credential: the auth type the settings select, else the one the
+/// environment implies (`GOOGLE_GENAI_USE_GCA=true`: Google login;
+/// `GOOGLE_GENAI_USE_VERTEXAI=true`: Vertex AI; `GOOGLE_GEMINI_BASE_URL`:
+/// a gateway, which gemini refuses without a terminal; `GEMINI_API_KEY`: the
+/// Gemini API), then that type's credential: `GEMINI_API_KEY`;
+/// `GOOGLE_API_KEY` or a project, location and application default
+/// credentials; `oauth_creds.json`. gemini's files are under
+/// `GEMINI_CLI_HOME` (default `HOME`), in `.gemini/`.
+fn login_of(at: &Where) -> Login {
+    let Some(dir) = (at.var)("GEMINI_CLI_HOME")
+        .map(PathBuf::from)
+        .or_else(|| at.home())
+        .map(|h| h.join(".gemini"))
+    else {
+        return Login::Unknown("HOME is not set, so gemini's files cannot be found".into());
+    };
+    let var = |name: &str| gemini_var(at, name);
+    let is_true = |name: &str| var(name).is_some_and(|(v, _)| v == "true");
+    let (auth, why) = match selected_type(at, &dir) {
+        Err(why) => return Login::no(why, "fix the settings file's JSON"),
+        Ok(Some((t, file))) => {
+            let why = format!("{} selects `{t}`", file.display());
+            (t, why)
+        }
+        Ok(None) if is_true("GOOGLE_GENAI_USE_GCA") => {
+            ("oauth-personal".into(), "GOOGLE_GENAI_USE_GCA=true".into())
+        }
+        Ok(None) if is_true("GOOGLE_GENAI_USE_VERTEXAI") => {
+            ("vertex-ai".into(), "GOOGLE_GENAI_USE_VERTEXAI=true".into())
+        }
+        Ok(None) if var("GOOGLE_GEMINI_BASE_URL").is_some() => {
+            ("gateway".into(), "GOOGLE_GEMINI_BASE_URL is set and no auth type is selected, so gemini picks `gateway`".into())
+        }
+        Ok(None) if var("GEMINI_API_KEY").is_some() => {
+            ("gemini-api-key".into(), "GEMINI_API_KEY is set".into())
+        }
+        Ok(None) if is_true("CLOUD_SHELL") || is_true("GEMINI_CLI_USE_COMPUTE_ADC") => {
+            ("compute-default-credentials".into(), "CLOUD_SHELL or GEMINI_CLI_USE_COMPUTE_ADC is true".into())
+        }
+        Ok(None) => {
+            return Login::no(
+                "no auth type: settings select none, and none of GEMINI_API_KEY, GOOGLE_GENAI_USE_VERTEXAI, GOOGLE_GENAI_USE_GCA is set",
+                LOGIN_FIX,
+            )
+        }
+    };
+    match auth.as_str() {
+        "gemini-api-key" => match var("GEMINI_API_KEY") {
+            Some((_, from)) => Login::Yes(format!("{why}; GEMINI_API_KEY from {from}")),
+            None if dir.join("gemini-credentials.json").is_file() => Login::Unknown(format!(
+                "{why} and GEMINI_API_KEY is not set; a key may be stored (encrypted) in {}",
+                dir.join("gemini-credentials.json").display()
+            )),
+            None => Login::no(format!("{why}, but GEMINI_API_KEY is not set"), LOGIN_FIX),
+        },
+        "vertex-ai" => {
+            if let Some((_, from)) = var("GOOGLE_API_KEY") {
+                return Login::Yes(format!("{why}; GOOGLE_API_KEY from {from}"));
+            }
+            if var("GOOGLE_CLOUD_PROJECT").is_none() || var("GOOGLE_CLOUD_LOCATION").is_none() {
+                return Login::no(
+                    format!("{why}, but neither GOOGLE_API_KEY nor GOOGLE_CLOUD_PROJECT with GOOGLE_CLOUD_LOCATION is set"),
+                    "set GOOGLE_API_KEY, or GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION with application default credentials (`gcloud auth application-default login`)",
+                );
+            }
+            let adc = (at.var)("GOOGLE_APPLICATION_CREDENTIALS")
+                .map(PathBuf::from)
+                .or_else(|| Some(at.home()?.join(".config/gcloud/application_default_credentials.json")));
+            match adc.filter(|p| p.is_file()) {
+                Some(p) => Login::Yes(format!("{why}; application default credentials in {}", p.display())),
+                None => Login::Unknown(format!(
+                    "{why} with a project and location; its application default credentials may come from the metadata server"
+                )),
+            }
+        }
+        "oauth-personal" => {
+            let creds = dir.join("oauth_creds.json");
+            match login::json_file(&creds) {
+                Found::Read(doc)
+                    if ["/refresh_token", "/access_token"]
+                        .iter()
+                        .any(|p| login::text_at(&doc, p).is_some()) =>
+                {
+                    Login::Yes(format!("{why}; Google login in {}", creds.display()))
+                }
+                Found::Read(_) => Login::no(
+                    format!("{why}, but {} holds no token", creds.display()),
+                    LOGIN_FIX,
+                ),
+                Found::Broken(e) => Login::no(format!("{why}, but {e}"), LOGIN_FIX),
+                Found::Absent => Login::no(
+                    format!("{why}, but there is no {} (gemini cannot log in without a terminal)", creds.display()),
+                    LOGIN_FIX,
+                ),
+            }
+        }
+        "compute-default-credentials" | "cloud-shell" => Login::Unknown(format!(
+            "{why}: credentials from the machine's metadata server, which cannot be asked without the network"
+        )),
+        other => Login::no(
+            format!("{why}; gemini refuses the auth type `{other}` when run without a terminal (\"Invalid auth method selected\")"),
+            LOGIN_FIX,
+        ),
+    }
 }
 
 #[cfg(test)]

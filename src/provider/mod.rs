@@ -19,6 +19,7 @@ mod claude;
 mod codex;
 mod command;
 mod gemini;
+pub mod login;
 pub mod usage;
 
 pub use usage::{Pricing, Usage, UsageTotal};
@@ -125,6 +126,12 @@ impl Provider {
             return Vec::new();
         };
         self.adapter().state_dirs(&home, &var)
+    }
+
+    /// Whether the CLI would find itself logged in for a worker that sees
+    /// `at` (SPEC §7, `okstra doctor`); `None` for `command`.
+    pub fn login(self, at: &login::Where) -> Option<login::Login> {
+        self.adapter().login(at)
     }
 
     /// How the CLI's options change when okstra confines the worker (SPEC
@@ -254,6 +261,12 @@ trait Adapter: Sync {
     /// a note saying what changed and why (for the worker's log and the
     /// review); `None` when the options stand as planned.
     fn under_confinement(&self, _options: &mut ProviderOptions) -> Option<String> {
+        None
+    }
+
+    /// Whether the CLI is logged in, told without the network; `None` for
+    /// a provider that needs no login.
+    fn login(&self, _at: &login::Where) -> Option<login::Login> {
         None
     }
 }

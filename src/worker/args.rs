@@ -34,6 +34,8 @@ pub struct WorkerArgs {
     /// The worker's own result file.
     #[arg(long, value_name = "PATH")]
     pub worker_result: PathBuf,
+    /// `live` prints start and end notices on stderr (a pane); `quiet`
+    /// only problems.
     #[arg(long, value_enum, default_value_t = Presentation::Quiet)]
     pub presentation: Presentation,
     /// The prompt's invocation metadata (accepted; the served-model check
@@ -43,8 +45,11 @@ pub struct WorkerArgs {
     /// A UUID minted by okstra for this attempt; passed to providers that take one.
     #[arg(long, value_name = "UUID", value_parser = parse_session_id)]
     pub session_id: Option<String>,
+    /// The attempt number (1 or more), given to the worker as OKSTRA_ATTEMPT.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub attempt: u32,
+    /// The dispatch id (`<invocationId>:attempt-<n>`), given to the worker
+    /// as OKSTRA_DISPATCH_ID.
     #[arg(long, value_name = "ID")]
     pub dispatch_id: Option<String>,
     /// The worker's state key.
@@ -56,10 +61,13 @@ pub struct WorkerArgs {
     /// A directory the worker may write besides the project root (repeatable).
     #[arg(long = "write-dir", value_name = "PATH")]
     pub write_dirs: Vec<PathBuf>,
+    /// claude's `--permission-mode` (default: acceptEdits).
     #[arg(long, value_name = "MODE")]
     pub permission_mode: Option<String>,
+    /// codex's `--sandbox` (default: workspace-write).
     #[arg(long, value_name = "MODE")]
     pub sandbox_mode: Option<String>,
+    /// gemini's `--approval-mode` (default: auto_edit).
     #[arg(long, value_name = "MODE")]
     pub approval_mode: Option<String>,
     /// An extra argument for the provider CLI (repeatable).

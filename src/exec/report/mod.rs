@@ -4,7 +4,11 @@
 //! records it wrote (the same [`Event`]s the events log holds) and the
 //! moments only a watcher cares about (a stage starting, a worker exiting,
 //! a job's final word). Reporters cannot fail the run: a closed terminal or
-//! a full pipe costs the report, never a job.
+//! a full pipe costs the report, never a job. [`Terminal`] and
+//! [`JsonLines`] report as the run goes; [`junit`] collects the JUnit XML
+//! report written once the run ended.
+
+pub mod junit;
 
 use super::event::Event;
 use crate::diag::Format;
@@ -257,9 +261,14 @@ impl<W: std::io::Write> Reporter for JsonLines<W> {
     }
 }
 
-/// The reporters for a run in the given output format.
-pub fn for_format(_format: Format) -> Vec<Box<dyn Reporter>> {
-    vec![Box::new(Terminal::new())]
+/// The reporters for a run in the given output format: a person's
+/// progress lines, or one JSON object a line; on stderr either way (the
+/// summary alone goes to stdout).
+pub fn for_format(format: Format) -> Vec<Box<dyn Reporter>> {
+    match format {
+        Format::Text => vec![Box::new(Terminal::new())],
+        Format::Json => vec![Box::new(JsonLines::new(std::io::stderr()))],
+    }
 }
 
 #[cfg(test)]

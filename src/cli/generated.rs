@@ -1,0 +1,89 @@
+//! What clap generates from the command line's own definitions, so that it
+//! never drifts from them: shell completions (`okstra completions SHELL`)
+//! and the man pages (`okstra man [COMMAND]`, roff on stdout).
+
+use super::Cli;
+use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use clap::CommandFactory;
+
+#[derive(clap::Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for; its script goes to stdout (bash: `source
+    /// <(okstra completions bash)`; zsh, fish, elvish and powershell alike).
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ManArgs {
+    /// The command whose page to print (`okstra-plan(1)`); without it,
+    /// `okstra(1)`. Render one with `okstra man | man -l -`.
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+}
+
+pub fn completions(args: &CompletionsArgs) -> ExitStatus {
+    let mut cmd = Cli::command();
+    let mut out = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "okstra", &mut out);
+    out!("{}", String::from_utf8_lossy(&out));
+    ExitStatus::Success
+}
+
+/// The top-level command, or the subcommand `name`, named as its man page
+/// is (`okstra-plan`).
+fn page_of(name: Option<&str>) -> Result<clap::Command, Diagnostic> {
+    let mut top = Cli::command();
+    top.build();
+    let Some(name) = name else {
+        return Ok(top);
+    };
+    let names: Vec<String> = top
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    let found = top
+        .get_subcommands()
+        .find(|s| s.get_name() == name)
+        .cloned()
+        .ok_or_else(|| {
+            Diagnostic::new(
+                Code::InputInvalid,
+                format!("okstra has no command `{name}`"),
+            )
+            .help(format!("choose one of: {}", names.join(", ")))
+        })?;
+    let version = top.get_version().unwrap_or_default().to_string();
+    Ok(found
+        .name(format!("okstra-{name}"))
+        .bin_name(format!("okstra {name}"))
+        .version(version))
+}
+
+pub fn man(args: &ManArgs) -> ExitStatus {
+    let page = match page_of(args.command.as_deref()) {
+        Ok(p) => p,
+        Err(d) => return super::report(&Diagnostics::from(d), Format::Text),
+    };
+    let mut out = Vec::new();
+    if let Err(e) = clap_mangen::Man::new(page).render(&mut out) {
+        let d = Diagnostic::new(
+            Code::InputInvalid,
+            format!("cannot render the man page: {e}"),
+        );
+        return super::report(&Diagnostics::from(d), Format::Text);
+    }
+    out!("{}", String::from_utf8_lossy(&out));
+    ExitStatus::Success
+}
+
+/// Every page `okstra man` prints: the top-level one and one per command.
+pub fn pages() -> Vec<Option<String>> {
+    let top = Cli::command();
+    std::iter::once(None)
+        .chain(
+            top.get_subcommands()
+                .map(|s| Some(s.get_name().to_string())),
+        )
+        .collect()
+}
