@@ -394,6 +394,10 @@ mod tests {
         let a = argv(&["true"]);
         let (mut child, mut gate) = spawn_gated(&spec(&a, dir.path())).unwrap();
         assert_eq!(child.wait().unwrap(), 0);
+        // Another test's child, forked while the pipe was open, holds its
+        // read end until that child execs (the end is close-on-exec): let
+        // such a fork reach its exec before the one write is tried.
+        std::thread::sleep(std::time::Duration::from_millis(200));
         let err = gate.release().unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
     }
