@@ -201,7 +201,7 @@ pub fn attribute<'a>(
         // A symlink is allowed where both it and what it points at are; a
         // directory where something below it may be written.
         let probe = format!("{p}/_");
-        let owners: Vec<usize> = candidates
+        let mut owners: Vec<usize> = candidates
             .into_iter()
             .filter(|&i| {
                 let Some(m) = &matchers[i] else { return false };
@@ -211,6 +211,22 @@ pub fn attribute<'a>(
                 here && c.resolved.as_deref().is_none_or(|t| m.allows(t))
             })
             .collect();
+        // A regular file `.<name>.<pid>.<hex>.tmp` is what an atomic write
+        // of `name` (the wrapper's status sidecar) leaves when it is killed
+        // between writing and renaming: it belongs to whoever may write
+        // `name` itself.
+        if owners.is_empty() && !c.is_dir && c.resolved.is_none() {
+            if let Some(stand) = temp_stand_in(p) {
+                let key = policy::normalise(&stand).unwrap_or_default();
+                owners = literal
+                    .get(&key)
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .filter(|&i| matchers[i].as_ref().is_some_and(|m| m.allows(&stand)))
+                    .collect();
+            }
+        }
         if owners.is_empty() {
             match declarations.get(&key).filter(|_| c.resolved.is_none()) {
                 Some(by) => {
@@ -230,6 +246,17 @@ pub fn attribute<'a>(
         view.owners.push(owners);
     }
     view
+}
+
+/// The path an atomic write's leftover temporary `dir/.<name>.<pid>.<hex>.tmp`
+/// stands in for: `dir/<name>`.
+fn temp_stand_in(path: &str) -> Option<String> {
+    let (dir, file) = match path.rfind('/') {
+        Some(cut) => (&path[..=cut], &path[cut + 1..]),
+        None => ("", path),
+    };
+    let name = super::own::own_temp_of(file.as_bytes())?;
+    Some(format!("{dir}{}", std::str::from_utf8(name).ok()?))
 }
 
 /// Judge the attempt of the job whose policy is `batch[own]`, in time
@@ -376,6 +403,39 @@ mod tests {
             "analyst",
             &["p/w1.md.log", "p/w1.md.status.json", "r/w1.json"],
         )
+    }
+
+    /// A wrapper killed mid-write leaves its sidecar's temporary: its job's
+    /// (issue 12: it failed every job of the stage, for ever). Near misses:
+    /// another name's temporary, a directory, a file not shaped so.
+    #[test]
+    fn a_left_temporary_of_an_allowed_file_is_that_files_owners() {
+        let batch = vec![worker(), pol("analyst", &["p/w2.md.status.json"])];
+        let temp = "p/.w1.md.status.json.21974.6578c8a5b983433fa2931fe61530e700.tmp";
+        let c = changes_of(&[temp]);
+        let view = attribute(&c, &batch, &[]);
+        let r = judge_in(&view, 0, true, true);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.changed_paths, [temp]);
+        for near in [
+            "p/.w3.md.status.json.1.ab.tmp",
+            "p/.w1.md.status.json.x.ab.tmp",
+            "p/w1.md.status.json.1.ab.tmp",
+            ".w1.md.status.json.1.ab.tmp",
+        ] {
+            let c = changes_of(&[near]);
+            let view = attribute(&c, &batch, &[]);
+            let r = judge_in(&view, 0, true, true);
+            assert_eq!(r.violations, [near], "{near}");
+        }
+        let mut dir = change(temp.to_string(), ChangeKind::Added);
+        dir.is_dir = true;
+        let c = Changes {
+            changed: vec![dir],
+            ..changes_of(&[])
+        };
+        let view = attribute(&c, &batch, &[]);
+        assert_eq!(judge_in(&view, 0, true, true).violations, [temp]);
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub(crate) enum Leave {
 
 /// `name` of `.<name>.<pid>.<hex>.tmp`, the temporary file
 /// `fsutil::write_atomic` writes before renaming it over `name`.
-fn own_temp_of(file: &[u8]) -> Option<&[u8]> {
+pub(crate) fn own_temp_of(file: &[u8]) -> Option<&[u8]> {
     let inner = file.strip_prefix(b".")?.strip_suffix(b".tmp")?;
     let dot = inner.iter().rposition(|&b| b == b'.')?;
     let (rest, hex) = (&inner[..dot], &inner[dot + 1..]);
