@@ -12,8 +12,32 @@ it exits 0, and checks after every trial:
 - no lost rows (every dispatch in the events log has its team-state row),
 - every JSON-lines file is whole and team-state parses.
 
-usage: benches/crash.py [--trials-per-mode 200] [--jobs 30] [--seconds 900]
-       [--okstra target/release/okstra]
+It also stops exec the polite ways (`--signal-trials`, alternating): Ctrl-C
+(SIGINT to exec's process group, as a terminal sends it; the wrappers are in
+groups of their own) and SIGTERM to exec alone. There exec must exit within
+the stop grace (1 s here) plus `--stop-slack` seconds, leave none of the
+processes it started running, and the resumes must complete the run with
+the same invariants.
+
+The workers note their starts in a scratch directory outside the project.
+Under the default confinement (Landlock, where the kernel offers it) only a
+debug build lets them write there (`OKSTRA_TEST_ALSO_WRITABLE`, ignored by a
+release build), so: `--okstra target/debug/okstra` (the default when it
+exists), or a release build with `--confinement none`. The clean run checks
+that every start was noted, so a harness that cannot see double starts
+refuses to run instead of passing.
+
+usage: benches/crash.py [--trials-per-mode 200] [--signal-trials 20]
+       [--jobs 30] [--seconds 900] [--okstra BIN] [--confinement MODE]
+       [--keep DIR] [--seed N] [--mode exec|tree|int|term] [--delay S]
+
+`--mode` runs one kind of trial only, and `--delay` fixes the instant of the
+kill or signal (seconds after exec started) instead of drawing it: with
+`--seed` this replays a failing trial's conditions (the timing of a loaded
+machine never replays exactly). A failing trial's directory (project, plan,
+run state, logs, the workers' start notes) is kept under `--keep` (default:
+a directory beside the work directory), with a REPRO file saying how it was
+made.
 
 Prints a summary; exits 1 if any trial broke an invariant.
 """
@@ -50,7 +74,7 @@ def children_of(pid):
     return out
 
 
-def make_project(root, scratch, jobs):
+def make_project(root, scratch, jobs, confinement):
     os.makedirs(f"{root}/run", exist_ok=True)
     os.makedirs(f"{root}/prompts", exist_ok=True)
     manifest = {
@@ -68,7 +92,10 @@ def make_project(root, scratch, jobs):
         "[defaults]",
         'provider = "command"',
         'role = "analyst"',
-        f'env = {{ SCRATCH = "{scratch}" }}',
+        f'confinement = "{confinement}"',
+        # A debug build's wrapper also lets a confined worker write here
+        # (src/confine.rs); a release build ignores it.
+        f'env = {{ SCRATCH = "{scratch}", OKSTRA_TEST_ALSO_WRITABLE = "{scratch}" }}',
         "",
     ]
     rnd = random.Random(7)
@@ -134,6 +161,12 @@ def check(root, scratch, jobs):
     missing = [f"w{n}" for n in range(jobs) if f"w{n}" not in done]
     if missing:
         broke.append(f"not completed in team-state: {missing[:5]}")
+    # A completed job started at least once: if its start is not noted, the
+    # harness is blind to double starts.
+    noted = {s.split(" ")[0] for s in starts}
+    unseen = sorted(done - noted)
+    if unseen:
+        broke.append(f"starts not noted (is the scratch directory writable?): {unseen[:5]}")
     rows = {(r.get("workerKey"), r.get("attempt")) for r in team.get("workerDispatches", [])}
     for e in events:
         if e.get("type") == "worker-dispatched" and (e["workerKey"], e["attempt"]) not in rows:
@@ -141,7 +174,7 @@ def check(root, scratch, jobs):
     return broke
 
 
-def run_exec(okstra, root, env):
+def run_exec(okstra, root, env, session=False):
     return subprocess.Popen(
         [okstra, "exec", "plan.json"],
         cwd=root,
@@ -149,10 +182,37 @@ def run_exec(okstra, root, env):
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        # Ctrl-C trials: exec leads a process group of its own, as the
+        # foreground job of a terminal does.
+        start_new_session=session,
     )
 
 
-def trial(okstra, pristine, base, jobs, mode, clean_time, rnd, env):
+def start_time(pid):
+    """When pid started (clock ticks since boot), to tell it from a reuse."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def still_running(procs):
+    """Which of these (pid, start time) still run (zombies do not count)."""
+    out = []
+    for pid, started in procs:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if rest[0] != "Z" and int(rest[19]) == started:
+            out.append(pid)
+    return out
+
+
+def trial(okstra, pristine, base, jobs, mode, delay, env, stop_limit):
+    """One trial; (landed, resumes, broken invariants, stop seconds)."""
     root = os.path.join(base, "p")
     scratch = os.path.join(base, "s")
     shutil.rmtree(base, ignore_errors=True)
@@ -163,49 +223,112 @@ def trial(okstra, pristine, base, jobs, mode, clean_time, rnd, env):
         [okstra, "plan", "spec.toml", "--manifest", "run/run-manifest.json", "--out", "plan.json"],
         cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
     )
-    proc = run_exec(okstra, root, env)
-    time.sleep(rnd.uniform(0, clean_time * 1.1))
-    if mode == "exec":
-        victims = [proc.pid]
+    broke = []
+    stopped_in = None
+    proc = run_exec(okstra, root, env, session=(mode == "int"))
+    time.sleep(delay)
+    if mode in ("exec", "tree"):
+        victims = [proc.pid] + (children_of(proc.pid) if mode == "tree" else [])
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+        landed = proc.returncode == -signal.SIGKILL
     else:
-        victims = [proc.pid] + children_of(proc.pid)
-    for pid in victims:
+        started = [(p, start_time(p)) for p in children_of(proc.pid)]
+        t0 = time.time()
         try:
-            os.kill(pid, signal.SIGKILL)
+            if mode == "int":
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                os.kill(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    proc.wait()
-    killed = proc.returncode == -signal.SIGKILL
+        try:
+            proc.wait(timeout=stop_limit)
+            stopped_in = time.time() - t0
+        except subprocess.TimeoutExpired:
+            broke.append(f"exec still running {stop_limit:.1f} s after SIG{'INT' if mode == 'int' else 'TERM'}")
+            for pid in [proc.pid] + children_of(proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+        # 130: stopped by its handler; killed by the signal itself: it came
+        # before exec installed its handler; 0: the run had finished.
+        landed = proc.returncode != 0
+        left = still_running([(p, t) for p, t in started if t is not None])
+        if left:
+            broke.append(f"processes exec started still run after it exited: {left}")
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if proc.returncode not in (0, 130, -signal.SIGINT, -signal.SIGTERM):
+            err = proc.stderr.read().decode(errors="replace")[-300:]
+            broke.append(f"exec exited {proc.returncode} after the signal: {err!r}")
+    proc.stderr.close()
     resumes = 0
     while True:
         resumes += 1
         p = subprocess.run([okstra, "exec", "plan.json"], cwd=root, env=env,
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        with open(os.path.join(base, "resumes.log"), "ab") as f:
+            f.write(f"--- resume {resumes}: exit {p.returncode}\n".encode() + p.stderr)
         if p.returncode == 0:
             break
         if resumes >= 5:
-            table = [l for l in p.stdout.decode().split("\n") if "completed" not in l]
-            return killed, resumes, [f"no completion after {resumes} resumes: exit {p.returncode}: "
-                                     + " | ".join(table)[-600:]]
-    return killed, resumes, check(root, scratch, jobs)
+            rows = [l for l in p.stdout.decode().split("\n") if l.strip() and "completed" not in l]
+            # The jobs that failed say why; the not-run ones of later stages only follow.
+            table = [l for l in rows if "not-run" not in l] or rows
+            # The other invariants still hold or not in what it left.
+            return landed, resumes, broke + [f"no completion after {resumes} resumes: exit {p.returncode}: "
+                                             + " | ".join(table)[-600:]] + [
+                b for b in check(root, scratch, jobs) if not b.startswith("not completed")], stopped_in
+    return landed, resumes, broke + check(root, scratch, jobs), stopped_in
+
+
+MODES = {
+    "exec": "SIGKILL to exec alone",
+    "tree": "SIGKILL to exec and every process it started",
+    "int": "Ctrl-C (SIGINT to exec's process group)",
+    "term": "SIGTERM to exec",
+}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials-per-mode", type=int, default=200)
+    ap.add_argument("--signal-trials", type=int, default=20,
+                    help="Ctrl-C and SIGTERM trials, half each (after the kills)")
     ap.add_argument("--jobs", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=900)
-    ap.add_argument("--okstra", default="target/release/okstra")
+    target = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target")
+    debug = os.path.join(target, "debug", "okstra")
+    default_bin = os.path.relpath(debug if os.path.exists(debug) else os.path.join(target, "release", "okstra"))
+    ap.add_argument("--okstra", default=default_bin)
+    ap.add_argument("--confinement", default="auto", choices=["auto", "required", "none"])
+    ap.add_argument("--keep", help="where failing trials' directories are kept")
+    ap.add_argument("--seed", type=int, default=int(os.environ.get("OKSTRA_CRASH_SEED", "1")))
+    ap.add_argument("--mode", choices=sorted(MODES), help="run only this kind of trial")
+    ap.add_argument("--delay", type=float, help="kill or signal this many seconds after exec starts")
+    ap.add_argument("--stop-slack", type=float, default=5.0,
+                    help="seconds beyond the 1 s grace exec may take to stop after a signal")
     args = ap.parse_args()
     okstra = os.path.abspath(args.okstra)
     work = tempfile.mkdtemp(prefix="okstra-crash-")
+    keep = os.path.abspath(args.keep) if args.keep else work + "-failures"
     env = dict(os.environ, OKSTRA_STOP_GRACE_SECONDS="1")
     env.pop("OKSTRA_FAULT_AT", None)
     # Every trial copies the pristine project to the same place and plans
     # it there; its workers note their starts in the same scratch path.
     base = os.path.join(work, "t")
     pristine = os.path.join(work, "pristine")
-    make_project(pristine, os.path.join(base, "s"), args.jobs)
+    make_project(pristine, os.path.join(base, "s"), args.jobs, args.confinement)
     # A clean run, to learn how long one takes.
     shutil.copytree(pristine, os.path.join(base, "p"))
     os.makedirs(os.path.join(base, "s"))
@@ -216,36 +339,79 @@ def main():
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     clean = time.time() - t0
     broke_clean = check(os.path.join(base, "p"), os.path.join(base, "s"), args.jobs)
+    try:
+        with open(os.path.join(base, "s", "starts")) as f:
+            noted = len(f.read().split("\n")) - 1
+    except OSError:
+        noted = 0
+    if noted != args.jobs + 1:
+        broke_clean.append(f"{noted} starts noted, expected {args.jobs + 1} (every job once, w0 twice)")
     if broke_clean:
         print("the clean run already breaks an invariant:", broke_clean)
+        print("(a release build under confinement cannot note starts: use a debug build or --confinement none)")
+        print(f"its directory: {base}")
         return 1
-    rnd = random.Random(int(os.environ.get("OKSTRA_CRASH_SEED", "1")))
+    rnd = random.Random(args.seed)
     deadline = time.time() + args.seconds
-    stats = {m: {"trials": 0, "killed": 0, "resumes": 0, "broken": 0} for m in ("exec", "tree")}
-    failures = []
+    stats = {m: {"trials": 0, "landed": 0, "resumes": 0, "broken": 0, "stops": []} for m in MODES}
+    plan = []
     for i in range(args.trials_per_mode * 2):
+        plan.append("exec" if i % 2 == 0 else "tree")
+    for i in range(args.signal_trials):
+        plan.append("int" if i % 2 == 0 else "term")
+    if args.mode:
+        plan = [args.mode] * (args.trials_per_mode if args.mode in ("exec", "tree") else args.signal_trials)
+    failures = []
+    cut = 0
+    for i, mode in enumerate(plan):
         if time.time() > deadline:
+            cut = len(plan) - i
             break
-        mode = "exec" if i % 2 == 0 else "tree"
-        killed, resumes, broke = trial(okstra, pristine, base, args.jobs, mode, clean, rnd, env)
+        # Drawn for every trial, used or not, so that trial i's instant
+        # depends only on the seed.
+        drawn = rnd.uniform(0, clean * 1.1)
+        delay = args.delay if args.delay is not None else drawn
+        landed, resumes, broke, stopped_in = trial(okstra, pristine, base, args.jobs, mode, delay, env,
+                                                   1 + args.stop_slack)
         s = stats[mode]
         s["trials"] += 1
-        s["killed"] += int(killed)
+        s["landed"] += int(landed)
         s["resumes"] += resumes
+        if stopped_in is not None and landed:
+            s["stops"].append(stopped_in)
         if broke:
             s["broken"] += 1
-            failures.append((mode, i, broke))
+            kept = os.path.join(keep, f"trial-{i}-{mode}")
+            os.makedirs(keep, exist_ok=True)
+            shutil.copytree(base, kept, symlinks=True)
+            repro = (f"benches/crash.py --okstra {args.okstra} --confinement {args.confinement} "
+                     f"--jobs {args.jobs} --seed {args.seed} --mode {mode} --delay {delay:.4f} "
+                     f"--trials-per-mode 1 --signal-trials 1")
+            with open(os.path.join(kept, "REPRO"), "w") as f:
+                f.write(f"trial {i} ({MODES[mode]}), {delay:.4f} s after exec started "
+                        f"(a clean run took {clean:.2f} s)\n{repro}\nbroke: {broke}\n"
+                        f"The project was planned at {base}/p: move this directory's p and s back "
+                        f"to {base} before running okstra in it.\n")
+            failures.append((mode, i, delay, broke, kept))
+    if failures:
+        print(f"failing trials kept under {keep}; the work directory {work} is removed")
     shutil.rmtree(work, ignore_errors=True)
-    print(f"okstra crash harness: {args.jobs} jobs in 2 stages (one retry), a clean run takes {clean:.2f} s")
-    print("| killed | trials | SIGKILLs landed mid-run | resumes to completion | runs completed | double starts / lost rows / torn files |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for mode, label in (("exec", "exec alone"), ("tree", "exec and every process it started")):
+    print(f"okstra crash harness: {args.okstra}, confinement {args.confinement}, {args.jobs} jobs in 2 stages "
+          f"(one retry), a clean run takes {clean:.2f} s, seed {args.seed}")
+    print("| stopped by | trials | landed mid-run | resumes to completion | runs completed | broken invariants | exec stopped within |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for mode, label in MODES.items():
         s = stats[mode]
+        if not s["trials"]:
+            continue
         done = s["trials"] - s["broken"]
-        print(f"| {label} | {s['trials']} | {s['killed']} | {s['resumes'] / max(1, s['trials']):.2f} avg | "
-              f"{done} ({100 * done / max(1, s['trials']):.0f}%) | {s['broken']} |")
-    for mode, i, broke in failures[:10]:
-        print(f"trial {i} ({mode}): {broke}")
+        stops = f"{max(s['stops']):.2f} s max" if s["stops"] else "-"
+        print(f"| {label} | {s['trials']} | {s['landed']} | {s['resumes'] / max(1, s['trials']):.2f} avg | "
+              f"{done} ({100 * done / max(1, s['trials']):.0f}%) | {s['broken']} | {stops} |")
+    if cut:
+        print(f"{cut} trials not run: the --seconds {args.seconds:g} budget ran out")
+    for mode, i, delay, broke, kept in failures[:10]:
+        print(f"trial {i} ({mode}, {delay:.4f} s): {broke}\n  kept: {kept}")
     return 1 if failures else 0
 
 

@@ -15,7 +15,11 @@
 # planned project, at the same path.
 #
 # Needs a cluster: $SLURM_CONF, or one this script starts (as root) with
-# scripts/slurm-cluster.sh and stops again at the end.
+# scripts/slurm-cluster.sh and stops again at the end. A cluster that
+# scripts/slurm-cluster.sh finds already up (someone else's, in the same
+# $OKSTRA_SLURM_DIR) is used but never stopped; to keep off a shared one,
+# give this run a directory and ports of its own, e.g.
+# `OKSTRA_SLURM_DIR=/tmp/my-slurm OKSTRA_SLURM_PORT=7817 benches/slurm.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
@@ -23,8 +27,13 @@ n=${OKSTRA_BENCH_JOBS:-200}
 
 started_cluster=
 if [ -z "${SLURM_CONF:-}" ] || ! sinfo -h >/dev/null 2>&1; then
+  slurm_dir=${OKSTRA_SLURM_DIR:-/tmp/okstra-slurm}
+  # `up` answers "already up" for a cluster it did not start now: `down`
+  # at the end must not stop that one.
+  if ! { [ -s "$slurm_dir/slurmctld.pid" ] && kill -0 "$(cat "$slurm_dir/slurmctld.pid")" 2>/dev/null; }; then
+    started_cluster=1
+  fi
   eval "$(scripts/slurm-cluster.sh up)"
-  started_cluster=1
 fi
 
 cargo build --release --quiet
@@ -64,6 +73,14 @@ run_okstra() {
   }
   t1=$(now_ns)
   [ "$(ls "$work/p/results" | wc -l)" -eq "$n" ] || { echo "okstra: not every result was written" >&2; exit 1; }
+  # Every attempt must have gone through Slurm (a job id on its dispatch
+  # record), not run on this machine: timing a local run here proves nothing.
+  local via
+  via=$(grep -c '"type":"worker-dispatched".*"slurmJobId"' "$work/p/run/lead-events.jsonl" || true)
+  [ "$via" -eq "$n" ] || {
+    echo "okstra: only $via of $n dispatches went through Slurm (the rest ran locally); the run is not valid" >&2
+    exit 1
+  }
   echo $(((t1 - t0) / 1000000))
 }
 

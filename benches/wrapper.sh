@@ -10,6 +10,11 @@
 #   target/release/okstra (built first).
 #   OKSTRA_BENCH_WRAPPERS=400   wrappers per run
 #   OKSTRA_BENCH_ROUNDS=5       rounds; the best run of each binary counts
+#   OKSTRA_BENCH_CONFINED=1     also run each binary confining its child with
+#                               Landlock (`--confinement auto --confine-dir
+#                               results`, as exec's default `confinement =
+#                               "auto"` does), as rows of their own; 0 skips
+#                               them, as does a kernel without Landlock
 #
 # Rounds alternate the binaries, so drift on a shared machine hits all alike.
 # The project lives under $TMPDIR; each wrapper has a prompt of its own, and
@@ -19,6 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${OKSTRA_BENCH_WRAPPERS:-400}
 rounds=${OKSTRA_BENCH_ROUNDS:-5}
+confined=${OKSTRA_BENCH_CONFINED:-1}
 if [ $# -eq 0 ]; then
   cargo build --release --quiet
   set -- "$PWD/target/release/okstra-worker" "$PWD/target/release/okstra"
@@ -29,10 +35,32 @@ mkdir -p "$work/prompts" "$work/results"
 for i in $(seq "$n"); do echo "prompt $i" >"$work/prompts/w$i.md"; done
 true_bin=$(type -P true)
 
+# Whether the wrapper BIN confines a child here (its status sidecar says
+# what it applied).
+confines() {
+  local head=("$1")
+  case "$1" in *okstra-worker) ;; *) head+=(worker) ;; esac
+  "${head[@]}" --project-root "$work" --provider command --prompt prompts/w1.md \
+    --result results/w1.md --worker-result results/w1.md --worker-key w1 \
+    --confinement auto --confine-dir results -- "$true_bin" >/dev/null 2>&1 </dev/null || return 1
+  grep -q '"confinement": "landlock' "$work/prompts/w1.md.status.json"
+}
+if [ "$confined" = 1 ] && ! confines "$1"; then
+  echo "no Landlock confinement here: the confined rows are skipped" >&2
+  confined=0
+fi
+if [ "$confined" = 1 ]; then
+  for bin in "$@"; do set -- "$@" "$bin+confined"; done
+fi
+
 # run BIN -> "wall_us cpu_us" for n wrappers (BIN empty: n plain runs of
-# true); cpu is user + system time of everything the loop started.
+# true; BIN+confined: BIN confining its child); cpu is user + system time of
+# everything the loop started.
 run() {
-  local bin=$1 head=() i t
+  local bin=$1 head=() confine=() i t
+  case "$bin" in
+    *+confined) bin=${bin%+confined}; confine=(--confinement auto --confine-dir results) ;;
+  esac
   case "$bin" in
     "") ;;
     *okstra-worker) head=("$bin") ;;
@@ -49,7 +77,7 @@ run() {
         "${head[@]}" --project-root "$work" --provider command \
           --prompt "prompts/w$i.md" --result "results/w$i.md" \
           --worker-result "results/w$i.md" --worker-key "w$i" \
-          --attempt 1 --dispatch-id "inv-w$i:attempt-1" -- "$true_bin" \
+          --attempt 1 --dispatch-id "inv-w$i:attempt-1" "${confine[@]}" -- "$true_bin" \
           >/dev/null 2>&1 </dev/null
       done
     fi

@@ -290,7 +290,11 @@ pub fn judge_in(
         // attempt left work behind. Files below it are reported in their own
         // right, and a directory outside every policy is still a violation.
         let bare_dir = c.is_dir && c.kind == ChangeKind::Added;
-        if !bookkeeping.contains(c.path.as_str()) && !bare_dir {
+        // So is the temporary of a sidecar write the wrapper was killed in.
+        let kept_book = bookkeeping.contains(c.path.as_str())
+            || (!c.is_dir
+                && temp_stand_in(&c.path).is_some_and(|s| bookkeeping.contains(s.as_str())));
+        if !kept_book && !bare_dir {
             own_mutations.push(c.path.clone());
         }
     }
@@ -417,6 +421,10 @@ mod tests {
         let r = judge_in(&view, 0, true, true);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
         assert_eq!(r.changed_paths, [temp]);
+        // Bookkeeping, as the sidecar is: a failed attempt that left only
+        // it may be retried.
+        let failed = judge_in(&view, 0, false, false);
+        assert_ne!(failed.status.as_str(), "mutation-present-unresolved");
         for near in [
             "p/.w3.md.status.json.1.ab.tmp",
             "p/.w1.md.status.json.x.ab.tmp",
