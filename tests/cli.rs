@@ -356,3 +356,17 @@ fn schema_lists_in_json_too() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["errors"][0]["code"], "input/invalid");
 }
+
+/// The README's demo command is `cargo run --release -- run ...`: with the
+/// wrapper binary beside the command line in one package, cargo needs
+/// `default-run` to know which to run (without it, the demo fails).
+#[test]
+fn cargo_run_runs_the_command_line() {
+    let manifest: toml::Table = toml::from_str(include_str!("../Cargo.toml")).unwrap();
+    assert_eq!(
+        manifest["package"]
+            .get("default-run")
+            .and_then(toml::Value::as_str),
+        Some("okstra")
+    );
+}
