@@ -266,7 +266,7 @@ fn summary_table(o: &Outcomes) -> String {
             let mut row = vec![
                 r.stage.clone(),
                 r.label.clone(),
-                r.status.clone(),
+                r.status.as_str().to_string(),
                 r.attempts.to_string(),
                 format!("{:.1}s", r.duration.as_secs_f64()),
             ];
@@ -286,7 +286,11 @@ fn summary_table(o: &Outcomes) -> String {
         &["stage", "job", "status", "attempts", "time", "reason"]
     };
     let mut out = render::table(headers, &rows);
-    let done = o.reports.iter().filter(|r| r.status == "completed").count();
+    let done = o
+        .reports
+        .iter()
+        .filter(|r| r.status == WorkerStatus::Completed)
+        .count();
     let _ = writeln!(
         out,
         "{done} of {} job{} completed{}",

@@ -29,6 +29,7 @@ use crate::compile::paths;
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::fsutil::FileLock;
 use crate::plan::Plan;
+use crate::state::WorkerStatus;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -199,7 +200,11 @@ pub fn exit_status(o: &Outcomes) -> ExitStatus {
         ExitStatus::Interrupted
     } else if !o.refused.is_empty() {
         ExitStatus::PlanRefused
-    } else if o.fatal.is_none() && o.reports.iter().all(|r| r.status == "completed") {
+    } else if o.fatal.is_none()
+        && o.reports
+            .iter()
+            .all(|r| r.status == WorkerStatus::Completed)
+    {
         // Every job did its work, but an asked-for report was not written,
         // or something exec owes the run (a cleanup) did not complete.
         if o.problems.iter().any(|d| d.code == Code::OutputUnwritable) {

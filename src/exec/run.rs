@@ -23,6 +23,7 @@ use crate::compile::paths;
 use crate::diag::{Code, Diagnostic};
 use crate::plan::{Identity, Job, Plan, MAX_ATTEMPTS};
 use crate::state::journal::Sync;
+use crate::state::WorkerStatus;
 use crate::tmpdir;
 use crate::vocab::{Backend, MutationAudit, Role};
 use serde_json::Value;
@@ -240,7 +241,7 @@ impl<'a> Runner<'a> {
             let done = indices.iter().all(|&i| {
                 self.reports[i]
                     .as_ref()
-                    .is_some_and(|r| r.status == "completed")
+                    .is_some_and(|r| r.status == WorkerStatus::Completed)
             });
             if !done && blocked.is_none() {
                 blocked = Some("an earlier stage did not complete");
@@ -259,7 +260,7 @@ impl<'a> Runner<'a> {
                     stage: self.plan.stages[jobs.stage_of(i)].name.clone(),
                     key: jobs.key(i).to_string(),
                     label: jobs.get(i).label().to_string(),
-                    status: "not-run".into(),
+                    status: WorkerStatus::NotRun,
                     attempts: 0,
                     reason: "not reached".into(),
                     duration: Duration::ZERO,
@@ -326,13 +327,20 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn report(&mut self, i: usize, status: &str, attempts: u64, reason: &str, duration: Duration) {
+    fn report(
+        &mut self,
+        i: usize,
+        status: WorkerStatus,
+        attempts: u64,
+        reason: &str,
+        duration: Duration,
+    ) {
         let job = self.job(i);
         let report = JobReport {
             stage: self.plan.stages[self.jobs.stage_of(i)].name.clone(),
             key: job.key.clone(),
             label: job.label().to_string(),
-            status: status.to_string(),
+            status,
             attempts,
             reason: reason.to_string(),
             duration,
@@ -348,7 +356,7 @@ impl<'a> Runner<'a> {
     fn not_run(&mut self, i: usize, reason: &str) {
         let job = self.job(i);
         self.rec.not_run(&job, reason);
-        self.report(i, "not-run", 0, reason, Duration::ZERO);
+        self.report(i, WorkerStatus::NotRun, 0, reason, Duration::ZERO);
     }
 
     fn run_stage(&mut self, si: usize, indices: &[usize]) {
@@ -367,7 +375,7 @@ impl<'a> Runner<'a> {
                     ));
                     self.report(
                         i,
-                        "completed",
+                        WorkerStatus::Completed,
                         attempt,
                         "completed by an earlier exec",
                         Duration::ZERO,
@@ -377,7 +385,7 @@ impl<'a> Runner<'a> {
                     attempt,
                     status,
                     reason,
-                } => self.report(i, status.as_str(), attempt, &reason, Duration::ZERO),
+                } => self.report(i, status.into(), attempt, &reason, Duration::ZERO),
                 Next::InFlight { dispatched } => match self.inspect(i, *dispatched) {
                     Found::Ended(e) => ended.push(e),
                     Found::Running(r) => adopted.push(r),
@@ -397,7 +405,7 @@ impl<'a> Runner<'a> {
                     let first = job.first_attempt();
                     self.report(
                         i,
-                        "error",
+                        WorkerStatus::Error,
                         attempt.saturating_sub(first),
                         &reason,
                         Duration::ZERO,
@@ -489,7 +497,7 @@ impl<'a> Runner<'a> {
         self.rec.refused(&job, &reason);
         self.report(
             i,
-            "not-run",
+            WorkerStatus::NotRun,
             attempt.saturating_sub(job.first_attempt()),
             &reason,
             Duration::ZERO,
@@ -923,7 +931,7 @@ impl<'a> Runner<'a> {
             let first = job.first_attempt();
             self.report(
                 i,
-                "error",
+                WorkerStatus::Error,
                 attempt.saturating_sub(first) + 1,
                 &reason,
                 Duration::ZERO,
@@ -1365,13 +1373,7 @@ impl Runner<'_> {
         }
         if next.is_none() {
             let attempts = attempt + 1 - first;
-            self.report(
-                i,
-                d.status.as_str(),
-                attempts,
-                &d.reason,
-                e.started.elapsed(),
-            );
+            self.report(i, d.status.into(), attempts, &d.reason, e.started.elapsed());
         }
         next.map(|a| (i, a))
     }

@@ -20,6 +20,7 @@ use super::{JobReport, Notice, Reporter};
 use crate::compile::paths;
 use crate::exec::event::Event;
 use crate::plan::Plan;
+use crate::state::WorkerStatus;
 use quick_junit::{
     NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite,
 };
@@ -237,17 +238,20 @@ fn case_of(report: &JobReport, attempts: &[Attempt]) -> TestCase {
     let earlier: Vec<TestRerun> = attempts
         .iter()
         .filter(|a| a.end.as_ref().is_some_and(|e| !e.completed))
-        .filter(|a| report.status == "completed" || last.is_none_or(|l| l.number != a.number))
+        .filter(|a| {
+            report.status == WorkerStatus::Completed || last.is_none_or(|l| l.number != a.number)
+        })
         .map(rerun_of)
         .collect();
-    let mut status = match report.status.as_str() {
-        "completed" => TestCaseStatus::success(),
-        "not-run" => {
+    let mut status = match report.status {
+        WorkerStatus::Completed => TestCaseStatus::success(),
+        WorkerStatus::NotRun => {
             let mut s = TestCaseStatus::skipped();
             s.set_message(report.reason.as_str());
             s
         }
         other => {
+            let other = other.as_str();
             let kind = last_end.map_or(NonSuccessKind::Failure, kind_of);
             let mut s = TestCaseStatus::non_success(kind);
             s.set_message(report.reason.as_str());
@@ -337,7 +341,7 @@ mod tests {
             stage: "verify".into(),
             key: "rev".into(),
             label: "rev".into(),
-            status: status.into(),
+            status: status.parse().expect("a worker status"),
             attempts,
             reason: reason.into(),
             duration: Duration::from_millis(1500),

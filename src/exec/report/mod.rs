@@ -12,6 +12,7 @@ pub mod junit;
 
 use super::event::Event;
 use crate::diag::Format;
+use crate::state::team_state::WorkerStatus;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use std::io::{IsTerminal as _, Write as _};
@@ -24,7 +25,7 @@ pub struct JobReport {
     pub stage: String,
     pub key: String,
     pub label: String,
-    pub status: String,
+    pub status: WorkerStatus,
     pub attempts: u64,
     pub reason: String,
     #[serde(rename = "durationMs", serialize_with = "millis")]
