@@ -18,22 +18,6 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::Path;
 
-/// Whether this kernel confines; where it cannot, the test says it skipped,
-/// unless `REQUIRE_LANDLOCK=1` (as `.ci/run` sets), where that is a failure.
-fn landlock_here() -> bool {
-    match okstra::confine::offer() {
-        okstra::confine::Offer::Landlock { .. } => true,
-        okstra::confine::Offer::Unavailable(why) => {
-            assert!(
-                std::env::var("REQUIRE_LANDLOCK").as_deref() != Ok("1"),
-                "REQUIRE_LANDLOCK=1, but {why}"
-            );
-            eprintln!("skipped: {why}");
-            false
-        }
-    }
-}
-
 /// Records each attempt: `t NAME 'shell'` appends `NAME: refused|allowed:
 /// <output>` to the result.
 const PRELUDE: &str = r#"set -u
@@ -334,12 +318,8 @@ fn a_confined_make_and_cc_build_inside_the_allowed_directories_completes() {
     if !landlock_here() {
         return;
     }
-    if which("make").is_none() || which("cc").is_none() {
-        assert!(
-            std::env::var("REQUIRE_LANDLOCK").as_deref() != Ok("1"),
-            "REQUIRE_LANDLOCK=1 needs make and cc on PATH"
-        );
-        eprintln!("skipped: needs make and cc");
+    if on_path("make").is_none() || on_path("cc").is_none() {
+        missing("REQUIRE_LANDLOCK", "needs make and cc on PATH");
         return;
     }
     let fx = Fx::new();
@@ -380,13 +360,6 @@ fn a_refused_write_is_explained_in_the_log() {
         log.contains("the worker is confined (landlock-abi7)") && log.contains("results/a"),
         "{log}"
     );
-}
-
-fn which(program: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
 }
 
 /// `okstra ARGS` in the project with the debug build's no-Landlock seam.

@@ -422,7 +422,10 @@ fn pane_jobs_inside_tmux_are_fine() {
         .output()
         .is_err()
     {
-        eprintln!("skipped: tmux is not installed (.ci/run installs it)");
+        missing(
+            "REQUIRE_TMUX",
+            "tmux is not installed (.ci/run installs it)",
+        );
         return;
     }
     let socket = format!("okstra-doctor-{}", std::process::id());

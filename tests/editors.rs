@@ -12,6 +12,7 @@
 //!   unless REQUIRE_EDITOR_TOOLS is set. CI installs both and sets it:
 //!   `npm install --prefix target/editor-tools vscode-json-languageservice@5.7.2 @taplo/cli@0.7.0`.
 
+mod common;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,11 +26,10 @@ fn tool() -> Option<&'static str> {
     if found {
         return Some("check-jsonschema");
     }
-    assert!(
-        std::env::var_os("REQUIRE_CHECK_JSONSCHEMA").is_none(),
-        "check-jsonschema is required here (REQUIRE_CHECK_JSONSCHEMA is set) but not on PATH"
+    common::missing(
+        "REQUIRE_CHECK_JSONSCHEMA",
+        "check-jsonschema is not on PATH (pip install check-jsonschema)",
     );
-    eprintln!("skipped: check-jsonschema is not on PATH (pip install check-jsonschema)");
     None
 }
 
@@ -185,13 +185,12 @@ fn editor_tools() -> Option<PathBuf> {
     if found {
         return Some(modules);
     }
-    assert!(
-        std::env::var_os("REQUIRE_EDITOR_TOOLS").is_none(),
-        "node and the editor packages are required here (REQUIRE_EDITOR_TOOLS is set) but not in {}",
-        modules.display()
-    );
-    eprintln!(
-        "skipped: node or the editor packages are missing (npm install --prefix target/editor-tools vscode-json-languageservice@5.7.2 @taplo/cli@0.7.0)"
+    common::missing(
+        "REQUIRE_EDITOR_TOOLS",
+        &format!(
+            "node or the editor packages are missing from {} (npm install --prefix target/editor-tools vscode-json-languageservice@5.7.2 @taplo/cli@0.7.0)",
+            modules.display()
+        ),
     );
     None
 }

@@ -20,16 +20,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn landlock_here() -> bool {
-    match okstra::confine::offer() {
-        okstra::confine::Offer::Landlock { .. } => true,
-        okstra::confine::Offer::Unavailable(why) => {
-            eprintln!("skipped: {why}");
-            false
-        }
-    }
-}
-
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }

@@ -914,7 +914,10 @@ struct Tmux {
 impl Tmux {
     fn start() -> Option<Tmux> {
         if Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!("skipped: tmux is not installed (.ci/run installs it)");
+            missing(
+                "REQUIRE_TMUX",
+                "tmux is not installed (.ci/run installs it)",
+            );
             return None;
         }
         let socket = format!("okstra-test-{}", uuid::Uuid::new_v4());

@@ -12,17 +12,10 @@
 //! CLI's own state directory). Confined, it must get exactly as far, and
 //! its output must show no refused write (EACCES) on its own files.
 
+mod common;
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
 
 struct Ran {
     code: i32,
@@ -40,12 +33,13 @@ fn run_worker(
     confinement: &str,
     extra_args: &[&str],
 ) -> Option<Ran> {
-    let Some(_) = on_path(provider) else {
-        eprintln!(
-            "skipped: `{provider}` is not on PATH (run scripts/install-agent-clis.sh and add its bin directory to PATH)"
+    if common::on_path(provider).is_none() {
+        common::missing(
+            "REQUIRE_AGENT_CLIS",
+            &format!("`{provider}` is not on PATH (run scripts/install-agent-clis.sh and add its bin directory to PATH)"),
         );
         return None;
-    };
+    }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("project");
     let home = dir.path().join("home");
@@ -144,17 +138,6 @@ fn assert_confined_cleanly(provider: &str, r: &Ran) {
     }
 }
 
-fn landlock_here() -> bool {
-    let here = matches!(
-        okstra::confine::offer(),
-        okstra::confine::Offer::Landlock { .. }
-    );
-    if !here {
-        eprintln!("skipped: this kernel offers no Landlock ABI 6");
-    }
-    here
-}
-
 fn check_claude(r: &Ran) {
     assert_not_an_argument_error("claude", r);
     // "Not logged in" arrives within seconds; argument errors would too, so
@@ -177,7 +160,7 @@ fn claude_fails_for_lack_of_credentials_not_arguments() {
 
 #[test]
 fn claude_confined_gets_as_far_as_unconfined() {
-    if !landlock_here() {
+    if !common::landlock_here() {
         return;
     }
     let Some(r) = run_worker("claude", "sonnet", 120, "required", &[]) else {
@@ -216,7 +199,7 @@ fn codex_fails_for_lack_of_network_not_arguments() {
 
 #[test]
 fn codex_confined_gets_as_far_as_unconfined() {
-    if !landlock_here() {
+    if !common::landlock_here() {
         return;
     }
     let Some(r) = run_worker("codex", "gpt-5", 20, "required", &[]) else {
@@ -247,7 +230,7 @@ fn gemini_fails_for_lack_of_credentials_not_arguments() {
 
 #[test]
 fn gemini_confined_gets_as_far_as_unconfined() {
-    if !landlock_here() {
+    if !common::landlock_here() {
         return;
     }
     let Some(r) = run_worker("gemini", "gemini-2.5-pro", 120, "required", &[]) else {
@@ -261,7 +244,7 @@ fn gemini_confined_gets_as_far_as_unconfined() {
 fn claude_bypass_permissions_as_root_runs_only_confined() {
     // As root claude refuses bypassPermissions outside a sandbox; confined,
     // the wrapper tells it it is in one (IS_SANDBOX=1).
-    if !rustix::process::geteuid().is_root() || !landlock_here() {
+    if !rustix::process::geteuid().is_root() || !common::landlock_here() {
         eprintln!("skipped: needs root and Landlock");
         return;
     }

@@ -12,6 +12,7 @@
 //! TMPDIR, and an environment holding nothing but PATH and what points it at
 //! the mock: no credentials, no network.
 
+mod common;
 mod mock_api;
 
 use mock_api::{MockApi, Script, Step, Tokens};
@@ -19,32 +20,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The directory holding `program`: on PATH, or the install script's.
-fn cli_dir(program: &str) -> Option<PathBuf> {
-    let installed =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/agent-clis/node_modules/.bin");
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([installed])
-        .find(|d| d.join(program).is_file())
-}
-
-/// `program`'s directory, or `None` having said why the test is skipped
-/// (a failure where `REQUIRE_AGENT_CLIS=1`).
-fn require(program: &str) -> Option<PathBuf> {
-    let dir = cli_dir(program);
-    if dir.is_none() {
-        let why = format!(
-            "`{program}` is neither on PATH nor in target/agent-clis (run scripts/install-agent-clis.sh)"
-        );
-        if std::env::var("REQUIRE_AGENT_CLIS").as_deref() == Ok("1") {
-            panic!("REQUIRE_AGENT_CLIS=1: {why}");
-        }
-        eprintln!("skipped: {why}");
-    }
-    dir
-}
 
 /// The catalog entry each CLI's jobs are pinned to, and its model id.
 fn pinned(provider: &str) -> (&'static str, &'static str) {
@@ -158,7 +133,7 @@ impl Fx {
     ) -> Option<Fx> {
         let mut dirs = Vec::new();
         for w in workers {
-            dirs.push(require(w.provider)?);
+            dirs.push(common::agent_cli(w.provider)?);
         }
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().canonicalize().unwrap();
@@ -662,11 +637,7 @@ fn claude_bypass_permissions_as_root_unsandboxed_says_so() {
         return;
     }
     // Unconfined: a confined claude is told it runs in a sandbox.
-    let extra = if confinement_supported() {
-        "permissionMode = \"bypassPermissions\"\nconfinement = \"none\""
-    } else {
-        "permissionMode = \"bypassPermissions\""
-    };
+    let extra = "permissionMode = \"bypassPermissions\"\nconfinement = \"none\"";
     let Some(fx) = Fx::one("claude", vec![], "claude-sonnet-4-5", extra) else {
         return;
     };
@@ -809,19 +780,9 @@ fn a_three_provider_run_adds_up_in_okstra_status() {
 // in the agent; the tree is unchanged.
 // ---------------------------------------------------------------------------
 
-/// Whether this okstra confines workers (the Landlock work of issue 14).
-fn confinement_supported() -> bool {
-    let out = Command::new(env!("CARGO_BIN_EXE_okstra"))
-        .args(["worker", "--help"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("--confinement")
-}
-
 #[test]
 fn claude_confined_cannot_write_outside_its_policy() {
-    if !confinement_supported() {
-        eprintln!("skipped: this okstra's wrapper has no --confinement (the Landlock work of issue 14 is not merged)");
+    if !common::landlock_here() {
         return;
     }
     let steps = vec![

@@ -9,29 +9,11 @@
 //! so, or fails where `REQUIRE_AGENT_CLIS=1`. Nothing reaches the network:
 //! there is none, and every case is judged before a CLI would use it.
 
+mod common;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The directory holding `program`, or `None` having said why the test is
-/// skipped (a failure where `REQUIRE_AGENT_CLIS=1`).
-fn require(program: &str) -> Option<PathBuf> {
-    let installed =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/agent-clis/node_modules/.bin");
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let dir = std::env::split_paths(&path)
-        .chain([installed])
-        .find(|d| d.join(program).is_file());
-    if dir.is_none() {
-        let why = format!("`{program}` is neither on PATH nor in target/agent-clis");
-        if std::env::var("REQUIRE_AGENT_CLIS").as_deref() == Ok("1") {
-            panic!("REQUIRE_AGENT_CLIS=1: {why}");
-        }
-        eprintln!("skipped: {why}");
-    }
-    dir
-}
 
 /// One case: a fresh home and project, with files and variables.
 struct Case {
@@ -150,7 +132,7 @@ const CLAUDE_LOGIN: &str =
 
 #[test]
 fn claude_logins_as_claude_auth_status_tells_them() {
-    let Some(bin) = require("claude") else {
+    let Some(bin) = common::agent_cli("claude") else {
         return;
     };
     // Doctor warns where nothing needs the CLI: compare ok with not-fail.
@@ -195,7 +177,7 @@ fn claude_logins_as_claude_auth_status_tells_them() {
 
 #[test]
 fn codex_logins_as_codex_tells_them() {
-    let Some(bin) = require("codex") else {
+    let Some(bin) = common::agent_cli("codex") else {
         return;
     };
     let chatgpt = r#"{"tokens":{"access_token":"a","refresh_token":"r","id_token":"eyJhbGciOiJub25lIn0.eyJlbWFpbCI6ImFAYi5jIn0.sig","account_id":"acc"}}"#;
@@ -268,7 +250,7 @@ fn codex_logins_as_codex_tells_them() {
 
 #[test]
 fn gemini_logins_as_its_auth_check_tells_them() {
-    let Some(bin) = require("gemini") else {
+    let Some(bin) = common::agent_cli("gemini") else {
         return;
     };
     let select = |t: &str| format!(r#"{{"security": {{"auth": {{"selectedType": "{t}"}}}}}}"#);

@@ -428,3 +428,53 @@ pub fn regex_escape(s: &str) -> String {
         })
         .collect()
 }
+
+/// What a test needs is missing (`why`). Where `.ci/run` requires it (the
+/// environment variable `var` is set, e.g. `REQUIRE_LANDLOCK=1`), that is a
+/// failure; elsewhere the test says it skipped, and the caller returns.
+pub fn missing(var: &str, why: &str) {
+    assert!(
+        std::env::var_os(var).is_none_or(|v| v.is_empty()),
+        "{var} is set, so this is required here: {why}"
+    );
+    eprintln!("skipped: {why}");
+}
+
+/// `program`'s path on PATH.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// The directory holding the agent CLI `program`: on PATH, or where
+/// `scripts/install-agent-clis.sh` put it; `None` having said why (see
+/// [`missing`]: required under `REQUIRE_AGENT_CLIS`).
+pub fn agent_cli(program: &str) -> Option<PathBuf> {
+    let installed =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/agent-clis/node_modules/.bin");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dir = std::env::split_paths(&path)
+        .chain([installed])
+        .find(|d| d.join(program).is_file());
+    if dir.is_none() {
+        missing(
+            "REQUIRE_AGENT_CLIS",
+            &format!("`{program}` is neither on PATH nor in target/agent-clis (run scripts/install-agent-clis.sh)"),
+        );
+    }
+    dir
+}
+
+/// Whether this kernel confines (Landlock ABI 6 or newer); see [`missing`]:
+/// required under `REQUIRE_LANDLOCK`.
+pub fn landlock_here() -> bool {
+    match okstra::confine::offer() {
+        okstra::confine::Offer::Landlock { .. } => true,
+        okstra::confine::Offer::Unavailable(why) => {
+            missing("REQUIRE_LANDLOCK", &why);
+            false
+        }
+    }
+}
