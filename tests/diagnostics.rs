@@ -280,3 +280,25 @@ fn an_open_string_at_a_crlf_line_end_is_a_syntax_error() {
     );
     assert!(run.codes().contains(&"schema/violation".to_string()));
 }
+
+/// `input/unreadable`: a named input that exists but cannot be read (here a
+/// directory where a spec should be), exit 2, with the file named. Near
+/// miss: the same name as a readable spec validates.
+#[test]
+fn an_input_that_cannot_be_read_is_input_unreadable() {
+    let p = Project::new();
+    std::fs::create_dir_all(p.path("spec.toml")).unwrap();
+    let run = p.okstra(&["validate", "spec.toml", "--format", "json"]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    let e = run.error("input/unreadable");
+    assert_eq!(e["file"], "spec.toml");
+    assert!(e["help"].as_str().is_some_and(|h| !h.is_empty()), "{e}");
+
+    std::fs::remove_dir(p.path("spec.toml")).unwrap();
+    p.write(
+        "spec.toml",
+        "[[workers]]\nworkerId = \"claude\"\nrole = \"analyst\"\npromptPath = \"p.md\"\nresultPath = \"r.md\"\n",
+    );
+    let run = p.okstra(&["validate", "spec.toml"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
