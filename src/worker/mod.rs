@@ -272,6 +272,41 @@ struct StatusFile {
 }
 
 impl StatusFile {
+    /// The sidecar of an attempt about to start: `running`, nothing known
+    /// of the child yet.
+    fn new(args: &WorkerArgs, paths: &Paths, started: Instant) -> StatusFile {
+        StatusFile {
+            path: paths.status.clone(),
+            own: Beneath::open(&paths.root).map_err(|e| e.to_string()),
+            status: Status {
+                state: "running",
+                pid: None,
+                wrapper_pid: std::process::id(),
+                started_at: now_rfc3339(),
+                heartbeat_at: String::new(),
+                exit_code: None,
+                duration_ms: None,
+                provider: args.provider.clone(),
+                attempt: args.attempt,
+                dispatch_id: args.dispatch_id.clone(),
+                session_id: args.session_id.clone(),
+                served_model: None,
+                cli_session_id: None,
+                argv: Vec::new(),
+                log_offset: 0,
+                usage: None,
+                timed_out: false,
+                stopped: false,
+                child_exit_code: None,
+                error: None,
+                confinement: None,
+                failure_kind: None,
+            },
+            started,
+            warned: false,
+            written: false,
+        }
+    }
     /// Write the sidecar. A failure is said on stderr the first time, and
     /// returned: a heartbeat may fail and the run go on without liveness,
     /// but the first and the last write are what exec relies on.
@@ -352,37 +387,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             return USAGE_EXIT_CODE;
         }
     };
-    let mut status = StatusFile {
-        path: paths.status.clone(),
-        own: Beneath::open(&paths.root).map_err(|e| e.to_string()),
-        status: Status {
-            state: "running",
-            pid: None,
-            wrapper_pid: std::process::id(),
-            started_at: now_rfc3339(),
-            heartbeat_at: String::new(),
-            exit_code: None,
-            duration_ms: None,
-            provider: args.provider.clone(),
-            attempt: args.attempt,
-            dispatch_id: args.dispatch_id.clone(),
-            session_id: args.session_id.clone(),
-            served_model: None,
-            cli_session_id: None,
-            argv: Vec::new(),
-            log_offset: 0,
-            usage: None,
-            timed_out: false,
-            stopped: false,
-            child_exit_code: None,
-            error: None,
-            confinement: None,
-            failure_kind: None,
-        },
-        started,
-        warned: false,
-        written: false,
-    };
+    let mut status = StatusFile::new(args, &paths, started);
 
     let checked =
         check_inputs(args, &paths).and_then(|provider| Ok((provider, served_check(args, &paths)?)));
@@ -523,19 +528,51 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     status.status.cli_session_id = watch.facts.cli_session_id.clone();
     status.status.usage = watch.usage();
 
-    let (code, error) = match outcome {
+    let (code, error) = judge(
+        args,
+        provider,
+        outcome,
+        verdict,
+        &watch,
+        confined.as_ref(),
+        &mut status.status,
+    );
+    let code = status.finish(code, error);
+    if args.presentation == Presentation::Live {
+        say(format_args!(
+            "{} attempt {}: exited {code} after {:.1} s",
+            args.worker_key,
+            args.attempt,
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    code
+}
+
+/// The wrapper's exit code for how the child ended, and what went wrong in
+/// words; the failure kind and stop flags go on the sidecar's `status`.
+fn judge(
+    args: &WorkerArgs,
+    provider: Provider,
+    outcome: Outcome,
+    verdict: Result<(), String>,
+    watch: &OutputWatch,
+    confined: Option<&Confined>,
+    status: &mut Status,
+) -> (i32, Option<String>) {
+    match outcome {
         // The served model is judged whatever the CLI's own exit code: a run
         // by the wrong model is never a result.
         Outcome::Exited(_) | Outcome::Mismatch if verdict.is_err() => {
             let problem = verdict.err().unwrap_or_default();
             say(format_args!("{problem}"));
-            status.status.failure_kind = Some("served-model-mismatch".into());
+            status.failure_kind = Some("served-model-mismatch".into());
             (SERVED_MODEL_MISMATCH_EXIT_CODE, Some(problem))
         }
         Outcome::Mismatch => (SERVED_MODEL_MISMATCH_EXIT_CODE, None),
         Outcome::Exited(code) if code != 0 => {
             let output = watch.excerpt();
-            if let Some(c) = &confined {
+            if let Some(c) = confined {
                 c.explain_refusals(&output);
             }
             let error = match provider.failure_kind(code, &output) {
@@ -550,7 +587,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
                         kind.hint(provider, refused.as_deref())
                     );
                     say(format_args!("{problem}"));
-                    status.status.failure_kind = Some(kind.as_str().into());
+                    status.failure_kind = Some(kind.as_str().into());
                     Some(problem)
                 }
                 None => None,
@@ -559,18 +596,18 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         }
         Outcome::Exited(code) => (code, None),
         Outcome::Stopped(code) => {
-            status.status.stopped = true;
+            status.stopped = true;
             (code, None)
         }
         Outcome::TimedOut(child_code) => {
-            status.status.timed_out = true;
-            status.status.child_exit_code = Some(child_code);
+            status.timed_out = true;
+            status.child_exit_code = Some(child_code);
             let secs = args.timeout_seconds.unwrap_or_default();
             let problem = format!(
                 "wall-clock limit reached: timed out after {secs} s (timeoutSeconds); the child was stopped"
             );
             say(format_args!("{problem}"));
-            status.status.failure_kind = Some("timeout".into());
+            status.failure_kind = Some("timeout".into());
             (TIMEOUT_EXIT_CODE, Some(problem))
         }
         Outcome::Failed(err) => {
@@ -578,17 +615,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
             say(format_args!("{problem}"));
             (1, Some(problem))
         }
-    };
-    let code = status.finish(code, error);
-    if args.presentation == Presentation::Live {
-        say(format_args!(
-            "{} attempt {}: exited {code} after {:.1} s",
-            args.worker_key,
-            args.attempt,
-            started.elapsed().as_secs_f64()
-        ));
     }
-    code
 }
 
 /// A worker's confinement, prepared in the wrapper (SPEC §9).
