@@ -72,21 +72,6 @@ pub fn binding_change(manifest: &Manifest, job: &plan::Job) -> Option<String> {
     binding_problem(manifest, re).map(|p| format!("role execution `{}` {p}", id.role_execution_ref))
 }
 
-pub fn binding_changes(plan: &Plan, jobs: &Jobs, manifest_doc: &Value) -> Vec<Diagnostic> {
-    let manifest = Manifest::new(manifest_doc);
-    jobs.each()
-        .map(|(_, job)| job)
-        .filter_map(|job| {
-            binding_change(&manifest, &job).map(|why| {
-                Diagnostic::new(Code::ExecBindingChanged, format!("{}: {why}", job.label()))
-                    .worker(job.label().to_string())
-                    .in_file(plan.run.manifest_path.clone())
-                    .help("the model binding changed after planning; re-plan to run with the new binding")
-            })
-        })
-        .collect()
-}
-
 /// A job with `confinement = "required"` on a machine that cannot confine
 /// (SPEC §9), so exec refuses before anything starts.
 pub fn unconfinable(job: &plan::Job, offer: &crate::confine::Offer) -> Option<Diagnostic> {
@@ -120,12 +105,19 @@ pub fn verify(
     let manifest = std::fs::read(&manifest_path)
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-    if let Some(doc) = &manifest {
-        diags.extend(binding_changes(plan, jobs, doc));
-    }
-    // The kernel is asked only when some job requires confinement.
+    let bindings = manifest.as_ref().map(Manifest::new);
+    // One pass over the jobs (each parsed once); the kernel is asked only
+    // when some job requires confinement.
     let offer = std::cell::OnceCell::new();
     for (_, job) in jobs.each() {
+        if let Some(why) = bindings.as_ref().and_then(|m| binding_change(m, &job)) {
+            diags.push(
+                Diagnostic::new(Code::ExecBindingChanged, format!("{}: {why}", job.label()))
+                    .worker(job.label().to_string())
+                    .in_file(plan.run.manifest_path.clone())
+                    .help("the model binding changed after planning; re-plan to run with the new binding"),
+            );
+        }
         if job.write_enforcement.confinement == crate::vocab::Confinement::Required {
             diags.extend(unconfinable(&job, offer.get_or_init(crate::confine::offer)));
         }
