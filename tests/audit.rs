@@ -18,7 +18,6 @@ use serde_json::Value;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::PathBuf;
 use std::process::Child;
-use std::time::{Duration, Instant};
 
 /// Every worker script starts with this: counts the run, names the result.
 const PRELUDE: &str = r#"set -u
@@ -169,15 +168,6 @@ impl Fx {
         assert_eq!(ev.len(), 1, "one {ty} event for {key}: {ev:?}");
         ev[0]["mutationAudit"].clone()
     }
-}
-
-#[track_caller]
-fn assert_code(run: &Run, code: i32) {
-    assert_eq!(
-        run.code, code,
-        "exit code; stdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
 }
 
 fn strs(v: &Value) -> Vec<String> {
@@ -1015,14 +1005,6 @@ fn near_miss_a_file_shaped_almost_like_an_own_temporary_is_a_change() {
 }
 
 // ---- the stage snapshot and resume ---------------------------------------
-
-fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 #[test]
 fn a_resumed_exec_compares_against_the_stored_stage_snapshot() {

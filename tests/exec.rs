@@ -148,48 +148,6 @@ impl Fx {
     }
 }
 
-#[track_caller]
-fn assert_code(run: &Run, code: i32) {
-    assert_eq!(
-        run.code, code,
-        "exit code; stdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
-}
-
-/// Poll `cond` every 10 ms until it holds or `secs` pass.
-#[track_caller]
-fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Wait for a spawned okstra to exit, at most `secs`.
-fn wait_child(child: &mut Child, secs: u64) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            use std::os::unix::process::ExitStatusExt;
-            return status
-                .code()
-                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("okstra did not exit within {secs} s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn signal(pid: u32, sig: Signal) {
-    let pid = Pid::from_raw(pid as i32).unwrap();
-    let _ = rustix::process::kill_process(pid, sig);
-}
-
 /// Whether a live (non-zombie) process is in group `pgid`.
 fn group_alive(pgid: u32) -> bool {
     std::fs::read_dir("/proc")

@@ -14,7 +14,7 @@
 
 mod common;
 use common::*;
-use rustix::process::{Pid, Signal};
+use rustix::process::Signal;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -212,46 +212,6 @@ fn ended(state: &str) -> bool {
     )
 }
 
-#[track_caller]
-fn assert_code(run: &Run, code: i32) {
-    assert_eq!(
-        run.code, code,
-        "exit code; stdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
-}
-
-#[track_caller]
-fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_child(child: &mut Child, secs: u64) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            use std::os::unix::process::ExitStatusExt;
-            return status
-                .code()
-                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("okstra did not exit within {secs} s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn signal(child: &Child, sig: Signal) {
-    let pid = Pid::from_raw(child.id() as i32).unwrap();
-    rustix::process::kill_process(pid, sig).unwrap();
-}
-
 fn dispatch_rows(p: &Project, key: &str) -> Vec<Value> {
     p.dispatch_rows(key)
 }
@@ -417,7 +377,7 @@ fn ctrl_c_cancels_every_slurm_job_and_the_next_exec_finishes() {
             status.stdout
         );
     }
-    signal(&child, Signal::INT);
+    signal(child.id(), Signal::INT);
     assert_eq!(wait_child(&mut child, 60), 130);
     for k in ["a", "b", "c"] {
         let id = fx.job_ids(k)[0];
@@ -455,7 +415,7 @@ fn exec_killed_mid_stage_resumes_by_reattaching_and_runs_nothing_twice() {
     wait_for("both workers to start", 60, || {
         fx.scratch("a.started").exists() && fx.scratch("b.started").exists()
     });
-    signal(&child, Signal::KILL);
+    signal(child.id(), Signal::KILL);
     wait_child(&mut child, 10);
     let ids = [fx.job_ids("a")[0], fx.job_ids("b")[0]];
     // The second exec finds both still running and watches them; only then

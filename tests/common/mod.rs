@@ -478,3 +478,52 @@ pub fn landlock_here() -> bool {
         }
     }
 }
+
+/// A run's exit code is `code`; the failure shows its output.
+#[track_caller]
+pub fn assert_code(run: &Run, code: i32) {
+    assert_eq!(
+        run.code, code,
+        "exit code; stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+/// Poll `cond` every 10 ms until it holds or `secs` pass.
+#[track_caller]
+pub fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Wait for a spawned okstra to exit, at most `secs` (killed and a failure
+/// past that); its exit code, or 128 + the signal that ended it.
+pub fn wait_child(child: &mut std::process::Child, secs: u64) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("okstra did not exit within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Send `sig` to process `pid` (gone already is no error).
+pub fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}
