@@ -787,6 +787,57 @@ fn sigterm_stops_every_worker_and_settles_them_interrupted() {
 }
 
 #[test]
+fn attempts_waiting_at_their_gates_when_interrupted_start_as_the_same_attempts_next_time() {
+    // One slot: a runs and blocks; b and c are recorded beforehand and wait
+    // at their gates for the slot. Interrupted, exec stops a and lets b and
+    // c go without their workers ever running; the next exec starts them
+    // as the attempts that were recorded, and resumes a as a new one.
+    let block = format!(
+        "if [ -e \"$S/go\" ]; then {}; exit 0; fi\ntouch \"$S/$K.started\"\nexec sleep 30\n",
+        WRITE_RESULT.trim_end()
+    );
+    let fx = Fx::new(&[(
+        "only",
+        vec![
+            job("a", block),
+            job("b", WRITE_RESULT),
+            job("c", WRITE_RESULT),
+        ],
+    )]);
+    fx.plan();
+    let mut child = fx.spawn_exec(&["--concurrency", "1"]);
+    wait_for("a to start", 5, || fx.scratch("a.started").exists());
+    signal(child.id(), Signal::TERM);
+    let code = wait_child(&mut child, 5);
+    let stderr = std::fs::read_to_string(fx.scratch("exec.stderr")).unwrap();
+    assert_eq!(code, 130, "{stderr}");
+    for key in ["b", "c"] {
+        let recorded = fx.events_of("worker-dispatched", key);
+        assert_eq!(recorded.len(), 1, "{key} waited at its gate, recorded");
+        let pid = recorded[0]["pid"].as_u64().unwrap() as u32;
+        wait_for("the wrapper to leave its closed gate", 5, || {
+            !pid_alive(pid)
+        });
+        assert!(fx.runs(key).is_empty(), "{key} never ran");
+        assert!(fx.events_of("worker-failed", key).is_empty(), "{key}");
+    }
+    let stdout = std::fs::read_to_string(fx.scratch("exec.stdout")).unwrap();
+    assert!(
+        stdout.contains("0 of 3 jobs completed (interrupted)"),
+        "{stdout}"
+    );
+    std::fs::write(fx.scratch("go"), "").unwrap();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
+    for key in ["b", "c"] {
+        assert_eq!(fx.runs(key), ["1"], "{key} started once, as attempt 1");
+        assert_eq!(fx.events_of("worker-dispatched", key).len(), 2, "{key}");
+        assert_eq!(fx.worker_row(key)["status"], "completed", "{key}");
+    }
+}
+
+#[test]
 fn kill_9_then_resume_runs_nothing_twice() {
     // Stage one: `a` completes, `b` blocks until released. Stage two: `c`.
     let blocked = format!(
@@ -1272,7 +1323,9 @@ fn status_reads_team_state_and_names_an_unreadable_one() {
 }
 
 /// Three one-line jobs a, b, c (each with `extra` in its entry) run one at a
-/// time; where in the event log a's result was collected and c dispatched.
+/// time; where in exec's report a's result was collected and c let go (c
+/// may be recorded earlier, waiting at its gate for a slot: the report
+/// says "dispatched" when it is let through).
 fn settle_order(extra: &str) -> (usize, usize) {
     let fx = Fx::new(&[(
         "only",
@@ -1287,17 +1340,14 @@ fn settle_order(extra: &str) -> (usize, usize) {
     fx.plan();
     let run = fx.exec(&["--concurrency", "1"]);
     assert_code(&run, 0);
-    let events = fx.events();
-    let index = |ty: &str, key: &str| {
-        events
-            .iter()
-            .position(|e| e["type"] == ty && e["workerId"] == key)
-            .unwrap_or_else(|| panic!("no {ty} event for {key}: {events:?}"))
+    let report = format!("{}{}", run.stdout, run.stderr);
+    let index = |what: &str| {
+        report
+            .lines()
+            .position(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no line with {what:?} in the report:\n{report}"))
     };
-    (
-        index("worker-result-collected", "a"),
-        index("worker-dispatched", "c"),
-    )
+    (index("a completed (attempt 1)"), index("dispatched c "))
 }
 
 #[test]
@@ -1322,39 +1372,47 @@ fn with_the_batch_audit_the_round_settles_after_it_ended() {
 
 #[test]
 fn a_launch_failure_stops_and_settles_the_whole_batch() {
-    // With two slots, a and x start together; x ends as soon as a has
-    // started (not before: a stopped before its first line would leave no
-    // run to count) and its slot goes to b, which cannot be started (its
-    // log path is a directory).
+    // Two slots. a starts first and runs until the end; ten quick jobs
+    // f0..f9 then pass through the other slot. exec keeps a few attempts
+    // recorded at their gates beyond its slots (at most 8), so the first
+    // batch is a and some of the f's, and b, which cannot be started (its
+    // log path is a directory), comes in a later batch, while a runs.
     // a, still running, is stopped and waited for; b and c never start;
-    // a, b and c settle `error` naming the failure.
-    let fx = Fx::new(&[(
-        "only",
-        vec![
-            job(
-                "a",
-                format!(
-                    "touch \"$S/a.started\"\n{}{WRITE_RESULT}",
-                    wait_in_sh("$S/never")
-                ),
-            ),
-            // x ends (freeing its slot for b) only once a runs.
-            job("x", format!("{}{WRITE_RESULT}", wait_in_sh("$S/a.started"))),
-            job("b", WRITE_RESULT),
-            job("c", WRITE_RESULT),
-        ],
-    )]);
+    // a, b and c settle `error` naming the failure. Each f completed, or
+    // (started in b's batch, or just before) was stopped with a.
+    let fillers: Vec<String> = (0..10).map(|n| format!("f{n}")).collect();
+    let mut jobs = vec![job(
+        "a",
+        format!(
+            "touch \"$S/a.started\"\n{}{WRITE_RESULT}",
+            wait_in_sh("$S/never")
+        ),
+    )];
+    for f in &fillers {
+        jobs.push(job(
+            f,
+            format!("{}{WRITE_RESULT}", wait_in_sh("$S/a.started")),
+        ));
+    }
+    jobs.push(job("b", WRITE_RESULT));
+    jobs.push(job("c", WRITE_RESULT));
+    let fx = Fx::new(&[("only", jobs)]);
     fx.plan();
     std::fs::create_dir_all(fx.p.path("prompts/b.md.log")).unwrap();
     let run = fx.exec(&["--concurrency", "2"]);
     assert_code(&run, 1);
-    for key in ["a", "b", "c"] {
+    let failed = |key: &str| {
         let w = fx.worker_row(key);
-        assert_eq!(w["status"], "error", "{key}: {w}");
         let reason = w["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("launch failed for b"), "{key}: {reason}");
+        w["status"] == "error" && reason.contains("launch failed for b")
+    };
+    for key in ["a", "b", "c"] {
+        assert!(failed(key), "{key}: {}", fx.worker_row(key));
     }
-    assert_eq!(fx.worker_row("x")["status"], "completed");
+    for f in &fillers {
+        let completed = fx.worker_row(f)["status"] == "completed";
+        assert!(completed || failed(f), "{f}: {}", fx.worker_row(f));
+    }
     let dispatched = fx.events_of("worker-dispatched", "a");
     assert_eq!(dispatched.len(), 1, "a was started");
     let pid = dispatched[0]["pid"].as_u64().unwrap() as u32;
@@ -1370,7 +1428,9 @@ fn a_launch_failure_stops_and_settles_the_whole_batch() {
     let again = fx.exec(&[]);
     assert_code(&again, 0);
     assert_eq!(fx.runs("a"), ["1", "2"], "a's stopped attempt is resumed");
-    assert_eq!(fx.runs("x"), ["1"]);
+    for key in fillers.iter().map(String::as_str).chain(["b", "c"]) {
+        assert_eq!(fx.worker_row(key)["status"], "completed", "{key}");
+    }
     assert_eq!(fx.runs("b"), ["1"]);
     assert_eq!(fx.runs("c"), ["1"]);
 }

@@ -47,10 +47,19 @@ const LAUNCH_SLICE: Duration = Duration::from_millis(200);
 
 use crate::worker::{NEVER_RELEASED_EXIT_CODE as NEVER_RELEASED, STATUS_WRITE_FAILED_EXIT_CODE};
 
-/// An attempt whose wrapper runs.
+/// At most how many attempts beyond `--concurrency` a round keeps recorded
+/// and waiting at their gates, so that a freed slot is filled at once instead
+/// of after a durable commit (see [`Runner::wait_round`]).
+const READY_AHEAD_MAX: usize = 8;
+
+/// An attempt whose wrapper runs, or waits at its gate, recorded, for a
+/// slot (`held`).
 struct Running {
     job: usize,
     dispatched: Dispatched,
+    /// Recorded and started, but not yet let through its gate: nothing of
+    /// the worker runs yet and it takes no slot.
+    held: bool,
     started: Instant,
     watch: crate::process::LogWatch,
 }
@@ -557,15 +566,18 @@ impl<'a> Runner<'a> {
 
     /// Start a batch of attempts (SPEC §5.8): each wrapper starts held at
     /// its gate; their dispatches are recorded and synced in one commit;
-    /// only then are they let go. A batch whose starts take longer than
-    /// [`LAUNCH_SLICE`] goes in slices, each recorded and released before
-    /// the next starts. Returns the started attempts, or the launch failure
-    /// (every wrapper of its slice already stopped at its gate) with the
-    /// attempts that never ran and those of earlier slices, which run.
+    /// only then may they go. The first `free` are let through at once; the
+    /// rest stay at their gates, recorded, until a slot frees. A batch
+    /// whose starts take longer than [`LAUNCH_SLICE`] goes in slices, each
+    /// recorded (and its share of `free` released) before the next starts.
+    /// Returns the started attempts, or the launch failure (every wrapper
+    /// of its slice already stopped at its gate) with the attempts that
+    /// never ran and those of earlier slices, which were recorded.
     #[allow(clippy::type_complexity)]
     fn launch_batch(
         &mut self,
         batch: Vec<(usize, u64)>,
+        mut free: usize,
     ) -> Result<Vec<Running>, (String, Vec<(usize, u64)>, Vec<Running>)> {
         let mut running = Vec::with_capacity(batch.len());
         let mut todo: VecDeque<(usize, u64)> = batch.into();
@@ -619,22 +631,36 @@ impl<'a> Runner<'a> {
                 return Err((reason, never(&held, todo), running));
             }
             for (i, d) in held {
-                crate::fault::point("release");
-                // A wrapper that died at its gate is seen as its exit.
-                let _ = self.backend.release(d.handle);
-                self.tell(Notice::Recorded {
-                    event: &Event::WorkerDispatched(d.clone()),
-                });
                 let log = self.abs(&self.job(i).log_path());
-                running.push(Running {
+                let mut r = Running {
                     job: i,
                     dispatched: d,
+                    held: true,
                     started: Instant::now(),
                     watch: crate::process::LogWatch::new(log),
-                });
+                };
+                if free > 0 {
+                    free -= 1;
+                    self.release(&mut r);
+                }
+                running.push(r);
             }
         }
         Ok(running)
+    }
+
+    /// Let a recorded attempt through its gate: from now on its worker
+    /// runs, and its clocks start.
+    fn release(&mut self, r: &mut Running) {
+        crate::fault::point("release");
+        // A wrapper that died at its gate is seen as its exit.
+        let _ = self.backend.release(r.dispatched.handle);
+        self.tell(Notice::Recorded {
+            event: &Event::WorkerDispatched(r.dispatched.clone()),
+        });
+        r.held = false;
+        r.started = Instant::now();
+        r.watch = crate::process::LogWatch::new(r.watch.path().to_path_buf());
     }
 
     /// Start one attempt's wrapper, held at its gate; its dispatch record.
@@ -753,6 +779,16 @@ impl<'a> Runner<'a> {
     /// With `settle_now` (no batch audit in the stage: nothing waits for the
     /// round's compare) each attempt settles as soon as its slot went to the
     /// next one.
+    ///
+    /// Under a `--concurrency` limit the round keeps up to twice as many
+    /// attempts again (at least 2, at most [`READY_AHEAD_MAX`]) started,
+    /// recorded and synced, waiting at their gates: a slot that frees is filled by releasing
+    /// one, and the durable commit of the next ones is made while the
+    /// others run, several at a time, instead of once per slot on the way
+    /// to every start. Recorded before launch holds all the same (SPEC
+    /// §5.8); an exec that dies or is interrupted leaves the waiting ones
+    /// recorded and never started, closed at their gates: the next exec
+    /// starts them as the same attempts.
     fn wait_round(
         &mut self,
         si: usize,
@@ -761,6 +797,11 @@ impl<'a> Runner<'a> {
         settle_now: bool,
     ) -> (Vec<Ended>, Vec<(usize, u64)>) {
         let limit = self.opts.concurrency.unwrap_or(usize::MAX).max(1);
+        let ahead = if limit == usize::MAX {
+            0
+        } else {
+            limit.saturating_mul(2).clamp(2, READY_AHEAD_MAX)
+        };
         let total = pending.len() + running.len();
         let mut queue: VecDeque<(usize, u64)> = pending.into();
         let mut running: HashMap<Handle, Running> = running
@@ -774,10 +815,29 @@ impl<'a> Runner<'a> {
         let mut ended: Vec<Ended> = Vec::new();
         let mut retries = Vec::new();
         let mut settled = 0;
+        let mut waiting: VecDeque<Handle> = VecDeque::new();
         loop {
             if !self.interrupt.load(Ordering::Relaxed) && self.fatal.is_none() {
+                // Those waiting at their gates go first, in the order they
+                // were recorded (one that ended there is gone from `running`).
+                waiting.retain(|h| running.get(h).is_some_and(|r| r.held));
+                let mut free = limit.saturating_sub(running.len() - waiting.len());
+                while free > 0 {
+                    let Some(r) = waiting.pop_front().and_then(|h| running.get_mut(&h)) else {
+                        break;
+                    };
+                    self.release(r);
+                    free -= 1;
+                }
+                // Topped up once fewer than half are left, so that each
+                // commit covers several attempts.
+                let want = if free > 0 || waiting.len() * 2 < ahead {
+                    free + ahead.saturating_sub(waiting.len())
+                } else {
+                    0
+                };
                 let mut batch = Vec::new();
-                while running.len() + batch.len() < limit {
+                while batch.len() < want {
                     let Some((i, attempt)) = queue.pop_front() else {
                         break;
                     };
@@ -787,9 +847,12 @@ impl<'a> Runner<'a> {
                     }
                 }
                 if !batch.is_empty() {
-                    match self.launch_batch(batch) {
+                    match self.launch_batch(batch, free) {
                         Ok(started) => {
                             for r in started {
+                                if r.held {
+                                    waiting.push_back(r.dispatched.handle);
+                                }
                                 running.insert(r.dispatched.handle, r);
                             }
                         }
@@ -808,8 +871,12 @@ impl<'a> Runner<'a> {
                     retries.extend(self.settle_one(si, e));
                 }
             }
-            let held: Vec<Rc<Job>> = running.values().map(|r| self.job(r.job)).collect();
-            let labels: Vec<&str> = held.iter().map(|j| j.label()).collect();
+            let on: Vec<Rc<Job>> = running
+                .values()
+                .filter(|r| !r.held)
+                .map(|r| self.job(r.job))
+                .collect();
+            let labels: Vec<&str> = on.iter().map(|j| j.label()).collect();
             self.tell(Notice::Running {
                 labels,
                 settled: settled + ended.len(),
@@ -818,11 +885,17 @@ impl<'a> Runner<'a> {
             if self.interrupt.load(Ordering::Relaxed) {
                 self.interrupted = true;
                 self.say("interrupted: stopping every worker".into());
+                let why = "interrupted before it started";
+                self.let_go_of_waiting(&mut waiting, &mut running, why);
                 ended.extend(self.stop(running.into_values().collect(), End::Interrupted));
                 for (i, _) in queue {
                     self.not_run(i, "interrupted before it started");
                 }
                 break;
+            }
+            if self.fatal.is_some() {
+                let why = "the run stopped before it started: a record could not be written";
+                self.let_go_of_waiting(&mut waiting, &mut running, why);
             }
             if running.is_empty() && (queue.is_empty() || self.fatal.is_some()) {
                 for (i, _) in queue {
@@ -843,10 +916,15 @@ impl<'a> Runner<'a> {
                         elapsed: r.started.elapsed(),
                     });
                     let status = self.abs(&self.job(r.job).status_path());
-                    let end = self
-                        .backend
-                        .ended(handle)
-                        .unwrap_or_else(|| wrapper_end(code, &status));
+                    let end = self.backend.ended(handle).unwrap_or_else(|| {
+                        if r.held {
+                            End::Lost(format!(
+                                "the worker wrapper ended at its gate (exit {code}): nothing ran"
+                            ))
+                        } else {
+                            wrapper_end(code, &status)
+                        }
+                    });
                     ended.push(Ended {
                         job: r.job,
                         dispatched: r.dispatched,
@@ -858,6 +936,9 @@ impl<'a> Runner<'a> {
             let idle: Vec<Handle> = running
                 .iter_mut()
                 .filter_map(|(handle, r)| {
+                    if r.held {
+                        return None;
+                    }
                     if self.backend.queued(*handle) {
                         // The idle clock starts when the job does.
                         r.watch = crate::process::LogWatch::new(r.watch.path().to_path_buf());
@@ -887,6 +968,25 @@ impl<'a> Runner<'a> {
             }
         }
         (ended, retries)
+    }
+
+    /// Close the gates of the attempts waiting at them, which will not be
+    /// let through: each wrapper exits there, nothing of its worker having
+    /// run. Their dispatches stay recorded and unsettled, so the next exec
+    /// starts each as the same attempt (SPEC §5.8); this one reports them
+    /// not run, saying `why`.
+    fn let_go_of_waiting(
+        &mut self,
+        waiting: &mut VecDeque<Handle>,
+        running: &mut HashMap<Handle, Running>,
+        why: &str,
+    ) {
+        for h in waiting.drain(..) {
+            if let Some(r) = running.remove(&h) {
+                self.backend.abandon(h);
+                self.not_run(r.job, why);
+            }
+        }
     }
 
     /// Stop these attempts together (one grace period for all) and hand
@@ -1045,6 +1145,7 @@ impl Runner<'_> {
             return Found::Running(Running {
                 job: i,
                 dispatched: d,
+                held: false,
                 started: Instant::now(),
                 watch: crate::process::LogWatch::new(log),
             });
