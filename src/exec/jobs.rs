@@ -90,12 +90,20 @@ impl Jobs {
         self.backend.contains(&backend)
     }
 
-    /// Job `i`, parsed (and kept parsed until [`Self::forget`]).
+    /// Job `i`, parsed: as kept by [`Self::hold`], or parsed afresh and not
+    /// kept (a stage of 10,000 jobs looked over at its start would
+    /// otherwise keep them all parsed until each ends).
     pub fn get(&self, i: usize) -> Rc<Job> {
         if let Some(job) = self.parsed.borrow().get(&i) {
             return Rc::clone(job);
         }
-        let job = Rc::new(self.parse(i));
+        Rc::new(self.parse(i))
+    }
+
+    /// Job `i`, parsed and kept parsed until [`Self::forget`]: a job being
+    /// worked on, looked at on every turn of the loop.
+    pub fn hold(&self, i: usize) -> Rc<Job> {
+        let job = self.get(i);
         self.parsed.borrow_mut().insert(i, Rc::clone(&job));
         job
     }

@@ -665,7 +665,7 @@ impl<'a> Runner<'a> {
 
     /// Start one attempt's wrapper, held at its gate; its dispatch record.
     fn start_held(&mut self, i: usize, attempt: u64) -> std::io::Result<Dispatched> {
-        let job = self.job(i);
+        let job = self.jobs.hold(i);
         let session_id = job
             .takes_session_id
             .then(|| uuid::Uuid::new_v4().to_string());
@@ -1055,7 +1055,7 @@ impl Runner<'_> {
     /// Look at the status sidecar and the process of an attempt a dead
     /// executor dispatched and never settled (SPEC §5.8).
     fn inspect(&mut self, i: usize, d: Dispatched) -> Found {
-        let job = self.job(i);
+        let job = self.jobs.hold(i);
         let status_path = self.abs(&job.status_path());
         let attempt = d.head.attempt;
         let alive = |me: &mut Self| me.backend.find(&d) == Seen::Running;
