@@ -174,9 +174,13 @@ def check(root, scratch, jobs):
     return broke
 
 
+# How every exec of a trial is run; main adds `--concurrency`.
+EXEC = ["exec", "plan.json"]
+
+
 def run_exec(okstra, root, env, session=False):
     return subprocess.Popen(
-        [okstra, "exec", "plan.json"],
+        [okstra, *EXEC],
         cwd=root,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -275,7 +279,7 @@ def trial(okstra, pristine, base, jobs, mode, delay, env, stop_limit):
     resumes = 0
     while True:
         resumes += 1
-        p = subprocess.run([okstra, "exec", "plan.json"], cwd=root, env=env,
+        p = subprocess.run([okstra, *EXEC], cwd=root, env=env,
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
         with open(os.path.join(base, "resumes.log"), "ab") as f:
             f.write(f"--- resume {resumes}: exit {p.returncode}\n".encode() + p.stderr)
@@ -307,6 +311,9 @@ def main():
                     help="Ctrl-C and SIGTERM trials, half each (after the kills)")
     ap.add_argument("--jobs", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=900)
+    ap.add_argument("--concurrency", type=int, default=4,
+                    help="exec's --concurrency (0: unbounded); below the stage's "
+                         "jobs, attempts also wait recorded at their gates")
     target = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target")
     debug = os.path.join(target, "debug", "okstra")
     default_bin = os.path.relpath(debug if os.path.exists(debug) else os.path.join(target, "release", "okstra"))
@@ -319,6 +326,8 @@ def main():
     ap.add_argument("--stop-slack", type=float, default=5.0,
                     help="seconds beyond the 1 s grace exec may take to stop after a signal")
     args = ap.parse_args()
+    if args.concurrency > 0:
+        EXEC.extend(["--concurrency", str(args.concurrency)])
     okstra = os.path.abspath(args.okstra)
     work = tempfile.mkdtemp(prefix="okstra-crash-")
     keep = os.path.abspath(args.keep) if args.keep else work + "-failures"
@@ -335,7 +344,7 @@ def main():
     subprocess.run([okstra, "plan", "spec.toml", "--manifest", "run/run-manifest.json", "--out", "plan.json"],
                    cwd=os.path.join(base, "p"), env=env, stdout=subprocess.DEVNULL, check=True)
     t0 = time.time()
-    subprocess.run([okstra, "exec", "plan.json"], cwd=os.path.join(base, "p"), env=env,
+    subprocess.run([okstra, *EXEC], cwd=os.path.join(base, "p"), env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     clean = time.time() - t0
     broke_clean = check(os.path.join(base, "p"), os.path.join(base, "s"), args.jobs)
@@ -397,7 +406,8 @@ def main():
         print(f"failing trials kept under {keep}; the work directory {work} is removed")
     shutil.rmtree(work, ignore_errors=True)
     print(f"okstra crash harness: {args.okstra}, confinement {args.confinement}, {args.jobs} jobs in 2 stages "
-          f"(one retry), a clean run takes {clean:.2f} s, seed {args.seed}")
+          f"(one retry), exec --concurrency {args.concurrency or 'unbounded'}, "
+          f"a clean run takes {clean:.2f} s, seed {args.seed}")
     print("| stopped by | trials | landed mid-run | resumes to completion | runs completed | broken invariants | exec stopped within |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for mode, label in MODES.items():

@@ -488,6 +488,54 @@ fn exec_show_and_validate_refuse_a_plan_alike_on_the_raw_document() {
                 p["somethingNew"] = serde_json::json!({"x": 1});
             }),
         ),
+        // A newer okstra's plan whose stages have another shape (read as
+        // a stream, the document is still read to its end): its version.
+        (
+            "plan/version",
+            false,
+            Box::new(move |p: &mut Value| {
+                p["formatVersion"] = serde_json::json!(newer);
+                p["stages"] = serde_json::json!({"only": {"jobs": {}}});
+            }),
+        ),
+        (
+            "plan/version",
+            false,
+            Box::new(move |p: &mut Value| {
+                p["formatVersion"] = serde_json::json!(newer);
+                p["stages"][0]["jobs"] = serde_json::json!("elsewhere");
+            }),
+        ),
+        (
+            "plan/version",
+            false,
+            Box::new(move |p: &mut Value| {
+                p["formatVersion"] = serde_json::json!(newer);
+                p["stages"] = serde_json::json!([["only"], 3, null]);
+            }),
+        ),
+        // The same shapes in a plan of this format: not a plan.
+        (
+            "plan/unreadable",
+            true,
+            Box::new(|p: &mut Value| {
+                p["stages"] = serde_json::json!({"only": {"jobs": {}}});
+            }),
+        ),
+        (
+            "plan/unreadable",
+            true,
+            Box::new(|p: &mut Value| {
+                p["stages"][0]["jobs"] = serde_json::json!("elsewhere");
+            }),
+        ),
+        (
+            "plan/unreadable",
+            true,
+            Box::new(|p: &mut Value| {
+                p["stages"] = serde_json::json!([["only"], 3, null]);
+            }),
+        ),
         // A key added by hand: an edit, not an unreadable plan.
         (
             "plan/digest-mismatch",

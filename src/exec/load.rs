@@ -6,21 +6,24 @@
 //! `plan/version` and an edited one `plan/digest-mismatch` (an added key
 //! too), never a confusing `plan/unreadable`.
 //!
-//! A plan of 10,000 jobs is tens of megabytes. It is not turned into one
-//! `serde_json::Value` tree (several times the file's size): the jobs stay
-//! borrowed slices of the file's bytes until each is parsed once, its
-//! canonical text made for the digest and its typed `Job` taken from the
-//! same parse, in parallel.
+//! A plan of 10,000 jobs is tens of megabytes. It is read as a stream, never
+//! held whole, and never turned into one `serde_json::Value` tree (several
+//! times the file's size): each job's text is taken as it goes by, a chunk of
+//! jobs at a time is parsed (in parallel), and of each job only its canonical
+//! text (for the digest) and what the caller keeps of its typed form remain.
+//! A document whose stages do not have the plan's shape is still read to its
+//! end, so that its `formatVersion` is judged first.
 
 use super::jobs::Jobs;
 use crate::canonical;
 use crate::diag::{Code, Diagnostic};
 use crate::plan::{self, Job, Plan, Stage};
 use rayon::prelude::*;
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 
 /// A plan whose format and digest were checked. Inputs, bindings and the
@@ -30,15 +33,15 @@ pub struct Loaded {
     pub plan: Plan,
 }
 
-type RawObject<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
+/// An object's keys, each with its value's JSON text as written.
+type RawObject = BTreeMap<String, Box<RawValue>>;
 
 /// Read, check and parse the plan at `path`.
 pub fn load(path: &Path) -> Result<Loaded, Diagnostic> {
-    let (mut plan, stages) = read(path, |_text, job| job)?;
-    for (stage, jobs) in plan.stages.iter_mut().zip(stages) {
-        stage.jobs = jobs;
-    }
-    Ok(Loaded { plan })
+    let (plan, stages) = read(path, |job| job)?;
+    Ok(Loaded {
+        plan: with_jobs(plan, stages),
+    })
 }
 
 /// A plan as exec holds it: the plan without its jobs, and the jobs as a
@@ -51,9 +54,15 @@ pub struct Lean {
 
 /// [`load`], keeping each job as its canonical text.
 pub fn load_lean(path: &Path) -> Result<Lean, Diagnostic> {
-    let (plan, stages) = read(path, |text, job| {
-        (text.into_boxed_str(), job.key.into_boxed_str(), job.backend)
-    })?;
+    let (plan, stages) = read(path, |job| (job.key.into_boxed_str(), job.backend))?;
+    let stages = stages
+        .into_iter()
+        .map(|jobs| {
+            jobs.into_iter()
+                .map(|(text, (key, backend))| (text, key, backend))
+                .collect()
+        })
+        .collect();
     Ok(Lean {
         plan,
         jobs: Jobs::from_stages(stages),
@@ -63,30 +72,43 @@ pub fn load_lean(path: &Path) -> Result<Lean, Diagnostic> {
 /// [`load`], of a plan's bytes already read (`okstra validate -`), named
 /// `shown` in messages.
 pub fn load_bytes(shown: &str, bytes: &[u8]) -> Result<Loaded, Diagnostic> {
-    let (mut plan, stages) = read_bytes(shown.to_string(), Ok(bytes.to_vec()), |_text, job| job)?;
+    let de = serde_json::Deserializer::from_slice(bytes);
+    let (plan, stages) = read_from(shown.to_string(), Ok(de), |job| job)?;
+    Ok(Loaded {
+        plan: with_jobs(plan, stages),
+    })
+}
+
+fn with_jobs(mut plan: Plan, stages: Vec<Vec<(Box<str>, Job)>>) -> Plan {
     for (stage, jobs) in plan.stages.iter_mut().zip(stages) {
-        stage.jobs = jobs;
+        stage.jobs = jobs.into_iter().map(|(_, job)| job).collect();
     }
-    Ok(Loaded { plan })
+    plan
 }
 
 /// Read and check the plan at `path`: its head (stages named, jobs empty),
-/// and what `keep` makes of each job (its canonical text and typed form),
+/// and each job's canonical text with what `keep` makes of its typed form,
 /// stage by stage.
-fn read<T: Send>(
+#[allow(clippy::type_complexity)]
+fn read<U: Send>(
     path: &Path,
-    keep: impl Fn(String, Job) -> T + Sync,
-) -> Result<(Plan, Vec<Vec<T>>), Diagnostic> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string());
-    read_bytes(path.display().to_string(), bytes, keep)
+    keep: impl Fn(Job) -> U + Sync,
+) -> Result<(Plan, Vec<Vec<(Box<str>, U)>>), Diagnostic> {
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| e.to_string());
+    let de = file.map(|f| {
+        serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 20, f))
+    });
+    read_from(shown, de, keep)
 }
 
-/// [`read`], given the file's bytes (or why they could not be read).
-fn read_bytes<T: Send>(
+/// [`read`], from a JSON reader (or why the file could not be opened).
+#[allow(clippy::type_complexity)]
+fn read_from<'de, R: serde_json::de::Read<'de>, U: Send>(
     shown: String,
-    bytes: Result<Vec<u8>, String>,
-    keep: impl Fn(String, Job) -> T + Sync,
-) -> Result<(Plan, Vec<Vec<T>>), Diagnostic> {
+    de: Result<serde_json::Deserializer<R>, String>,
+    keep: impl Fn(Job) -> U + Sync,
+) -> Result<(Plan, Vec<Vec<(Box<str>, U)>>), Diagnostic> {
     let refuse = |code: Code, message: String| {
         let help = match code {
             Code::PlanVersion => {
@@ -101,31 +123,35 @@ fn read_bytes<T: Send>(
             .in_file(shown.clone())
             .help(help)
     };
-    let bytes = bytes.map_err(|e| {
+    let cannot_read = |e: String| {
         refuse(
             Code::PlanUnreadable,
             format!("cannot read plan {shown}: {e}"),
         )
-    })?;
-    // The file's bytes are held only while they are read: what is kept is
-    // each job as `keep` makes it, and the plan's head as text.
-    let (recorded, read, head) = {
-        let top: RawObject = serde_json::from_slice(&bytes).map_err(|e| {
-            refuse(
-                Code::PlanUnreadable,
-                format!("plan {shown} is not a JSON object: {e}"),
-            )
-        })?;
-        check_version(&top).map_err(|m| refuse(Code::PlanVersion, m))?;
-        let recorded = top
-            .get("digest")
-            .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
-            .unwrap_or_default();
-        let read = digest_and_jobs(&top, &keep)
-            .map_err(|m| refuse(Code::PlanUnreadable, format!("plan {shown}: {m}")))?;
-        (recorded, read, head_text(&top))
     };
-    drop(bytes);
+    let mut de = de.map_err(cannot_read)?;
+    let doc = DocSeed { keep: &keep }
+        .deserialize(&mut de)
+        .and_then(|doc| de.end().map(|()| doc))
+        .map_err(|e| {
+            if e.is_io() {
+                cannot_read(e.to_string())
+            } else {
+                refuse(
+                    Code::PlanUnreadable,
+                    format!("plan {shown} is not a JSON object: {e}"),
+                )
+            }
+        })?;
+    check_version(&doc.head).map_err(|m| refuse(Code::PlanVersion, m))?;
+    let recorded = doc
+        .head
+        .get("digest")
+        .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+        .unwrap_or_default();
+    let head = head_text(&doc.head);
+    let read =
+        digest(doc).map_err(|m| refuse(Code::PlanUnreadable, format!("plan {shown}: {m}")))?;
     if let Some((at, n)) = read.inexact {
         return Err(refuse(
             Code::PlanDigestMismatch,
@@ -159,22 +185,20 @@ fn read_bytes<T: Send>(
 
 /// The plan's top-level object without its stages' content, as JSON text
 /// (`"stages": []`): parsed straight into a [`Plan`], never into a tree.
-fn head_text(top: &RawObject) -> String {
+fn head_text(head: &RawObject) -> String {
     let mut text = String::from("{");
-    for (k, v) in top {
-        if k != "stages" {
-            text.push_str(&Value::from(k.as_ref()).to_string());
-            text.push(':');
-            text.push_str(v.get());
-            text.push(',');
-        }
+    for (k, v) in head {
+        text.push_str(&Value::from(k.as_str()).to_string());
+        text.push(':');
+        text.push_str(v.get());
+        text.push(',');
     }
     text.push_str("\"stages\":[]}");
     text
 }
 
-fn check_version(top: &RawObject) -> Result<(), String> {
-    let version = top.get("formatVersion").map(|r| r.get());
+fn check_version(head: &RawObject) -> Result<(), String> {
+    let version = head.get("formatVersion").map(|r| r.get());
     if version.and_then(|v| v.parse::<u64>().ok()) == Some(plan::FORMAT_VERSION) {
         return Ok(());
     }
@@ -189,139 +213,374 @@ fn check_version(top: &RawObject) -> Result<(), String> {
 /// A marker no plan holds: its canonical text shows where spliced text goes.
 const MARK: &str = "\u{0}okstra:splice\u{0}";
 
-/// A stage as read: its name, its other keys, and each job or why it does
-/// not have the job shape.
-type ParsedStage<T> = (Value, Vec<String>, Vec<Result<T, String>>);
+/// One job as read: its canonical text, and what the caller keeps of its
+/// typed form, or why it does not have the job shape.
+type ReadJob<U> = (Box<str>, Result<U, String>);
 
-/// What [`digest_and_jobs`] read: the digest, the stages, and the first
-/// integer canonical JSON cannot keep exact (its pointer and text).
-struct Read<T> {
-    digest: String,
-    stages: Vec<ParsedStage<T>>,
-    inexact: Option<(String, String)>,
+/// The first integer canonical JSON cannot keep exact: its pointer and its
+/// text.
+type Inexact = Option<(String, String)>;
+
+/// The document as streamed: every top-level key but `stages` as written,
+/// and the stages as read (`None`: no `stages` key).
+struct Doc<U> {
+    head: RawObject,
+    stages: Option<Shaped<Vec<ReadStage<U>>>>,
 }
 
-/// The digest of the document without `digest`, and every stage as read, in
-/// order. Only a document that is not JSON at all is an error here; a job
-/// that does not have the job shape is reported by [`typed`], once the
-/// digest matched (only then is it not an edit).
-///
-/// The canonical text is never held whole: it is hashed as it is made, the
-/// jobs a chunk at a time (each chunk canonicalised in parallel).
-fn digest_and_jobs<T: Send>(
-    top: &RawObject,
-    keep: &(impl Fn(String, Job) -> T + Sync),
-) -> Result<Read<T>, String> {
-    use sha2::{Digest, Sha256};
-    // A chunk of jobs is parsed (as trees) at once, in parallel: small
-    // enough that the trees never weigh much next to the texts kept.
-    const CHUNK: usize = 128;
-    let stages_raw: Vec<RawObject> = match top.get("stages") {
-        Some(r) => serde_json::from_str(r.get()).map_err(|e| format!("`stages`: {e}"))?,
-        None => Vec::new(),
+/// A stage as read: its keys but `jobs` as written, and its jobs (`None`:
+/// no `jobs` key), with the first integer among them that canonical JSON
+/// cannot keep exact (its pointer below the job and its text).
+struct ReadStage<U> {
+    shell: RawObject,
+    jobs: Option<Shaped<Vec<ReadJob<U>>>>,
+    inexact: Inexact,
+}
+
+/// A part of the document that has the plan's shape, or what it is instead.
+type Shaped<T> = Result<T, &'static str>;
+
+/// The visitor methods of a value that should have been an array or an
+/// object and is something else: it is read past, and named.
+macro_rules! not_the_shape {
+    () => {
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Err("a boolean"))
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Err("a number"))
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Err("a number"))
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Err("a number"))
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(Err("a string"))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Err("null"))
+        }
     };
-    let mut inexact: Option<(String, String)> = None;
-    fn note(inexact: &mut Option<(String, String)>, prefix: String, value: &Value) {
+}
+
+/// Reads past an object that should have been an array.
+fn past_object<'de, A: MapAccess<'de>, T>(mut map: A) -> Result<Shaped<T>, A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(Err("an object"))
+}
+
+/// Reads past an array that should have been an object.
+fn past_array<'de, A: SeqAccess<'de>, T>(mut seq: A) -> Result<Shaped<T>, A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(Err("an array"))
+}
+
+struct DocSeed<'k, K> {
+    keep: &'k K,
+}
+
+impl<'de, K: Fn(Job) -> U + Sync, U: Send> DeserializeSeed<'de> for DocSeed<'_, K> {
+    type Value = Doc<U>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Doc<U>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, K: Fn(Job) -> U + Sync, U: Send> Visitor<'de> for DocSeed<'_, K> {
+    type Value = Doc<U>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Doc<U>, A::Error> {
+        let mut doc = Doc {
+            head: RawObject::new(),
+            stages: None,
+        };
+        // A key given twice counts once, as written last.
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "stages" {
+                doc.stages = Some(map.next_value_seed(StagesSeed { keep: self.keep })?);
+            } else {
+                doc.head.insert(key, map.next_value()?);
+            }
+        }
+        Ok(doc)
+    }
+}
+
+struct StagesSeed<'k, K> {
+    keep: &'k K,
+}
+
+impl<'de, K: Fn(Job) -> U + Sync, U: Send> DeserializeSeed<'de> for StagesSeed<'_, K> {
+    type Value = Shaped<Vec<ReadStage<U>>>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, K: Fn(Job) -> U + Sync, U: Send> Visitor<'de> for StagesSeed<'_, K> {
+    type Value = Shaped<Vec<ReadStage<U>>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of stages")
+    }
+    not_the_shape!();
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        past_object(map)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut stages = Vec::new();
+        let mut shaped = true;
+        while let Some(stage) = seq.next_element_seed(StageSeed {
+            keep: self.keep,
+            si: stages.len(),
+        })? {
+            match stage {
+                Ok(stage) => stages.push(stage),
+                Err(_) => shaped = false,
+            }
+        }
+        Ok(if shaped {
+            Ok(stages)
+        } else {
+            Err("an array holding something other than objects")
+        })
+    }
+}
+
+struct StageSeed<'k, K> {
+    keep: &'k K,
+    si: usize,
+}
+
+impl<'de, K: Fn(Job) -> U + Sync, U: Send> DeserializeSeed<'de> for StageSeed<'_, K> {
+    type Value = Shaped<ReadStage<U>>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, K: Fn(Job) -> U + Sync, U: Send> Visitor<'de> for StageSeed<'_, K> {
+    type Value = Shaped<ReadStage<U>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a stage object")
+    }
+    not_the_shape!();
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        past_array(seq)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut stage = ReadStage {
+            shell: RawObject::new(),
+            jobs: None,
+            inexact: None,
+        };
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "jobs" {
+                let jobs = map.next_value_seed(JobsSeed {
+                    keep: self.keep,
+                    si: self.si,
+                    inexact: &mut stage.inexact,
+                })?;
+                stage.jobs = Some(jobs);
+            } else {
+                stage.shell.insert(key, map.next_value()?);
+            }
+        }
+        Ok(Ok(stage))
+    }
+}
+
+struct JobsSeed<'k, 'i, K> {
+    keep: &'k K,
+    si: usize,
+    inexact: &'i mut Inexact,
+}
+
+impl<'de, K: Fn(Job) -> U + Sync, U: Send> DeserializeSeed<'de> for JobsSeed<'_, '_, K> {
+    type Value = Shaped<Vec<ReadJob<U>>>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, K: Fn(Job) -> U + Sync, U: Send> Visitor<'de> for JobsSeed<'_, '_, K> {
+    type Value = Shaped<Vec<ReadJob<U>>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of jobs")
+    }
+    not_the_shape!();
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        past_object(map)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // A chunk of jobs is parsed (as trees) at once, in parallel: small
+        // enough that the trees and texts in flight never weigh much next
+        // to the texts kept.
+        const CHUNK: usize = 128;
+        let mut jobs = Vec::new();
+        let mut chunk: Vec<Box<RawValue>> = Vec::with_capacity(CHUNK);
+        loop {
+            let next = seq.next_element::<Box<RawValue>>()?;
+            let end = next.is_none();
+            chunk.extend(next);
+            if chunk.len() == CHUNK || (end && !chunk.is_empty()) {
+                let first = jobs.len();
+                let parsed: Vec<(ReadJob<U>, Inexact)> = chunk
+                    .par_iter()
+                    .enumerate()
+                    .map(|(n, raw)| read_job(self.keep, self.si, first + n, raw))
+                    .collect();
+                chunk.clear();
+                for (job, wide) in parsed {
+                    if self.inexact.is_none() {
+                        *self.inexact = wide;
+                    }
+                    jobs.push(job);
+                }
+            }
+            if end {
+                return Ok(Ok(jobs));
+            }
+        }
+    }
+}
+
+/// Job `ji` of stage `si`, parsed once: its canonical text, what `keep`
+/// makes of its typed form, and the first integer in it canonical JSON
+/// cannot keep exact.
+fn read_job<U>(
+    keep: &impl Fn(Job) -> U,
+    si: usize,
+    ji: usize,
+    raw: &RawValue,
+) -> (ReadJob<U>, Inexact) {
+    let value: Value = match serde_json::from_str(raw.get()) {
+        Ok(v) => v,
+        // Text the reader took as one JSON value parses as one.
+        Err(e) => {
+            let why = format!("`stages[{si}].jobs[{ji}]`: {e}");
+            return ((raw.get().into(), Err(why)), None);
+        }
+    };
+    let text = canonical::to_canonical_string(&value).into_boxed_str();
+    let wide = canonical::first_inexact_integer(&value)
+        .map(|(at, n)| (format!("/stages/{si}/jobs/{ji}{at}"), n.to_string()));
+    let job = serde_json::from_value::<Job>(value)
+        .map(keep)
+        .map_err(|e| format!("`stages[{si}].jobs[{ji}]`: {e}"));
+    ((text, job), wide)
+}
+
+/// A stage as [`typed`] takes it: its name, its other keys, and each job's
+/// text with what the caller keeps of it, or why it does not have the job
+/// shape.
+type ParsedStage<U> = (Value, Vec<String>, Vec<ReadJob<U>>);
+
+/// What [`digest`] made of the document: the digest, the stages, and the
+/// first integer canonical JSON cannot keep exact (its pointer and text).
+struct Read<U> {
+    digest: String,
+    stages: Vec<ParsedStage<U>>,
+    inexact: Inexact,
+}
+
+/// The digest of the document without `digest`, from what was streamed.
+/// A document whose stages do not have the plan's shape is an error here;
+/// a job that does not have the job shape is reported by [`typed`], once
+/// the digest matched (only then is it not an edit).
+///
+/// The canonical text is never held whole: the head's and each stage's
+/// are made around the jobs' texts, which were kept, and hashed in turn.
+fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
+    use sha2::{Digest, Sha256};
+    let mut inexact: Inexact = None;
+    fn note(inexact: &mut Inexact, prefix: String, value: &Value) {
         if inexact.is_none() {
             if let Some((at, n)) = canonical::first_inexact_integer(value) {
                 *inexact = Some((format!("{prefix}{at}"), n.to_string()));
             }
         }
     }
-    let mut head = Map::new();
-    for (k, v) in top {
-        if k == "digest" {
-            continue;
+    let stages_read = match doc.stages {
+        None => None,
+        Some(Ok(stages)) => Some(stages),
+        Some(Err(what)) => {
+            return Err(format!(
+                "`stages` must be an array of stage objects; it is {what}"
+            ))
         }
-        let value = if k == "stages" {
-            Value::from(MARK)
-        } else {
-            serde_json::from_str(v.get()).map_err(|e| format!("`{k}`: {e}"))?
-        };
+    };
+    let mut head = Map::new();
+    for (k, v) in doc.head.iter().filter(|(k, _)| *k != "digest") {
+        let value: Value = serde_json::from_str(v.get()).map_err(|e| format!("`{k}`: {e}"))?;
         note(&mut inexact, format!("/{}", pointer_token(k)), &value);
-        head.insert(k.to_string(), value);
+        head.insert(k.clone(), value);
+    }
+    if stages_read.is_some() {
+        head.insert("stages".into(), Value::from(MARK));
     }
     let mut hasher = Sha256::new();
     let (head_before, head_after) = around_mark(&Value::Object(head));
     hasher.update(head_before.as_bytes());
-    let mut stages = Vec::with_capacity(stages_raw.len());
-    if top.contains_key("stages") {
+    let mut stages = Vec::new();
+    if let Some(read) = stages_read {
         hasher.update(b"[");
-    }
-    for (si, stage) in stages_raw.iter().enumerate() {
-        let jobs_raw: Vec<&RawValue> = match stage.get("jobs") {
-            Some(r) => {
-                serde_json::from_str(r.get()).map_err(|e| format!("`stages[{si}].jobs`: {e}"))?
-            }
-            None => Vec::new(),
-        };
-        let mut shell = Map::new();
-        let mut name = Value::Null;
-        let mut extra = Vec::new();
-        for (k, v) in stage {
-            if k != "jobs" && k != "name" {
-                extra.push(k.to_string());
-            }
-            let value = if k == "jobs" {
-                Value::from(MARK)
-            } else {
-                serde_json::from_str(v.get()).map_err(|e| format!("`stages[{si}].{k}`: {e}"))?
+        for (si, stage) in read.into_iter().enumerate() {
+            let jobs = match stage.jobs {
+                None => None,
+                Some(Ok(jobs)) => Some(jobs),
+                Some(Err(what)) => {
+                    return Err(format!(
+                        "`stages[{si}].jobs` must be an array of jobs; it is {what}"
+                    ))
+                }
             };
-            if k == "name" {
-                name = value.clone();
-            }
-            note(
-                &mut inexact,
-                format!("/stages/{si}/{}", pointer_token(k)),
-                &value,
-            );
-            shell.insert(k.to_string(), value);
-        }
-        if si > 0 {
-            hasher.update(b",");
-        }
-        let (stage_before, stage_after) = around_mark(&Value::Object(shell));
-        hasher.update(stage_before.as_bytes());
-        if stage.contains_key("jobs") {
-            hasher.update(b"[");
-        }
-        let mut jobs = Vec::with_capacity(jobs_raw.len());
-        for (c, chunk) in jobs_raw.chunks(CHUNK).enumerate() {
-            // Each job parsed once: its canonical text and its typed form.
-            type Parsed = (String, Option<(String, String)>, Result<Job, String>);
-            let parsed: Vec<Parsed> = chunk
-                .par_iter()
-                .enumerate()
-                .map(|(n, raw)| {
-                    let ji = c * CHUNK + n;
-                    let value: Value = serde_json::from_str(raw.get())
-                        .map_err(|e| format!("`stages[{si}].jobs[{ji}]`: {e}"))?;
-                    let text = canonical::to_canonical_string(&value);
-                    let wide = canonical::first_inexact_integer(&value)
-                        .map(|(at, n)| (format!("/stages/{si}/jobs/{ji}{at}"), n.to_string()));
-                    let job = serde_json::from_value::<Job>(value)
-                        .map_err(|e| format!("`stages[{si}].jobs[{ji}]`: {e}"));
-                    Ok((text, wide, job))
-                })
-                .collect::<Result<_, String>>()?;
-            for (n, (text, wide, job)) in parsed.into_iter().enumerate() {
-                if c + n > 0 {
-                    hasher.update(b",");
+            let mut shell = Map::new();
+            let mut name = Value::Null;
+            let mut extra = Vec::new();
+            for (k, v) in &stage.shell {
+                if k != "name" {
+                    extra.push(k.clone());
                 }
-                hasher.update(text.as_bytes());
+                let value: Value = serde_json::from_str(v.get())
+                    .map_err(|e| format!("`stages[{si}].{k}`: {e}"))?;
+                if k == "name" {
+                    name = value.clone();
+                }
+                note(
+                    &mut inexact,
+                    format!("/stages/{si}/{}", pointer_token(k)),
+                    &value,
+                );
+                shell.insert(k.clone(), value);
+            }
+            if jobs.is_some() {
+                shell.insert("jobs".into(), Value::from(MARK));
+            }
+            if si > 0 {
+                hasher.update(b",");
+            }
+            let (stage_before, stage_after) = around_mark(&Value::Object(shell));
+            hasher.update(stage_before.as_bytes());
+            if let Some(jobs) = &jobs {
+                hasher.update(b"[");
+                for (n, (text, _)) in jobs.iter().enumerate() {
+                    if n > 0 {
+                        hasher.update(b",");
+                    }
+                    hasher.update(text.as_bytes());
+                }
+                hasher.update(b"]");
                 if inexact.is_none() {
-                    inexact = wide;
+                    inexact = stage.inexact.clone();
                 }
-                jobs.push(job.map(|job| keep(text, job)));
             }
+            hasher.update(stage_after.as_bytes());
+            stages.push((name, extra, jobs.unwrap_or_default()));
         }
-        if stage.contains_key("jobs") {
-            hasher.update(b"]");
-        }
-        hasher.update(stage_after.as_bytes());
-        stages.push((name, extra, jobs));
-    }
-    if top.contains_key("stages") {
         hasher.update(b"]");
     }
     hasher.update(head_after.as_bytes());
@@ -358,7 +617,10 @@ fn around_mark(value: &Value) -> (String, String) {
 
 /// The typed plan head (each stage named, no jobs) and each stage's jobs.
 #[allow(clippy::type_complexity)]
-fn typed<T>(head: &str, stages: Vec<ParsedStage<T>>) -> Result<(Plan, Vec<Vec<T>>), String> {
+fn typed<U>(
+    head: &str,
+    stages: Vec<ParsedStage<U>>,
+) -> Result<(Plan, Vec<Vec<(Box<str>, U)>>), String> {
     let mut plan: Plan = serde_json::from_str(head).map_err(|e| e.to_string())?;
     let mut all = Vec::with_capacity(stages.len());
     for (name, extra, jobs) in stages {
@@ -373,7 +635,11 @@ fn typed<T>(head: &str, stages: Vec<ParsedStage<T>>) -> Result<(Plan, Vec<Vec<T>
             name,
             jobs: Vec::new(),
         });
-        all.push(jobs.into_iter().collect::<Result<Vec<T>, String>>()?);
+        let jobs = jobs
+            .into_iter()
+            .map(|(text, job)| job.map(|job| (text, job)))
+            .collect::<Result<Vec<_>, String>>()?;
+        all.push(jobs);
     }
     Ok((plan, all))
 }
