@@ -104,10 +104,16 @@ fn run_until(
     limit: Duration,
     done: impl Fn(&str) -> bool,
 ) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
     let out = tempfile::NamedTempFile::new().unwrap();
+    // Its own process group: an npm-installed CLI is a node launcher whose
+    // native child would outlive a kill of the launcher alone (and go on
+    // retrying its request for ever).
     cmd.stdout(out.reopen().unwrap())
-        .stderr(out.reopen().unwrap());
+        .stderr(out.reopen().unwrap())
+        .process_group(0);
     let mut child = cmd.spawn().unwrap();
+    let group = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     let start = Instant::now();
     let code = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -115,12 +121,12 @@ fn run_until(
         }
         let so_far = std::fs::read_to_string(out.path()).unwrap_or_default();
         if start.elapsed() > limit || done(&so_far) {
-            let _ = child.kill();
-            let _ = child.wait();
             break None;
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+    let _ = child.wait();
     (
         code,
         std::fs::read_to_string(out.path()).unwrap_or_default(),
