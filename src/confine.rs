@@ -26,7 +26,7 @@ use landlock::{
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 /// The oldest Landlock ABI okstra confines with: 6, the first with scopes
@@ -235,8 +235,12 @@ impl Prepared {
             .map_err(|e| format!("cannot prepare the directory {}: {e}", d.display()))?;
             dirs.push((d.clone(), fd));
         }
-        let files = inherited_outputs().into_iter().chain(devices());
-        let ruleset = ruleset(abi, dirs.iter().map(|(_, fd)| fd), files)
+        let (stdout, stderr) = (io::stdout(), io::stderr());
+        let devices = devices();
+        let files = inherited_outputs([stdout.as_fd(), stderr.as_fd()])
+            .into_iter()
+            .chain(devices.iter().map(|fd| fd.as_fd()));
+        let ruleset = ruleset(abi, dirs.iter().map(|(_, fd)| fd.as_fd()), files)
             .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
         Ok(Prepared {
             ruleset,
@@ -268,8 +272,8 @@ impl Prepared {
 /// confining less than it says.
 fn ruleset<'a>(
     abi: u8,
-    dirs: impl Iterator<Item = &'a OwnedFd>,
-    files: impl Iterator<Item = OwnedFd>,
+    dirs: impl Iterator<Item = BorrowedFd<'a>>,
+    files: impl Iterator<Item = BorrowedFd<'a>>,
 ) -> Result<RulesetCreated, landlock::RulesetError> {
     let level = if abi >= 7 { ABI::V7 } else { ABI::V6 };
     let write = AccessFs::from_write(level);
@@ -280,7 +284,7 @@ fn ruleset<'a>(
         .scope(Scope::from_all(level))?
         .create()?;
     for fd in dirs {
-        created = created.add_rule(PathBeneath::new(fd.as_fd(), write))?;
+        created = created.add_rule(PathBeneath::new(fd, write))?;
     }
     for fd in files {
         created = created.add_rule(PathBeneath::new(fd, file_write))?;
@@ -292,12 +296,14 @@ fn ruleset<'a>(
 /// descriptor, each missing component created, no component followed if
 /// it is a symlink: a rule is never redirected, nor widened to an
 /// existing ancestor.
-fn open_made_nofollow(root: std::os::fd::BorrowedFd, dir: &Path) -> io::Result<OwnedFd> {
+fn open_made_nofollow(root: BorrowedFd, dir: &Path) -> io::Result<OwnedFd> {
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let mut at: OwnedFd = if dir.is_absolute() {
-        rustix::fs::open("/", flags, Mode::empty())?
+    // A relative walk starts at `root` itself, not at a descriptor of it
+    // opened again.
+    let mut at: Option<OwnedFd> = if dir.is_absolute() {
+        Some(rustix::fs::open("/", flags, Mode::empty())?)
     } else {
-        rustix::fs::openat(root, ".", flags, Mode::empty())?
+        None
     };
     for c in dir.components() {
         let name = match c {
@@ -310,17 +316,18 @@ fn open_made_nofollow(root: std::os::fd::BorrowedFd, dir: &Path) -> io::Result<O
                 ))
             }
         };
-        let next = match rustix::fs::openat(&at, name, flags, Mode::empty()) {
+        let parent = at.as_ref().map_or(root, |fd| fd.as_fd());
+        let next = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
             Err(Errno::NOENT) => {
-                match rustix::fs::mkdirat(&at, name, Mode::from_raw_mode(0o777)) {
+                match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o777)) {
                     Ok(()) | Err(Errno::EXIST) => {}
                     Err(e) => return Err(e.into()),
                 }
-                rustix::fs::openat(&at, name, flags, Mode::empty())
+                rustix::fs::openat(parent, name, flags, Mode::empty())
             }
             other => other,
         };
-        at = next.map_err(|e| match e {
+        let next = next.map_err(|e| match e {
             Errno::LOOP | Errno::NOTDIR => io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -330,8 +337,13 @@ fn open_made_nofollow(root: std::os::fd::BorrowedFd, dir: &Path) -> io::Result<O
             ),
             e => e.into(),
         })?;
+        at = Some(next);
     }
-    Ok(at)
+    match at {
+        Some(fd) => Ok(fd),
+        // The project root itself (``).
+        None => Ok(rustix::fs::openat(root, ".", flags, Mode::empty())?),
+    }
 }
 
 /// `path` as an `O_PATH` descriptor, what a Landlock rule is made from.
@@ -343,18 +355,17 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
     )?)
 }
 
-/// The files the worker's stdout and stderr already are, when they are
-/// regular files (the log) or terminals (a pane): reopening them by path
-/// (`/dev/stderr`, `/proc/self/fd/2`) lands on them, and must work.
-fn inherited_outputs() -> Vec<OwnedFd> {
+/// Of `outputs` (the wrapper's stdout and stderr, which the worker
+/// inherits), those that are regular files (the log) or terminals (a
+/// pane): reopening them by path (`/dev/stderr`, `/proc/self/fd/2`) lands
+/// on them, and must work. A rule is made from the descriptor itself:
+/// Landlock takes the file it is open on, as it would from a descriptor
+/// of the same file opened again through `/proc/self/fd`.
+fn inherited_outputs(outputs: [BorrowedFd; 2]) -> Vec<BorrowedFd> {
     let mut out = Vec::new();
     let mut seen = Vec::new();
-    for fd in [1, 2] {
-        let flags = OFlags::PATH | OFlags::CLOEXEC;
-        let Ok(file) = rustix::fs::open(format!("/proc/self/fd/{fd}"), flags, Mode::empty()) else {
-            continue;
-        };
-        let Ok(stat) = rustix::fs::fstat(&file) else {
+    for file in outputs {
+        let Ok(stat) = rustix::fs::fstat(file) else {
             continue;
         };
         let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
@@ -449,5 +460,25 @@ mod tests {
         assert!(err.to_string().contains("symlink"), "{err}");
         assert!(!dir.path().join("elsewhere/new").exists());
         assert!(open_made_nofollow(root.as_fd(), Path::new("a/../x")).is_err());
+        // The project root itself (a pattern at the top grants ``).
+        let top = open_made_nofollow(root.as_fd(), Path::new("")).unwrap();
+        let (a, b) = (
+            rustix::fs::fstat(&top).unwrap(),
+            rustix::fs::fstat(&root).unwrap(),
+        );
+        assert_eq!((a.st_dev, a.st_ino), (b.st_dev, b.st_ino));
+    }
+
+    #[test]
+    fn outputs_that_are_files_or_terminals_are_granted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(dir.path().join("log")).unwrap();
+        let (read, _write) = std::io::pipe().unwrap();
+        let null = std::fs::File::open("/dev/null").unwrap();
+        // stdout and stderr the same log: one rule.
+        assert_eq!(inherited_outputs([log.as_fd(), log.as_fd()]).len(), 1);
+        // A pipe is no file to reopen: no rule.
+        assert_eq!(inherited_outputs([read.as_fd(), log.as_fd()]).len(), 1);
+        assert_eq!(inherited_outputs([log.as_fd(), null.as_fd()]).len(), 2);
     }
 }
