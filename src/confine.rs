@@ -188,9 +188,7 @@ fn literal_dir(pattern: &str) -> String {
     }
 }
 
-/// A ruleset built ahead, applied by [`restrict_this_thread`].
-///
-/// [`restrict_this_thread`]: Prepared::restrict_this_thread
+/// A ruleset built ahead, applied through [`Prepared::restriction`].
 #[derive(Debug)]
 pub struct Prepared {
     ruleset: RulesetCreated,
@@ -253,16 +251,23 @@ impl Prepared {
         })
     }
 
+    /// The ruleset, to be handed to the thread that restricts itself.
+    pub fn restriction(&self) -> io::Result<Restriction> {
+        Ok(Restriction(self.ruleset.try_clone()?))
+    }
+}
+
+/// A [`Prepared`] ruleset on its way to the thread it binds.
+#[derive(Debug)]
+pub struct Restriction(RulesetCreated);
+
+impl Restriction {
     /// Restrict the calling thread for good (`no_new_privs`, then the
     /// ruleset), and so every process it starts from now on; the process's
     /// other threads are left as they were (the crate's all-threads flag
     /// is not asked for). Call it on a thread made for the purpose.
-    pub fn restrict_this_thread(&self) -> io::Result<()> {
-        self.ruleset
-            .try_clone()?
-            .restrict_self()
-            .map(|_| ())
-            .map_err(io::Error::other)
+    pub fn restrict_this_thread(self) -> io::Result<()> {
+        self.0.restrict_self().map(|_| ()).map_err(io::Error::other)
     }
 }
 

@@ -19,6 +19,7 @@
 //! job's log, which may sit on a full disk.
 
 mod args;
+mod starter;
 
 pub use args::{Presentation, WorkerArgs};
 
@@ -34,6 +35,7 @@ use crate::tmpdir;
 use crate::vocab::Confinement;
 use serde::Serialize;
 use serde_json::Value;
+use starter::{Order, Starter};
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -101,6 +103,10 @@ pub fn main(bin_name: &'static str) -> std::process::ExitCode {
 /// Run the wrapper; its exit code. SIGTERM or SIGINT to the wrapper stops the
 /// child (SIGTERM, grace, SIGKILL) and the wrapper exits with the child's code.
 pub fn run(args: &WorkerArgs) -> i32 {
+    // The thread that will start a confined child, made while a gated
+    // wrapper waits (see `starter`); it touches nothing, and ends by itself
+    // if the wrapper never gets to start the child.
+    let ahead = confines_here(args).then(Starter::new);
     // Before anything else, even the signal handlers: a gated wrapper that
     // exec stops while it waits just dies, having done nothing.
     if args.gated && !released(&mut io::stdin()) {
@@ -121,7 +127,15 @@ pub fn run(args: &WorkerArgs) -> i32 {
             grace: STOP_GRACE,
             heartbeat: HEARTBEAT_INTERVAL,
         },
+        ahead,
     )
+}
+
+/// Whether `args` ask for a confinement this kernel offers (what
+/// [`prepare_confinement`] decides again, and acts on).
+fn confines_here(args: &WorkerArgs) -> bool {
+    args.confinement != Confinement::None
+        && confine::decide(args.confinement, &confine::offer()) == Ok(true)
 }
 
 /// Whether exec let this attempt go: one byte read from `gate` (stdin).
@@ -377,8 +391,14 @@ fn now_rfc3339() -> String {
 }
 
 /// The wrapper proper, with the stop flag and clocks given so tests can drive
-/// them without signals.
-fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
+/// them without signals; `ahead`, the thread that starts a confined child
+/// when it was made beforehand (else it is made when needed).
+fn execute(
+    args: &WorkerArgs,
+    stop: &AtomicBool,
+    timing: Timing,
+    ahead: Option<io::Result<Starter>>,
+) -> i32 {
     let started = Instant::now();
     let paths = match Paths::resolve(args) {
         Ok(paths) => paths,
@@ -466,7 +486,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         }
     }
     let launched = match &confined {
-        Some(c) => c.spawn(&spec),
+        Some(c) => c.spawn(&spec, ahead),
         None => Ok(process::spawn_in_caller_group(&spec)),
     };
     let launched = match launched {
@@ -669,32 +689,31 @@ impl Drop for PrivateTmp {
 }
 
 impl Confined {
-    /// Start the child confined: `Err` when the confinement could not be
-    /// applied (the child was not started), else what the start gave.
-    ///
-    /// Landlock binds the thread that restricts itself, and a process
-    /// inherits the domain of the thread that made it. So the ruleset is
-    /// applied to a thread made for this one start, which then starts the
-    /// child: the child is confined before its first instruction, while
-    /// the wrapper's main thread, which writes the status sidecar, stops
-    /// the child and removes the TMPDIR, stays outside the domain (and the
-    /// child, whose parent is the wrapper's process, cannot signal it).
-    /// Not a pre-exec hook: that needs `unsafe` (code between fork and
-    /// exec), and makes std fork where it now uses posix_spawn.
-    fn spawn(&self, spec: &SpawnSpec) -> Result<io::Result<Spawned>, String> {
-        std::thread::scope(|s| {
-            let starter = std::thread::Builder::new()
-                .name("confined-start".into())
-                .spawn_scoped(s, || {
-                    self.rules
-                        .restrict_this_thread()
-                        .map_err(|e| format!("cannot confine the worker: {e}"))?;
-                    Ok(process::spawn_in_caller_group(spec))
-                })
-                .map_err(|e| format!("cannot start the thread that confines the worker: {e}"))?;
-            starter
-                .join()
-                .unwrap_or_else(|_| Err("the thread that confines the worker panicked".into()))
+    /// Start the child confined, from a thread of its own that restricts
+    /// itself (see `starter`): `ahead`'s, or one made now. `Err` when the
+    /// confinement could not be applied (the child was not started), else
+    /// what the start gave.
+    fn spawn(
+        &self,
+        spec: &SpawnSpec,
+        ahead: Option<io::Result<Starter>>,
+    ) -> Result<io::Result<Spawned>, String> {
+        // The wrapper hands its child no log of its own (exec points the
+        // wrapper's stdout and stderr at it), so none is carried over.
+        debug_assert!(spec.log.is_none(), "a confined start carries no log");
+        let starter = ahead
+            .unwrap_or_else(Starter::new)
+            .map_err(|e| format!("cannot start the thread that confines the worker: {e}"))?;
+        let restriction = self
+            .rules
+            .restriction()
+            .map_err(|e| format!("cannot confine the worker: {e}"))?;
+        starter.start(Order {
+            restriction,
+            argv: spec.argv.to_vec(),
+            cwd: spec.cwd.to_path_buf(),
+            env: spec.env.to_vec(),
+            stdin: spec.stdin.map(Path::to_path_buf),
         })
     }
 
@@ -1272,7 +1291,7 @@ mod tests {
             }
             flag.store(true, Ordering::Relaxed);
         });
-        assert_eq!(execute(&a, &stop, fast()), 42);
+        assert_eq!(execute(&a, &stop, fast(), None), 42);
         trigger.join().unwrap();
         assert_eq!(status(dir.path())["exitCode"], 42);
     }
@@ -1283,33 +1302,49 @@ mod tests {
             eprintln!("skipped: {why}");
             return;
         }
+        // The thread that starts the child made when needed, and made
+        // ahead (as `run` makes it before a gated wrapper's wait).
+        for ahead in [None, Some(Starter::new())] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            let script = r#"
+                echo in > out/in.txt
+                if echo x 2>/dev/null > outside.txt; then echo allowed; else echo refused; fi > out/write
+                if kill -0 $PPID 2>/dev/null; then echo allowed; else echo refused; fi > out/signal
+                echo "$TMPDIR" > out/tmpdir; echo t > "$TMPDIR/t"
+            "#;
+            let mut a = args(&root, script);
+            a.confinement = Confinement::Required;
+            a.confine_dirs = vec!["out".into()];
+            let stop = AtomicBool::new(false);
+            assert_eq!(execute(&a, &stop, fast(), ahead), 0);
+            let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
+            assert_eq!(read("out/in.txt"), "in\n");
+            assert_eq!(read("out/write"), "refused\n");
+            assert!(!root.join("outside.txt").exists());
+            assert_eq!(read("out/signal"), "refused\n", "the wrapper is outside");
+            // The wrapper's thread wrote the sidecar outside the child's
+            // directories, and removed the TMPDIR; this thread writes anywhere.
+            let s = status(&root);
+            assert_eq!(s["state"], "exited");
+            assert!(s["confinement"]
+                .as_str()
+                .unwrap()
+                .starts_with("landlock-abi"));
+            assert!(!Path::new(read("out/tmpdir").trim()).exists());
+            fs::write(root.join("after.txt"), "unbound\n").unwrap();
+        }
+    }
+
+    #[test]
+    fn a_thread_made_ahead_but_not_needed_is_let_go() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let script = r#"
-            echo in > out/in.txt
-            if echo x 2>/dev/null > outside.txt; then echo allowed; else echo refused; fi > out/write
-            if kill -0 $PPID 2>/dev/null; then echo allowed; else echo refused; fi > out/signal
-            echo "$TMPDIR" > out/tmpdir; echo t > "$TMPDIR/t"
-        "#;
-        let mut a = args(&root, script);
-        a.confinement = Confinement::Required;
-        a.confine_dirs = vec!["out".into()];
+        // An unconfined attempt never hands the thread an order.
+        let a = args(&root, "echo ran > ran.txt");
         let stop = AtomicBool::new(false);
-        assert_eq!(execute(&a, &stop, fast()), 0);
-        let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
-        assert_eq!(read("out/in.txt"), "in\n");
-        assert_eq!(read("out/write"), "refused\n");
-        assert!(!root.join("outside.txt").exists());
-        assert_eq!(read("out/signal"), "refused\n", "the wrapper is outside");
-        // The wrapper's thread wrote the sidecar outside the child's
-        // directories, and removed the TMPDIR; this thread writes anywhere.
-        let s = status(&root);
-        assert_eq!(s["state"], "exited");
-        assert!(s["confinement"]
-            .as_str()
-            .unwrap()
-            .starts_with("landlock-abi"));
-        assert!(!Path::new(read("out/tmpdir").trim()).exists());
+        assert_eq!(execute(&a, &stop, fast(), Some(Starter::new())), 0);
+        assert!(root.join("ran.txt").is_file());
         fs::write(root.join("after.txt"), "unbound\n").unwrap();
     }
 
@@ -1334,7 +1369,7 @@ mod tests {
         "#;
         let a = args(dir.path(), script);
         let stop = AtomicBool::new(false);
-        assert_eq!(execute(&a, &stop, fast()), 0);
+        assert_eq!(execute(&a, &stop, fast(), None), 0);
         let s = status(dir.path());
         assert_eq!(s["state"], "exited");
         assert_eq!(s["exitCode"], 0);
