@@ -210,10 +210,35 @@ pub struct Grants<'a> {
     pub outside: &'a [PathBuf],
 }
 
-impl Prepared {
-    /// Create and open every granted directory and build the ruleset for
-    /// the kernel's `offer`. Nothing is restricted yet.
-    pub fn build(grants: &Grants, abi: u8) -> Result<Prepared, String> {
+/// The part of a worker's ruleset that makes nothing: the rights handled,
+/// the scopes, and the files every worker may write (its stdout and stderr,
+/// the `/dev/null`-like devices). A gated wrapper begins it before exec's
+/// go, off the attempt's critical path; [`Begun::finish`] adds the
+/// directories, which may have to be made, after it.
+#[derive(Debug)]
+pub struct Begun {
+    ruleset: RulesetCreated,
+    abi: u8,
+}
+
+impl Begun {
+    /// Begin the ruleset for Landlock ABI `abi`. A hard requirement: a
+    /// kernel below ABI 6 fails here rather than confining less than it
+    /// says.
+    pub fn new(abi: u8) -> Result<Begun, String> {
+        let (stdout, stderr) = (io::stdout(), io::stderr());
+        let devices = devices();
+        let files = inherited_outputs([stdout.as_fd(), stderr.as_fd()])
+            .into_iter()
+            .chain(devices.iter().map(|fd| fd.as_fd()));
+        let ruleset =
+            ruleset(abi, files).map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
+        Ok(Begun { ruleset, abi })
+    }
+
+    /// Create and open every granted directory and add it to the ruleset.
+    /// Nothing is restricted yet.
+    pub fn finish(self, grants: &Grants) -> Result<Prepared, String> {
         let root = std::fs::File::open(grants.root)
             .map_err(|e| format!("cannot open the project root: {e}"))?;
         let mut dirs: Vec<(PathBuf, OwnedFd)> = Vec::new();
@@ -233,22 +258,28 @@ impl Prepared {
             .map_err(|e| format!("cannot prepare the directory {}: {e}", d.display()))?;
             dirs.push((d.clone(), fd));
         }
-        let (stdout, stderr) = (io::stdout(), io::stderr());
-        let devices = devices();
-        let files = inherited_outputs([stdout.as_fd(), stderr.as_fd()])
-            .into_iter()
-            .chain(devices.iter().map(|fd| fd.as_fd()));
-        let ruleset = ruleset(abi, dirs.iter().map(|(_, fd)| fd.as_fd()), files)
-            .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
+        let ruleset = grant_dirs(
+            self.ruleset,
+            self.abi,
+            dirs.iter().map(|(_, fd)| fd.as_fd()),
+        )
+        .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
         Ok(Prepared {
             ruleset,
-            applied: if abi >= 7 {
+            applied: if self.abi >= 7 {
                 "landlock-abi7"
             } else {
                 "landlock-abi6"
             },
             dirs: dirs.into_iter().map(|(p, _)| p).collect(),
         })
+    }
+}
+
+impl Prepared {
+    /// [`Begun::new`], then [`Begun::finish`].
+    pub fn build(grants: &Grants, abi: u8) -> Result<Prepared, String> {
+        Begun::new(abi)?.finish(grants)
     }
 
     /// The ruleset, to be handed to the thread that restricts itself.
@@ -271,16 +302,14 @@ impl Restriction {
     }
 }
 
-/// The ruleset: every write right of ABI 6–7 handled, granted under `dirs`
-/// and, as file rights, on `files`; signals and abstract unix sockets
-/// scoped. A hard requirement: a kernel below ABI 6 fails here rather than
-/// confining less than it says.
+/// Every write right of ABI 6–7 handled, and granted, as file rights, on
+/// `files`; signals and abstract unix sockets scoped. A hard requirement:
+/// a kernel below ABI 6 fails here rather than confining less than it says.
 fn ruleset<'a>(
     abi: u8,
-    dirs: impl Iterator<Item = BorrowedFd<'a>>,
     files: impl Iterator<Item = BorrowedFd<'a>>,
 ) -> Result<RulesetCreated, landlock::RulesetError> {
-    let level = if abi >= 7 { ABI::V7 } else { ABI::V6 };
+    let level = level(abi);
     let write = AccessFs::from_write(level);
     let file_write = write & AccessFs::from_file(level);
     let mut created = Ruleset::default()
@@ -288,13 +317,31 @@ fn ruleset<'a>(
         .handle_access(write)?
         .scope(Scope::from_all(level))?
         .create()?;
-    for fd in dirs {
-        created = created.add_rule(PathBeneath::new(fd, write))?;
-    }
     for fd in files {
         created = created.add_rule(PathBeneath::new(fd, file_write))?;
     }
     Ok(created)
+}
+
+/// `ruleset` with every write right granted under `dirs`.
+fn grant_dirs<'a>(
+    mut ruleset: RulesetCreated,
+    abi: u8,
+    dirs: impl Iterator<Item = BorrowedFd<'a>>,
+) -> Result<RulesetCreated, landlock::RulesetError> {
+    let write = AccessFs::from_write(level(abi));
+    for fd in dirs {
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, write))?;
+    }
+    Ok(ruleset)
+}
+
+fn level(abi: u8) -> ABI {
+    if abi >= 7 {
+        ABI::V7
+    } else {
+        ABI::V6
+    }
 }
 
 /// `dir` (relative to `root`, or absolute) opened as an `O_PATH`

@@ -103,10 +103,9 @@ pub fn main(bin_name: &'static str) -> std::process::ExitCode {
 /// Run the wrapper; its exit code. SIGTERM or SIGINT to the wrapper stops the
 /// child (SIGTERM, grace, SIGKILL) and the wrapper exits with the child's code.
 pub fn run(args: &WorkerArgs) -> i32 {
-    // The thread that will start a confined child, made while a gated
-    // wrapper waits (see `starter`); it touches nothing, and ends by itself
-    // if the wrapper never gets to start the child.
-    let ahead = confines_here(args).then(Starter::new);
+    // What confining the child needs and makes nothing, done while a gated
+    // wrapper waits (see `Ahead`).
+    let ahead = Ahead::make(args);
     // Before anything else, even the signal handlers: a gated wrapper that
     // exec stops while it waits just dies, having done nothing.
     if args.gated && !released(&mut io::stdin()) {
@@ -131,11 +130,31 @@ pub fn run(args: &WorkerArgs) -> i32 {
     )
 }
 
-/// Whether `args` ask for a confinement this kernel offers (what
-/// [`prepare_confinement`] decides again, and acts on).
-fn confines_here(args: &WorkerArgs) -> bool {
-    args.confinement != Confinement::None
-        && confine::decide(args.confinement, &confine::offer()) == Ok(true)
+/// What confining the child needs and makes nothing on disk, done before a
+/// gated wrapper waits for its go, while exec records and syncs the
+/// dispatch: the thread that will start the child (see `starter`), and the
+/// ruleset's files. The TMPDIR and the write directories, which may have
+/// to be made, wait for the go.
+struct Ahead {
+    starter: io::Result<Starter>,
+    rules: Result<confine::Begun, String>,
+}
+
+impl Ahead {
+    /// `None` when `args` ask for no confinement this kernel offers (which
+    /// [`prepare_confinement`] then decides again, and says).
+    fn make(args: &WorkerArgs) -> Option<Ahead> {
+        if args.confinement == Confinement::None {
+            return None;
+        }
+        match confine::offer() {
+            confine::Offer::Landlock { abi } => Some(Ahead {
+                starter: Starter::new(),
+                rules: confine::Begun::new(abi),
+            }),
+            confine::Offer::Unavailable(_) => None,
+        }
+    }
 }
 
 /// Whether exec let this attempt go: one byte read from `gate` (stdin).
@@ -391,14 +410,9 @@ fn now_rfc3339() -> String {
 }
 
 /// The wrapper proper, with the stop flag and clocks given so tests can drive
-/// them without signals; `ahead`, the thread that starts a confined child
-/// when it was made beforehand (else it is made when needed).
-fn execute(
-    args: &WorkerArgs,
-    stop: &AtomicBool,
-    timing: Timing,
-    ahead: Option<io::Result<Starter>>,
-) -> i32 {
+/// them without signals; `ahead`, what was prepared for a confined child
+/// beforehand (else it is prepared when needed).
+fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<Ahead>) -> i32 {
     let started = Instant::now();
     let paths = match Paths::resolve(args) {
         Ok(paths) => paths,
@@ -426,7 +440,8 @@ fn execute(
     // Prepared here, before the sidecar says the attempt started: only the
     // restriction itself is left for the start. The private TMPDIR lives
     // until the attempt ended, then goes.
-    let confined = match prepare_confinement(args, &paths, provider) {
+    let (starter, begun) = ahead.map(|a| (a.starter, a.rules)).unzip();
+    let confined = match prepare_confinement(args, &paths, provider, begun) {
         Ok(confined) => confined,
         Err(problem) => {
             say(format_args!("not starting {}: {problem}", args.provider));
@@ -486,7 +501,7 @@ fn execute(
         }
     }
     let launched = match &confined {
-        Some(c) => c.spawn(&spec, ahead),
+        Some(c) => c.spawn(&spec, starter),
         None => Ok(process::spawn_in_caller_group(&spec)),
     };
     let launched = match launched {
@@ -690,9 +705,9 @@ impl Drop for PrivateTmp {
 
 impl Confined {
     /// Start the child confined, from a thread of its own that restricts
-    /// itself (see `starter`): `ahead`'s, or one made now. `Err` when the
-    /// confinement could not be applied (the child was not started), else
-    /// what the start gave.
+    /// itself (see `starter`): the one made ahead, or one made now. `Err`
+    /// when the confinement could not be applied (the child was not
+    /// started), else what the start gave.
     fn spawn(
         &self,
         spec: &SpawnSpec,
@@ -747,37 +762,41 @@ impl Confined {
     }
 }
 
-/// The confinement `args` ask for, prepared: `None` when the child runs
-/// unconfined (`none`, or `auto` on a kernel without Landlock); `Err` when
-/// it must not start (`required` where the kernel cannot, or a directory
-/// that cannot be made or is reached through a symlink).
+/// The confinement `args` ask for, prepared (from the ruleset `begun`
+/// ahead, where it was): `None` when the child runs unconfined (`none`, or
+/// `auto` on a kernel without Landlock); `Err` when it must not start
+/// (`required` where the kernel cannot, or a directory that cannot be made
+/// or is reached through a symlink).
 fn prepare_confinement(
     args: &WorkerArgs,
     paths: &Paths,
     provider: Provider,
+    begun: Option<Result<confine::Begun, String>>,
 ) -> Result<Option<Confined>, String> {
-    if args.confinement == Confinement::None {
-        return Ok(None);
-    }
-    let offer = confine::offer();
-    let abi = match (confine::decide(args.confinement, &offer), &offer) {
-        (Ok(true), confine::Offer::Landlock { abi }) => *abi,
-        (Err(why), _) => return Err(format!("confinement is required, but {why}")),
-        _ => return Ok(None),
+    let begun = match begun {
+        Some(begun) => begun?,
+        None => {
+            if args.confinement == Confinement::None {
+                return Ok(None);
+            }
+            let offer = confine::offer();
+            match (confine::decide(args.confinement, &offer), &offer) {
+                (Ok(true), confine::Offer::Landlock { abi }) => confine::Begun::new(*abi)?,
+                (Err(why), _) => return Err(format!("confinement is required, but {why}")),
+                _ => return Ok(None),
+            }
+        }
     };
     let tmp = PrivateTmp::make(args, &paths.root)
         .map_err(|e| format!("cannot make a private TMPDIR: {e}"))?;
     let mut outside = vec![tmp.path.clone()];
     outside.extend(provider.state_dirs());
     outside.extend(confine::test_also_writable());
-    let rules = confine::Prepared::build(
-        &confine::Grants {
-            root: &paths.root,
-            confine_dirs: &args.confine_dirs,
-            outside: &outside,
-        },
-        abi,
-    )?;
+    let rules = begun.finish(&confine::Grants {
+        root: &paths.root,
+        confine_dirs: &args.confine_dirs,
+        outside: &outside,
+    })?;
     Ok(Some(Confined { rules, tmp }))
 }
 
@@ -1302,9 +1321,9 @@ mod tests {
             eprintln!("skipped: {why}");
             return;
         }
-        // The thread that starts the child made when needed, and made
-        // ahead (as `run` makes it before a gated wrapper's wait).
-        for ahead in [None, Some(Starter::new())] {
+        // What the child needs prepared when needed, and prepared ahead
+        // (as `run` prepares it before a gated wrapper's wait).
+        for made_ahead in [false, true] {
             let dir = tempfile::tempdir().unwrap();
             let root = dir.path().canonicalize().unwrap();
             let script = r#"
@@ -1316,6 +1335,8 @@ mod tests {
             let mut a = args(&root, script);
             a.confinement = Confinement::Required;
             a.confine_dirs = vec!["out".into()];
+            let ahead = if made_ahead { Ahead::make(&a) } else { None };
+            assert_eq!(ahead.is_some(), made_ahead);
             let stop = AtomicBool::new(false);
             assert_eq!(execute(&a, &stop, fast(), ahead), 0);
             let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
@@ -1337,14 +1358,27 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_made_ahead_but_not_needed_is_let_go() {
+    fn a_confinement_prepared_ahead_that_cannot_be_finished_starts_nothing() {
+        if let confine::Offer::Unavailable(why) = confine::offer() {
+            eprintln!("skipped: {why}");
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        // An unconfined attempt never hands the thread an order.
-        let a = args(&root, "echo ran > ran.txt");
+        let mut a = args(&root, "echo ran > ran.txt");
+        a.confinement = Confinement::Required;
+        // Not a TMPDIR of okstra's shape: refused after the thread was made.
+        a.tmp_dir = Some(root.join("tmp"));
+        let ahead = Ahead::make(&a);
+        assert!(ahead.is_some());
         let stop = AtomicBool::new(false);
-        assert_eq!(execute(&a, &stop, fast(), Some(Starter::new())), 0);
-        assert!(root.join("ran.txt").is_file());
+        assert_eq!(
+            execute(&a, &stop, fast(), ahead),
+            CONFINEMENT_FAILED_EXIT_CODE
+        );
+        assert!(!root.join("ran.txt").exists());
+        assert_eq!(status(&root)["failureKind"], "confinement-failed");
+        // The thread that was to restrict itself never did: this one writes.
         fs::write(root.join("after.txt"), "unbound\n").unwrap();
     }
 
