@@ -16,6 +16,9 @@ usage: benches/wrapper_gated.py [BIN...]
   a confined job), the variants alternating run by run.
   OKSTRA_BENCH_WRAPPERS=400   runs of each variant
   OKSTRA_BENCH_GATE_US=2000   wait before the go, in microseconds
+  OKSTRA_BENCH_GATED=0        start the wrappers ungated instead (stdin
+                              /dev/null, as by hand): the time is then from
+                              the spawn to the exit, all of the wrapper's
 
 Figures are medians and means of the middle half (the machine is shared:
 a mean of all is the load's). The project and the TMPDIRs live under
@@ -32,6 +35,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 n = int(os.environ.get("OKSTRA_BENCH_WRAPPERS", "400"))
 gate = int(os.environ.get("OKSTRA_BENCH_GATE_US", "2000")) / 1e6
+gated = os.environ.get("OKSTRA_BENCH_GATED", "1") != "0"
 bins = sys.argv[1:]
 if not bins:
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
@@ -52,7 +56,9 @@ try:
         a = [bin_, "--project-root", work, "--provider", "command",
              "--prompt", f"prompts/w{i}.md", "--result", f"results/w{i}.md",
              "--worker-result", f"results/w{i}.md", "--worker-key", f"w{i}",
-             "--attempt", "1", "--gated", "--dispatch-id", f"inv-w{i}:attempt-1"]
+             "--attempt", "1", "--dispatch-id", f"inv-w{i}:attempt-1"]
+        if gated:
+            a.append("--gated")
         if mode == "auto":
             a += ["--confinement", "auto", "--confine-dir", "results",
                   "--tmp-dir", os.path.join(tmp_root, f"w{i}-v{k}-a1")]
@@ -70,17 +76,24 @@ try:
             if os.path.exists(status):
                 os.unlink(status)
             a = argv(v[0], v[1], i, k)
-            r, w = os.pipe()
-            pid = os.posix_spawn(a[0], a, os.environ, file_actions=[
-                (os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
-                (os.POSIX_SPAWN_DUP2, devnull, 2), (os.POSIX_SPAWN_CLOSE, w)])
-            os.close(r)
-            time.sleep(gate)
-            t0 = time.perf_counter_ns()
-            os.write(w, b"\n")
+            if gated:
+                r, w = os.pipe()
+                pid = os.posix_spawn(a[0], a, os.environ, file_actions=[
+                    (os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
+                    (os.POSIX_SPAWN_DUP2, devnull, 2), (os.POSIX_SPAWN_CLOSE, w)])
+                os.close(r)
+                time.sleep(gate)
+                t0 = time.perf_counter_ns()
+                os.write(w, b"\n")
+            else:
+                t0 = time.perf_counter_ns()
+                pid = os.posix_spawn(a[0], a, os.environ, file_actions=[
+                    (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
+                    (os.POSIX_SPAWN_DUP2, devnull, 2)])
             _, st, ru = os.wait4(pid, 0)
             go_to_exit = (time.perf_counter_ns() - t0) / 1000
-            os.close(w)
+            if gated:
+                os.close(w)
             if os.waitstatus_to_exitcode(st) != 0:
                 sys.exit(f"{v[0]} ({v[1]}) exited {os.waitstatus_to_exitcode(st)}")
             res[v][0].append((ru.ru_utime + ru.ru_stime) * 1e6)
@@ -97,17 +110,17 @@ try:
         return sum(m) / len(m)
 
     load = open("/proc/loadavg").read().split()[:3]
-    print(f"machine: {os.cpu_count()} cores, load {' '.join(load)}; {n} runs of each, "
-          f"released {gate * 1e6:.0f} us after the spawn; microseconds")
+    how = f"released {gate * 1e6:.0f} us after the spawn" if gated else "ungated (times from the spawn)"
+    print(f"machine: {os.cpu_count()} cores, load {' '.join(load)}; {n} runs of each, {how}; microseconds")
     print()
-    print("| binary | confinement | CPU median | CPU mid-mean | go to exit median | go to exit mid-mean |")
+    print("| binary | confinement | CPU median | CPU mid-mean | to exit median | to exit mid-mean |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for v in variants:
         c, g = res[v]
         print(f"| {v[0]} | {v[1]} | {statistics.median(c):.0f} | {mid(c):.0f} | "
               f"{statistics.median(g):.0f} | {mid(g):.0f} |")
     print()
-    print("| binary | confinement adds: CPU median | CPU mid-mean | go to exit median | go to exit mid-mean |")
+    print("| binary | confinement adds: CPU median | CPU mid-mean | to exit median | to exit mid-mean |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for b in bins:
         (cn, gn), (ca, ga) = res[(b, "none")], res[(b, "auto")]
