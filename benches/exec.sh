@@ -9,7 +9,9 @@
 #                                    side in the same rounds (a change is
 #                                    judged against its parent this way: on
 #                                    a shared machine the table moves more
-#                                    between runs than a change moves it)
+#                                    between runs than a change moves it);
+#                                    with the confined variant, the baseline
+#                                    runs it too
 #   OKSTRA_BENCH_CONFINED=1          also time the same jobs confined by
 #                                    Landlock (`confinement = "auto"`), side
 #                                    by side with the unconfined ones (0 skips;
@@ -166,6 +168,9 @@ for n in $sizes; do
     fi
     if [ -n "$baseline" ]; then
       keep_best "baseline-$n" okstra "plain-$n" "$n" "$baseline"
+      if [ "$confined" = 1 ]; then
+        keep_best "baseline-confined-$n" okstra "confined-$n" "$n" "$baseline"
+      fi
     fi
     keep_best "xargs-$n" xargs "plain-$n" "$n"
     keep_best "parallel-$n" parallel "plain-$n" "$n"
@@ -184,7 +189,7 @@ fi
 
 args=()
 for n in $sizes; do
-  args+=("$n" "${best[okstra-$n]}" "${best[confined-$n]:-0}" "${best[baseline-$n]:-0}" "${best[xargs-$n]}" "${best[parallel-$n]}")
+  args+=("$n" "${best[okstra-$n]}" "${best[confined-$n]:-0}" "${best[baseline-$n]:-0}" "${best[xargs-$n]}" "${best[parallel-$n]}" "${best[baseline-confined-$n]:-0}")
 done
 audit=()
 if [ "$audit_files" -gt 0 ]; then
@@ -195,7 +200,7 @@ echo
 python3 - "$audit_files" "${audit[*]:-}" "${args[@]}" <<'PY'
 import sys
 audit_files, audit = int(sys.argv[1]), sys.argv[2].split()
-rows = [sys.argv[i:i + 6] for i in range(3, len(sys.argv), 6)]
+rows = [sys.argv[i:i + 7] for i in range(3, len(sys.argv), 7)]
 res = {}
 # Each okstra variant: its label and its column in a row.
 builds = [("okstra", 0)]
@@ -203,13 +208,15 @@ if all(int(r[2]) > 0 for r in rows):
     builds.append(("okstra confined", 1))
 if all(int(r[3]) > 0 for r in rows):
     builds.append(("baseline", 2))
+if all(int(r[6]) > 0 for r in rows):
+    builds.append(("baseline confined", 5))
 head = ["jobs"] + [f"{b} exec -c2" for b, _ in builds] + ["xargs -P2", "parallel -j2 --joblog"]
 head += [f"{b} / xargs" for b, _ in builds] + [f"{b} / parallel" for b, _ in builds]
 print("| " + " | ".join(head) + " |")
 print("|" + " ---: |" * len(head))
 for n, *us in rows:
     n = int(n)
-    times = [int(u) / 1000 / n for u in us]  # ms per job: okstra, confined, baseline, xargs, parallel
+    times = [int(u) / 1000 / n for u in us]  # ms per job: okstra, confined, baseline, xargs, parallel, baseline confined
     res[n] = times
     own = [times[i] for _, i in builds]
     xa, pa = times[3], times[4]
@@ -234,6 +241,14 @@ if confined:
     print("| ---: | ---: | ---: | ---: |")
     for n, t in res.items():
         print(f"| {n:,} | {t[0]:.3f} ms | {t[1]:.3f} ms | {t[1] - t[0]:+.3f} ms |")
+    if any(label == "baseline confined" for label, _ in builds):
+        print()
+        print("The baseline, the same way:")
+        print()
+        print("| jobs | none | auto (Landlock) | confinement adds |")
+        print("| ---: | ---: | ---: | ---: |")
+        for n, t in res.items():
+            print(f"| {n:,} | {t[2]:.3f} ms | {t[5]:.3f} ms | {t[5] - t[2]:+.3f} ms |")
 print()
 for n, t in res.items():
     xa, pa = t[3], t[4]
@@ -249,6 +264,6 @@ if len(ns) >= 2:
     a, b = ns[0], ns[-1]
     for name, i in builds + [("xargs", 3), ("parallel", 4)]:
         r = res[b][i] / res[a][i]
-        extra = f" (target: linear, <= 1.25: {'met' if r <= 1.25 else 'MISSED'})" if i < 3 else ""
+        extra = f" (target: linear, <= 1.25: {'met' if r <= 1.25 else 'MISSED'})" if i not in (3, 4) else ""
         print(f"{name}: per-job time at {b:,} / at {a:,} = {r:.2f}{extra}")
 PY

@@ -23,6 +23,9 @@
 #
 # usage: benches/exec_parts.sh [runs]   (default 5)
 #   OKSTRA_BENCH_JOBS=1000   jobs
+#   OKSTRA_BENCH_BASELINE=BIN  also run the okstra-worker and okstra exec
+#                            variants with another okstra build (BIN, its
+#                            okstra-worker beside it), in the same rounds
 # Trees go under $TMPDIR, as in benches/exec.sh (see "Where to run it").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +35,11 @@ n=${OKSTRA_BENCH_JOBS:-1000}
 cargo build --release --quiet
 bin=$PWD/target/release/okstra
 worker=$PWD/target/release/okstra-worker
+baseline=${OKSTRA_BENCH_BASELINE:-}
+if [ -n "$baseline" ]; then
+  base_worker=$(dirname "$baseline")/okstra-worker
+  [ -x "$baseline" ] && [ -x "$base_worker" ] || { echo "$baseline and an okstra-worker beside it are needed" >&2; exit 1; }
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -83,10 +91,17 @@ run_variant() {
     xargs-worker-auto) timed auto xargs -0 -P2 -n "$(cat "$work/auto.count")" -a "$work/auto.args" "$worker" ;;
     exec-none) timed none "$bin" exec --concurrency 2 plan.json ;;
     exec-auto) timed auto "$bin" exec --concurrency 2 plan.json ;;
+    base-xargs-worker-none) timed none xargs -0 -P2 -n "$(cat "$work/none.count")" -a "$work/none.args" "$base_worker" ;;
+    base-xargs-worker-auto) timed auto xargs -0 -P2 -n "$(cat "$work/auto.count")" -a "$work/auto.args" "$base_worker" ;;
+    base-exec-none) timed none "$baseline" exec --concurrency 2 plan.json ;;
+    base-exec-auto) timed auto "$baseline" exec --concurrency 2 plan.json ;;
   esac
 }
 
 variants=(xargs-sh xargs-worker-none xargs-worker-auto exec-none exec-auto)
+if [ -n "$baseline" ]; then
+  variants+=(base-xargs-worker-none base-xargs-worker-auto base-exec-none base-exec-auto)
+fi
 declare -A wall cpu
 for _ in $(seq "$runs"); do
   for v in "${variants[@]}"; do
@@ -114,7 +129,7 @@ PY
 )
 
 echo "machine: $(nproc) cores, $(uname -sr), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "$n jobs, best of $runs rounds each (wall and CPU separately); TMPDIR=${TMPDIR:-/tmp}"
+echo "$n jobs, best of $runs rounds each (wall and CPU separately); TMPDIR=${TMPDIR:-/tmp}${baseline:+; base- rows: $baseline}"
 echo
 ms() { awk -v us="$1" -v n="$n" 'BEGIN { printf "%.3f ms", us / n / 1000 }'; }
 printf '| variant | wall per job | CPU per job |\n| --- | ---: | ---: |\n'
@@ -131,6 +146,10 @@ part "Landlock in the wrapper" xargs-worker-none xargs-worker-auto
 part "the executor (unconfined)" xargs-worker-none exec-none
 part "the executor (confined jobs)" xargs-worker-auto exec-auto
 part "confinement, all told (exec auto - exec none)" exec-none exec-auto
+if [ -n "$baseline" ]; then
+  part "baseline: Landlock in the wrapper" base-xargs-worker-none base-xargs-worker-auto
+  part "baseline: confinement, all told" base-exec-none base-exec-auto
+fi
 echo
 read -r sm sb <<<"$sync_us"
 echo "append + fdatasync on this file system: mean ${sm} us, best ${sb} us (200 calls)"

@@ -26,7 +26,7 @@ use landlock::{
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 /// The oldest Landlock ABI okstra confines with: 6, the first with scopes
@@ -188,9 +188,7 @@ fn literal_dir(pattern: &str) -> String {
     }
 }
 
-/// A ruleset built ahead, applied by [`restrict_this_thread`].
-///
-/// [`restrict_this_thread`]: Prepared::restrict_this_thread
+/// A ruleset built ahead, applied through [`Prepared::restriction`].
 #[derive(Debug)]
 pub struct Prepared {
     ruleset: RulesetCreated,
@@ -212,10 +210,35 @@ pub struct Grants<'a> {
     pub outside: &'a [PathBuf],
 }
 
-impl Prepared {
-    /// Create and open every granted directory and build the ruleset for
-    /// the kernel's `offer`. Nothing is restricted yet.
-    pub fn build(grants: &Grants, abi: u8) -> Result<Prepared, String> {
+/// The part of a worker's ruleset that makes nothing: the rights handled,
+/// the scopes, and the files every worker may write (its stdout and stderr,
+/// the `/dev/null`-like devices). A gated wrapper begins it before exec's
+/// go, off the attempt's critical path; [`Begun::finish`] adds the
+/// directories, which may have to be made, after it.
+#[derive(Debug)]
+pub struct Begun {
+    ruleset: RulesetCreated,
+    abi: u8,
+}
+
+impl Begun {
+    /// Begin the ruleset for Landlock ABI `abi`. A hard requirement: a
+    /// kernel below ABI 6 fails here rather than confining less than it
+    /// says.
+    pub fn new(abi: u8) -> Result<Begun, String> {
+        let (stdout, stderr) = (io::stdout(), io::stderr());
+        let devices = devices();
+        let files = inherited_outputs([stdout.as_fd(), stderr.as_fd()])
+            .into_iter()
+            .chain(devices.iter().map(|fd| fd.as_fd()));
+        let ruleset =
+            ruleset(abi, files).map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
+        Ok(Begun { ruleset, abi })
+    }
+
+    /// Create and open every granted directory and add it to the ruleset.
+    /// Nothing is restricted yet.
+    pub fn finish(self, grants: &Grants) -> Result<Prepared, String> {
         let root = std::fs::File::open(grants.root)
             .map_err(|e| format!("cannot open the project root: {e}"))?;
         let mut dirs: Vec<(PathBuf, OwnedFd)> = Vec::new();
@@ -235,12 +258,15 @@ impl Prepared {
             .map_err(|e| format!("cannot prepare the directory {}: {e}", d.display()))?;
             dirs.push((d.clone(), fd));
         }
-        let files = inherited_outputs().into_iter().chain(devices());
-        let ruleset = ruleset(abi, dirs.iter().map(|(_, fd)| fd), files)
-            .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
+        let ruleset = grant_dirs(
+            self.ruleset,
+            self.abi,
+            dirs.iter().map(|(_, fd)| fd.as_fd()),
+        )
+        .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
         Ok(Prepared {
             ruleset,
-            applied: if abi >= 7 {
+            applied: if self.abi >= 7 {
                 "landlock-abi7"
             } else {
                 "landlock-abi6"
@@ -248,30 +274,42 @@ impl Prepared {
             dirs: dirs.into_iter().map(|(p, _)| p).collect(),
         })
     }
+}
 
+impl Prepared {
+    /// [`Begun::new`], then [`Begun::finish`].
+    pub fn build(grants: &Grants, abi: u8) -> Result<Prepared, String> {
+        Begun::new(abi)?.finish(grants)
+    }
+
+    /// The ruleset, to be handed to the thread that restricts itself.
+    pub fn restriction(&self) -> io::Result<Restriction> {
+        Ok(Restriction(self.ruleset.try_clone()?))
+    }
+}
+
+/// A [`Prepared`] ruleset on its way to the thread it binds.
+#[derive(Debug)]
+pub struct Restriction(RulesetCreated);
+
+impl Restriction {
     /// Restrict the calling thread for good (`no_new_privs`, then the
     /// ruleset), and so every process it starts from now on; the process's
     /// other threads are left as they were (the crate's all-threads flag
     /// is not asked for). Call it on a thread made for the purpose.
-    pub fn restrict_this_thread(&self) -> io::Result<()> {
-        self.ruleset
-            .try_clone()?
-            .restrict_self()
-            .map(|_| ())
-            .map_err(io::Error::other)
+    pub fn restrict_this_thread(self) -> io::Result<()> {
+        self.0.restrict_self().map(|_| ()).map_err(io::Error::other)
     }
 }
 
-/// The ruleset: every write right of ABI 6–7 handled, granted under `dirs`
-/// and, as file rights, on `files`; signals and abstract unix sockets
-/// scoped. A hard requirement: a kernel below ABI 6 fails here rather than
-/// confining less than it says.
+/// Every write right of ABI 6–7 handled, and granted, as file rights, on
+/// `files`; signals and abstract unix sockets scoped. A hard requirement:
+/// a kernel below ABI 6 fails here rather than confining less than it says.
 fn ruleset<'a>(
     abi: u8,
-    dirs: impl Iterator<Item = &'a OwnedFd>,
-    files: impl Iterator<Item = OwnedFd>,
+    files: impl Iterator<Item = BorrowedFd<'a>>,
 ) -> Result<RulesetCreated, landlock::RulesetError> {
-    let level = if abi >= 7 { ABI::V7 } else { ABI::V6 };
+    let level = level(abi);
     let write = AccessFs::from_write(level);
     let file_write = write & AccessFs::from_file(level);
     let mut created = Ruleset::default()
@@ -279,25 +317,45 @@ fn ruleset<'a>(
         .handle_access(write)?
         .scope(Scope::from_all(level))?
         .create()?;
-    for fd in dirs {
-        created = created.add_rule(PathBeneath::new(fd.as_fd(), write))?;
-    }
     for fd in files {
         created = created.add_rule(PathBeneath::new(fd, file_write))?;
     }
     Ok(created)
 }
 
+/// `ruleset` with every write right granted under `dirs`.
+fn grant_dirs<'a>(
+    mut ruleset: RulesetCreated,
+    abi: u8,
+    dirs: impl Iterator<Item = BorrowedFd<'a>>,
+) -> Result<RulesetCreated, landlock::RulesetError> {
+    let write = AccessFs::from_write(level(abi));
+    for fd in dirs {
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, write))?;
+    }
+    Ok(ruleset)
+}
+
+fn level(abi: u8) -> ABI {
+    if abi >= 7 {
+        ABI::V7
+    } else {
+        ABI::V6
+    }
+}
+
 /// `dir` (relative to `root`, or absolute) opened as an `O_PATH`
 /// descriptor, each missing component created, no component followed if
 /// it is a symlink: a rule is never redirected, nor widened to an
 /// existing ancestor.
-fn open_made_nofollow(root: std::os::fd::BorrowedFd, dir: &Path) -> io::Result<OwnedFd> {
+fn open_made_nofollow(root: BorrowedFd, dir: &Path) -> io::Result<OwnedFd> {
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let mut at: OwnedFd = if dir.is_absolute() {
-        rustix::fs::open("/", flags, Mode::empty())?
+    // A relative walk starts at `root` itself, not at a descriptor of it
+    // opened again.
+    let mut at: Option<OwnedFd> = if dir.is_absolute() {
+        Some(rustix::fs::open("/", flags, Mode::empty())?)
     } else {
-        rustix::fs::openat(root, ".", flags, Mode::empty())?
+        None
     };
     for c in dir.components() {
         let name = match c {
@@ -310,17 +368,18 @@ fn open_made_nofollow(root: std::os::fd::BorrowedFd, dir: &Path) -> io::Result<O
                 ))
             }
         };
-        let next = match rustix::fs::openat(&at, name, flags, Mode::empty()) {
+        let parent = at.as_ref().map_or(root, |fd| fd.as_fd());
+        let next = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
             Err(Errno::NOENT) => {
-                match rustix::fs::mkdirat(&at, name, Mode::from_raw_mode(0o777)) {
+                match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o777)) {
                     Ok(()) | Err(Errno::EXIST) => {}
                     Err(e) => return Err(e.into()),
                 }
-                rustix::fs::openat(&at, name, flags, Mode::empty())
+                rustix::fs::openat(parent, name, flags, Mode::empty())
             }
             other => other,
         };
-        at = next.map_err(|e| match e {
+        let next = next.map_err(|e| match e {
             Errno::LOOP | Errno::NOTDIR => io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -330,8 +389,13 @@ fn open_made_nofollow(root: std::os::fd::BorrowedFd, dir: &Path) -> io::Result<O
             ),
             e => e.into(),
         })?;
+        at = Some(next);
     }
-    Ok(at)
+    match at {
+        Some(fd) => Ok(fd),
+        // The project root itself (``).
+        None => Ok(rustix::fs::openat(root, ".", flags, Mode::empty())?),
+    }
 }
 
 /// `path` as an `O_PATH` descriptor, what a Landlock rule is made from.
@@ -343,18 +407,17 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
     )?)
 }
 
-/// The files the worker's stdout and stderr already are, when they are
-/// regular files (the log) or terminals (a pane): reopening them by path
-/// (`/dev/stderr`, `/proc/self/fd/2`) lands on them, and must work.
-fn inherited_outputs() -> Vec<OwnedFd> {
+/// Of `outputs` (the wrapper's stdout and stderr, which the worker
+/// inherits), those that are regular files (the log) or terminals (a
+/// pane): reopening them by path (`/dev/stderr`, `/proc/self/fd/2`) lands
+/// on them, and must work. A rule is made from the descriptor itself:
+/// Landlock takes the file it is open on, as it would from a descriptor
+/// of the same file opened again through `/proc/self/fd`.
+fn inherited_outputs(outputs: [BorrowedFd; 2]) -> Vec<BorrowedFd> {
     let mut out = Vec::new();
     let mut seen = Vec::new();
-    for fd in [1, 2] {
-        let flags = OFlags::PATH | OFlags::CLOEXEC;
-        let Ok(file) = rustix::fs::open(format!("/proc/self/fd/{fd}"), flags, Mode::empty()) else {
-            continue;
-        };
-        let Ok(stat) = rustix::fs::fstat(&file) else {
+    for file in outputs {
+        let Ok(stat) = rustix::fs::fstat(file) else {
             continue;
         };
         let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
@@ -449,5 +512,25 @@ mod tests {
         assert!(err.to_string().contains("symlink"), "{err}");
         assert!(!dir.path().join("elsewhere/new").exists());
         assert!(open_made_nofollow(root.as_fd(), Path::new("a/../x")).is_err());
+        // The project root itself (a pattern at the top grants ``).
+        let top = open_made_nofollow(root.as_fd(), Path::new("")).unwrap();
+        let (a, b) = (
+            rustix::fs::fstat(&top).unwrap(),
+            rustix::fs::fstat(&root).unwrap(),
+        );
+        assert_eq!((a.st_dev, a.st_ino), (b.st_dev, b.st_ino));
+    }
+
+    #[test]
+    fn outputs_that_are_files_or_terminals_are_granted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(dir.path().join("log")).unwrap();
+        let (read, _write) = std::io::pipe().unwrap();
+        let null = std::fs::File::open("/dev/null").unwrap();
+        // stdout and stderr the same log: one rule.
+        assert_eq!(inherited_outputs([log.as_fd(), log.as_fd()]).len(), 1);
+        // A pipe is no file to reopen: no rule.
+        assert_eq!(inherited_outputs([read.as_fd(), log.as_fd()]).len(), 1);
+        assert_eq!(inherited_outputs([log.as_fd(), null.as_fd()]).len(), 2);
     }
 }

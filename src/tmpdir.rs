@@ -20,7 +20,7 @@
 //! other directory is refused, never acted on.
 
 use crate::beneath::remove_tree_at;
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use std::ffi::OsStr;
 use std::io;
@@ -50,8 +50,13 @@ impl Root {
     /// `<base>/okstra-<uid>`, made (mode 0700) when missing, then checked.
     pub fn made_in(base: &Path) -> io::Result<Root> {
         let path = base.join(root_name());
-        // mkdir never follows a symlink at its last component: one there
-        // is `EEXIST`, and the check below refuses it.
+        // Nearly always there already (every wrapper of a run opens it):
+        // made only when missing.
+        if let Some(root) = Root::existing(&path)? {
+            return Ok(root);
+        }
+        // mkdir never follows a symlink at its last component: one planted
+        // there since is `EEXIST`, and the check below refuses it.
         match rustix::fs::mkdir(&path, Mode::RWXU) {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(error(&path, "cannot make", e.into())),
@@ -131,8 +136,32 @@ impl Root {
     /// Remove the private TMPDIR `name` and everything in it, never
     /// following a symlink; whether anything was there.
     pub fn remove(&self, name: &str) -> io::Result<bool> {
-        remove_tree_at(self.fd.as_fd(), OsStr::new(plain(name)?))
+        let name = plain(name)?;
+        // Nearly always it is empty (a trivial job's) or gone already (the
+        // wrapper removed it before exec looks): one rmdir, which follows
+        // no symlink and removes only an empty directory, says so. The walk
+        // is for a directory with something left in it, or anything else
+        // at the name.
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
+            Ok(()) => return Ok(true),
+            Err(Errno::NOENT) => return Ok(false),
+            Err(_) => {}
+        }
+        remove_tree_at(self.fd.as_fd(), OsStr::new(name))
             .map_err(|e| io::Error::new(e.kind(), format!("in {}: {e}", self.path.display())))
+    }
+
+    /// [`remove_recorded`] through this root, already opened and checked,
+    /// when `recorded` lies in it (exec's own runs); else as
+    /// [`remove_recorded`] does, from the path.
+    pub fn remove_recorded(&self, recorded: &Path, expected: &str) -> io::Result<bool> {
+        if recorded.parent() != Some(self.path.as_path()) {
+            return remove_recorded(recorded, expected);
+        }
+        if recorded.file_name() != Some(OsStr::new(expected)) {
+            return Err(not_this_attempts(recorded, expected));
+        }
+        self.remove(expected)
     }
 }
 
@@ -142,18 +171,22 @@ impl Root {
 pub fn remove_recorded(recorded: &Path, expected: &str) -> io::Result<bool> {
     let (base, name) = split(recorded)?;
     if name != expected {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{} is not this attempt's TMPDIR (expected one named {expected}): not removed",
-                recorded.display()
-            ),
-        ));
+        return Err(not_this_attempts(recorded, expected));
     }
     match Root::existing(&base.join(root_name()))? {
         Some(root) => root.remove(&name),
         None => Ok(false),
     }
+}
+
+fn not_this_attempts(recorded: &Path, expected: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "{} is not this attempt's TMPDIR (expected one named {expected}): not removed",
+            recorded.display()
+        ),
+    )
 }
 
 /// The name of an attempt's private TMPDIR, from what exec knows of it:
@@ -302,6 +335,52 @@ mod tests {
         assert!(remove_recorded(&dir, &name).unwrap());
         assert!(!dir.exists());
         assert!(!remove_recorded(&dir, &name).unwrap(), "nothing left");
+    }
+
+    #[test]
+    fn removal_takes_an_empty_a_full_or_a_missing_tmpdir_and_only_unlinks_a_symlink() {
+        let b = base();
+        let root = Root::made_in(b.path()).unwrap();
+        root.create("empty-a1").unwrap();
+        assert!(root.remove("empty-a1").unwrap());
+        assert!(!root.remove("empty-a1").unwrap(), "nothing left");
+        let full = root.create("full-a1").unwrap();
+        std::fs::create_dir_all(full.join("a/b")).unwrap();
+        std::fs::write(full.join("a/b/f"), "x").unwrap();
+        assert!(root.remove("full-a1").unwrap());
+        assert!(!full.exists());
+        // Something else at the name: a symlink goes, never what it names.
+        let elsewhere = b.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("keep"), "x").unwrap();
+        symlink(&elsewhere, root.path().join("link-a1")).unwrap();
+        assert!(root.remove("link-a1").unwrap());
+        assert!(!root.path().join("link-a1").exists());
+        assert!(elsewhere.join("keep").is_file());
+    }
+
+    #[test]
+    fn an_opened_root_removes_its_own_record_and_refuses_another() {
+        let b = base();
+        let root = Root::made_in(b.path()).unwrap();
+        let dir = root.create("mine-a1").unwrap();
+        let err = root.remove_recorded(&dir, "mine-a2").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        let err = root
+            .remove_recorded(&root.path().join(".."), "..")
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        assert!(dir.is_dir());
+        assert!(root.remove_recorded(&dir, "mine-a1").unwrap());
+        assert!(!dir.exists());
+        // A record in another root is judged from its path, as without one.
+        let other = base();
+        let theirs = Root::made_in(other.path()).unwrap().create("x-a1").unwrap();
+        assert!(root.remove_recorded(&theirs, "x-a1").unwrap());
+        let err = root
+            .remove_recorded(&other.path().join("home"), "home")
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
     }
 
     #[test]

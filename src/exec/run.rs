@@ -757,7 +757,13 @@ impl<'a> Runner<'a> {
             return;
         };
         let expected = self.tmp_name(job, d.head.attempt);
-        if let Err(e) = tmpdir::remove_recorded(Path::new(recorded), &expected) {
+        // Through the root this exec opened, where the record lies in it:
+        // no path walk and no check again per attempt.
+        let removed = match &self.tmp_root {
+            Some(root) => root.remove_recorded(Path::new(recorded), &expected),
+            None => tmpdir::remove_recorded(Path::new(recorded), &expected),
+        };
+        if let Err(e) = removed {
             let text = format!(
                 "{} (attempt {}): its private TMPDIR was not removed: {e}",
                 job.label(),

@@ -19,6 +19,7 @@
 //! job's log, which may sit on a full disk.
 
 mod args;
+mod starter;
 
 pub use args::{Presentation, WorkerArgs};
 
@@ -34,6 +35,7 @@ use crate::tmpdir;
 use crate::vocab::Confinement;
 use serde::Serialize;
 use serde_json::Value;
+use starter::{Order, Starter};
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -101,6 +103,9 @@ pub fn main(bin_name: &'static str) -> std::process::ExitCode {
 /// Run the wrapper; its exit code. SIGTERM or SIGINT to the wrapper stops the
 /// child (SIGTERM, grace, SIGKILL) and the wrapper exits with the child's code.
 pub fn run(args: &WorkerArgs) -> i32 {
+    // What confining the child needs and makes nothing, done while a gated
+    // wrapper waits (see `Ahead`).
+    let ahead = Ahead::make(args);
     // Before anything else, even the signal handlers: a gated wrapper that
     // exec stops while it waits just dies, having done nothing.
     if args.gated && !released(&mut io::stdin()) {
@@ -121,7 +126,35 @@ pub fn run(args: &WorkerArgs) -> i32 {
             grace: STOP_GRACE,
             heartbeat: HEARTBEAT_INTERVAL,
         },
+        ahead,
     )
+}
+
+/// What confining the child needs and makes nothing on disk, done before a
+/// gated wrapper waits for its go, while exec records and syncs the
+/// dispatch: the thread that will start the child (see `starter`), and the
+/// ruleset's files. The TMPDIR and the write directories, which may have
+/// to be made, wait for the go.
+struct Ahead {
+    starter: io::Result<Starter>,
+    rules: Result<confine::Begun, String>,
+}
+
+impl Ahead {
+    /// `None` when `args` ask for no confinement this kernel offers (which
+    /// [`prepare_confinement`] then decides again, and says).
+    fn make(args: &WorkerArgs) -> Option<Ahead> {
+        if args.confinement == Confinement::None {
+            return None;
+        }
+        match confine::offer() {
+            confine::Offer::Landlock { abi } => Some(Ahead {
+                starter: Starter::new(),
+                rules: confine::Begun::new(abi),
+            }),
+            confine::Offer::Unavailable(_) => None,
+        }
+    }
 }
 
 /// Whether exec let this attempt go: one byte read from `gate` (stdin).
@@ -377,8 +410,9 @@ fn now_rfc3339() -> String {
 }
 
 /// The wrapper proper, with the stop flag and clocks given so tests can drive
-/// them without signals.
-fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
+/// them without signals; `ahead`, what was prepared for a confined child
+/// beforehand (else it is prepared when needed).
+fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<Ahead>) -> i32 {
     let started = Instant::now();
     let paths = match Paths::resolve(args) {
         Ok(paths) => paths,
@@ -406,7 +440,8 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
     // Prepared here, before the sidecar says the attempt started: only the
     // restriction itself is left for the start. The private TMPDIR lives
     // until the attempt ended, then goes.
-    let confined = match prepare_confinement(args, &paths, provider) {
+    let (starter, begun) = ahead.map(|a| (a.starter, a.rules)).unzip();
+    let confined = match prepare_confinement(args, &paths, provider, begun) {
         Ok(confined) => confined,
         Err(problem) => {
             say(format_args!("not starting {}: {problem}", args.provider));
@@ -466,7 +501,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing) -> i32 {
         }
     }
     let launched = match &confined {
-        Some(c) => c.spawn(&spec),
+        Some(c) => c.spawn(&spec, starter),
         None => Ok(process::spawn_in_caller_group(&spec)),
     };
     let launched = match launched {
@@ -669,32 +704,31 @@ impl Drop for PrivateTmp {
 }
 
 impl Confined {
-    /// Start the child confined: `Err` when the confinement could not be
-    /// applied (the child was not started), else what the start gave.
-    ///
-    /// Landlock binds the thread that restricts itself, and a process
-    /// inherits the domain of the thread that made it. So the ruleset is
-    /// applied to a thread made for this one start, which then starts the
-    /// child: the child is confined before its first instruction, while
-    /// the wrapper's main thread, which writes the status sidecar, stops
-    /// the child and removes the TMPDIR, stays outside the domain (and the
-    /// child, whose parent is the wrapper's process, cannot signal it).
-    /// Not a pre-exec hook: that needs `unsafe` (code between fork and
-    /// exec), and makes std fork where it now uses posix_spawn.
-    fn spawn(&self, spec: &SpawnSpec) -> Result<io::Result<Spawned>, String> {
-        std::thread::scope(|s| {
-            let starter = std::thread::Builder::new()
-                .name("confined-start".into())
-                .spawn_scoped(s, || {
-                    self.rules
-                        .restrict_this_thread()
-                        .map_err(|e| format!("cannot confine the worker: {e}"))?;
-                    Ok(process::spawn_in_caller_group(spec))
-                })
-                .map_err(|e| format!("cannot start the thread that confines the worker: {e}"))?;
-            starter
-                .join()
-                .unwrap_or_else(|_| Err("the thread that confines the worker panicked".into()))
+    /// Start the child confined, from a thread of its own that restricts
+    /// itself (see `starter`): the one made ahead, or one made now. `Err`
+    /// when the confinement could not be applied (the child was not
+    /// started), else what the start gave.
+    fn spawn(
+        &self,
+        spec: &SpawnSpec,
+        ahead: Option<io::Result<Starter>>,
+    ) -> Result<io::Result<Spawned>, String> {
+        // The wrapper hands its child no log of its own (exec points the
+        // wrapper's stdout and stderr at it), so none is carried over.
+        debug_assert!(spec.log.is_none(), "a confined start carries no log");
+        let starter = ahead
+            .unwrap_or_else(Starter::new)
+            .map_err(|e| format!("cannot start the thread that confines the worker: {e}"))?;
+        let restriction = self
+            .rules
+            .restriction()
+            .map_err(|e| format!("cannot confine the worker: {e}"))?;
+        starter.start(Order {
+            restriction,
+            argv: spec.argv.to_vec(),
+            cwd: spec.cwd.to_path_buf(),
+            env: spec.env.to_vec(),
+            stdin: spec.stdin.map(Path::to_path_buf),
         })
     }
 
@@ -728,37 +762,41 @@ impl Confined {
     }
 }
 
-/// The confinement `args` ask for, prepared: `None` when the child runs
-/// unconfined (`none`, or `auto` on a kernel without Landlock); `Err` when
-/// it must not start (`required` where the kernel cannot, or a directory
-/// that cannot be made or is reached through a symlink).
+/// The confinement `args` ask for, prepared (from the ruleset `begun`
+/// ahead, where it was): `None` when the child runs unconfined (`none`, or
+/// `auto` on a kernel without Landlock); `Err` when it must not start
+/// (`required` where the kernel cannot, or a directory that cannot be made
+/// or is reached through a symlink).
 fn prepare_confinement(
     args: &WorkerArgs,
     paths: &Paths,
     provider: Provider,
+    begun: Option<Result<confine::Begun, String>>,
 ) -> Result<Option<Confined>, String> {
-    if args.confinement == Confinement::None {
-        return Ok(None);
-    }
-    let offer = confine::offer();
-    let abi = match (confine::decide(args.confinement, &offer), &offer) {
-        (Ok(true), confine::Offer::Landlock { abi }) => *abi,
-        (Err(why), _) => return Err(format!("confinement is required, but {why}")),
-        _ => return Ok(None),
+    let begun = match begun {
+        Some(begun) => begun?,
+        None => {
+            if args.confinement == Confinement::None {
+                return Ok(None);
+            }
+            let offer = confine::offer();
+            match (confine::decide(args.confinement, &offer), &offer) {
+                (Ok(true), confine::Offer::Landlock { abi }) => confine::Begun::new(*abi)?,
+                (Err(why), _) => return Err(format!("confinement is required, but {why}")),
+                _ => return Ok(None),
+            }
+        }
     };
     let tmp = PrivateTmp::make(args, &paths.root)
         .map_err(|e| format!("cannot make a private TMPDIR: {e}"))?;
     let mut outside = vec![tmp.path.clone()];
     outside.extend(provider.state_dirs());
     outside.extend(confine::test_also_writable());
-    let rules = confine::Prepared::build(
-        &confine::Grants {
-            root: &paths.root,
-            confine_dirs: &args.confine_dirs,
-            outside: &outside,
-        },
-        abi,
-    )?;
+    let rules = begun.finish(&confine::Grants {
+        root: &paths.root,
+        confine_dirs: &args.confine_dirs,
+        outside: &outside,
+    })?;
     Ok(Some(Confined { rules, tmp }))
 }
 
@@ -1272,7 +1310,7 @@ mod tests {
             }
             flag.store(true, Ordering::Relaxed);
         });
-        assert_eq!(execute(&a, &stop, fast()), 42);
+        assert_eq!(execute(&a, &stop, fast(), None), 42);
         trigger.join().unwrap();
         assert_eq!(status(dir.path())["exitCode"], 42);
     }
@@ -1283,33 +1321,64 @@ mod tests {
             eprintln!("skipped: {why}");
             return;
         }
+        // What the child needs prepared when needed, and prepared ahead
+        // (as `run` prepares it before a gated wrapper's wait).
+        for made_ahead in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            let script = r#"
+                echo in > out/in.txt
+                if echo x 2>/dev/null > outside.txt; then echo allowed; else echo refused; fi > out/write
+                if kill -0 $PPID 2>/dev/null; then echo allowed; else echo refused; fi > out/signal
+                echo "$TMPDIR" > out/tmpdir; echo t > "$TMPDIR/t"
+            "#;
+            let mut a = args(&root, script);
+            a.confinement = Confinement::Required;
+            a.confine_dirs = vec!["out".into()];
+            let ahead = if made_ahead { Ahead::make(&a) } else { None };
+            assert_eq!(ahead.is_some(), made_ahead);
+            let stop = AtomicBool::new(false);
+            assert_eq!(execute(&a, &stop, fast(), ahead), 0);
+            let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
+            assert_eq!(read("out/in.txt"), "in\n");
+            assert_eq!(read("out/write"), "refused\n");
+            assert!(!root.join("outside.txt").exists());
+            assert_eq!(read("out/signal"), "refused\n", "the wrapper is outside");
+            // The wrapper's thread wrote the sidecar outside the child's
+            // directories, and removed the TMPDIR; this thread writes anywhere.
+            let s = status(&root);
+            assert_eq!(s["state"], "exited");
+            assert!(s["confinement"]
+                .as_str()
+                .unwrap()
+                .starts_with("landlock-abi"));
+            assert!(!Path::new(read("out/tmpdir").trim()).exists());
+            fs::write(root.join("after.txt"), "unbound\n").unwrap();
+        }
+    }
+
+    #[test]
+    fn a_confinement_prepared_ahead_that_cannot_be_finished_starts_nothing() {
+        if let confine::Offer::Unavailable(why) = confine::offer() {
+            eprintln!("skipped: {why}");
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let script = r#"
-            echo in > out/in.txt
-            if echo x 2>/dev/null > outside.txt; then echo allowed; else echo refused; fi > out/write
-            if kill -0 $PPID 2>/dev/null; then echo allowed; else echo refused; fi > out/signal
-            echo "$TMPDIR" > out/tmpdir; echo t > "$TMPDIR/t"
-        "#;
-        let mut a = args(&root, script);
+        let mut a = args(&root, "echo ran > ran.txt");
         a.confinement = Confinement::Required;
-        a.confine_dirs = vec!["out".into()];
+        // Not a TMPDIR of okstra's shape: refused after the thread was made.
+        a.tmp_dir = Some(root.join("tmp"));
+        let ahead = Ahead::make(&a);
+        assert!(ahead.is_some());
         let stop = AtomicBool::new(false);
-        assert_eq!(execute(&a, &stop, fast()), 0);
-        let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
-        assert_eq!(read("out/in.txt"), "in\n");
-        assert_eq!(read("out/write"), "refused\n");
-        assert!(!root.join("outside.txt").exists());
-        assert_eq!(read("out/signal"), "refused\n", "the wrapper is outside");
-        // The wrapper's thread wrote the sidecar outside the child's
-        // directories, and removed the TMPDIR; this thread writes anywhere.
-        let s = status(&root);
-        assert_eq!(s["state"], "exited");
-        assert!(s["confinement"]
-            .as_str()
-            .unwrap()
-            .starts_with("landlock-abi"));
-        assert!(!Path::new(read("out/tmpdir").trim()).exists());
+        assert_eq!(
+            execute(&a, &stop, fast(), ahead),
+            CONFINEMENT_FAILED_EXIT_CODE
+        );
+        assert!(!root.join("ran.txt").exists());
+        assert_eq!(status(&root)["failureKind"], "confinement-failed");
+        // The thread that was to restrict itself never did: this one writes.
         fs::write(root.join("after.txt"), "unbound\n").unwrap();
     }
 
@@ -1334,7 +1403,7 @@ mod tests {
         "#;
         let a = args(dir.path(), script);
         let stop = AtomicBool::new(false);
-        assert_eq!(execute(&a, &stop, fast()), 0);
+        assert_eq!(execute(&a, &stop, fast(), None), 0);
         let s = status(dir.path());
         assert_eq!(s["state"], "exited");
         assert_eq!(s["exitCode"], 0);
