@@ -653,11 +653,13 @@ impl<'a> Runner<'a> {
     /// runs, and its clocks start.
     fn release(&mut self, r: &mut Running) {
         crate::fault::point("release");
-        // A wrapper that died at its gate is seen as its exit.
-        let _ = self.backend.release(r.dispatched.handle);
+        // Told first: a reporter that notes where the attempt's output
+        // starts in its log (JUnit) must look before the worker writes.
         self.tell(Notice::Recorded {
             event: &Event::WorkerDispatched(r.dispatched.clone()),
         });
+        // A wrapper that died at its gate is seen as its exit.
+        let _ = self.backend.release(r.dispatched.handle);
         r.held = false;
         r.started = Instant::now();
         r.watch = crate::process::LogWatch::new(r.watch.path().to_path_buf());
