@@ -255,6 +255,8 @@ impl Diagnostic {
 
     /// Adds a secondary place, in this file or another.
     pub fn label(mut self, location: Location, text: impl Into<String>) -> Self {
+        // Most diagnostics have one label or none: no room for four.
+        self.labels.reserve_exact(1);
         self.labels.push(Label {
             location,
             text: text.into(),

@@ -11,6 +11,7 @@ pub mod paths;
 pub mod raw;
 pub mod roster;
 pub mod rules;
+mod seen;
 pub mod translator;
 
 pub use entry::{take_entries, Entry};
@@ -26,6 +27,7 @@ use crate::schema::{self, SchemaKind};
 use crate::source::{Format, SourceFile};
 use crate::vocab::Backend;
 use paths::{Field, PathProblem, Resolved};
+use seen::Seen;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -52,10 +54,10 @@ pub struct Ctx {
     pub root: PathBuf,
     pub diags: Diagnostics,
     inputs: BTreeMap<(String, String), String>,
-    /// What was reported (code, place, message), so one problem found twice
-    /// (a value in `defaults` read by every entry; a path judged as written
-    /// and again when resolved) is reported once.
-    reported: HashSet<String>,
+    /// What was reported, so one problem found twice (a value in `defaults`
+    /// read by every entry; a path judged as written and again when
+    /// resolved) is reported once.
+    seen: Seen,
 }
 
 impl Ctx {
@@ -64,7 +66,7 @@ impl Ctx {
             root,
             diags: Diagnostics::default(),
             inputs: BTreeMap::new(),
-            reported: HashSet::new(),
+            seen: Seen::default(),
         }
     }
 
@@ -97,17 +99,7 @@ impl Ctx {
     /// Report `d`, unless the same problem at the same place was reported
     /// already (the worker and help it names do not make it another).
     pub fn push(&mut self, d: Diagnostic) {
-        let loc = d.location.as_ref();
-        let key = format!(
-            "{}\0{}\0{:?}\0{:?}\0{}\0{}",
-            d.code,
-            loc.map(|l| l.file_name()).unwrap_or(""),
-            loc.and_then(|l| l.line()),
-            loc.and_then(|l| l.column()),
-            d.pointer.as_deref().unwrap_or(""),
-            d.message
-        );
-        if self.reported.insert(key) {
+        if self.seen.first_time(&self.diags, &d) {
             self.diags.push(d);
         }
     }
