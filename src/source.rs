@@ -76,6 +76,13 @@ impl SourceFile {
         path: &Path,
         format: Format,
     ) -> Result<(Value, SourceFile), Diagnostic> {
+        let file = Self::read(display, path, format)?;
+        Ok((file.value()?, file))
+    }
+
+    /// Read a file as text, without parsing it (see [`Self::value`]).
+    #[allow(clippy::result_large_err)]
+    pub fn read(display: &str, path: &Path, format: Format) -> Result<SourceFile, Diagnostic> {
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -95,7 +102,7 @@ impl SourceFile {
                 .help("check that the file is a readable regular file"));
             }
         };
-        Self::from_bytes(display, bytes, format)
+        Self::text_of(display, bytes, format)
     }
 
     /// Parse a file's bytes, as [`Self::load`] does once it has read them
@@ -106,6 +113,13 @@ impl SourceFile {
         bytes: Vec<u8>,
         format: Format,
     ) -> Result<(Value, SourceFile), Diagnostic> {
+        let file = Self::text_of(display, bytes, format)?;
+        Ok((file.value()?, file))
+    }
+
+    /// A file's bytes as its text, if they are UTF-8.
+    #[allow(clippy::result_large_err)]
+    fn text_of(display: &str, bytes: Vec<u8>, format: Format) -> Result<SourceFile, Diagnostic> {
         let text = String::from_utf8(bytes).map_err(|e| {
             Diagnostic::new(
                 Code::InputUnreadable,
@@ -117,7 +131,16 @@ impl SourceFile {
             .in_file(display)
             .help(format!("save the file as UTF-8 {}", format.name()))
         })?;
-        Self::parse(display, text, format)
+        Ok(Self::unparsed(display, text, format))
+    }
+
+    fn unparsed(display: &str, text: String, format: Format) -> SourceFile {
+        SourceFile {
+            display: display.to_string(),
+            source: SourceText::new(display, text),
+            index: std::cell::OnceCell::new(),
+            format,
+        }
     }
 
     /// Parse text already in memory.
@@ -127,13 +150,21 @@ impl SourceFile {
         text: String,
         format: Format,
     ) -> Result<(Value, SourceFile), Diagnostic> {
-        let file = SourceFile {
-            display: display.to_string(),
-            source: SourceText::new(display, text),
-            index: std::cell::OnceCell::new(),
-            format,
-        };
-        let text = file.text();
+        let file = Self::unparsed(display, text, format);
+        Ok((file.value()?, file))
+    }
+
+    /// The format the file is read as.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The file's text as a value; a syntax error (or a value JSON cannot
+    /// hold) is the diagnostic.
+    #[allow(clippy::result_large_err)]
+    pub fn value(&self) -> Result<Value, Diagnostic> {
+        let text = self.text();
+        let format = self.format;
         let parsed = match format {
             Format::Toml => {
                 let mut index = Index::default();
@@ -141,18 +172,17 @@ impl SourceFile {
                 if text.len() > MAX_INDEXED {
                     index = Index::default();
                 }
-                let _ = file.index.set(index);
+                let _ = self.index.set(index);
                 parsed
             }
-            Format::Json => json_value(text, file.source.line_starts()),
+            Format::Json => json_value(text, self.source.line_starts()),
         };
-        match parsed {
-            Ok(value) => Ok((value, file)),
-            Err(Problem {
-                at,
-                message,
-                syntax,
-            }) => {
+        parsed.map_err(
+            |Problem {
+                 at,
+                 message,
+                 syntax,
+             }| {
                 let (code, help) = if syntax {
                     let help = if message.contains("duplicate key") {
                         "a key may be given only once per table; remove or rename one".to_string()
@@ -171,13 +201,11 @@ impl SourceFile {
                 } else {
                     "unusable value"
                 };
-                Err(
-                    Diagnostic::new(code, format!("{} {what}: {message}", format.name()))
-                        .at(file.location_of(at))
-                        .help(help),
-                )
-            }
-        }
+                Diagnostic::new(code, format!("{} {what}: {message}", format.name()))
+                    .at(self.location_of(at))
+                    .help(help)
+            },
+        )
     }
 
     /// Location of the value at a JSON pointer (RFC 6901, "" = root), or of

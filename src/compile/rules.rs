@@ -36,7 +36,7 @@ pub struct Member<'a> {
 }
 
 impl<'a> Member<'a> {
-    fn of(built: &'a Built) -> Member<'a> {
+    pub fn of(built: &'a Built) -> Member<'a> {
         let job = &built.job;
         Member {
             key: &job.key,
@@ -50,17 +50,72 @@ impl<'a> Member<'a> {
     }
 }
 
+/// A [`Member`] of its own: what `okstra validate` knows of a job from the
+/// spec alone, and what planning keeps of a job once the plan is refused
+/// anyway (the job itself, its commands above all, is dropped). Its write
+/// policy holds the allow-list alone: the rules read nothing else of it.
+pub struct Facts {
+    pub key: Box<str>,
+    pub label: Box<str>,
+    pub role: Role,
+    pub audience: Option<Audience>,
+    pub dispatch_id: Option<Box<str>>,
+    pub write_policy: WritePolicy,
+    pub entry_pointer: Box<str>,
+}
+
+impl Facts {
+    /// What the rules need of a built job.
+    pub fn of(built: Built) -> Facts {
+        let Built { job, entry_pointer } = built;
+        let label = job.label().into();
+        let mut allow = job.write_policy.allow;
+        allow.shrink_to_fit();
+        Facts {
+            label,
+            key: job.key.into(),
+            role: job.role,
+            audience: job.audience,
+            dispatch_id: job.dispatch_id.map(String::into_boxed_str),
+            write_policy: WritePolicy {
+                role: String::new(),
+                allow,
+                digest: String::new(),
+            },
+            entry_pointer: entry_pointer.into(),
+        }
+    }
+
+    pub fn member(&self) -> Member<'_> {
+        Member {
+            key: &self.key,
+            label: &self.label,
+            role: &self.role,
+            audience: self.audience.as_ref(),
+            dispatch_id: self.dispatch_id.as_deref(),
+            write_policy: &self.write_policy,
+            entry_pointer: &self.entry_pointer,
+        }
+    }
+}
+
 fn is_report_writer(job: &Member) -> bool {
     job.key == REPORT_WRITER || *job.role == Role::ReportWriter
 }
 
-/// Makes the diagnostics of one plan's rules, each at a job's entry.
+/// Makes the diagnostics of one plan's rules, each at a job's entry, and
+/// reports them as they are found (a plan of many thousand conflicting
+/// jobs once held them all twice).
 struct At<'a> {
-    ctx: &'a Ctx,
+    ctx: &'a mut Ctx,
     src: &'a SourceFile,
 }
 
 impl At<'_> {
+    fn report(&mut self, d: Diagnostic) {
+        self.ctx.push(d);
+    }
+
     fn job(&self, job: &Member, code: Code, message: String, key: Option<&str>) -> Diagnostic {
         let pointer = match key {
             Some(k) => format!("{}/{k}", job.entry_pointer),
@@ -74,48 +129,38 @@ impl At<'_> {
 
 /// Every batch rule over the stages of one plan; `src` is the file the jobs'
 /// entries point into (the spec, or team-state in roster mode).
-pub fn check(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Built>]) {
-    let stages: Vec<Vec<Member>> = stages
-        .iter()
-        .map(|s| s.iter().map(Member::of).collect())
-        .collect();
-    check_members(ctx, src, names, &stages);
-}
-
-/// [`check`] over the members of each stage.
-pub fn check_members(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Member>]) {
-    let at = At { ctx, src };
-    let mut out: Vec<Diagnostic> = Vec::new();
+pub fn check(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Member>]) {
+    let mut at = At { ctx, src };
     let mut dispatch_ids: HashMap<&str, &Member> = HashMap::new();
     let last_non_empty = stages.iter().rposition(|s| !s.is_empty());
     for (si, stage) in stages.iter().enumerate() {
         let name = &names[si];
-        out.extend(duplicates(&at, name, stage, &mut dispatch_ids));
-        out.extend(executor_beside_verifiers(&at, name, stage));
+        duplicates(&mut at, name, stage, &mut dispatch_ids);
+        if let Some(d) = executor_beside_verifiers(&at, name, stage) {
+            at.report(d);
+        }
         let last = Some(si) == last_non_empty;
-        out.extend(report_writer_alone(&at, name, stage, last));
-        out.extend(write_conflicts(&at, name, stage));
+        if let Some(d) = report_writer_alone(&at, name, stage, last) {
+            at.report(d);
+        }
+        write_conflicts(&mut at, name, stage);
     }
-    out.extend(verifiers_before_executor(&at, names, stages));
-    for d in out {
-        ctx.push(d);
-    }
+    verifiers_before_executor(&mut at, names, stages);
 }
 
 /// `identity/duplicate`: a state key twice in one stage, or a dispatch id
 /// twice anywhere (`dispatch_ids` carries the ids of earlier stages).
 fn duplicates<'a>(
-    at: &At,
+    at: &mut At,
     name: &str,
     stage: &'a [Member<'a>],
     dispatch_ids: &mut HashMap<&'a str, &'a Member<'a>>,
-) -> Vec<Diagnostic> {
-    let mut out = Vec::new();
+) {
     let mut keys: HashMap<&str, &Member> = HashMap::new();
     for built in stage {
         if let Some(first) = keys.insert(built.key, built) {
-            out.push(
-                at.job(
+            let d = at
+                .job(
                     built,
                     Code::IdentityDuplicate,
                     format!(
@@ -124,13 +169,13 @@ fn duplicates<'a>(
                     ),
                     None,
                 )
-                .help("one worker row per state key and stage: merge the entries, or move one to another stage"),
-            );
+                .help("one worker row per state key and stage: merge the entries, or move one to another stage");
+            at.report(d);
         }
         if let Some(id) = built.dispatch_id {
             if let Some(first) = dispatch_ids.insert(id, built) {
-                out.push(
-                    at.job(
+                let d = at
+                    .job(
                         built,
                         Code::IdentityDuplicate,
                         format!(
@@ -139,12 +184,11 @@ fn duplicates<'a>(
                         ),
                         None,
                     )
-                    .help("each invocation attempt is dispatched once; give the second its own prompt and metadata"),
-                );
+                    .help("each invocation attempt is dispatched once; give the second its own prompt and metadata");
+                at.report(d);
             }
         }
     }
-    out
 }
 
 fn with_audience<'a>(stage: &'a [Member<'a>], audience: Audience) -> Vec<&'a Member<'a>> {
@@ -183,17 +227,16 @@ fn executor_beside_verifiers(at: &At, name: &str, stage: &[Member]) -> Option<Di
 
 /// `rules/phase-order` across stages: no verifier stage before the first
 /// executor's.
-fn verifiers_before_executor(at: &At, names: &[String], stages: &[Vec<Member>]) -> Vec<Diagnostic> {
+fn verifiers_before_executor(at: &mut At, names: &[String], stages: &[Vec<Member>]) {
     let has_executor =
         |s: &Vec<Member>| !with_audience(s, Audience::ImplementationExecutor).is_empty();
     let Some(exec_si) = stages.iter().position(has_executor) else {
-        return Vec::new();
+        return;
     };
-    let mut out = Vec::new();
     for (si, stage) in stages.iter().enumerate().take(exec_si) {
         for v in with_audience(stage, Audience::ImplementationVerifier) {
-            out.push(
-                at.job(
+            let d = at
+                .job(
                     v,
                     Code::RulesPhaseOrder,
                     format!(
@@ -202,11 +245,10 @@ fn verifiers_before_executor(at: &At, names: &[String], stages: &[Vec<Member>]) 
                     ),
                     Some("audience"),
                 )
-                .help("put the verifiers in a stage after the executor's"),
-            );
+                .help("put the verifiers in a stage after the executor's");
+            at.report(d);
         }
     }
-    out
 }
 
 /// `rules/report-writer-isolation`: the report writer alone, in the last
@@ -244,11 +286,10 @@ fn report_writer_alone(at: &At, name: &str, stage: &[Member], last: bool) -> Opt
 }
 
 /// `rules/write-conflict`: two jobs of a batch that may write one path.
-fn write_conflicts(at: &At, name: &str, stage: &[Member]) -> Vec<Diagnostic> {
-    batch_conflicts(stage)
-        .into_iter()
-        .map(|(a, b, overlap)| {
-            at.job(
+fn write_conflicts(at: &mut At, name: &str, stage: &[Member]) {
+    for (a, b, overlap) in batch_conflicts(stage) {
+        let d = at
+            .job(
                 b,
                 Code::RulesWriteConflict,
                 format!(
@@ -263,9 +304,9 @@ fn write_conflicts(at: &At, name: &str, stage: &[Member]) -> Vec<Diagnostic> {
             )
             .help(
                 "give each job its own result paths and worktree, or put them in different stages",
-            )
-        })
-        .collect()
+            );
+        at.report(d);
+    }
 }
 
 /// Pairs of jobs of one batch whose write policies overlap. Literal paths
