@@ -302,15 +302,19 @@ impl Diagnostic {
 
 /// Everything that went wrong, in the order found. Exit status is that of the
 /// most severe code (a refused plan outranks invalid input).
+///
+/// Each problem is boxed, so the list grows by pointers: a list of a
+/// hundred thousand problems once spent a third of a refused plan's peak
+/// memory on the moment its vector doubled, old and new copies together.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Diagnostics(pub Vec<Diagnostic>);
+pub struct Diagnostics(Vec<Box<Diagnostic>>);
 
 impl Diagnostics {
     pub fn push(&mut self, d: Diagnostic) {
-        self.0.push(d);
+        self.0.push(Box::new(d));
     }
     pub fn extend(&mut self, ds: impl IntoIterator<Item = Diagnostic>) {
-        self.0.extend(ds);
+        self.0.extend(ds.into_iter().map(Box::new));
     }
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -318,8 +322,11 @@ impl Diagnostics {
     pub fn len(&self) -> usize {
         self.0.len()
     }
+    pub fn get(&self, i: usize) -> Option<&Diagnostic> {
+        self.0.get(i).map(|d| &**d)
+    }
     pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.0.iter()
+        self.0.iter().map(|d| &**d)
     }
 
     pub fn exit_status(&self) -> ExitStatus {
@@ -350,7 +357,7 @@ impl Diagnostics {
     pub fn to_json(&self) -> Value {
         json!({
             "ok": false,
-            "errors": self.0.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
+            "errors": self.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
         })
     }
 
@@ -393,13 +400,22 @@ impl Diagnostics {
 
 impl From<Diagnostic> for Diagnostics {
     fn from(d: Diagnostic) -> Self {
-        Diagnostics(vec![d])
+        Diagnostics(vec![Box::new(d)])
     }
 }
 
 impl From<Vec<Diagnostic>> for Diagnostics {
     fn from(ds: Vec<Diagnostic>) -> Self {
-        Diagnostics(ds)
+        Diagnostics(ds.into_iter().map(Box::new).collect())
+    }
+}
+
+impl IntoIterator for Diagnostics {
+    type Item = Diagnostic;
+    type IntoIter =
+        std::iter::Map<std::vec::IntoIter<Box<Diagnostic>>, fn(Box<Diagnostic>) -> Diagnostic>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter().map(|d| *d)
     }
 }
 
@@ -497,7 +513,7 @@ mod tests {
         for ds in [
             Diagnostics::default(),
             Diagnostics::from(Diagnostic::new(Code::PlanStale, "y \"q\"\n").in_file("p")),
-            Diagnostics(vec![
+            Diagnostics::from(vec![
                 Diagnostic::new(Code::SchemaViolation, "x")
                     .at(span_of(&src, "\"x\""))
                     .pointer("/b/0")
@@ -515,7 +531,7 @@ mod tests {
 
     #[test]
     fn exit_status_prefers_refusal_over_invalid_input() {
-        let ds = Diagnostics(vec![
+        let ds = Diagnostics::from(vec![
             Diagnostic::new(Code::SchemaViolation, "x"),
             Diagnostic::new(Code::PlanStale, "y"),
         ]);
@@ -569,7 +585,7 @@ mod tests {
         let d = Diagnostic::new(Code::ExecLocked, "held").help("wait");
         assert_eq!(d.render_text(), "error[exec/locked]: held\n = help: wait\n");
         assert!(d.to_json().get("file").is_none());
-        let all = Diagnostics(vec![d.clone(), d]).render_text();
+        let all = Diagnostics::from(vec![d.clone(), d]).render_text();
         assert!(all.ends_with("\n\nerror: 2 problems found\n"), "{all}");
     }
 

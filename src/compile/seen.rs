@@ -56,7 +56,7 @@ impl Seen {
             self.first.insert(hash, index);
             return true;
         };
-        let same = |i: &u32| reported.0.get(*i as usize).is_some_and(|r| Key::of(r) == key);
+        let same = |i: &u32| reported.get(*i as usize).is_some_and(|r| Key::of(r) == key);
         if same(&first) || self.others.get(&hash).is_some_and(|o| o.iter().any(same)) {
             return false;
         }
@@ -79,18 +79,15 @@ mod tests {
                 out.push(d);
             }
         }
-        out.0
+        out.into_iter().collect()
     }
 
     #[test]
     fn a_problem_found_twice_is_kept_once_whatever_worker_or_hint_it_names() {
         let src = SourceText::new("s.json", "{\"a\": 1, \"b\": 2}".to_string());
         let at = |from: usize| Location::span(&src, from..from + 1);
-        let d = |code, message: &str, from| {
-            Diagnostic::new(code, message)
-                .at(at(from))
-                .pointer("/a")
-        };
+        let d =
+            |code, message: &str, from| Diagnostic::new(code, message).at(at(from)).pointer("/a");
         let kept = keep(vec![
             d(Code::SchemaViolation, "x", 6).worker("w1").help("h1"),
             d(Code::SchemaViolation, "x", 6).worker("w2").help("h2"),
@@ -118,9 +115,15 @@ mod tests {
         assert!(seen.first_time(&out, &a));
         out.push(a.clone());
         let hash = seen.hasher.hash_one(Key::of(&b));
-        let first = seen.first.remove(&seen.hasher.hash_one(Key::of(&a))).unwrap();
+        let first = seen
+            .first
+            .remove(&seen.hasher.hash_one(Key::of(&a)))
+            .unwrap();
         seen.first.insert(hash, first);
-        assert!(seen.first_time(&out, &b), "another problem with the same hash");
+        assert!(
+            seen.first_time(&out, &b),
+            "another problem with the same hash"
+        );
         out.push(b.clone());
         assert!(!seen.first_time(&out, &b), "and remembered");
         assert_eq!(seen.others[&hash], [1]);
