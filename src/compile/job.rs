@@ -10,7 +10,8 @@
 //! 3. invocation metadata and dispatch kind,
 //! 4. what the job claims (audience, model, role, ...), checked against
 //!    the metadata and the manifest,
-//! 5. the job: write policy, provider argv, wrapper command.
+//! 5. the job: write policy, provider argv, wrapper command (the last two
+//!    only while the plan may still be made).
 
 use super::authority::{self, Claim, Meta};
 use super::paths::{self, Field, Resolved};
@@ -59,8 +60,13 @@ pub fn build_job(
     let planned = planned_paths(&job.role, paths.planned.clone(), &run.planned_paths);
     job.write_policy = write_policy(&job, &planned, &paths.aux);
     let command = command_argv(ctx, src, entry, job.provider, &job.key)?;
-    let root = ctx.root.clone();
-    set_commands(&mut job, &root, run, manifest, entry, &command, &paths.aux);
+    // A refused plan is never written, and the batch rules read no
+    // command: a spec refused for thousands of entries once worked out
+    // every job's argv only to drop it.
+    if !ctx.refused() {
+        let root = ctx.root.clone();
+        set_commands(&mut job, &root, run, manifest, entry, &command, &paths.aux);
+    }
     Some(job)
 }
 
