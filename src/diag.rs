@@ -313,6 +313,10 @@ impl Diagnostics {
     pub fn push(&mut self, d: Diagnostic) {
         self.0.push(Box::new(d));
     }
+    /// [`Self::push`] of a problem boxed already (held, then reported).
+    pub(crate) fn push_boxed(&mut self, d: Box<Diagnostic>) {
+        self.0.push(d);
+    }
     pub fn extend(&mut self, ds: impl IntoIterator<Item = Diagnostic>) {
         self.0.extend(ds.into_iter().map(Box::new));
     }

@@ -143,7 +143,7 @@ pub fn sketch(
         role,
         audience: choose_audience(f.audience.as_deref(), None),
         dispatch_id: None,
-        write_policy,
+        allow: write_policy.allow.into_iter().map(Into::into).collect(),
         entry_pointer: entry.pointer.as_str().into(),
     })
 }

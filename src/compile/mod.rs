@@ -60,7 +60,7 @@ pub struct Ctx {
     /// resolved) is reported once.
     seen: Seen,
     /// Where [`Ctx::push`] puts what it is given while [`Ctx::holding`].
-    held: Option<Vec<Diagnostic>>,
+    held: Option<Vec<Box<Diagnostic>>>,
     /// Whether a problem was found, reported or held: the plan is refused.
     refused: bool,
 }
@@ -106,11 +106,15 @@ impl Ctx {
     /// Report `d`, unless the same problem at the same place was reported
     /// already (the worker and help it names do not make it another).
     pub fn push(&mut self, d: Diagnostic) {
+        self.push_boxed(Box::new(d));
+    }
+
+    fn push_boxed(&mut self, d: Box<Diagnostic>) {
         self.refused = true;
         if let Some(held) = &mut self.held {
             held.push(d);
         } else if self.seen.first_time(&self.diags, &d) {
-            self.diags.push(d);
+            self.diags.push_boxed(d);
         }
     }
 
@@ -118,7 +122,11 @@ impl Ctx {
     /// instead of reported: problems found ahead of their turn, which the
     /// caller pushes once the problems due before them are reported (a
     /// problem found twice is dropped then).
-    pub fn holding<T>(&mut self, held: &mut Vec<Diagnostic>, f: impl FnOnce(&mut Ctx) -> T) -> T {
+    pub fn holding<T>(
+        &mut self,
+        held: &mut Vec<Box<Diagnostic>>,
+        f: impl FnOnce(&mut Ctx) -> T,
+    ) -> T {
         let outer = self.held.replace(std::mem::take(held));
         let out = f(self);
         *held = std::mem::replace(&mut self.held, outer).unwrap_or_default();
@@ -540,15 +548,15 @@ pub struct Built {
 /// be made, only what the batch rules read of it once the plan is refused
 /// (a refused spec of many thousand entries once held every job whole).
 enum Kept {
-    /// Boxed: a job is several times the size of its facts.
+    // Both boxed: a stage's vector of them grows by pointers.
     Whole(Box<Built>),
-    Facts(rules::Facts),
+    Facts(Box<rules::Facts>),
 }
 
 impl Kept {
     fn into_facts(self) -> Kept {
         match self {
-            Kept::Whole(b) => Kept::Facts(rules::Facts::of(*b)),
+            Kept::Whole(b) => Kept::Facts(Box::new(rules::Facts::of(*b))),
             facts => facts,
         }
     }
@@ -729,7 +737,7 @@ fn walk_entries(
     // sorted, and a pointer belongs to one part).
     schema_held.sort_by(|a, b| a.pointer.cmp(&b.pointer));
     for d in schema_held.into_iter().chain(later) {
-        ctx.push(d);
+        ctx.push_boxed(d);
     }
 }
 

@@ -6,7 +6,6 @@
 use super::{Built, Ctx};
 use crate::diag::{Code, Diagnostic};
 use crate::model::REPORT_WRITER;
-use crate::plan::WritePolicy;
 use crate::policy;
 use crate::source::SourceFile;
 use crate::vocab::{Audience, Role};
@@ -30,7 +29,8 @@ pub struct Member<'a> {
     pub role: &'a Role,
     pub audience: Option<&'a Audience>,
     pub dispatch_id: Option<&'a str>,
-    pub write_policy: &'a WritePolicy,
+    /// What its write policy allows.
+    pub allow: Allow<'a>,
     /// The entry the job came from, where its diagnostics point.
     pub entry_pointer: &'a str,
 }
@@ -44,23 +44,44 @@ impl<'a> Member<'a> {
             role: &job.role,
             audience: job.audience.as_ref(),
             dispatch_id: job.dispatch_id.as_deref(),
-            write_policy: &job.write_policy,
+            allow: Allow::Job(&job.write_policy.allow),
             entry_pointer: &built.entry_pointer,
         }
     }
 }
 
+/// A job's write policy's allow-list, as the rules read it.
+#[derive(Clone, Copy)]
+pub enum Allow<'a> {
+    /// A built job's.
+    Job(&'a [String]),
+    /// Kept apart from its job ([`Facts`]).
+    Kept(&'a [Box<str>]),
+}
+
+impl<'a> Allow<'a> {
+    pub fn paths(self) -> impl Iterator<Item = &'a str> {
+        let (job, kept): (&[String], &[Box<str>]) = match self {
+            Allow::Job(paths) => (paths, &[]),
+            Allow::Kept(paths) => (&[], paths),
+        };
+        job.iter()
+            .map(String::as_str)
+            .chain(kept.iter().map(|p| &**p))
+    }
+}
+
 /// A [`Member`] of its own: what `okstra validate` knows of a job from the
 /// spec alone, and what planning keeps of a job once the plan is refused
-/// anyway (the job itself, its commands above all, is dropped). Its write
-/// policy holds the allow-list alone: the rules read nothing else of it.
+/// anyway (the job itself, its commands above all, is dropped). Of its
+/// write policy it keeps the allow-list: the rules read nothing else.
 pub struct Facts {
     pub key: Box<str>,
     pub label: Box<str>,
     pub role: Role,
     pub audience: Option<Audience>,
     pub dispatch_id: Option<Box<str>>,
-    pub write_policy: WritePolicy,
+    pub allow: Box<[Box<str>]>,
     pub entry_pointer: Box<str>,
 }
 
@@ -69,19 +90,14 @@ impl Facts {
     pub fn of(built: Built) -> Facts {
         let Built { job, entry_pointer } = built;
         let label = job.label().into();
-        let mut allow = job.write_policy.allow;
-        allow.shrink_to_fit();
+        let allow = job.write_policy.allow.into_iter().map(Into::into).collect();
         Facts {
             label,
             key: job.key.into(),
             role: job.role,
             audience: job.audience,
             dispatch_id: job.dispatch_id.map(String::into_boxed_str),
-            write_policy: WritePolicy {
-                role: String::new(),
-                allow,
-                digest: String::new(),
-            },
+            allow,
             entry_pointer: entry_pointer.into(),
         }
     }
@@ -93,7 +109,7 @@ impl Facts {
             role: &self.role,
             audience: self.audience.as_ref(),
             dispatch_id: self.dispatch_id.as_deref(),
-            write_policy: &self.write_policy,
+            allow: Allow::Kept(&self.allow),
             entry_pointer: &self.entry_pointer,
         }
     }
@@ -287,7 +303,7 @@ fn report_writer_alone(at: &At, name: &str, stage: &[Member], last: bool) -> Opt
 
 /// `rules/write-conflict`: two jobs of a batch that may write one path.
 fn write_conflicts(at: &mut At, name: &str, stage: &[Member]) {
-    for (a, b, overlap) in batch_conflicts(stage) {
+    batch_conflicts(stage, |a, b, overlap| {
         let d = at
             .job(
                 b,
@@ -306,25 +322,28 @@ fn write_conflicts(at: &mut At, name: &str, stage: &[Member]) {
                 "give each job its own result paths and worktree, or put them in different stages",
             );
         at.report(d);
-    }
+    });
 }
 
-/// Pairs of jobs of one batch whose write policies overlap. Literal paths
-/// are indexed, so a batch of thousands of plain workers costs one pass;
-/// only policies with glob patterns are compared pairwise.
-fn batch_conflicts<'a>(stage: &'a [Member<'a>]) -> Vec<(&'a Member<'a>, &'a Member<'a>, String)> {
-    let mut out = Vec::new();
+/// Pairs of jobs of one batch whose write policies overlap, each given to
+/// `found` with a path or pattern both may write, as it is found. Literal
+/// paths are indexed, so a batch of thousands of plain workers costs one
+/// pass; only policies with glob patterns are compared pairwise.
+fn batch_conflicts<'a>(
+    stage: &'a [Member<'a>],
+    mut found: impl FnMut(&'a Member<'a>, &'a Member<'a>, &str),
+) {
     let mut owner: HashMap<&str, usize> = HashMap::new();
     let mut reported: std::collections::HashSet<(usize, usize)> = Default::default();
     for (i, b) in stage.iter().enumerate() {
-        for path in &b.write_policy.allow {
+        for path in b.allow.paths() {
             if policy::is_glob(path) {
                 continue;
             }
-            match owner.get(path.as_str()) {
+            match owner.get(path) {
                 Some(&j) if j != i => {
                     if reported.insert((j, i)) {
-                        out.push((&stage[j], b, path.clone()));
+                        found(&stage[j], b, path);
                     }
                 }
                 _ => {
@@ -334,13 +353,7 @@ fn batch_conflicts<'a>(stage: &'a [Member<'a>]) -> Vec<(&'a Member<'a>, &'a Memb
         }
     }
     let globbed: Vec<usize> = (0..stage.len())
-        .filter(|&i| {
-            stage[i]
-                .write_policy
-                .allow
-                .iter()
-                .any(|p| policy::is_glob(p))
-        })
+        .filter(|&i| stage[i].allow.paths().any(policy::is_glob))
         .collect();
     for &g in &globbed {
         for j in 0..stage.len() {
@@ -351,13 +364,12 @@ fn batch_conflicts<'a>(stage: &'a [Member<'a>]) -> Vec<(&'a Member<'a>, &'a Memb
             if reported.contains(&(a, b)) {
                 continue;
             }
-            if let Some(p) = policy::overlap(stage[a].write_policy, stage[b].write_policy) {
+            if let Some(p) = policy::overlap_of(stage[a].allow.paths(), stage[b].allow.paths()) {
                 reported.insert((a, b));
-                out.push((&stage[a], &stage[b], p));
+                found(&stage[a], &stage[b], &p);
             }
         }
     }
-    out
 }
 
 #[cfg(test)]
