@@ -197,33 +197,35 @@ impl std::fmt::Display for Code {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Label {
     pub location: Location,
-    pub text: String,
+    pub text: Box<str>,
 }
 
+/// Texts are boxed `str`s, not `String`s, and places are spans of shared
+/// text (see [`Location`]): a refused plan may hold a hundred thousand.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
     pub code: Code,
-    pub message: String,
+    pub message: Box<str>,
     /// The primary place, drawn with `^`.
     pub location: Option<Location>,
-    pub pointer: Option<String>,
-    pub worker: Option<String>,
+    pub pointer: Option<Box<str>>,
+    pub worker: Option<Box<str>>,
     /// Mostly a fixed sentence: borrowed, not copied into every diagnostic.
     pub help: Option<Cow<'static, str>>,
     /// Other places, in the text form only.
-    pub labels: Vec<Label>,
+    pub labels: Box<[Label]>,
 }
 
 impl Diagnostic {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         Diagnostic {
             code,
-            message: message.into(),
+            message: message.into().into(),
             location: None,
             pointer: None,
             worker: None,
             help: None,
-            labels: Vec::new(),
+            labels: Box::default(),
         }
     }
 
@@ -233,12 +235,12 @@ impl Diagnostic {
     }
 
     pub fn worker(mut self, worker: impl Into<String>) -> Self {
-        self.worker = Some(worker.into());
+        self.worker = Some(worker.into().into());
         self
     }
 
     pub fn pointer(mut self, pointer: impl Into<String>) -> Self {
-        self.pointer = Some(pointer.into());
+        self.pointer = Some(pointer.into().into());
         self
     }
 
@@ -255,12 +257,12 @@ impl Diagnostic {
 
     /// Adds a secondary place, in this file or another.
     pub fn label(mut self, location: Location, text: impl Into<String>) -> Self {
-        // Most diagnostics have one label or none: no room for four.
-        self.labels.reserve_exact(1);
-        self.labels.push(Label {
+        let mut labels = std::mem::take(&mut self.labels).into_vec();
+        labels.push(Label {
             location,
-            text: text.into(),
+            text: text.into().into(),
         });
+        self.labels = labels.into();
         self
     }
 
@@ -437,6 +439,13 @@ pub enum Format {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused plan may hold a hundred thousand of them.
+    #[test]
+    fn a_diagnostic_is_small() {
+        assert!(std::mem::size_of::<Diagnostic>() <= 120);
+        assert!(std::mem::size_of::<Location>() <= 24);
+    }
 
     #[test]
     fn every_code_has_a_distinct_wire_name_with_a_family() {

@@ -209,7 +209,7 @@ pub fn check_document(ctx: &mut Ctx, loaded: &mut Loaded, kind: Kind, file: &Pat
                     (Some(p), _) => p.clone(),
                     (None, Code::PlanVersion) => "/formatVersion".into(),
                     (None, Code::PlanDigestMismatch) => "/digest".into(),
-                    _ => String::new(),
+                    _ => "".into(),
                 };
                 let mut located = ctx.at(&loaded.src, d.code, d.message, &pointer);
                 located.help = d.help;

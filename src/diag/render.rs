@@ -51,7 +51,7 @@ struct Mark {
 
 pub(super) fn render(d: &Diagnostic, color: bool) -> String {
     let title = Level::ERROR
-        .primary_title(d.message.as_str())
+        .primary_title(&*d.message)
         .id(d.code.as_str());
     let mut parts: Vec<Part> = Vec::new();
     let mut origins: Vec<String> = Vec::new();
@@ -59,7 +59,7 @@ pub(super) fn render(d: &Diagnostic, color: bool) -> String {
     located.extend(
         d.labels
             .iter()
-            .map(|l| (&l.location, l.text.as_str(), false)),
+            .map(|l| (&l.location, &*l.text, false)),
     );
     for (loc, label, primary) in located {
         match part_for(loc, label, primary, &mut parts) {
@@ -256,7 +256,7 @@ fn fix_columns(out: &mut String, renderer: &Renderer, d: &Diagnostic, parts: &[P
     }
     let title = renderer.render(&[Group::with_title(
         Level::ERROR
-            .primary_title(d.message.as_str())
+            .primary_title(&*d.message)
             .id(d.code.as_str()),
     )]);
     let mut cursor = if out.starts_with(&title) {
