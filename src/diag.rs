@@ -309,6 +309,7 @@ impl Diagnostic {
 /// hundred thousand problems once spent a third of a refused plan's peak
 /// memory on the moment its vector doubled, old and new copies together.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[expect(clippy::vec_box, reason = "boxed on purpose, see above")]
 pub struct Diagnostics(Vec<Box<Diagnostic>>);
 
 impl Diagnostics {

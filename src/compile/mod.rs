@@ -60,6 +60,7 @@ pub struct Ctx {
     /// resolved) is reported once.
     seen: Seen,
     /// Where [`Ctx::push`] puts what it is given while [`Ctx::holding`].
+    #[expect(clippy::vec_box, reason = "held as `Diagnostics` holds them")]
     held: Option<Vec<Box<Diagnostic>>>,
     /// Whether a problem was found, reported or held: the plan is refused.
     refused: bool,
@@ -544,27 +545,50 @@ pub struct Built {
     pub entry_pointer: String,
 }
 
-/// A job while a spec's entries are read: whole while the plan may still
-/// be made, only what the batch rules read of it once the plan is refused
-/// (a refused spec of many thousand entries once held every job whole).
+/// A spec's jobs by stage while its entries are read: whole while the plan
+/// may still be made, only what the batch rules read of each once the
+/// plan is refused (a refused spec of many thousand entries once held
+/// every job whole).
 enum Kept {
-    // Both boxed: a stage's vector of them grows by pointers.
-    Whole(Box<Built>),
-    Facts(Box<rules::Facts>),
+    Whole(Vec<Vec<Built>>),
+    /// Boxed: a stage's vector of them grows by pointers.
+    #[expect(clippy::vec_box, reason = "see above")]
+    Facts(Vec<Vec<Box<rules::Facts>>>),
 }
 
 impl Kept {
-    fn into_facts(self) -> Kept {
+    fn new(stages: usize) -> Kept {
+        Kept::Whole((0..stages).map(|_| Vec::new()).collect())
+    }
+
+    /// Add a job of stage `stage`; `refused`: whether the plan is.
+    fn push(&mut self, stage: usize, built: Built, refused: bool) {
+        let facts = |b| Box::new(rules::Facts::of(b));
+        if let (Kept::Whole(stages), true) = (&mut *self, refused) {
+            let stages = std::mem::take(stages);
+            *self = Kept::Facts(
+                stages
+                    .into_iter()
+                    .map(|jobs| jobs.into_iter().map(facts).collect())
+                    .collect(),
+            );
+        }
         match self {
-            Kept::Whole(b) => Kept::Facts(Box::new(rules::Facts::of(*b))),
-            facts => facts,
+            Kept::Whole(stages) => stages[stage].push(built),
+            Kept::Facts(stages) => stages[stage].push(facts(built)),
         }
     }
 
-    fn member(&self) -> rules::Member<'_> {
+    fn members(&self) -> Vec<Vec<rules::Member<'_>>> {
         match self {
-            Kept::Whole(b) => rules::Member::of(b),
-            Kept::Facts(f) => f.member(),
+            Kept::Whole(stages) => stages
+                .iter()
+                .map(|jobs| jobs.iter().map(rules::Member::of).collect())
+                .collect(),
+            Kept::Facts(stages) => stages
+                .iter()
+                .map(|jobs| jobs.iter().map(|f| f.member()).collect())
+                .collect(),
         }
     }
 }
@@ -578,10 +602,9 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
     };
     let manifest = Manifest::new(&run.manifest.doc);
     let names = stage_names(&doc.rest);
-    let mut stage_jobs: Vec<Vec<Kept>> = names.iter().map(|_| Vec::new()).collect();
+    let mut kept = Kept::new(names.len());
     // State keys of the entries that parsed, for `--workers`.
     let mut known: Vec<String> = Vec::new();
-    let mut whole = true;
     walk_entries(ctx, &src, &mut doc, |ctx, entry, parsed| {
         let Some(parsed) = parsed else {
             // Still check the paths of a refused entry, so one run shows
@@ -595,48 +618,29 @@ fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> V
                 return;
             }
         }
-        let Some(job) = build_job(ctx, run, &manifest, &src, entry, parsed) else {
-            return;
-        };
-        let built = Built {
-            job,
-            entry_pointer: entry.pointer.clone(),
-        };
-        if whole && ctx.refused() {
-            whole = false;
-            for jobs in &mut stage_jobs {
-                *jobs = std::mem::take(jobs)
-                    .into_iter()
-                    .map(Kept::into_facts)
-                    .collect();
-            }
+        if let Some(job) = build_job(ctx, run, &manifest, &src, entry, parsed) {
+            let built = Built {
+                job,
+                entry_pointer: entry.pointer.clone(),
+            };
+            kept.push(entry.stage, built, ctx.refused());
         }
-        let kept = Kept::Whole(Box::new(built));
-        stage_jobs[entry.stage].push(if whole { kept } else { kept.into_facts() });
     });
     check_requested(ctx, &display, only, &known);
-    let members: Vec<Vec<rules::Member>> = stage_jobs
-        .iter()
-        .map(|s| s.iter().map(Kept::member).collect())
-        .collect();
-    rules::check(ctx, &src, &names, &members);
-    drop(members);
+    rules::check(ctx, &src, &names, &kept.members());
+    let Kept::Whole(stages) = kept else {
+        return Vec::new();
+    };
     if ctx.refused() {
         return Vec::new();
     }
     names
         .into_iter()
-        .zip(stage_jobs)
+        .zip(stages)
         .filter(|(_, jobs)| !jobs.is_empty())
         .map(|(name, jobs)| Stage {
             name,
-            jobs: jobs
-                .into_iter()
-                .filter_map(|k| match k {
-                    Kept::Whole(b) => Some(b.job),
-                    Kept::Facts(_) => None,
-                })
-                .collect(),
+            jobs: jobs.into_iter().map(|b| b.job).collect(),
         })
         .collect()
 }
