@@ -154,11 +154,15 @@ impl Spec {
     ) {
         let mut check = ItemCheck::new(&self.rest, self.staged);
         let mut items = std::mem::take(&mut self.items);
-        for item in &mut items {
-            let pointer = self.pointer(item);
-            let value = item.take(text);
-            let (value, errors) = check.errors(value, &pointer);
-            each(item.stage, pointer, value, errors);
+        for batch in items.chunks_mut(CHECKED_TOGETHER) {
+            let values = batch.iter_mut().map(|item| item.take(text)).collect();
+            let pointers: Vec<String> = batch.iter().map(|item| self.pointer(item)).collect();
+            let (values, errors) = check.errors(values, &pointers);
+            for (((item, pointer), value), errors) in
+                batch.iter().zip(pointers).zip(values).zip(errors)
+            {
+                each(item.stage, pointer, value, errors);
+            }
         }
     }
 
@@ -169,11 +173,16 @@ impl Spec {
     }
 }
 
-/// The schema check of one item: the item in a document of its own, as
-/// the spec places it, beside the spec's `defaults`.
+/// How many items are checked in one document: the rules the schema
+/// applies from the root (`defaults`' `after-defaults-*`) are judged once
+/// for them all, as for the whole spec, while few are held at a time.
+const CHECKED_TOGETHER: usize = 64;
+
+/// The schema check of items: the items in a document of their own, as
+/// the spec places them, beside the spec's `defaults`.
 struct ItemCheck {
     doc: Value,
-    /// Where the item sits in `doc`.
+    /// Where the items' list sits in `doc`.
     at: &'static str,
 }
 
@@ -184,12 +193,12 @@ impl ItemCheck {
             doc.insert("defaults".into(), d.clone());
         }
         let at = if staged {
-            let stage = serde_json::json!({"name": "-", "workers": [null]});
+            let stage = serde_json::json!({"name": "-", "workers": []});
             doc.insert("stages".into(), Value::Array(vec![stage]));
-            "/stages/0/workers/0"
+            "/stages/0/workers"
         } else {
-            doc.insert("workers".into(), Value::Array(vec![Value::Null]));
-            "/workers/0"
+            doc.insert("workers".into(), Value::Array(Vec::new()));
+            "/workers"
         };
         ItemCheck {
             doc: Value::Object(doc),
@@ -197,30 +206,39 @@ impl ItemCheck {
         }
     }
 
-    /// The complaints about `item`, pointing where it is (`pointer`).
-    fn errors(&mut self, item: Value, pointer: &str) -> (Value, Vec<SchemaError>) {
-        let Some(slot) = self.doc.pointer_mut(self.at) else {
-            return (item, Vec::new());
+    /// The complaints about each of `items`, pointing where each is
+    /// (`pointers`, in the same order).
+    fn errors(
+        &mut self,
+        items: Vec<Value>,
+        pointers: &[String],
+    ) -> (Vec<Value>, Vec<Vec<SchemaError>>) {
+        let Some(list) = self.doc.pointer_mut(self.at) else {
+            return (items, pointers.iter().map(|_| Vec::new()).collect());
         };
-        *slot = item;
+        *list = Value::Array(items);
         let errors = schema::validate(SchemaKind::Jobs, &self.doc);
-        let item = self
-            .doc
-            .pointer_mut(self.at)
-            .map(std::mem::take)
-            .unwrap_or_default();
-        let errors = errors
-            .into_iter()
-            .filter_map(|mut err| {
-                let below = err.pointer.strip_prefix(self.at)?;
-                if !below.is_empty() && !below.starts_with('/') {
-                    return None;
-                }
-                err.pointer = format!("{pointer}{below}");
-                Some(err)
-            })
-            .collect();
-        (item, errors)
+        let items = match self.doc.pointer_mut(self.at).map(std::mem::take) {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        };
+        let mut out: Vec<Vec<SchemaError>> = pointers.iter().map(|_| Vec::new()).collect();
+        for mut err in errors {
+            let Some(below) = err
+                .pointer
+                .strip_prefix(self.at)
+                .and_then(|b| b.strip_prefix('/'))
+            else {
+                continue;
+            };
+            let (index, below) = below.split_at(below.find('/').unwrap_or(below.len()));
+            let Some(i) = index.parse::<usize>().ok().filter(|i| *i < out.len()) else {
+                continue;
+            };
+            err.pointer = format!("{}{below}", pointers[i]);
+            out[i].push(err);
+        }
+        (items, out)
     }
 }
 
@@ -461,6 +479,8 @@ mod tests {
         ];
         let mut workers = vec![v1.clone(), v2.clone()];
         workers.extend(bad.iter().cloned());
+        // More than one batch of `CHECKED_TOGETHER`.
+        let workers: Vec<Value> = workers.iter().cycle().take(150).cloned().collect();
         let defaults = [
             None,
             Some(json!({"role": "analyst", "provider": "command"})),
