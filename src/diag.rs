@@ -200,8 +200,21 @@ pub struct Label {
     pub text: Box<str>,
 }
 
-/// Texts are boxed `str`s, not `String`s, and places are spans of shared
-/// text (see [`Location`]): a refused plan may hold a hundred thousand.
+/// A text held as long as its diagnostic: a copy of exactly its length.
+/// A formatted `String` carries up to its length again in spare room, and
+/// shrinking it in place is not always done (mimalloc keeps a block that
+/// would shrink by less than half).
+fn exact(text: String) -> Box<str> {
+    if text.len() == text.capacity() {
+        text.into_boxed_str()
+    } else {
+        Box::from(text.as_str())
+    }
+}
+
+/// Texts are boxed `str`s of their exact length, not `String`s, and places
+/// are spans of shared text (see [`Location`]): a refused plan may hold a
+/// hundred thousand diagnostics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
     pub code: Code,
@@ -220,7 +233,7 @@ impl Diagnostic {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         Diagnostic {
             code,
-            message: message.into().into(),
+            message: exact(message.into()),
             location: None,
             pointer: None,
             worker: None,
@@ -235,12 +248,12 @@ impl Diagnostic {
     }
 
     pub fn worker(mut self, worker: impl Into<String>) -> Self {
-        self.worker = Some(worker.into().into());
+        self.worker = Some(exact(worker.into()));
         self
     }
 
     pub fn pointer(mut self, pointer: impl Into<String>) -> Self {
-        self.pointer = Some(pointer.into().into());
+        self.pointer = Some(exact(pointer.into()));
         self
     }
 
@@ -260,7 +273,7 @@ impl Diagnostic {
         let mut labels = std::mem::take(&mut self.labels).into_vec();
         labels.push(Label {
             location,
-            text: text.into().into(),
+            text: exact(text.into()),
         });
         self.labels = labels.into();
         self
