@@ -687,8 +687,18 @@ fn check_requested(ctx: &mut Ctx, display: &str, only: &[String], known: &[Strin
 ///
 /// Steps 2 to 4 take one entry at a time, moved out of `spec` and dropped
 /// once `then` is done with it; what steps 3 and 4 find is held and
-/// reported after everything of step 2.
+/// reported after everything of step 2. Real paths are memoised for the
+/// walk alone: what comes after it compares paths as text.
 fn walk_entries(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    spec: &mut spec::Spec,
+    then: impl FnMut(&mut Ctx, &Entry, Option<identity::Parsed>),
+) {
+    paths::with_cache(|| walk_entries_cached(ctx, src, spec, then));
+}
+
+fn walk_entries_cached(
     ctx: &mut Ctx,
     src: &SourceFile,
     spec: &mut spec::Spec,
