@@ -4,8 +4,8 @@
 # at 1 MB and at 10 MB.
 #
 # usage: benches/plan_memory.sh [size_mb]    (default 10)
-#   MAX_RATIO   peak RSS / spec size allowed at the larger size (default 30;
-#               see benches/README.md for the 10x target and the gap)
+#   MAX_RATIO   peak RSS / spec size allowed at the larger size (default 10,
+#               the target of issue 13; see benches/README.md)
 #   MAX_GROWTH  peak RSS growth allowed from 1 MB to size_mb, relative to
 #               the growth of the input (default 1.0: no worse than linear)
 #
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=${1:-10}
-max_ratio=${MAX_RATIO:-30}
+max_ratio=${MAX_RATIO:-10}
 max_growth=${MAX_GROWTH:-1.0}
 cargo build --release --quiet
 bin=$PWD/target/release/okstra

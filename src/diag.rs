@@ -197,33 +197,48 @@ impl std::fmt::Display for Code {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Label {
     pub location: Location,
-    pub text: String,
+    pub text: Box<str>,
 }
 
+/// A text held as long as its diagnostic: a copy of exactly its length.
+/// A formatted `String` carries up to its length again in spare room, and
+/// shrinking it in place is not always done (mimalloc keeps a block that
+/// would shrink by less than half).
+fn exact(text: String) -> Box<str> {
+    if text.len() == text.capacity() {
+        text.into_boxed_str()
+    } else {
+        Box::from(text.as_str())
+    }
+}
+
+/// Texts are boxed `str`s of their exact length, not `String`s, and places
+/// are spans of shared text (see [`Location`]): a refused plan may hold a
+/// hundred thousand diagnostics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
     pub code: Code,
-    pub message: String,
+    pub message: Box<str>,
     /// The primary place, drawn with `^`.
     pub location: Option<Location>,
-    pub pointer: Option<String>,
-    pub worker: Option<String>,
+    pub pointer: Option<Box<str>>,
+    pub worker: Option<Box<str>>,
     /// Mostly a fixed sentence: borrowed, not copied into every diagnostic.
     pub help: Option<Cow<'static, str>>,
     /// Other places, in the text form only.
-    pub labels: Vec<Label>,
+    pub labels: Box<[Label]>,
 }
 
 impl Diagnostic {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         Diagnostic {
             code,
-            message: message.into(),
+            message: exact(message.into()),
             location: None,
             pointer: None,
             worker: None,
             help: None,
-            labels: Vec::new(),
+            labels: Box::default(),
         }
     }
 
@@ -233,12 +248,12 @@ impl Diagnostic {
     }
 
     pub fn worker(mut self, worker: impl Into<String>) -> Self {
-        self.worker = Some(worker.into());
+        self.worker = Some(exact(worker.into()));
         self
     }
 
     pub fn pointer(mut self, pointer: impl Into<String>) -> Self {
-        self.pointer = Some(pointer.into());
+        self.pointer = Some(exact(pointer.into()));
         self
     }
 
@@ -255,10 +270,12 @@ impl Diagnostic {
 
     /// Adds a secondary place, in this file or another.
     pub fn label(mut self, location: Location, text: impl Into<String>) -> Self {
-        self.labels.push(Label {
+        let mut labels = std::mem::take(&mut self.labels).into_vec();
+        labels.push(Label {
             location,
-            text: text.into(),
+            text: exact(text.into()),
         });
+        self.labels = labels.into();
         self
     }
 
@@ -300,15 +317,24 @@ impl Diagnostic {
 
 /// Everything that went wrong, in the order found. Exit status is that of the
 /// most severe code (a refused plan outranks invalid input).
+///
+/// Each problem is boxed, so the list grows by pointers: a list of a
+/// hundred thousand problems once spent a third of a refused plan's peak
+/// memory on the moment its vector doubled, old and new copies together.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Diagnostics(pub Vec<Diagnostic>);
+#[expect(clippy::vec_box, reason = "boxed on purpose, see above")]
+pub struct Diagnostics(Vec<Box<Diagnostic>>);
 
 impl Diagnostics {
     pub fn push(&mut self, d: Diagnostic) {
+        self.0.push(Box::new(d));
+    }
+    /// [`Self::push`] of a problem boxed already (held, then reported).
+    pub(crate) fn push_boxed(&mut self, d: Box<Diagnostic>) {
         self.0.push(d);
     }
     pub fn extend(&mut self, ds: impl IntoIterator<Item = Diagnostic>) {
-        self.0.extend(ds);
+        self.0.extend(ds.into_iter().map(Box::new));
     }
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -316,8 +342,11 @@ impl Diagnostics {
     pub fn len(&self) -> usize {
         self.0.len()
     }
+    pub fn get(&self, i: usize) -> Option<&Diagnostic> {
+        self.0.get(i).map(|d| &**d)
+    }
     pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.0.iter()
+        self.0.iter().map(|d| &**d)
     }
 
     pub fn exit_status(&self) -> ExitStatus {
@@ -348,7 +377,7 @@ impl Diagnostics {
     pub fn to_json(&self) -> Value {
         json!({
             "ok": false,
-            "errors": self.0.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
+            "errors": self.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
         })
     }
 
@@ -391,13 +420,22 @@ impl Diagnostics {
 
 impl From<Diagnostic> for Diagnostics {
     fn from(d: Diagnostic) -> Self {
-        Diagnostics(vec![d])
+        Diagnostics(vec![Box::new(d)])
     }
 }
 
 impl From<Vec<Diagnostic>> for Diagnostics {
     fn from(ds: Vec<Diagnostic>) -> Self {
-        Diagnostics(ds)
+        Diagnostics(ds.into_iter().map(Box::new).collect())
+    }
+}
+
+impl IntoIterator for Diagnostics {
+    type Item = Diagnostic;
+    type IntoIter =
+        std::iter::Map<std::vec::IntoIter<Box<Diagnostic>>, fn(Box<Diagnostic>) -> Diagnostic>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter().map(|d| *d)
     }
 }
 
@@ -415,6 +453,13 @@ pub enum Format {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused plan may hold a hundred thousand of them.
+    #[test]
+    fn a_diagnostic_is_small() {
+        assert!(std::mem::size_of::<Diagnostic>() <= 120);
+        assert!(std::mem::size_of::<Location>() <= 24);
+    }
 
     #[test]
     fn every_code_has_a_distinct_wire_name_with_a_family() {
@@ -495,7 +540,7 @@ mod tests {
         for ds in [
             Diagnostics::default(),
             Diagnostics::from(Diagnostic::new(Code::PlanStale, "y \"q\"\n").in_file("p")),
-            Diagnostics(vec![
+            Diagnostics::from(vec![
                 Diagnostic::new(Code::SchemaViolation, "x")
                     .at(span_of(&src, "\"x\""))
                     .pointer("/b/0")
@@ -513,7 +558,7 @@ mod tests {
 
     #[test]
     fn exit_status_prefers_refusal_over_invalid_input() {
-        let ds = Diagnostics(vec![
+        let ds = Diagnostics::from(vec![
             Diagnostic::new(Code::SchemaViolation, "x"),
             Diagnostic::new(Code::PlanStale, "y"),
         ]);
@@ -567,7 +612,7 @@ mod tests {
         let d = Diagnostic::new(Code::ExecLocked, "held").help("wait");
         assert_eq!(d.render_text(), "error[exec/locked]: held\n = help: wait\n");
         assert!(d.to_json().get("file").is_none());
-        let all = Diagnostics(vec![d.clone(), d]).render_text();
+        let all = Diagnostics::from(vec![d.clone(), d]).render_text();
         assert!(all.ends_with("\n\nerror: 2 problems found\n"), "{all}");
     }
 

@@ -171,8 +171,19 @@ impl Matcher {
 /// when one's literal directory prefix is a prefix of the other's (`src/*.rs`
 /// and `src/*.md` are reported although they share no file).
 pub fn overlap(a: &WritePolicy, b: &WritePolicy) -> Option<String> {
-    let pa = usable(&a.allow);
-    let pb = usable(&b.allow);
+    overlap_of(
+        a.allow.iter().map(String::as_str),
+        b.allow.iter().map(String::as_str),
+    )
+}
+
+/// [`overlap`] of two allow-lists.
+pub fn overlap_of<'a>(
+    a: impl IntoIterator<Item = &'a str>,
+    b: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let pa = usable(a);
+    let pb = usable(b);
     for x in &pa {
         for y in &pb {
             if let Some(hit) = pair_overlap(x, y) {
@@ -183,10 +194,10 @@ pub fn overlap(a: &WritePolicy, b: &WritePolicy) -> Option<String> {
     None
 }
 
-fn usable(patterns: &[String]) -> Vec<String> {
+fn usable<'a>(patterns: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut v: Vec<String> = patterns
-        .iter()
-        .filter_map(|p| normalise(p))
+        .into_iter()
+        .filter_map(normalise)
         .filter(|p| !p.is_empty())
         .collect();
     v.sort();

@@ -126,7 +126,7 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
             ctx.load("input", &display, file, SourceFormat::for_path(file))
         };
         let Some(mut loaded) = loaded else {
-            all.extend(ctx.diags.0);
+            all.extend(std::mem::take(&mut ctx.diags));
             continue;
         };
         let named = if from_stdin {
@@ -139,7 +139,9 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         if ctx.diags.is_empty() {
             checked.push((display, kind));
         }
-        all.extend(in_line_order(ctx.diags.0));
+        all.extend(in_line_order(
+            std::mem::take(&mut ctx.diags).into_iter().collect(),
+        ));
     }
     if !all.is_empty() {
         return report(&all, args.format);
@@ -207,7 +209,7 @@ pub fn check_document(ctx: &mut Ctx, loaded: &mut Loaded, kind: Kind, file: &Pat
                     (Some(p), _) => p.clone(),
                     (None, Code::PlanVersion) => "/formatVersion".into(),
                     (None, Code::PlanDigestMismatch) => "/digest".into(),
-                    _ => String::new(),
+                    _ => "".into(),
                 };
                 let mut located = ctx.at(&loaded.src, d.code, d.message, &pointer);
                 located.help = d.help;

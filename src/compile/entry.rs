@@ -218,24 +218,35 @@ fn pointer_keys(object: &Map<String, Value>) -> Vec<Box<str>> {
         .collect()
 }
 
-/// Every worker entry of a spec, `defaults` applied. Each worker's own
-/// values are moved out of `doc` (its object is left empty), not copied:
-/// a spec is held once, however many workers it has.
-pub fn take_entries(doc: &mut Value) -> Vec<Entry> {
-    let defaults = doc
-        .get("defaults")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let default_keys: Arc<[Box<str>]> = pointer_keys(&defaults).into();
-    let mut out = Vec::new();
-    let mut push = |stage: usize, pointer: String, item: &mut Value| {
-        let Some(own) = item.as_object_mut() else {
-            return;
+/// A spec's `defaults`, given to each of its worker entries.
+pub struct Defaults {
+    values: Map<String, Value>,
+    /// The pointer suffixes of its keys, shared by every entry.
+    keys: Arc<[Box<str>]>,
+}
+
+impl Defaults {
+    /// The `defaults` table of a spec document (none when it is not a table).
+    pub fn of(doc: &Value) -> Defaults {
+        let values = doc
+            .get("defaults")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let keys = pointer_keys(&values).into();
+        Defaults { values, keys }
+    }
+
+    /// The entry an item of stage `stage`'s workers makes, at `pointer`,
+    /// with the defaults applied; `None` when the item is not a table (the
+    /// schema says so). The item's own values are moved into the entry,
+    /// not copied.
+    pub fn entry(&self, stage: usize, pointer: String, item: Value) -> Option<Entry> {
+        let Value::Object(mut values) = item else {
+            return None;
         };
-        let mut values = std::mem::take(own);
         let own_keys = pointer_keys(&values).into();
-        for (k, v) in &defaults {
+        for (k, v) in &self.values {
             match values.get_mut(k) {
                 // A worker's `slurm` table adds to the defaults' one, key by
                 // key: `cpus` for one worker keeps the run's partition.
@@ -255,31 +266,17 @@ pub fn take_entries(doc: &mut Value) -> Vec<Entry> {
                 }
             }
         }
-        out.push(Entry {
+        Some(Entry {
             stage,
             pointer,
             fields: WorkerFields::read(values),
             origin: Origin {
                 own: own_keys,
-                defaults: Arc::clone(&default_keys),
+                defaults: Arc::clone(&self.keys),
             },
             reserved: false,
-        });
-    };
-    if let Some(stages) = doc.get_mut("stages").and_then(Value::as_array_mut) {
-        for (si, stage) in stages.iter_mut().enumerate() {
-            if let Some(workers) = stage.get_mut("workers").and_then(Value::as_array_mut) {
-                for (wi, item) in workers.iter_mut().enumerate() {
-                    push(si, format!("/stages/{si}/workers/{wi}"), item);
-                }
-            }
-        }
-    } else if let Some(workers) = doc.get_mut("workers").and_then(Value::as_array_mut) {
-        for (wi, item) in workers.iter_mut().enumerate() {
-            push(0, format!("/workers/{wi}"), item);
-        }
+        })
     }
-    out
 }
 
 /// The key of the `sbatch` options; `Entry::ptr("slurm/partition")` points
@@ -381,6 +378,22 @@ mod tests {
         WorkerFields::read(v.as_object().unwrap().clone())
     }
 
+    /// The entries of a spec's first stage (or of its `workers`).
+    fn entries_of(doc: &Value) -> Vec<Entry> {
+        let defaults = Defaults::of(doc);
+        let (base, items) = match doc.get("stages") {
+            Some(stages) => ("/stages/0/workers", &stages[0]["workers"]),
+            None => ("/workers", &doc["workers"]),
+        };
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, item)| defaults.entry(0, format!("{base}/{i}"), item.clone()))
+            .collect()
+    }
+
     #[test]
     fn typed_keys_read_their_values() {
         let f = fields(json!({
@@ -447,11 +460,11 @@ mod tests {
 
     #[test]
     fn defaults_apply_and_own_values_win_with_their_pointers() {
-        let mut doc = json!({
+        let doc = json!({
             "defaults": {"provider": "command", "role": "analyst"},
             "stages": [{"name": "a", "workers": [{"workerId": "x", "role": "verifier", "a/b": 1}, 7]}]
         });
-        let entries = take_entries(&mut doc);
+        let entries = entries_of(&doc);
         assert_eq!(entries.len(), 1);
         let e = &entries[0];
         assert_eq!(e.pointer, "/stages/0/workers/0");
@@ -461,9 +474,6 @@ mod tests {
         assert_eq!(e.ptr("role"), "/stages/0/workers/0/role");
         assert_eq!(e.ptr("a/b"), "/stages/0/workers/0/a~1b");
         assert_eq!(e.ptr("resultPath"), "/stages/0/workers/0");
-        // The worker was moved out of the document, not copied.
-        assert_eq!(doc["stages"][0]["workers"][0], json!({}));
-        assert_eq!(doc["stages"][0]["name"], "a");
 
         let values = json!({"provider": "codex", "derived": 1});
         let e = Entry::synthetic(
@@ -478,7 +488,7 @@ mod tests {
 
     #[test]
     fn a_workers_slurm_table_adds_to_the_defaults_key_by_key() {
-        let mut doc = json!({
+        let doc = json!({
             "defaults": {"backend": "slurm", "slurm": {"partition": "gpu", "cpus": 2, "timeLimit": "10"}},
             "workers": [
                 {"workerId": "x", "slurm": {"cpus": 8, "memory": "4G", "extraArgs": ["--qos=x", 3]}},
@@ -486,7 +496,7 @@ mod tests {
                 {"workerId": "z", "slurm": {"cpus": "many", "account": ""}}
             ]
         });
-        let entries = take_entries(&mut doc);
+        let entries = entries_of(&doc);
         let x = entries[0].fields.slurm.clone().unwrap();
         assert_eq!(x.partition.as_deref(), Some("gpu"));
         assert_eq!(x.time_limit.as_deref(), Some("10"));

@@ -42,15 +42,15 @@ pub struct Problem {
     pub code: Code,
     pub message: String,
     pub key: Option<&'static str>,
-    pub help: String,
+    pub help: &'static str,
 }
 
-fn problem(code: Code, key: Option<&'static str>, message: String, help: &str) -> Problem {
+fn problem(code: Code, key: Option<&'static str>, message: String, help: &'static str) -> Problem {
     Problem {
         code,
         message,
         key,
-        help: help.to_string(),
+        help,
     }
 }
 

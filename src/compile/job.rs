@@ -10,12 +10,13 @@
 //! 3. invocation metadata and dispatch kind,
 //! 4. what the job claims (audience, model, role, ...), checked against
 //!    the metadata and the manifest,
-//! 5. the job: write policy, provider argv, wrapper command.
+//! 5. the job: write policy, provider argv, wrapper command (the last two
+//!    only while the plan may still be made).
 
 use super::authority::{self, Claim, Meta};
 use super::paths::{self, Field, Resolved};
 use super::raw::Reported;
-use super::rules::Member;
+use super::rules::Facts;
 use super::{identity, require_file, with_worker, Ctx, Entry, RunFacts};
 use crate::diag::Code;
 use crate::model::{self, Manifest};
@@ -59,8 +60,13 @@ pub fn build_job(
     let planned = planned_paths(&job.role, paths.planned.clone(), &run.planned_paths);
     job.write_policy = write_policy(&job, &planned, &paths.aux);
     let command = command_argv(ctx, src, entry, job.provider, &job.key)?;
-    let root = ctx.root.clone();
-    set_commands(&mut job, &root, run, manifest, entry, &command, &paths.aux);
+    // A refused plan is never written, and the batch rules read no
+    // command: a spec refused for thousands of entries once worked out
+    // every job's argv only to drop it.
+    if !ctx.refused() {
+        let root = ctx.root.clone();
+        set_commands(&mut job, &root, run, manifest, entry, &command, &paths.aux);
+    }
     Some(job)
 }
 
@@ -97,42 +103,18 @@ pub fn check_alone(
 }
 
 /// A job as the spec alone describes it, for the batch rules `okstra
-/// validate` runs: its paths resolved where they land (reading no file),
-/// its audience as the entry gives it (plan may take one from the
-/// metadata), its write policy without the manifest's planned paths.
-pub struct Sketch {
-    key: String,
-    label: String,
-    role: Role,
-    audience: Option<Audience>,
-    write_policy: plan::WritePolicy,
-    entry_pointer: String,
-}
-
-impl Sketch {
-    pub fn member(&self) -> Member<'_> {
-        Member {
-            key: &self.key,
-            label: &self.label,
-            role: &self.role,
-            audience: self.audience.as_ref(),
-            // Dispatch ids come from the metadata's invocation id.
-            dispatch_id: None,
-            write_policy: &self.write_policy,
-            entry_pointer: &self.entry_pointer,
-        }
-    }
-}
-
-/// [`check_alone`]'s steps and the paths, as `build_job` takes them but
-/// without reading the prompt: `None` where plan would refuse the entry
-/// from the spec alone (every problem reported).
+/// validate` runs: [`check_alone`]'s steps and the paths, as `build_job`
+/// takes them but without reading the prompt (so where they land), its
+/// audience as the entry gives it (plan may take one from the metadata),
+/// its write policy without the manifest's planned paths, and no dispatch
+/// id (that comes from the metadata's invocation id). `None` where plan
+/// would refuse the entry from the spec alone (every problem reported).
 pub fn sketch(
     ctx: &mut Ctx,
     src: &SourceFile,
     entry: &Entry,
     parsed: &identity::Parsed,
-) -> Option<Sketch> {
+) -> Option<Facts> {
     let provider = resolve_provider(ctx, src, entry, parsed);
     let paths = resolve_paths(ctx, src, entry, &parsed.state_key, Prompt::Unread);
     let dispatch_kind = resolve_dispatch_kind(ctx, src, entry);
@@ -155,13 +137,14 @@ pub fn sketch(
         planned_paths: &paths.planned,
         auxiliary_roots: &paths.aux,
     });
-    Some(Sketch {
-        key: parsed.state_key.clone(),
-        label: parsed.identity.label().to_string(),
+    Some(Facts {
+        key: parsed.state_key.as_str().into(),
+        label: parsed.identity.label().into(),
         role,
         audience: choose_audience(f.audience.as_deref(), None),
-        write_policy,
-        entry_pointer: entry.pointer.clone(),
+        dispatch_id: None,
+        allow: write_policy.allow.into_iter().map(Into::into).collect(),
+        entry_pointer: entry.pointer.as_str().into(),
     })
 }
 

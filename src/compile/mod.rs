@@ -11,9 +11,11 @@ pub mod paths;
 pub mod raw;
 pub mod roster;
 pub mod rules;
+mod seen;
+pub mod spec;
 pub mod translator;
 
-pub use entry::{take_entries, Entry};
+pub use entry::{Defaults, Entry};
 #[cfg(test)]
 pub(crate) use job::DEFAULT_IDLE_TIMEOUT_SECONDS;
 pub use job::{artifact_paths, build_job};
@@ -26,8 +28,9 @@ use crate::schema::{self, SchemaKind};
 use crate::source::{Format, SourceFile};
 use crate::vocab::Backend;
 use paths::{Field, PathProblem, Resolved};
+use seen::Seen;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What `okstra plan` was asked to do.
@@ -52,10 +55,15 @@ pub struct Ctx {
     pub root: PathBuf,
     pub diags: Diagnostics,
     inputs: BTreeMap<(String, String), String>,
-    /// What was reported (code, place, message), so one problem found twice
-    /// (a value in `defaults` read by every entry; a path judged as written
-    /// and again when resolved) is reported once.
-    reported: HashSet<String>,
+    /// What was reported, so one problem found twice (a value in `defaults`
+    /// read by every entry; a path judged as written and again when
+    /// resolved) is reported once.
+    seen: Seen,
+    /// Where [`Ctx::push`] puts what it is given while [`Ctx::holding`].
+    #[expect(clippy::vec_box, reason = "held as `Diagnostics` holds them")]
+    held: Option<Vec<Box<Diagnostic>>>,
+    /// Whether a problem was found, reported or held: the plan is refused.
+    refused: bool,
 }
 
 impl Ctx {
@@ -64,7 +72,9 @@ impl Ctx {
             root,
             diags: Diagnostics::default(),
             inputs: BTreeMap::new(),
-            reported: HashSet::new(),
+            seen: Seen::default(),
+            held: None,
+            refused: false,
         }
     }
 
@@ -97,19 +107,37 @@ impl Ctx {
     /// Report `d`, unless the same problem at the same place was reported
     /// already (the worker and help it names do not make it another).
     pub fn push(&mut self, d: Diagnostic) {
-        let loc = d.location.as_ref();
-        let key = format!(
-            "{}\0{}\0{:?}\0{:?}\0{}\0{}",
-            d.code,
-            loc.map(|l| l.file_name()).unwrap_or(""),
-            loc.and_then(|l| l.line()),
-            loc.and_then(|l| l.column()),
-            d.pointer.as_deref().unwrap_or(""),
-            d.message
-        );
-        if self.reported.insert(key) {
-            self.diags.push(d);
+        self.push_boxed(Box::new(d));
+    }
+
+    fn push_boxed(&mut self, d: Box<Diagnostic>) {
+        self.refused = true;
+        if let Some(held) = &mut self.held {
+            held.push(d);
+        } else if self.seen.first_time(&self.diags, &d) {
+            self.diags.push_boxed(d);
         }
+    }
+
+    /// Run `f` with what it reports added to `held`, in the order found,
+    /// instead of reported: problems found ahead of their turn, which the
+    /// caller pushes once the problems due before them are reported (a
+    /// problem found twice is dropped then).
+    pub fn holding<T>(
+        &mut self,
+        held: &mut Vec<Box<Diagnostic>>,
+        f: impl FnOnce(&mut Ctx) -> T,
+    ) -> T {
+        let outer = self.held.replace(std::mem::take(held));
+        let out = f(self);
+        *held = std::mem::replace(&mut self.held, outer).unwrap_or_default();
+        out
+    }
+
+    /// Whether a problem was found so far, reported or held: the plan will
+    /// be refused whatever else is found.
+    pub fn refused(&self) -> bool {
+        self.refused || !self.diags.is_empty()
     }
 
     /// Record an input file's digest (kind, project-relative display path).
@@ -517,44 +545,98 @@ pub struct Built {
     pub entry_pointer: String,
 }
 
+/// A spec's jobs by stage while its entries are read: whole while the plan
+/// may still be made, only what the batch rules read of each once the
+/// plan is refused (a refused spec of many thousand entries once held
+/// every job whole).
+enum Kept {
+    Whole(Vec<Vec<Built>>),
+    /// Boxed: a stage's vector of them grows by pointers.
+    #[expect(clippy::vec_box, reason = "see above")]
+    Facts(Vec<Vec<Box<rules::Facts>>>),
+}
+
+impl Kept {
+    fn new(stages: usize) -> Kept {
+        Kept::Whole((0..stages).map(|_| Vec::new()).collect())
+    }
+
+    /// Add a job of stage `stage`; `refused`: whether the plan is.
+    fn push(&mut self, stage: usize, built: Built, refused: bool) {
+        let facts = |b| Box::new(rules::Facts::of(b));
+        if let (Kept::Whole(stages), true) = (&mut *self, refused) {
+            let stages = std::mem::take(stages);
+            *self = Kept::Facts(
+                stages
+                    .into_iter()
+                    .map(|jobs| jobs.into_iter().map(facts).collect())
+                    .collect(),
+            );
+        }
+        match self {
+            Kept::Whole(stages) => stages[stage].push(built),
+            Kept::Facts(stages) => stages[stage].push(facts(built)),
+        }
+    }
+
+    fn members(&self) -> Vec<Vec<rules::Member<'_>>> {
+        match self {
+            Kept::Whole(stages) => stages
+                .iter()
+                .map(|jobs| jobs.iter().map(rules::Member::of).collect())
+                .collect(),
+            Kept::Facts(stages) => stages
+                .iter()
+                .map(|jobs| jobs.iter().map(|f| f.member()).collect())
+                .collect(),
+        }
+    }
+}
+
 fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> Vec<Stage> {
     let Some(display) = command_line_display(ctx, "spec", spec) else {
         return Vec::new();
     };
-    let Some(mut loaded) = ctx.load("spec", &display, spec, Format::for_path(spec)) else {
+    let Some((mut doc, src)) = spec::load(ctx, &display, spec) else {
         return Vec::new();
     };
-    let (entries, parsed) = check_entries(ctx, &mut loaded);
     let manifest = Manifest::new(&run.manifest.doc);
-    let mut stage_jobs: Vec<Vec<Built>> = (0..stage_names(&loaded.doc).len())
-        .map(|_| Vec::new())
-        .collect();
+    let names = stage_names(&doc.rest);
+    let mut kept = Kept::new(names.len());
     // State keys of the entries that parsed, for `--workers`.
     let mut known: Vec<String> = Vec::new();
-    for (entry, parsed) in entries.iter().zip(parsed) {
+    walk_entries(ctx, &src, &mut doc, |ctx, entry, parsed| {
         let Some(parsed) = parsed else {
             // Still check the paths of a refused entry, so one run shows
             // every problem.
-            check_entry_paths(ctx, &loaded.src, entry, true);
-            continue;
+            check_entry_paths(ctx, &src, entry, true);
+            return;
         };
-        known.push(parsed.state_key.clone());
-        if !only.is_empty() && !only.contains(&parsed.state_key) {
-            continue;
+        if !only.is_empty() {
+            known.push(parsed.state_key.clone());
+            if !only.contains(&parsed.state_key) {
+                return;
+            }
         }
-        if let Some(job) = build_job(ctx, run, &manifest, &loaded.src, entry, parsed) {
-            stage_jobs[entry.stage].push(Built {
+        if let Some(job) = build_job(ctx, run, &manifest, &src, entry, parsed) {
+            let built = Built {
                 job,
                 entry_pointer: entry.pointer.clone(),
-            });
+            };
+            kept.push(entry.stage, built, ctx.refused());
         }
-    }
+    });
     check_requested(ctx, &display, only, &known);
-    let names = stage_names(&loaded.doc);
-    rules::check(ctx, &loaded.src, &names, &stage_jobs);
+    rules::check(ctx, &src, &names, &kept.members());
+    let Kept::Whole(stages) = kept else {
+        return Vec::new();
+    };
+    if ctx.refused() {
+        return Vec::new();
+    }
     names
         .into_iter()
-        .zip(stage_jobs)
+        .zip(stages)
         .filter(|(_, jobs)| !jobs.is_empty())
         .map(|(name, jobs)| Stage {
             name,
@@ -591,40 +673,86 @@ fn check_requested(ctx: &mut Ctx, display: &str, only: &[String], known: &[Strin
     );
 }
 
-/// Identity and schema checks of a spec's entries, and the rules of each
-/// entry that need nothing but the spec. Identity goes first: its
-/// refusals carry their own codes, and the schema's complaints about the
-/// same keys would only repeat them; so do the other rules' (SPEC §2:
-/// where the schema and a rule refuse the same thing, the rule's code).
-fn check_entries(
+/// Walk a spec's entries in the order their problems are reported:
+///
+/// 1. every path and `env` table as written (`raw`): `defaults`, then each
+///    entry;
+/// 2. each entry's identity, and the rules of an entry that need nothing
+///    but the spec (`job::check_alone`);
+/// 3. the schema's complaints that no rule above answered, by pointer
+///    (SPEC §2: where the schema and a rule refuse the same thing, the
+///    rule's code; a refused identity covers its keys);
+/// 4. `then` on each entry, with its identity where it parsed: the job or
+///    sketch it makes, and their problems.
+///
+/// Steps 2 to 4 take one entry at a time, moved out of `spec` and dropped
+/// once `then` is done with it; what steps 3 and 4 find is held and
+/// reported after everything of step 2. Real paths are memoised for the
+/// walk alone: what comes after it compares paths as text.
+fn walk_entries(
     ctx: &mut Ctx,
-    loaded: &mut Loaded,
-) -> (Vec<Entry>, Vec<Option<identity::Parsed>>) {
-    // The schema and the raw path checks see the document whole, before the
-    // entries take it apart.
-    let schema_errors = schema::validate(SchemaKind::Jobs, &loaded.doc);
+    src: &SourceFile,
+    spec: &mut spec::Spec,
+    then: impl FnMut(&mut Ctx, &Entry, Option<identity::Parsed>),
+) {
+    paths::with_cache(|| walk_entries_cached(ctx, src, spec, then));
+}
+
+fn walk_entries_cached(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    spec: &mut spec::Spec,
+    mut then: impl FnMut(&mut Ctx, &Entry, Option<identity::Parsed>),
+) {
+    let text = src.text();
     let mut reported = raw::Reported::default();
-    raw::check(ctx, &loaded.src, &loaded.doc, &mut reported);
-    let entries = take_entries(&mut loaded.doc);
-    let mut parsed = Vec::with_capacity(entries.len());
-    let mut covered: HashSet<String> = HashSet::new();
-    for entry in &entries {
-        match identity::parse(&entry.fields) {
-            Ok(p) => {
-                job::check_alone(ctx, &loaded.src, entry, &p, &mut reported);
-                parsed.push(Some(p));
-            }
-            Err(problems) => {
-                report_identity(ctx, &loaded.src, entry, problems);
-                covered.insert(entry.pointer.clone());
-                parsed.push(None);
-            }
+    if let Some(d) = spec.rest.get("defaults").and_then(Value::as_object) {
+        raw::check_object(ctx, src, "/defaults", d, &mut reported);
+    }
+    for item in spec.items() {
+        if let Some(object) = item.value(text).as_object() {
+            raw::check_object(ctx, src, &spec.pointer(item), object, &mut reported);
         }
     }
-    ctx.report_schema(SchemaKind::Jobs, &loaded.src, schema_errors, &|err| {
-        schema_covered_by_identity(err, &covered) || reported.covers(err)
+    let defaults = Defaults::of(&spec.rest);
+    let rest_errors = spec.schema_errors();
+    let mut schema_held = Vec::new();
+    let mut later = Vec::new();
+    spec.take_each(text, |stage, pointer, value, errors| {
+        let entry = defaults.entry(stage, pointer, value);
+        let parsed = entry
+            .as_ref()
+            .and_then(|entry| match identity::parse(&entry.fields) {
+                Ok(p) => {
+                    job::check_alone(ctx, src, entry, &p, &mut reported);
+                    Some(p)
+                }
+                Err(problems) => {
+                    report_identity(ctx, src, entry, problems);
+                    None
+                }
+            });
+        let refused = entry.as_ref().filter(|_| parsed.is_none());
+        ctx.holding(&mut schema_held, |ctx| {
+            ctx.report_schema(SchemaKind::Jobs, src, errors, &|err| {
+                refused.is_some_and(|e| covered_by_refusal(err, &e.pointer)) || reported.covers(err)
+            })
+        });
+        if let Some(entry) = entry {
+            ctx.holding(&mut later, |ctx| then(ctx, &entry, parsed));
+        }
     });
-    (entries, parsed)
+    ctx.holding(&mut schema_held, |ctx| {
+        ctx.report_schema(SchemaKind::Jobs, src, rest_errors, &|err| {
+            reported.covers(err)
+        })
+    });
+    // The order of the whole document's complaints (each part's come
+    // sorted, and a pointer belongs to one part).
+    schema_held.sort_by(|a, b| a.pointer.cmp(&b.pointer));
+    for d in schema_held.into_iter().chain(later) {
+        ctx.push_boxed(d);
+    }
 }
 
 /// Identity refusals of one entry as diagnostics, each at the key it is about.
@@ -650,26 +778,28 @@ pub fn report_identity(
 /// paths as they land under the project root, and the batch rules over
 /// what the spec says of each job. Plan may still refuse such a spec, but
 /// only for what those inputs say (SPEC §8).
-/// The document's workers are moved into the entries (see [`take_entries`]).
+/// The document's workers are moved out of `loaded.doc` (see [`spec::Spec`]).
 pub fn check_spec_alone(ctx: &mut Ctx, loaded: &mut Loaded) {
     paths::with_cache(|| {
-        let (entries, parsed) = check_entries(ctx, loaded);
-        let names = stage_names(&loaded.doc);
-        let mut sketches: Vec<Vec<job::Sketch>> = names.iter().map(|_| Vec::new()).collect();
-        for (entry, parsed) in entries.iter().zip(&parsed) {
+        let mut spec = spec::Spec::of_value(std::mem::take(&mut loaded.doc));
+        let src = &loaded.src;
+        let names = stage_names(&spec.rest);
+        let mut sketches: Vec<Vec<rules::Facts>> = names.iter().map(|_| Vec::new()).collect();
+        walk_entries(ctx, src, &mut spec, |ctx, entry, parsed| {
             let Some(parsed) = parsed else {
-                check_entry_paths(ctx, &loaded.src, entry, false);
-                continue;
+                check_entry_paths(ctx, src, entry, false);
+                return;
             };
-            if let Some(s) = job::sketch(ctx, &loaded.src, entry, parsed) {
+            if let Some(s) = job::sketch(ctx, src, entry, &parsed) {
                 sketches[entry.stage].push(s);
             }
-        }
+        });
         let stages: Vec<Vec<rules::Member>> = sketches
             .iter()
-            .map(|s| s.iter().map(job::Sketch::member).collect())
+            .map(|s| s.iter().map(rules::Facts::member).collect())
             .collect();
-        rules::check_members(ctx, &loaded.src, &names, &stages);
+        rules::check(ctx, src, &names, &stages);
+        loaded.doc = spec.rest;
     });
 }
 
@@ -681,21 +811,17 @@ pub fn with_worker(d: Diagnostic, entry: &Entry) -> Diagnostic {
     }
 }
 
-/// Whether an entry the identity rules refused already covers a schema
-/// complaint. Looked up by the complaint's pointer prefixes, so a spec with
-/// thousands of refused entries and complaints costs a set lookup each.
-fn schema_covered_by_identity(
-    err: &schema::SchemaError,
-    refused_entries: &HashSet<String>,
-) -> bool {
-    let p = err.pointer.as_str();
-    // Whole-entry complaints (required / conditional / not) are what the
-    // identity rules already said.
-    (refused_entries.contains(p) && err.keyword != "additionalProperties")
-        || p.match_indices('/').any(|(i, _)| {
-            refused_entries.contains(&p[..i])
-                && identity::IDENTITY_KEYS.contains(&p[i + 1..].split('/').next().unwrap_or(""))
-        })
+/// Whether the refusal of the entry at `entry` by the identity rules
+/// already covers a schema complaint about it: whole-entry complaints
+/// (required / conditional / not), and any about its identity keys.
+fn covered_by_refusal(err: &schema::SchemaError, entry: &str) -> bool {
+    match err.pointer.strip_prefix(entry) {
+        Some("") => err.keyword != "additionalProperties",
+        Some(below) => below.strip_prefix('/').is_some_and(|below| {
+            identity::IDENTITY_KEYS.contains(&below.split('/').next().unwrap_or(""))
+        }),
+        None => false,
+    }
 }
 
 fn stage_names(doc: &Value) -> Vec<String> {

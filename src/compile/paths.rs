@@ -187,11 +187,12 @@ thread_local! {
 }
 
 /// Run `f` with real paths memoised per directory. Only for work that does
-/// not change the tree while it runs (planning).
+/// not change the tree while it runs (planning). Nested, `f` has a memo of
+/// its own, dropped when it returns, and the outer one is kept meanwhile.
 pub fn with_cache<R>(f: impl FnOnce() -> R) -> R {
-    CACHE.with(|c| *c.borrow_mut() = Some(Resolver::default()));
+    let outer = CACHE.with(|c| c.borrow_mut().replace(Resolver::default()));
     let out = f();
-    CACHE.with(|c| *c.borrow_mut() = None);
+    CACHE.with(|c| *c.borrow_mut() = outer);
     out
 }
 

@@ -15,6 +15,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::schema::{self, SchemaError};
 use crate::source::SourceFile;
 use serde_json::{Map, Value};
+use std::collections::HashSet;
 
 /// The path keys of a worker entry (and of `defaults`), with what each names
 /// and whether it holds a list.
@@ -92,84 +93,58 @@ pub fn invalid_path(
 
 /// What the spec-alone rules reported (these checks, and the steps of
 /// `job::check_alone`), so the schema's complaints about the same values
-/// can be dropped.
+/// can be dropped. Sets, not lists: a spec of thousands of entries asks
+/// once per complaint.
 #[derive(Default)]
 pub struct Reported {
-    paths: Vec<String>,
-    envs: Vec<String>,
+    paths: HashSet<String>,
+    /// `.../env` tables with a refused name or value.
+    envs: HashSet<String>,
     /// (entry pointer, key): a key the entry needs and does not have.
-    missing: Vec<(String, String)>,
+    missing: HashSet<(String, String)>,
     /// Values refused by a rule whose schema twin is a `pattern`.
-    values: Vec<String>,
+    values: HashSet<String>,
 }
 
 impl Reported {
     /// A rule reported that the entry at `entry` lacks `key`.
     pub fn missing(&mut self, entry: &str, key: &str) {
-        self.missing.push((entry.to_string(), key.to_string()));
+        self.missing.insert((entry.to_string(), key.to_string()));
     }
 
     /// A rule refused the value at `pointer`.
     pub fn value(&mut self, pointer: &str) {
-        self.values.push(pointer.to_string());
+        self.values.insert(pointer.to_string());
     }
 
     /// Whether a schema complaint is about something reported here.
     pub fn covers(&self, err: &SchemaError) -> bool {
         if let Some(key) = &err.missing {
-            return self
-                .missing
-                .iter()
-                .any(|(entry, k)| *entry == err.pointer && k == key);
+            return self.missing.contains(&(err.pointer.clone(), key.clone()));
         }
-        let below = |ancestor: &String| {
-            err.pointer == *ancestor
-                || err
-                    .pointer
-                    .strip_prefix(ancestor.as_str())
-                    .is_some_and(|rest| rest.starts_with('/'))
-        };
+        // The complaint's pointer and each of its ancestors.
+        let mut at_or_above = std::iter::once(err.pointer.as_str()).chain(
+            err.pointer
+                .match_indices('/')
+                .map(|(i, _)| &err.pointer[..i]),
+        );
         (err.keyword == "pattern"
             && (self.paths.contains(&err.pointer) || self.values.contains(&err.pointer)))
-            || self.envs.iter().any(below)
+            || at_or_above.any(|p| self.envs.contains(p))
     }
 }
 
-/// Check `defaults` and every worker entry of a spec document.
-pub fn check(ctx: &mut Ctx, src: &SourceFile, doc: &Value, reported: &mut Reported) {
-    for (pointer, entry) in objects(doc) {
-        check_paths(ctx, src, &pointer, entry, reported);
-        check_env(ctx, src, &pointer, entry, reported);
-    }
-}
-
-/// `defaults` and the worker entries, with their pointers.
-fn objects<'a>(doc: &'a Value) -> Vec<(String, &'a Map<String, Value>)> {
-    let mut out = Vec::new();
-    if let Some(d) = doc.get("defaults").and_then(Value::as_object) {
-        out.push(("/defaults".to_string(), d));
-    }
-    let mut workers = |base: String, list: Option<&'a Value>| {
-        for (i, w) in list
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            if let Some(w) = w.as_object() {
-                out.push((format!("{base}/workers/{i}"), w));
-            }
-        }
-    };
-    match doc.get("stages").and_then(Value::as_array) {
-        Some(stages) => {
-            for (si, stage) in stages.iter().enumerate() {
-                workers(format!("/stages/{si}"), stage.get("workers"));
-            }
-        }
-        None => workers(String::new(), doc.get("workers")),
-    }
-    out
+/// Check one object of a spec document at `pointer`: `defaults`, or a
+/// worker entry as written (before `defaults` is applied).
+pub fn check_object(
+    ctx: &mut Ctx,
+    src: &SourceFile,
+    pointer: &str,
+    object: &Map<String, Value>,
+    reported: &mut Reported,
+) {
+    check_paths(ctx, src, pointer, object, reported);
+    check_env(ctx, src, pointer, object, reported);
 }
 
 /// The worker a diagnostic is about: none for `defaults` (it is every one).
@@ -194,7 +169,7 @@ fn check_paths(
     let mut report = |ctx: &mut Ctx, ptr: String, value: &str, why: String| {
         let d = invalid_path(ctx, src, value, &ptr, &why);
         ctx.push(named(d, pointer, entry));
-        reported.paths.push(ptr);
+        reported.paths.insert(ptr);
     };
     for (key, field, list) in PATH_KEYS {
         match (entry.get(*key), list) {
@@ -263,7 +238,7 @@ fn check_env(
         }
     }
     if found {
-        reported.envs.push(base);
+        reported.envs.insert(base);
     }
 }
 

@@ -149,9 +149,9 @@ pub fn stages(ctx: &mut Ctx, run: &RunFacts, requested: &[String]) -> (Vec<Stage
         }
     }
     let names = vec![STAGE.to_string()];
-    let stages = vec![built];
-    rules::check(ctx, &team.src, &names, &stages);
-    let jobs: Vec<_> = stages.into_iter().flatten().map(|b| b.job).collect();
+    let members = vec![built.iter().map(rules::Member::of).collect()];
+    rules::check(ctx, &team.src, &names, &members);
+    let jobs: Vec<_> = built.into_iter().map(|b| b.job).collect();
     let out = if jobs.is_empty() {
         Vec::new()
     } else {

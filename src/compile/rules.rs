@@ -6,7 +6,6 @@
 use super::{Built, Ctx};
 use crate::diag::{Code, Diagnostic};
 use crate::model::REPORT_WRITER;
-use crate::plan::WritePolicy;
 use crate::policy;
 use crate::source::SourceFile;
 use crate::vocab::{Audience, Role};
@@ -30,13 +29,14 @@ pub struct Member<'a> {
     pub role: &'a Role,
     pub audience: Option<&'a Audience>,
     pub dispatch_id: Option<&'a str>,
-    pub write_policy: &'a WritePolicy,
+    /// What its write policy allows.
+    pub allow: Allow<'a>,
     /// The entry the job came from, where its diagnostics point.
     pub entry_pointer: &'a str,
 }
 
 impl<'a> Member<'a> {
-    fn of(built: &'a Built) -> Member<'a> {
+    pub fn of(built: &'a Built) -> Member<'a> {
         let job = &built.job;
         Member {
             key: &job.key,
@@ -44,8 +44,73 @@ impl<'a> Member<'a> {
             role: &job.role,
             audience: job.audience.as_ref(),
             dispatch_id: job.dispatch_id.as_deref(),
-            write_policy: &job.write_policy,
+            allow: Allow::Job(&job.write_policy.allow),
             entry_pointer: &built.entry_pointer,
+        }
+    }
+}
+
+/// A job's write policy's allow-list, as the rules read it.
+#[derive(Clone, Copy)]
+pub enum Allow<'a> {
+    /// A built job's.
+    Job(&'a [String]),
+    /// Kept apart from its job ([`Facts`]).
+    Kept(&'a [Box<str>]),
+}
+
+impl<'a> Allow<'a> {
+    pub fn paths(self) -> impl Iterator<Item = &'a str> {
+        let (job, kept): (&[String], &[Box<str>]) = match self {
+            Allow::Job(paths) => (paths, &[]),
+            Allow::Kept(paths) => (&[], paths),
+        };
+        job.iter()
+            .map(String::as_str)
+            .chain(kept.iter().map(|p| &**p))
+    }
+}
+
+/// A [`Member`] of its own: what `okstra validate` knows of a job from the
+/// spec alone, and what planning keeps of a job once the plan is refused
+/// anyway (the job itself, its commands above all, is dropped). Of its
+/// write policy it keeps the allow-list: the rules read nothing else.
+pub struct Facts {
+    pub key: Box<str>,
+    pub label: Box<str>,
+    pub role: Role,
+    pub audience: Option<Audience>,
+    pub dispatch_id: Option<Box<str>>,
+    pub allow: Box<[Box<str>]>,
+    pub entry_pointer: Box<str>,
+}
+
+impl Facts {
+    /// What the rules need of a built job.
+    pub fn of(built: Built) -> Facts {
+        let Built { job, entry_pointer } = built;
+        let label = job.label().into();
+        let allow = job.write_policy.allow.into_iter().map(Into::into).collect();
+        Facts {
+            label,
+            key: job.key.into(),
+            role: job.role,
+            audience: job.audience,
+            dispatch_id: job.dispatch_id.map(String::into_boxed_str),
+            allow,
+            entry_pointer: entry_pointer.into(),
+        }
+    }
+
+    pub fn member(&self) -> Member<'_> {
+        Member {
+            key: &self.key,
+            label: &self.label,
+            role: &self.role,
+            audience: self.audience.as_ref(),
+            dispatch_id: self.dispatch_id.as_deref(),
+            allow: Allow::Kept(&self.allow),
+            entry_pointer: &self.entry_pointer,
         }
     }
 }
@@ -54,13 +119,19 @@ fn is_report_writer(job: &Member) -> bool {
     job.key == REPORT_WRITER || *job.role == Role::ReportWriter
 }
 
-/// Makes the diagnostics of one plan's rules, each at a job's entry.
+/// Makes the diagnostics of one plan's rules, each at a job's entry, and
+/// reports them as they are found (a plan of many thousand conflicting
+/// jobs once held them all twice).
 struct At<'a> {
-    ctx: &'a Ctx,
+    ctx: &'a mut Ctx,
     src: &'a SourceFile,
 }
 
 impl At<'_> {
+    fn report(&mut self, d: Diagnostic) {
+        self.ctx.push(d);
+    }
+
     fn job(&self, job: &Member, code: Code, message: String, key: Option<&str>) -> Diagnostic {
         let pointer = match key {
             Some(k) => format!("{}/{k}", job.entry_pointer),
@@ -74,48 +145,38 @@ impl At<'_> {
 
 /// Every batch rule over the stages of one plan; `src` is the file the jobs'
 /// entries point into (the spec, or team-state in roster mode).
-pub fn check(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Built>]) {
-    let stages: Vec<Vec<Member>> = stages
-        .iter()
-        .map(|s| s.iter().map(Member::of).collect())
-        .collect();
-    check_members(ctx, src, names, &stages);
-}
-
-/// [`check`] over the members of each stage.
-pub fn check_members(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Member>]) {
-    let at = At { ctx, src };
-    let mut out: Vec<Diagnostic> = Vec::new();
+pub fn check(ctx: &mut Ctx, src: &SourceFile, names: &[String], stages: &[Vec<Member>]) {
+    let mut at = At { ctx, src };
     let mut dispatch_ids: HashMap<&str, &Member> = HashMap::new();
     let last_non_empty = stages.iter().rposition(|s| !s.is_empty());
     for (si, stage) in stages.iter().enumerate() {
         let name = &names[si];
-        out.extend(duplicates(&at, name, stage, &mut dispatch_ids));
-        out.extend(executor_beside_verifiers(&at, name, stage));
+        duplicates(&mut at, name, stage, &mut dispatch_ids);
+        if let Some(d) = executor_beside_verifiers(&at, name, stage) {
+            at.report(d);
+        }
         let last = Some(si) == last_non_empty;
-        out.extend(report_writer_alone(&at, name, stage, last));
-        out.extend(write_conflicts(&at, name, stage));
+        if let Some(d) = report_writer_alone(&at, name, stage, last) {
+            at.report(d);
+        }
+        write_conflicts(&mut at, name, stage);
     }
-    out.extend(verifiers_before_executor(&at, names, stages));
-    for d in out {
-        ctx.push(d);
-    }
+    verifiers_before_executor(&mut at, names, stages);
 }
 
 /// `identity/duplicate`: a state key twice in one stage, or a dispatch id
 /// twice anywhere (`dispatch_ids` carries the ids of earlier stages).
 fn duplicates<'a>(
-    at: &At,
+    at: &mut At,
     name: &str,
     stage: &'a [Member<'a>],
     dispatch_ids: &mut HashMap<&'a str, &'a Member<'a>>,
-) -> Vec<Diagnostic> {
-    let mut out = Vec::new();
+) {
     let mut keys: HashMap<&str, &Member> = HashMap::new();
     for built in stage {
         if let Some(first) = keys.insert(built.key, built) {
-            out.push(
-                at.job(
+            let d = at
+                .job(
                     built,
                     Code::IdentityDuplicate,
                     format!(
@@ -124,13 +185,13 @@ fn duplicates<'a>(
                     ),
                     None,
                 )
-                .help("one worker row per state key and stage: merge the entries, or move one to another stage"),
-            );
+                .help("one worker row per state key and stage: merge the entries, or move one to another stage");
+            at.report(d);
         }
         if let Some(id) = built.dispatch_id {
             if let Some(first) = dispatch_ids.insert(id, built) {
-                out.push(
-                    at.job(
+                let d = at
+                    .job(
                         built,
                         Code::IdentityDuplicate,
                         format!(
@@ -139,12 +200,11 @@ fn duplicates<'a>(
                         ),
                         None,
                     )
-                    .help("each invocation attempt is dispatched once; give the second its own prompt and metadata"),
-                );
+                    .help("each invocation attempt is dispatched once; give the second its own prompt and metadata");
+                at.report(d);
             }
         }
     }
-    out
 }
 
 fn with_audience<'a>(stage: &'a [Member<'a>], audience: Audience) -> Vec<&'a Member<'a>> {
@@ -183,17 +243,16 @@ fn executor_beside_verifiers(at: &At, name: &str, stage: &[Member]) -> Option<Di
 
 /// `rules/phase-order` across stages: no verifier stage before the first
 /// executor's.
-fn verifiers_before_executor(at: &At, names: &[String], stages: &[Vec<Member>]) -> Vec<Diagnostic> {
+fn verifiers_before_executor(at: &mut At, names: &[String], stages: &[Vec<Member>]) {
     let has_executor =
         |s: &Vec<Member>| !with_audience(s, Audience::ImplementationExecutor).is_empty();
     let Some(exec_si) = stages.iter().position(has_executor) else {
-        return Vec::new();
+        return;
     };
-    let mut out = Vec::new();
     for (si, stage) in stages.iter().enumerate().take(exec_si) {
         for v in with_audience(stage, Audience::ImplementationVerifier) {
-            out.push(
-                at.job(
+            let d = at
+                .job(
                     v,
                     Code::RulesPhaseOrder,
                     format!(
@@ -202,11 +261,10 @@ fn verifiers_before_executor(at: &At, names: &[String], stages: &[Vec<Member>]) 
                     ),
                     Some("audience"),
                 )
-                .help("put the verifiers in a stage after the executor's"),
-            );
+                .help("put the verifiers in a stage after the executor's");
+            at.report(d);
         }
     }
-    out
 }
 
 /// `rules/report-writer-isolation`: the report writer alone, in the last
@@ -244,11 +302,10 @@ fn report_writer_alone(at: &At, name: &str, stage: &[Member], last: bool) -> Opt
 }
 
 /// `rules/write-conflict`: two jobs of a batch that may write one path.
-fn write_conflicts(at: &At, name: &str, stage: &[Member]) -> Vec<Diagnostic> {
-    batch_conflicts(stage)
-        .into_iter()
-        .map(|(a, b, overlap)| {
-            at.job(
+fn write_conflicts(at: &mut At, name: &str, stage: &[Member]) {
+    batch_conflicts(stage, |a, b, overlap| {
+        let d = at
+            .job(
                 b,
                 Code::RulesWriteConflict,
                 format!(
@@ -263,27 +320,30 @@ fn write_conflicts(at: &At, name: &str, stage: &[Member]) -> Vec<Diagnostic> {
             )
             .help(
                 "give each job its own result paths and worktree, or put them in different stages",
-            )
-        })
-        .collect()
+            );
+        at.report(d);
+    });
 }
 
-/// Pairs of jobs of one batch whose write policies overlap. Literal paths
-/// are indexed, so a batch of thousands of plain workers costs one pass;
-/// only policies with glob patterns are compared pairwise.
-fn batch_conflicts<'a>(stage: &'a [Member<'a>]) -> Vec<(&'a Member<'a>, &'a Member<'a>, String)> {
-    let mut out = Vec::new();
+/// Pairs of jobs of one batch whose write policies overlap, each given to
+/// `found` with a path or pattern both may write, as it is found. Literal
+/// paths are indexed, so a batch of thousands of plain workers costs one
+/// pass; only policies with glob patterns are compared pairwise.
+fn batch_conflicts<'a>(
+    stage: &'a [Member<'a>],
+    mut found: impl FnMut(&'a Member<'a>, &'a Member<'a>, &str),
+) {
     let mut owner: HashMap<&str, usize> = HashMap::new();
     let mut reported: std::collections::HashSet<(usize, usize)> = Default::default();
     for (i, b) in stage.iter().enumerate() {
-        for path in &b.write_policy.allow {
+        for path in b.allow.paths() {
             if policy::is_glob(path) {
                 continue;
             }
-            match owner.get(path.as_str()) {
+            match owner.get(path) {
                 Some(&j) if j != i => {
                     if reported.insert((j, i)) {
-                        out.push((&stage[j], b, path.clone()));
+                        found(&stage[j], b, path);
                     }
                 }
                 _ => {
@@ -293,13 +353,7 @@ fn batch_conflicts<'a>(stage: &'a [Member<'a>]) -> Vec<(&'a Member<'a>, &'a Memb
         }
     }
     let globbed: Vec<usize> = (0..stage.len())
-        .filter(|&i| {
-            stage[i]
-                .write_policy
-                .allow
-                .iter()
-                .any(|p| policy::is_glob(p))
-        })
+        .filter(|&i| stage[i].allow.paths().any(policy::is_glob))
         .collect();
     for &g in &globbed {
         for j in 0..stage.len() {
@@ -310,13 +364,12 @@ fn batch_conflicts<'a>(stage: &'a [Member<'a>]) -> Vec<(&'a Member<'a>, &'a Memb
             if reported.contains(&(a, b)) {
                 continue;
             }
-            if let Some(p) = policy::overlap(stage[a].write_policy, stage[b].write_policy) {
+            if let Some(p) = policy::overlap_of(stage[a].allow.paths(), stage[b].allow.paths()) {
                 reported.insert((a, b));
-                out.push((&stage[a], &stage[b], p));
+                found(&stage[a], &stage[b], &p);
             }
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -335,12 +335,13 @@ fn translator_job(
         }
     };
     let job = build_job(ctx, run, manifest, src, &entry, parsed)?;
-    let stages = vec![vec![Built {
+    let built = Built {
         job,
         entry_pointer: String::new(),
-    }]];
-    rules::check(ctx, &res.src, &[TRANSLATOR.to_string()], &stages);
-    stages.into_iter().flatten().next().map(|b| b.job)
+    };
+    let members = vec![vec![rules::Member::of(&built)]];
+    rules::check(ctx, &res.src, &[TRANSLATOR.to_string()], &members);
+    Some(built.job)
 }
 
 /// The metadata beside the prompt (`translator/metadata-path`), and the

@@ -129,12 +129,14 @@ pub struct Location(Place);
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Place {
     /// A whole file, with no place in it to show.
-    File(String),
+    File(Box<str>),
     /// A span of a text; `start` is on a character boundary and
-    /// `start <= end <= text.len()`.
+    /// `start <= end <= text.len()`. Offsets are `u32`: a place past 4 GiB
+    /// into a text is shown as the whole file.
     Span {
         source: Arc<SourceText>,
-        span: Range<usize>,
+        start: u32,
+        end: u32,
     },
 }
 
@@ -151,7 +153,7 @@ pub(crate) struct Resolved<'a> {
 impl Location {
     /// A whole file.
     pub fn file(name: impl Into<String>) -> Location {
-        Location(Place::File(name.into()))
+        Location(Place::File(name.into().into()))
     }
 
     /// The bytes `span` of `source`. Out-of-range or mid-character offsets
@@ -161,10 +163,14 @@ impl Location {
         let text = source.text();
         let start = floor_char_boundary(text, span.start.min(text.len()));
         let end = floor_char_boundary(text, span.end.clamp(start, text.len()));
-        Location(Place::Span {
-            source: Arc::clone(source),
-            span: start..end,
-        })
+        match (u32::try_from(start), u32::try_from(end)) {
+            (Ok(start), Ok(end)) => Location(Place::Span {
+                source: Arc::clone(source),
+                start,
+                end,
+            }),
+            _ => Location::file(source.name()),
+        }
     }
 
     /// The file's name as shown in messages.
@@ -179,7 +185,7 @@ impl Location {
     pub fn byte_span(&self) -> Option<Range<usize>> {
         match &self.0 {
             Place::File(_) => None,
-            Place::Span { span, .. } => Some(span.clone()),
+            Place::Span { start, end, .. } => Some(*start as usize..*end as usize),
         }
     }
 
@@ -213,9 +219,10 @@ impl Location {
     }
 
     pub(crate) fn resolve(&self) -> Option<Resolved<'_>> {
-        let Place::Span { source, span } = &self.0 else {
+        let Place::Span { source, start, end } = &self.0 else {
             return None;
         };
+        let span = *start as usize..*end as usize;
         let index = source.line_index(span.start);
         let line = source.line_range(index);
         // A span may start in the line break itself (a TOML error at the

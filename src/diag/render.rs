@@ -50,17 +50,11 @@ struct Mark {
 }
 
 pub(super) fn render(d: &Diagnostic, color: bool) -> String {
-    let title = Level::ERROR
-        .primary_title(d.message.as_str())
-        .id(d.code.as_str());
+    let title = Level::ERROR.primary_title(&*d.message).id(d.code.as_str());
     let mut parts: Vec<Part> = Vec::new();
     let mut origins: Vec<String> = Vec::new();
     let mut located = d.location.iter().map(|l| (l, "", true)).collect::<Vec<_>>();
-    located.extend(
-        d.labels
-            .iter()
-            .map(|l| (&l.location, l.text.as_str(), false)),
-    );
+    located.extend(d.labels.iter().map(|l| (&l.location, &*l.text, false)));
     for (loc, label, primary) in located {
         match part_for(loc, label, primary, &mut parts) {
             Some(part) => parts.push(part),
@@ -255,9 +249,7 @@ fn fix_columns(out: &mut String, renderer: &Renderer, d: &Diagnostic, parts: &[P
         return;
     }
     let title = renderer.render(&[Group::with_title(
-        Level::ERROR
-            .primary_title(d.message.as_str())
-            .id(d.code.as_str()),
+        Level::ERROR.primary_title(&*d.message).id(d.code.as_str()),
     )]);
     let mut cursor = if out.starts_with(&title) {
         title.len()

@@ -185,7 +185,7 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
                         _ => "fix what the errors say; `okstra validate FILE` shows each with its line".to_string(),
                     },
                 ));
-                errors.extend(diags.0);
+                errors.extend(diags);
             }
         }
     }
