@@ -732,10 +732,11 @@ fn walk_entries_cached(
                     None
                 }
             });
-        let refused = entry.as_ref().filter(|_| parsed.is_none());
+        let refused_entry = entry.as_ref().filter(|_| parsed.is_none());
         ctx.holding(&mut schema_held, |ctx| {
             ctx.report_schema(SchemaKind::Jobs, src, errors, &|err| {
-                refused.is_some_and(|e| covered_by_refusal(err, &e.pointer)) || reported.covers(err)
+                refused_entry.is_some_and(|e| covered_by_refusal(err, &e.pointer))
+                    || reported.covers(err)
             })
         });
         if let Some(entry) = entry {

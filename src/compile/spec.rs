@@ -66,9 +66,10 @@ impl Item {
     }
 }
 
-/// Bytes of a spec that parsed as a value when it was read (as a value of
-/// its own, at a depth `split_json` keeps well inside serde_json's limit),
-/// and parse again the same way.
+/// Parse again bytes of a spec that parsed, the same way, when it was read
+/// (as a value of their own, nested well inside serde_json's depth limit:
+/// see `split_json`). It does not fail; were it to, the item would read
+/// as `null`, which the schema refuses.
 fn parse_again(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
 }
