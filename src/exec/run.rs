@@ -64,6 +64,25 @@ struct Running {
     watch: crate::process::LogWatch,
 }
 
+/// The attempts of one round not yet ended: queued, waiting at their gates
+/// (recorded, not yet let through) and running.
+struct Round {
+    queue: VecDeque<(usize, u64)>,
+    /// Started attempts, waiting at their gates or running, by handle.
+    running: HashMap<Handle, Running>,
+    /// Those of `running` waiting at their gates, in the order recorded.
+    waiting: VecDeque<Handle>,
+    /// `--concurrency`: how many may run at once.
+    limit: usize,
+    /// How many a round keeps waiting at their gates, at most.
+    ahead: usize,
+}
+
+/// Why a job that never started is reported not run.
+const INTERRUPTED_BEFORE_START: &str = "interrupted before it started";
+const STOPPED_BEFORE_START: &str =
+    "the run stopped before it started: a record could not be written";
+
 /// An attempt that ended and waits to be settled.
 struct Ended {
     job: usize,
@@ -436,9 +455,9 @@ impl<'a> Runner<'a> {
             pending.extend(self.settle_round(si, ended, &baseline, indices));
         }
         let why = if self.interrupted {
-            "interrupted before it started"
+            INTERRUPTED_BEFORE_START
         } else {
-            "the run stopped before it started: a record could not be written"
+            STOPPED_BEFORE_START
         };
         for (i, _) in pending {
             self.not_run(i, why);
@@ -805,72 +824,33 @@ impl<'a> Runner<'a> {
         settle_now: bool,
     ) -> (Vec<Ended>, Vec<(usize, u64)>) {
         let limit = self.opts.concurrency.unwrap_or(usize::MAX).max(1);
-        let ahead = if limit == usize::MAX {
-            0
-        } else {
-            limit.saturating_mul(2).clamp(2, READY_AHEAD_MAX)
-        };
         let total = pending.len() + running.len();
-        let mut queue: VecDeque<(usize, u64)> = pending.into();
-        let mut running: HashMap<Handle, Running> = running
-            .into_iter()
-            .map(|r| (r.dispatched.handle, r))
-            .collect();
-        for r in running.values() {
+        let mut round = Round {
+            queue: pending.into(),
+            running: running
+                .into_iter()
+                .map(|r| (r.dispatched.handle, r))
+                .collect(),
+            waiting: VecDeque::new(),
+            limit,
+            ahead: if limit == usize::MAX {
+                0
+            } else {
+                limit.saturating_mul(2).clamp(2, READY_AHEAD_MAX)
+            },
+        };
+        for r in round.running.values() {
             let status = self.abs(&self.job(r.job).status_path());
             self.backend.adopt(&r.dispatched, &status);
         }
         let mut ended: Vec<Ended> = Vec::new();
         let mut retries = Vec::new();
         let mut settled = 0;
-        let mut waiting: VecDeque<Handle> = VecDeque::new();
         loop {
             if !self.interrupt.load(Ordering::Relaxed) && self.fatal.is_none() {
-                // Those waiting at their gates go first, in the order they
-                // were recorded (one that ended there is gone from `running`).
-                waiting.retain(|h| running.get(h).is_some_and(|r| r.held));
-                let mut free = limit.saturating_sub(running.len() - waiting.len());
-                while free > 0 {
-                    let Some(r) = waiting.pop_front().and_then(|h| running.get_mut(&h)) else {
-                        break;
-                    };
-                    self.release(r);
-                    free -= 1;
-                }
-                // Topped up once fewer than half are left, so that each
-                // commit covers several attempts.
-                let want = if free > 0 || waiting.len() * 2 < ahead {
-                    free + ahead.saturating_sub(waiting.len())
-                } else {
-                    0
-                };
-                let mut batch = Vec::new();
-                while batch.len() < want {
-                    let Some((i, attempt)) = queue.pop_front() else {
-                        break;
-                    };
-                    match self.binding_gate(i) {
-                        Some(why) => self.refuse(i, attempt, why),
-                        None => batch.push((i, attempt)),
-                    }
-                }
-                if !batch.is_empty() {
-                    match self.launch_batch(batch, free) {
-                        Ok(started) => {
-                            for r in started {
-                                if r.held {
-                                    waiting.push_back(r.dispatched.handle);
-                                }
-                                running.insert(r.dispatched.handle, r);
-                            }
-                        }
-                        Err((reason, never, started)) => {
-                            for r in started {
-                                running.insert(r.dispatched.handle, r);
-                            }
-                            return self.cut_round(reason, running, never, queue, ended, retries);
-                        }
-                    }
+                if let Err((reason, never)) = self.fill(&mut round) {
+                    let Round { running, queue, .. } = round;
+                    return self.cut_round(reason, running, never, queue, ended, retries);
                 }
             }
             if settle_now {
@@ -879,7 +859,8 @@ impl<'a> Runner<'a> {
                     retries.extend(self.settle_one(si, e));
                 }
             }
-            let on: Vec<Rc<Job>> = running
+            let on: Vec<Rc<Job>> = round
+                .running
                 .values()
                 .filter(|r| !r.held)
                 .map(|r| self.job(r.job))
@@ -893,84 +874,25 @@ impl<'a> Runner<'a> {
             if self.interrupt.load(Ordering::Relaxed) {
                 self.interrupted = true;
                 self.say("interrupted: stopping every worker".into());
-                let why = "interrupted before it started";
-                self.let_go_of_waiting(&mut waiting, &mut running, why);
+                self.let_go_of_waiting(&mut round, INTERRUPTED_BEFORE_START);
+                let running = std::mem::take(&mut round.running);
                 ended.extend(self.stop(running.into_values().collect(), End::Interrupted));
-                for (i, _) in queue {
-                    self.not_run(i, "interrupted before it started");
+                for (i, _) in round.queue {
+                    self.not_run(i, INTERRUPTED_BEFORE_START);
                 }
                 break;
             }
             if self.fatal.is_some() {
-                let why = "the run stopped before it started: a record could not be written";
-                self.let_go_of_waiting(&mut waiting, &mut running, why);
+                self.let_go_of_waiting(&mut round, STOPPED_BEFORE_START);
             }
-            if running.is_empty() && (queue.is_empty() || self.fatal.is_some()) {
-                for (i, _) in queue {
-                    self.not_run(
-                        i,
-                        "the run stopped before it started: a record could not be written",
-                    );
+            if round.running.is_empty() && (round.queue.is_empty() || self.fatal.is_some()) {
+                for (i, _) in round.queue {
+                    self.not_run(i, STOPPED_BEFORE_START);
                 }
                 break;
             }
-            for (handle, code) in self.backend.exits(TICK) {
-                if let Some(r) = running.remove(&handle) {
-                    let job = self.job(r.job);
-                    self.tell(Notice::Exited {
-                        label: job.label(),
-                        attempt: r.dispatched.head.attempt,
-                        code,
-                        elapsed: r.started.elapsed(),
-                    });
-                    let status = self.abs(&self.job(r.job).status_path());
-                    let end = self.backend.ended(handle).unwrap_or_else(|| {
-                        if r.held {
-                            End::Lost(format!(
-                                "the worker wrapper ended at its gate (exit {code}): nothing ran"
-                            ))
-                        } else {
-                            wrapper_end(code, &status)
-                        }
-                    });
-                    ended.push(Ended {
-                        job: r.job,
-                        dispatched: r.dispatched,
-                        end,
-                        started: r.started,
-                    });
-                }
-            }
-            let idle: Vec<Handle> = running
-                .iter_mut()
-                .filter_map(|(handle, r)| {
-                    if r.held {
-                        return None;
-                    }
-                    if self.backend.queued(*handle) {
-                        // The idle clock starts when the job does.
-                        r.watch = crate::process::LogWatch::new(r.watch.path().to_path_buf());
-                        return None;
-                    }
-                    let limit = Duration::from_secs(self.job(r.job).idle_timeout_seconds);
-                    (r.started.elapsed() >= limit && r.watch.idle_for() >= limit).then_some(*handle)
-                })
-                .collect();
-            if !idle.is_empty() {
-                let stopped: Vec<Running> = idle.iter().filter_map(|p| running.remove(p)).collect();
-                for r in &stopped {
-                    let job = self.job(r.job);
-                    self.tell(Notice::WentIdle {
-                        label: job.label(),
-                        attempt: r.dispatched.head.attempt,
-                    });
-                }
-                for e in self.stop(stopped, End::Idle) {
-                    let status = self.abs(&self.job(e.job).status_path());
-                    super::settle::mark_idle_timeout(&self.own, &status);
-                    ended.push(e);
-                }
-            }
+            self.take_exits(&mut round, &mut ended);
+            self.stop_idle(&mut round, &mut ended);
             if let Err(e) = self.rec.maybe_flush() {
                 self.fatal.get_or_insert(format!("team-state: {e}"));
             }
@@ -978,19 +900,143 @@ impl<'a> Runner<'a> {
         (ended, retries)
     }
 
+    /// Fill the round's free slots: first from the attempts waiting at
+    /// their gates, in the order they were recorded, then by a batch from
+    /// the queue, which also tops the waiting ones up once fewer than half
+    /// are left (so that each commit covers several attempts). A launch
+    /// failure: why, and the attempts of the batch that never ran (those
+    /// that started are in `round.running`).
+    fn fill(&mut self, round: &mut Round) -> Result<(), (String, Vec<(usize, u64)>)> {
+        let running = &round.running;
+        round
+            .waiting
+            .retain(|h| running.get(h).is_some_and(|r| r.held));
+        let mut free = round
+            .limit
+            .saturating_sub(round.running.len() - round.waiting.len());
+        while free > 0 {
+            let Some(r) = round
+                .waiting
+                .pop_front()
+                .and_then(|h| round.running.get_mut(&h))
+            else {
+                break;
+            };
+            self.release(r);
+            free -= 1;
+        }
+        let want = if free > 0 || round.waiting.len() * 2 < round.ahead {
+            free + round.ahead.saturating_sub(round.waiting.len())
+        } else {
+            0
+        };
+        let mut batch = Vec::new();
+        while batch.len() < want {
+            let Some((i, attempt)) = round.queue.pop_front() else {
+                break;
+            };
+            match self.binding_gate(i) {
+                Some(why) => self.refuse(i, attempt, why),
+                None => batch.push((i, attempt)),
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let (started, failed) = match self.launch_batch(batch, free) {
+            Ok(started) => (started, None),
+            Err((reason, never, started)) => (started, Some((reason, never))),
+        };
+        for r in started {
+            if r.held {
+                round.waiting.push_back(r.dispatched.handle);
+            }
+            round.running.insert(r.dispatched.handle, r);
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Take the exits the backends saw (waiting up to [`TICK`] for one) as
+    /// ended attempts of the round.
+    fn take_exits(&mut self, round: &mut Round, ended: &mut Vec<Ended>) {
+        for (handle, code) in self.backend.exits(TICK) {
+            let Some(r) = round.running.remove(&handle) else {
+                continue;
+            };
+            let job = self.job(r.job);
+            self.tell(Notice::Exited {
+                label: job.label(),
+                attempt: r.dispatched.head.attempt,
+                code,
+                elapsed: r.started.elapsed(),
+            });
+            let status = self.abs(&job.status_path());
+            let end = self.backend.ended(handle).unwrap_or_else(|| {
+                if r.held {
+                    End::Lost(format!(
+                        "the worker wrapper ended at its gate (exit {code}): nothing ran"
+                    ))
+                } else {
+                    wrapper_end(code, &status)
+                }
+            });
+            ended.push(Ended {
+                job: r.job,
+                dispatched: r.dispatched,
+                end,
+                started: r.started,
+            });
+        }
+    }
+
+    /// Stop the round's running attempts whose log has not grown for their
+    /// `idleTimeoutSeconds` (the clock starts when the job does: neither at
+    /// its gate nor in a backend's queue), as ended.
+    fn stop_idle(&mut self, round: &mut Round, ended: &mut Vec<Ended>) {
+        let idle: Vec<Handle> = round
+            .running
+            .iter_mut()
+            .filter_map(|(handle, r)| {
+                if r.held {
+                    return None;
+                }
+                if self.backend.queued(*handle) {
+                    r.watch = crate::process::LogWatch::new(r.watch.path().to_path_buf());
+                    return None;
+                }
+                let limit = Duration::from_secs(self.job(r.job).idle_timeout_seconds);
+                (r.started.elapsed() >= limit && r.watch.idle_for() >= limit).then_some(*handle)
+            })
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        let stopped: Vec<Running> = idle
+            .iter()
+            .filter_map(|p| round.running.remove(p))
+            .collect();
+        for r in &stopped {
+            let job = self.job(r.job);
+            self.tell(Notice::WentIdle {
+                label: job.label(),
+                attempt: r.dispatched.head.attempt,
+            });
+        }
+        for e in self.stop(stopped, End::Idle) {
+            let status = self.abs(&self.job(e.job).status_path());
+            super::settle::mark_idle_timeout(&self.own, &status);
+            ended.push(e);
+        }
+    }
+
     /// Close the gates of the attempts waiting at them, which will not be
     /// let through: each wrapper exits there, nothing of its worker having
     /// run. Their dispatches stay recorded and unsettled, so the next exec
     /// starts each as the same attempt (SPEC §5.8); this one reports them
     /// not run, saying `why`.
-    fn let_go_of_waiting(
-        &mut self,
-        waiting: &mut VecDeque<Handle>,
-        running: &mut HashMap<Handle, Running>,
-        why: &str,
-    ) {
-        for h in waiting.drain(..) {
-            if let Some(r) = running.remove(&h) {
+    fn let_go_of_waiting(&mut self, round: &mut Round, why: &str) {
+        for h in round.waiting.drain(..) {
+            if let Some(r) = round.running.remove(&h) {
                 self.backend.abandon(h);
                 self.not_run(r.job, why);
             }
