@@ -497,13 +497,6 @@ struct Read<U> {
 fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
     use sha2::{Digest, Sha256};
     let mut inexact: Inexact = None;
-    fn note(inexact: &mut Inexact, prefix: String, value: &Value) {
-        if inexact.is_none() {
-            if let Some((at, n)) = canonical::first_inexact_integer(value) {
-                *inexact = Some((format!("{prefix}{at}"), n.to_string()));
-            }
-        }
-    }
     let stages_read = match doc.stages {
         None => None,
         Some(Ok(stages)) => Some(stages),
@@ -513,17 +506,15 @@ fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
             ))
         }
     };
-    let mut head = Map::new();
-    for (k, v) in doc.head.iter().filter(|(k, _)| *k != "digest") {
-        let value: Value = serde_json::from_str(v.get()).map_err(|e| format!("`{k}`: {e}"))?;
-        note(&mut inexact, format!("/{}", pointer_token(k)), &value);
-        head.insert(k.clone(), value);
-    }
-    if stages_read.is_some() {
-        head.insert("stages".into(), Value::from(MARK));
-    }
+    let place = Place {
+        named: "",
+        pointer: "",
+        list: "stages",
+    };
+    let has_stages = stages_read.is_some();
+    let head = shell(&doc.head, &place, Some("digest"), has_stages, &mut inexact)?;
     let mut hasher = Sha256::new();
-    let (head_before, head_after) = around_mark(&Value::Object(head));
+    let (head_before, head_after) = around_mark(&head);
     hasher.update(head_before.as_bytes());
     let mut stages = Vec::new();
     if let Some(read) = stages_read {
@@ -538,32 +529,17 @@ fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
                     ))
                 }
             };
-            let mut shell = Map::new();
-            let mut name = Value::Null;
-            let mut extra = Vec::new();
-            for (k, v) in &stage.shell {
-                if k != "name" {
-                    extra.push(k.clone());
-                }
-                let value: Value = serde_json::from_str(v.get())
-                    .map_err(|e| format!("`stages[{si}].{k}`: {e}"))?;
-                if k == "name" {
-                    name = value.clone();
-                }
-                note(
-                    &mut inexact,
-                    format!("/stages/{si}/{}", pointer_token(k)),
-                    &value,
-                );
-                shell.insert(k.clone(), value);
-            }
-            if jobs.is_some() {
-                shell.insert("jobs".into(), Value::from(MARK));
-            }
+            let (named, pointer) = (format!("stages[{si}]."), format!("/stages/{si}"));
+            let place = Place {
+                named: &named,
+                pointer: &pointer,
+                list: "jobs",
+            };
+            let stage_shell = shell(&stage.shell, &place, None, jobs.is_some(), &mut inexact)?;
             if si > 0 {
                 hasher.update(b",");
             }
-            let (stage_before, stage_after) = around_mark(&Value::Object(shell));
+            let (stage_before, stage_after) = around_mark(&stage_shell);
             hasher.update(stage_before.as_bytes());
             if let Some(jobs) = &jobs {
                 hasher.update(b"[");
@@ -575,25 +551,60 @@ fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
                 }
                 hasher.update(b"]");
                 if inexact.is_none() {
-                    inexact = stage.inexact.clone();
+                    inexact = stage.inexact;
                 }
             }
             hasher.update(stage_after.as_bytes());
+            let name = stage_shell.get("name").cloned().unwrap_or(Value::Null);
+            let extra = stage.shell.into_keys().filter(|k| k != "name").collect();
             stages.push((name, extra, jobs.unwrap_or_default()));
         }
         hasher.update(b"]");
     }
     hasher.update(head_after.as_bytes());
-    let hex: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
     Ok(Read {
-        digest: format!("sha256:{hex}"),
+        digest: format!("sha256:{}", canonical::hex(&hasher.finalize())),
         stages,
         inexact,
     })
+}
+
+/// Where an object lies in the plan: how messages name it (`stages[0].`),
+/// its JSON pointer (`/stages/0`), and the key of the list spliced into it
+/// (`stages` of the plan, `jobs` of a stage).
+struct Place<'a> {
+    named: &'a str,
+    pointer: &'a str,
+    list: &'a str,
+}
+
+/// An object of the document without its spliced list (and without
+/// `leave_out`), each value parsed from its text and looked over for an
+/// integer canonical JSON cannot keep exact; the list's place marked with
+/// [`MARK`] when the object has the list.
+fn shell(
+    raw: &RawObject,
+    place: &Place,
+    leave_out: Option<&str>,
+    has_list: bool,
+    inexact: &mut Inexact,
+) -> Result<Value, String> {
+    let mut out = Map::new();
+    for (k, v) in raw.iter().filter(|(k, _)| Some(k.as_str()) != leave_out) {
+        let value: Value =
+            serde_json::from_str(v.get()).map_err(|e| format!("`{}{k}`: {e}", place.named))?;
+        if inexact.is_none() {
+            if let Some((at, n)) = canonical::first_inexact_integer(&value) {
+                let at = format!("{}/{}{at}", place.pointer, pointer_token(k));
+                *inexact = Some((at, n.to_string()));
+            }
+        }
+        out.insert(k.clone(), value);
+    }
+    if has_list {
+        out.insert(place.list.into(), Value::from(MARK));
+    }
+    Ok(Value::Object(out))
 }
 
 /// A key as one token of a JSON pointer.
