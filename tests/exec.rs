@@ -778,16 +778,39 @@ fn a_team_state_lock_held_too_long_stops_the_run_naming_the_holder() {
     assert_eq!(fx.worker_row("a")["status"], "completed");
 }
 
-#[test]
-fn sigterm_stops_every_worker_and_settles_them_interrupted() {
-    // The first attempt blocks; once `go` exists (for the resumed run) a
-    // worker writes its result at once.
-    let block = format!(
+/// A worker that notes its pid and start, then blocks, until `go` exists in
+/// the scratch directory: from then on (a resumed run) it writes its
+/// result at once.
+fn blocks_until_go() -> String {
+    format!(
         "if [ -e \"$S/go\" ]; then {}; exit 0; fi\necho $$ > \"$S/$K.pid\"\ntouch \"$S/$K.started\"\nexec sleep 30\n",
         WRITE_RESULT.trim_end()
+    )
+}
+
+/// SIGTERM to a background exec: it must exit 130, all of the plan's
+/// `jobs` in its summary and none completed.
+#[track_caller]
+fn interrupt(fx: &Fx, child: &mut Child, jobs: usize) {
+    signal(child.id(), Signal::TERM);
+    let code = wait_child(child, 5);
+    let stderr = std::fs::read_to_string(fx.scratch("exec.stderr")).unwrap();
+    assert_eq!(code, 130, "{stderr}");
+    let stdout = std::fs::read_to_string(fx.scratch("exec.stdout")).unwrap();
+    assert!(
+        stdout.contains(&format!("0 of {jobs} jobs completed (interrupted)")),
+        "{stdout}"
     );
+}
+
+#[test]
+fn sigterm_stops_every_worker_and_settles_them_interrupted() {
+    // The first attempts block; the resumed run's write their results.
     let fx = Fx::new(&[
-        ("first", vec![job("a", block.clone()), job("b", block)]),
+        (
+            "first",
+            vec![job("a", blocks_until_go()), job("b", blocks_until_go())],
+        ),
         ("second", vec![job("c", WRITE_RESULT)]),
     ]);
     fx.plan();
@@ -796,10 +819,8 @@ fn sigterm_stops_every_worker_and_settles_them_interrupted() {
         fx.scratch("a.started").exists() && fx.scratch("b.started").exists()
     });
     let started = Instant::now();
-    signal(child.id(), Signal::TERM);
-    let code = wait_child(&mut child, 5);
-    let stderr = std::fs::read_to_string(fx.scratch("exec.stderr")).unwrap();
-    assert_eq!(code, 130, "{stderr}");
+    // Every job of the plan is in the summary.
+    interrupt(&fx, &mut child, 3);
     assert!(started.elapsed() < Duration::from_secs(4));
     for key in ["a", "b"] {
         let dispatched = &fx.events_of("worker-dispatched", key)[0];
@@ -816,12 +837,6 @@ fn sigterm_stops_every_worker_and_settles_them_interrupted() {
         assert_eq!(fx.runs(key), ["1"], "an interrupted attempt is not retried");
     }
     assert!(fx.runs("c").is_empty(), "the next stage never starts");
-    // Every job of the plan is in the summary.
-    let stdout = std::fs::read_to_string(fx.scratch("exec.stdout")).unwrap();
-    assert!(
-        stdout.contains("0 of 3 jobs completed (interrupted)"),
-        "{stdout}"
-    );
     // The next exec resumes both interrupted attempts (outside the retry
     // limit) and finishes the run.
     std::fs::write(fx.scratch("go"), "").unwrap();
@@ -840,14 +855,10 @@ fn attempts_waiting_at_their_gates_when_interrupted_start_as_the_same_attempts_n
     // at their gates for the slot. Interrupted, exec stops a and lets b and
     // c go without their workers ever running; the next exec starts them
     // as the attempts that were recorded, and resumes a as a new one.
-    let block = format!(
-        "if [ -e \"$S/go\" ]; then {}; exit 0; fi\ntouch \"$S/$K.started\"\nexec sleep 30\n",
-        WRITE_RESULT.trim_end()
-    );
     let fx = Fx::new(&[(
         "only",
         vec![
-            job("a", block),
+            job("a", blocks_until_go()),
             job("b", WRITE_RESULT),
             job("c", WRITE_RESULT),
         ],
@@ -855,10 +866,7 @@ fn attempts_waiting_at_their_gates_when_interrupted_start_as_the_same_attempts_n
     fx.plan();
     let mut child = fx.spawn_exec(&["--concurrency", "1"]);
     wait_for("a to start", 5, || fx.scratch("a.started").exists());
-    signal(child.id(), Signal::TERM);
-    let code = wait_child(&mut child, 5);
-    let stderr = std::fs::read_to_string(fx.scratch("exec.stderr")).unwrap();
-    assert_eq!(code, 130, "{stderr}");
+    interrupt(&fx, &mut child, 3);
     for key in ["b", "c"] {
         let recorded = fx.events_of("worker-dispatched", key);
         assert_eq!(recorded.len(), 1, "{key} waited at its gate, recorded");
@@ -869,11 +877,6 @@ fn attempts_waiting_at_their_gates_when_interrupted_start_as_the_same_attempts_n
         assert!(fx.runs(key).is_empty(), "{key} never ran");
         assert!(fx.events_of("worker-failed", key).is_empty(), "{key}");
     }
-    let stdout = std::fs::read_to_string(fx.scratch("exec.stdout")).unwrap();
-    assert!(
-        stdout.contains("0 of 3 jobs completed (interrupted)"),
-        "{stdout}"
-    );
     std::fs::write(fx.scratch("go"), "").unwrap();
     let run = fx.exec(&[]);
     assert_code(&run, 0);
