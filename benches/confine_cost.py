@@ -23,16 +23,17 @@ run's tree is moved aside and deleted at the end.
 """
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+import confine_stats
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 n = int(os.environ.get("OKSTRA_BENCH_JOBS", "200"))
 runs = int(os.environ.get("OKSTRA_BENCH_RUNS", "30"))
-bins = sys.argv[1:]
+bins = [os.path.abspath(b) for b in sys.argv[1:]]
 if not bins:
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     bins = [os.path.join(ROOT, "target/release/okstra")]
@@ -75,29 +76,10 @@ try:
             res[(b, mode)][0].append(wall / n)
             res[(b, mode)][1].append((ru.ru_utime + ru.ru_stime) * 1e6 / n)
 
-    def mid(xs):
-        xs = sorted(xs)
-        q = len(xs) // 4
-        m = xs[q:len(xs) - q]
-        return sum(m) / len(m)
-
     load = open("/proc/loadavg").read().split()[:3]
     print(f"machine: {os.cpu_count()} cores, load at the end {' '.join(load)}; {n} jobs a run, "
           f"{runs} runs of each variant; TMPDIR={tempfile.gettempdir()}; ms per job")
     print()
-    print("| okstra | confinement | wall median | wall mid-mean | CPU median | CPU mid-mean |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for v in variants:
-        w, c = res[v]
-        print(f"| {v[0]} | {v[1]} | {statistics.median(w) / 1000:.3f} | {mid(w) / 1000:.3f} | "
-              f"{statistics.median(c) / 1000:.3f} | {mid(c) / 1000:.3f} |")
-    print()
-    print("| okstra | confinement adds: wall median | wall mid-mean | CPU median | CPU mid-mean |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for b in bins:
-        (wn, cn), (wa, ca) = res[(b, "none")], res[(b, "auto")]
-        print(f"| {b} | {(statistics.median(wa) - statistics.median(wn)) / 1000:+.3f} | "
-              f"{(mid(wa) - mid(wn)) / 1000:+.3f} | {(statistics.median(ca) - statistics.median(cn)) / 1000:+.3f} | "
-              f"{(mid(ca) - mid(cn)) / 1000:+.3f} |")
+    confine_stats.tables("okstra", ("wall", "CPU"), bins, res, scale=1000, digits=3)
 finally:
     shutil.rmtree(work, ignore_errors=True)

@@ -26,17 +26,18 @@ $TMPDIR (see benches/README.md, "Where to run it").
 """
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+import confine_stats
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 n = int(os.environ.get("OKSTRA_BENCH_WRAPPERS", "400"))
 gate = int(os.environ.get("OKSTRA_BENCH_GATE_US", "2000")) / 1e6
 gated = os.environ.get("OKSTRA_BENCH_GATED", "1") != "0"
-bins = sys.argv[1:]
+bins = [os.path.abspath(b) for b in sys.argv[1:]]
 if not bins:
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     bins = [os.path.join(ROOT, "target/release/okstra-worker")]
@@ -103,28 +104,10 @@ try:
                 if '"confinement": "landlock' not in f.read():
                     sys.exit("no Landlock confinement here: nothing to compare")
 
-    def mid(xs):
-        xs = sorted(xs)
-        q = len(xs) // 4
-        m = xs[q:len(xs) - q]
-        return sum(m) / len(m)
-
     load = open("/proc/loadavg").read().split()[:3]
     how = f"released {gate * 1e6:.0f} us after the spawn" if gated else "ungated (times from the spawn)"
     print(f"machine: {os.cpu_count()} cores, load {' '.join(load)}; {n} runs of each, {how}; microseconds")
     print()
-    print("| binary | confinement | CPU median | CPU mid-mean | to exit median | to exit mid-mean |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for v in variants:
-        c, g = res[v]
-        print(f"| {v[0]} | {v[1]} | {statistics.median(c):.0f} | {mid(c):.0f} | "
-              f"{statistics.median(g):.0f} | {mid(g):.0f} |")
-    print()
-    print("| binary | confinement adds: CPU median | CPU mid-mean | to exit median | to exit mid-mean |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for b in bins:
-        (cn, gn), (ca, ga) = res[(b, "none")], res[(b, "auto")]
-        print(f"| {b} | {statistics.median(ca) - statistics.median(cn):+.0f} | {mid(ca) - mid(cn):+.0f} | "
-              f"{statistics.median(ga) - statistics.median(gn):+.0f} | {mid(ga) - mid(gn):+.0f} |")
+    confine_stats.tables("binary", ("CPU", "to exit"), bins, res, scale=1, digits=0)
 finally:
     shutil.rmtree(work, ignore_errors=True)
