@@ -479,7 +479,8 @@ impl<'a> Runner<'a> {
     /// The manifest is re-read, and every job's verdict recomputed in one
     /// pass, only when its modification time or length changed.
     fn binding_gate(&mut self, i: usize) -> Option<String> {
-        self.job(i).identity.v2()?;
+        // Kept parsed: the job starts next (or is refused, and reported).
+        self.jobs.hold(i).identity.v2()?;
         let path = self.abs(&self.plan.run.manifest_path);
         let meta = std::fs::metadata(&path).ok();
         let stamp = (
