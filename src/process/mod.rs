@@ -392,14 +392,22 @@ mod tests {
     fn releasing_a_gate_whose_child_is_gone_fails() {
         let dir = tempfile::tempdir().unwrap();
         let a = argv(&["true"]);
-        let (mut child, mut gate) = spawn_gated(&spec(&a, dir.path())).unwrap();
-        assert_eq!(child.wait().unwrap(), 0);
-        // Another test's child, forked while the pipe was open, holds its
-        // read end until that child execs (the end is close-on-exec): let
-        // such a fork reach its exec before the one write is tried.
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let err = gate.release().unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+        // Another test's child, forked while a gate's pipe was open, holds
+        // its read end until that child execs (the end is close-on-exec):
+        // such a write succeeds. So each try is a new child and gate, and
+        // one of a few must see the child gone; none may fail otherwise.
+        for _ in 0..20 {
+            let (mut child, mut gate) = spawn_gated(&spec(&a, dir.path())).unwrap();
+            assert_eq!(child.wait().unwrap(), 0);
+            match gate.release() {
+                Err(e) => {
+                    assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+                    return;
+                }
+                Ok(()) => thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        panic!("releasing the gate of a child that is gone never failed");
     }
 
     #[test]
