@@ -10,6 +10,10 @@
 //!   power cut or `kill -9` would stop it: no destructor, no flush, no exit
 //!   handler.
 //!
+//! A third, `OKSTRA_FAULT_FAIL=<name>`, makes every [`fails`] of that name
+//! answer an I/O error, as a failing disk would (`EIO`), so a test sees
+//! what exec does with an error no full disk produces.
+//!
 //! A release build compiles every point to nothing.
 
 #[cfg(debug_assertions)]
@@ -70,3 +74,26 @@ pub fn point(name: &'static str) {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn point(_name: &'static str) {}
+
+/// An injected failure at the point `name`: `Err(EIO)` where the test
+/// asked for one (`OKSTRA_FAULT_FAIL=<name>`), else `Ok`.
+#[cfg(debug_assertions)]
+pub fn fails(name: &'static str) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    use std::sync::OnceLock;
+
+    static FAIL: OnceLock<Option<String>> = OnceLock::new();
+    if !ARMED.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    match FAIL.get_or_init(|| std::env::var("OKSTRA_FAULT_FAIL").ok()) {
+        Some(wanted) if wanted == name => Err(rustix::io::Errno::IO.into()),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn fails(_name: &'static str) -> std::io::Result<()> {
+    Ok(())
+}

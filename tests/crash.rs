@@ -198,3 +198,28 @@ fn a_crash_at_every_fault_point_loses_nothing_and_runs_nothing_twice() {
             .join(", ")
     );
 }
+
+#[test]
+fn a_dispatch_the_disk_cannot_make_durable_starts_nothing_and_a_later_exec_completes() {
+    // Every fdatasync fails (EIO, injected), as a failing disk's would: the
+    // first batch's records are written but never durable, so none of its
+    // attempts may start.
+    let scratch = tempfile::tempdir().unwrap();
+    let p = fixture(scratch.path());
+    let (code, err) = exec(&p, &[("OKSTRA_FAULT_FAIL", "journal-sync".to_string())]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cannot record the dispatch") && err.contains("lead-events.jsonl"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        lines(&scratch.path().join("starts")),
+        Vec::<String>::new(),
+        "an attempt started before its record was durable"
+    );
+    whole_lines(&p.path("run/lead-events.jsonl"), "after the failed sync");
+    let (code, err) = exec(&p, &[]);
+    assert_eq!(code, 0, "{err}");
+    check_completed(&p, scratch.path(), "resumed after the failed sync");
+}

@@ -28,19 +28,30 @@ pub type Notice = (u32, i32);
 /// The epoll token of the eventfd; pids are never this large.
 const WAKE_TOKEN: u64 = u64::MAX;
 
+/// Wakes the loop from another thread: its wait for exits returns, and it
+/// looks at everything again.
+#[derive(Clone)]
+pub struct Waker(Arc<OwnedFd>);
+
+impl Waker {
+    pub fn wake(&self) {
+        // A full counter (never, at 2^64 - 1) only means the loop is awake
+        // already.
+        let _ = rustix::io::write(&*self.0, &1u64.to_ne_bytes());
+    }
+}
+
 /// Sends a notice to the loop from another thread and wakes it.
 #[derive(Clone)]
 pub struct NoticeSender {
     tx: mpsc::Sender<Notice>,
-    wake: Arc<OwnedFd>,
+    wake: Waker,
 }
 
 impl NoticeSender {
     pub fn send(&self, pid: u32, code: i32) {
         let _ = self.tx.send((pid, code));
-        // A full counter (never, at 2^64 - 1) only means the loop is awake
-        // already.
-        let _ = rustix::io::write(&*self.wake, &1u64.to_ne_bytes());
+        self.wake.wake();
     }
 }
 
@@ -87,8 +98,13 @@ impl Notices {
     pub fn sender(&self) -> NoticeSender {
         NoticeSender {
             tx: self.tx.clone(),
-            wake: Arc::clone(&self.wake),
+            wake: self.waker(),
         }
+    }
+
+    /// A waker for another thread the loop waits on (the syncer).
+    pub fn waker(&self) -> Waker {
+        Waker(Arc::clone(&self.wake))
     }
 
     /// Watch a child until it ends; its notice carries its own pid.

@@ -20,6 +20,7 @@ use crate::plan::{Job, Plan};
 use crate::state::attempts::{AttemptId, AttemptOutcome};
 use crate::state::error_log::{self, ErrorRecord};
 use crate::state::journal::{self, Journal, Opener, Stamp, Sync};
+use crate::state::syncer::{Syncer, Ticket, Wake};
 use crate::state::team_state::{TeamStateStore, WorkerStatus};
 use crate::state::{Ledger, StateError};
 use serde_json::{json, Map, Value};
@@ -38,6 +39,9 @@ pub enum Then {
 
 pub struct Recorder {
     events: Journal,
+    /// Makes dispatch commits durable off the loop's thread, once
+    /// [`Self::sync_off_thread`] started it.
+    syncer: Option<Syncer>,
     /// How okstra's own files are opened: below the root, no symlink.
     opener: Opener,
     errors: PathBuf,
@@ -80,6 +84,7 @@ impl Recorder {
         let errors_stamp = Stamp::at(&errors).ok().flatten();
         Ok(Recorder {
             events,
+            syncer: None,
             opener,
             errors,
             errors_stamp,
@@ -128,6 +133,37 @@ impl Recorder {
     /// returns.
     pub fn commit(&mut self, sync: Sync) -> std::io::Result<()> {
         self.events.commit(sync)
+    }
+
+    /// From now on, [`Self::commit_ahead`] syncs on a thread of its own,
+    /// which calls `wake` after each sync. Where no thread can be started,
+    /// commits stay synchronous.
+    pub fn sync_off_thread(&mut self, wake: Wake) {
+        if self.syncer.is_none() {
+            self.syncer = Syncer::start(self.events.path().to_path_buf(), wake).ok();
+        }
+    }
+
+    /// Append the queued records now and make them durable off this
+    /// thread: what they announce may happen once [`Self::durable`] says
+    /// the ticket is. An error: nothing of them is in the log.
+    pub fn commit_ahead(&mut self) -> std::io::Result<Ticket> {
+        let Some(syncer) = &mut self.syncer else {
+            self.events.commit(Sync::Data)?;
+            return Ok(Ticket::DURABLE);
+        };
+        Ok(match self.events.commit_for_sync()? {
+            Some(file) => syncer.request(file),
+            None => Ticket::DURABLE,
+        })
+    }
+
+    /// Whether the commit of `ticket` is durable; why it never will be.
+    pub fn durable(&self, ticket: Ticket) -> Result<bool, String> {
+        match &self.syncer {
+            Some(syncer) => syncer.durable(ticket),
+            None => Ok(true),
+        }
     }
 
     /// A `workers[]` row for a job that ends this exec without running,

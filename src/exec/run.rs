@@ -3,8 +3,10 @@
 //!
 //! Every attempt goes through the same steps, each a small function here:
 //! [`Runner::launch_batch`] starts the wrappers of a batch held at their
-//! gate, records their dispatches with one synced commit (per slice of a
-//! batch slow to start) and only then lets them run; [`Runner::wait_round`] watches them (exits, idleness, Ctrl-C);
+//! gate and records their dispatches with one commit (per slice of a batch
+//! slow to start), made durable off the loop's thread; each is let run only
+//! once that commit is durable; [`Runner::wait_round`] watches them (exits,
+//! idleness, Ctrl-C);
 //! [`Runner::settle_round`] audits what the round changed and settles each
 //! attempt through [`super::decide::decide`]; the decision is recorded
 //! before anything follows from it.
@@ -23,6 +25,7 @@ use crate::compile::paths;
 use crate::diag::{Code, Diagnostic};
 use crate::plan::{Identity, Job, Plan, MAX_ATTEMPTS};
 use crate::state::journal::Sync;
+use crate::state::syncer::Ticket;
 use crate::state::WorkerStatus;
 use crate::tmpdir;
 use crate::vocab::{Backend, MutationAudit, Role};
@@ -60,6 +63,8 @@ struct Running {
     /// Recorded and started, but not yet let through its gate: nothing of
     /// the worker runs yet and it takes no slot.
     held: bool,
+    /// The commit of its dispatch record: it may go once that is durable.
+    ticket: Ticket,
     started: Instant,
     watch: crate::process::LogWatch,
 }
@@ -180,6 +185,12 @@ impl<'a> Runner<'a> {
         let (audit_roots, audit_exclude) = audit_walk(root, plan, jobs, &rec);
         let n = jobs.len();
         let mut backend = Backends::new(Local::new(opts.worker.clone()));
+        let mut rec = rec;
+        if let Ok(waker) = backend.local.waker() {
+            // Dispatch commits are made durable while the loop watches the
+            // workers; each one done wakes it to let their attempts go.
+            rec.sync_off_thread(Box::new(move || waker.wake()));
+        }
         if jobs.uses(Backend::Slurm) {
             backend.add(
                 Backend::Slurm,
@@ -640,33 +651,55 @@ impl<'a> Runner<'a> {
                     .record(&job, &Event::WorkerDispatched(d.clone()), Then::End);
             }
             crate::fault::point("dispatch-commit");
-            if let Err(e) = self.rec.commit(Sync::Data) {
-                // Not recorded, so not run: every held wrapper exits at its
-                // closed gate without starting anything.
-                for (_, d) in &held {
-                    self.backend.abandon(d.handle);
+            let ticket = match self.rec.commit_ahead() {
+                Ok(ticket) => ticket,
+                Err(e) => {
+                    // Not recorded, so not run: every held wrapper exits at
+                    // its closed gate without starting anything.
+                    for (_, d) in &held {
+                        self.backend.abandon(d.handle);
+                    }
+                    self.fatal = Some(format!("cannot record the dispatch of a batch: {e}"));
+                    let reason = self.fatal.clone().unwrap_or_default();
+                    return Err((reason, never(&held, todo), running));
                 }
-                self.fatal = Some(format!("cannot record the dispatch of a batch: {e}"));
-                let reason = self.fatal.clone().unwrap_or_default();
-                return Err((reason, never(&held, todo), running));
-            }
+            };
             for (i, d) in held {
                 let log = self.abs(&self.job(i).log_path());
-                let mut r = Running {
+                running.push(Running {
                     job: i,
                     dispatched: d,
                     held: true,
+                    ticket,
                     started: Instant::now(),
                     watch: crate::process::LogWatch::new(log),
-                };
-                if free > 0 {
-                    free -= 1;
-                    self.release(&mut r);
+                });
+            }
+            // Those whose record is durable already (at once where commits
+            // are synchronous) take the free slots; the rest wait at their
+            // gates for the syncer, and the round lets them go.
+            for r in running.iter_mut().filter(|r| r.held) {
+                if free == 0 || !self.may_go(r.ticket) {
+                    break;
                 }
-                running.push(r);
+                free -= 1;
+                self.release(r);
             }
         }
         Ok(running)
+    }
+
+    /// Whether an attempt recorded with `ticket` may go: its record is
+    /// durable. A record that cannot be made durable stops the run.
+    fn may_go(&mut self, ticket: Ticket) -> bool {
+        match self.rec.durable(ticket) {
+            Ok(durable) => durable,
+            Err(why) => {
+                self.fatal
+                    .get_or_insert(format!("cannot record the dispatch of a batch: {why}"));
+                false
+            }
+        }
     }
 
     /// Let a recorded attempt through its gate: from now on its worker
@@ -808,15 +841,17 @@ impl<'a> Runner<'a> {
     /// round's compare) each attempt settles as soon as its slot went to the
     /// next one.
     ///
-    /// Under a `--concurrency` limit the round keeps up to twice as many
-    /// attempts again (at least 2, at most [`READY_AHEAD_MAX`]) started,
-    /// recorded and synced, waiting at their gates: a slot that frees is filled by releasing
-    /// one, and the durable commit of the next ones is made while the
-    /// others run, several at a time, instead of once per slot on the way
-    /// to every start. Recorded before launch holds all the same (SPEC
-    /// §5.8); an exec that dies or is interrupted leaves the waiting ones
-    /// recorded and never started, closed at their gates: the next exec
-    /// starts them as the same attempts.
+    /// Under a `--concurrency` limit the round keeps up to four times as
+    /// many attempts again (at least 2, at most [`READY_AHEAD_MAX`])
+    /// started and recorded, waiting at their gates: a slot that frees is
+    /// filled by releasing one whose record is durable, and the commit of
+    /// the next ones is made durable by the recorder's syncer thread while
+    /// the loop watches the others, several at a time, instead of once per
+    /// slot on the way to every start. Recorded before launch holds all the
+    /// same (SPEC §5.8): no attempt goes before its ticket is durable; an
+    /// exec that dies or is interrupted leaves the waiting ones recorded
+    /// and never started, closed at their gates: the next exec starts them
+    /// as the same attempts.
     fn wait_round(
         &mut self,
         si: usize,
@@ -837,7 +872,7 @@ impl<'a> Runner<'a> {
             ahead: if limit == usize::MAX {
                 0
             } else {
-                limit.saturating_mul(2).clamp(2, READY_AHEAD_MAX)
+                limit.saturating_mul(4).clamp(2, READY_AHEAD_MAX)
             },
         };
         for r in round.running.values() {
@@ -916,15 +951,18 @@ impl<'a> Runner<'a> {
             .limit
             .saturating_sub(round.running.len() - round.waiting.len());
         while free > 0 {
-            let Some(r) = round
-                .waiting
-                .pop_front()
-                .and_then(|h| round.running.get_mut(&h))
-            else {
+            let Some(r) = round.waiting.front().and_then(|h| round.running.get_mut(h)) else {
                 break;
             };
+            if !self.may_go(r.ticket) {
+                break;
+            }
             self.release(r);
+            round.waiting.pop_front();
             free -= 1;
+        }
+        if self.fatal.is_some() {
+            return Ok(());
         }
         let want = if free > 0 || round.waiting.len() * 2 < round.ahead {
             free + round.ahead.saturating_sub(round.waiting.len())
@@ -1201,6 +1239,7 @@ impl Runner<'_> {
                 job: i,
                 dispatched: d,
                 held: false,
+                ticket: Ticket::DURABLE,
                 started: Instant::now(),
                 watch: crate::process::LogWatch::new(log),
             });

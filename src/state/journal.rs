@@ -180,27 +180,42 @@ impl Journal {
     /// in the file (it is cut back to its length before the write), they are
     /// dropped from the queue, and the error says why.
     pub fn commit(&mut self, sync: Sync) -> io::Result<()> {
+        self.append(sync, false).map(drop)
+    }
+
+    /// Write every queued line in one go without waiting for the disk, and
+    /// hand back a second descriptor of the file they went to, for a
+    /// [`super::syncer::Syncer`] to make them durable (`None`: nothing was
+    /// queued). Fails as [`Self::commit`] does.
+    pub fn commit_for_sync(&mut self) -> io::Result<Option<File>> {
+        self.append(Sync::None, true)
+    }
+
+    fn append(&mut self, sync: Sync, handle: bool) -> io::Result<Option<File>> {
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let bytes = std::mem::take(&mut self.pending);
         let before = self.len;
         crate::fault::point("journal-write");
-        let written: io::Result<()> = (|| {
+        let written: io::Result<Option<File>> = (|| {
             self.follow_path()?;
+            // Taken before the write: no record goes out without it.
+            let handle = handle.then(|| self.file.try_clone()).transpose()?;
             (&self.file).write_all(&bytes)?;
             if sync == Sync::Data {
                 crate::fault::point("journal-sync");
+                crate::fault::fails("journal-sync")?;
                 self.file.sync_data()?;
             }
-            Ok(())
+            Ok(handle)
         })();
         match written {
-            Ok(()) => {
+            Ok(handle) => {
                 self.len = before + bytes.len() as u64;
                 self.stamp = Stamp::of(&self.file.metadata()?);
                 crate::fault::point("journal-committed");
-                Ok(())
+                Ok(handle)
             }
             Err(e) => {
                 // Undo a partial write. Shrinking a file needs no space.

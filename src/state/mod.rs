@@ -10,6 +10,7 @@ pub mod events;
 pub mod journal;
 pub mod ledger;
 pub(crate) mod merge;
+pub mod syncer;
 pub mod team_state;
 
 use std::io;

@@ -207,6 +207,11 @@ impl Local {
         }
     }
 
+    /// Wakes [`Dispatch::exits`] from another thread.
+    pub fn waker(&mut self) -> io::Result<super::notices::Waker> {
+        Ok(self.notices()?.waker())
+    }
+
     fn notices(&mut self) -> io::Result<&mut Notices> {
         if self.notices.is_none() {
             self.notices = Some(Notices::new()?);

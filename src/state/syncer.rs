@@ -1,0 +1,179 @@
+//! Group commit off the executor's thread (SPEC §5.8).
+//!
+//! A dispatch record must reach the disk before its attempt may start. exec
+//! appends a batch of them and hands the file to a [`Syncer`], whose thread
+//! makes them durable with `fdatasync` while exec goes on watching the
+//! workers that already run; an attempt is let through its gate only once
+//! the [`Ticket`] of the commit that names it is durable. Requests that
+//! queue up while a sync runs are covered by one more sync, not one each.
+//!
+//! The thread rings the executor's waker after every sync, so a free slot
+//! waits for the disk, never for the next tick of the loop.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+/// Which commit a record went out with: durable once the syncer reached it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+impl Ticket {
+    /// A commit already made durable on the caller's own thread.
+    pub const DURABLE: Ticket = Ticket(0);
+}
+
+/// Called by the thread after each sync (and on its failure).
+pub type Wake = Box<dyn Fn() + Send>;
+
+struct Shared {
+    /// The last ticket made durable.
+    done: AtomicU64,
+    /// Why a sync failed: no ticket from then on becomes durable.
+    failed: Mutex<Option<String>>,
+}
+
+pub struct Syncer {
+    tx: mpsc::Sender<(u64, File)>,
+    issued: u64,
+    shared: Arc<Shared>,
+}
+
+impl Syncer {
+    /// Start the thread that syncs `path`'s journal, ringing `wake` after
+    /// each sync.
+    pub fn start(path: PathBuf, wake: Wake) -> io::Result<Syncer> {
+        let (tx, rx) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            done: AtomicU64::new(0),
+            failed: Mutex::new(None),
+        });
+        let theirs = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("okstra-sync".into())
+            .spawn(move || serve(&rx, &theirs, &path, &wake))?;
+        Ok(Syncer {
+            tx,
+            issued: 0,
+            shared,
+        })
+    }
+
+    /// Make everything written to `file` so far durable; the ticket tells
+    /// when it is.
+    pub fn request(&mut self, file: File) -> Ticket {
+        self.issued += 1;
+        if self.tx.send((self.issued, file)).is_err() {
+            // The thread is gone: only after a failure it recorded.
+            self.shared
+                .failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| "the sync thread ended".into());
+        }
+        Ticket(self.issued)
+    }
+
+    /// Whether the commit of `ticket` is durable; why it never will be.
+    pub fn durable(&self, ticket: Ticket) -> Result<bool, String> {
+        if ticket.0 <= self.shared.done.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        match &*self.shared.failed.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Err(why.clone()),
+            None => Ok(false),
+        }
+    }
+}
+
+fn serve(rx: &mpsc::Receiver<(u64, File)>, shared: &Shared, path: &std::path::Path, wake: &Wake) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        let last = batch.last().map_or(0, |(ticket, _)| *ticket);
+        match sync_each(&batch) {
+            Ok(()) => shared.done.store(last, Ordering::Release),
+            Err(e) => {
+                *shared.failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(format!("cannot make {} durable: {e}", path.display()));
+                wake();
+                return;
+            }
+        }
+        wake();
+    }
+}
+
+/// Sync each distinct file of the batch once (a journal that followed its
+/// path to a new file has two).
+fn sync_each(batch: &[(u64, File)]) -> io::Result<()> {
+    let mut synced: Vec<(u64, u64)> = Vec::with_capacity(1);
+    for (_, file) in batch.iter().rev() {
+        let meta = file.metadata()?;
+        let id = (meta.dev(), meta.ino());
+        if synced.contains(&id) {
+            continue;
+        }
+        crate::fault::point("journal-sync");
+        crate::fault::fails("journal-sync")?;
+        file.sync_data()?;
+        synced.push(id);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn wait_for(syncer: &Syncer, ticket: Ticket) -> Result<bool, String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match syncer.durable(ticket) {
+                Ok(false) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                other => return other,
+            }
+        }
+    }
+
+    #[test]
+    fn tickets_become_durable_in_order_and_each_sync_wakes_the_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let file = File::create(&path).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let mut syncer =
+            Syncer::start(path, Box::new(move || tx.send(()).unwrap_or_default())).unwrap();
+        assert_eq!(syncer.durable(Ticket::DURABLE), Ok(true));
+        let first = syncer.request(file.try_clone().unwrap());
+        let second = syncer.request(file.try_clone().unwrap());
+        assert!(first < second);
+        assert_eq!(wait_for(&syncer, second), Ok(true));
+        assert_eq!(syncer.durable(first), Ok(true), "an earlier ticket too");
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("woken after a sync");
+    }
+
+    #[test]
+    fn a_failed_sync_is_reported_and_nothing_after_it_becomes_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = File::create(dir.path().join("log")).unwrap();
+        // /dev/null cannot be synced (EINVAL), as a failing disk cannot.
+        let bad = File::open("/dev/null").unwrap();
+        let mut syncer = Syncer::start(dir.path().join("log"), Box::new(|| ())).unwrap();
+        let ok = syncer.request(good.try_clone().unwrap());
+        assert_eq!(wait_for(&syncer, ok), Ok(true));
+        let failing = syncer.request(bad);
+        let why = wait_for(&syncer, failing).unwrap_err();
+        assert!(why.contains("cannot make") && why.contains("log"), "{why}");
+        let later = syncer.request(good);
+        assert_eq!(syncer.durable(later), Err(why), "never durable after");
+        assert_eq!(syncer.durable(ok), Ok(true), "what was durable stays so");
+    }
+}
