@@ -12,7 +12,7 @@
 //! before anything follows from it.
 
 use super::backend::{Backends, Dispatch, Found as Seen, Launch, Local};
-use super::decide::{self, Audit, End, Facts, Sidecar, Status};
+use super::decide::{self, Audit, End, Facts, Status};
 use super::event::{Dispatched, Event, Handle, Head, RetryScheduled, Settled, Who};
 use super::jobs::Jobs;
 use super::record::{Recorder, Then};
@@ -1417,37 +1417,7 @@ impl Runner<'_> {
         let attempt = e.dispatched.head.attempt;
         self.remove_private_tmp(&job, &e.dispatched);
         let status_doc = super::settle::read_status(&self.abs(&job.status_path()));
-        let said = |k: &str| {
-            status_doc
-                .as_ref()
-                .and_then(|d| d.get(k))
-                .and_then(Value::as_str)
-                .filter(|v| !v.is_empty())
-                .map(str::to_string)
-        };
-        let cli_argv: Vec<String> = status_doc
-            .as_ref()
-            .and_then(|d| d.get("argv"))
-            .and_then(|a| serde_json::from_value(a.clone()).ok())
-            .unwrap_or_default();
-        let usage: Option<crate::provider::Usage> = status_doc
-            .as_ref()
-            .and_then(|d| d.get("usage"))
-            .and_then(|u| serde_json::from_value(u.clone()).ok());
-        let log_offset = status_doc
-            .as_ref()
-            .and_then(|d| d.get("logOffset"))
-            .and_then(Value::as_u64);
-        let sidecar = Sidecar {
-            failure_kind: said("failureKind"),
-            error: said("error"),
-            wall_clock: matches!(e.end, End::Exited(c) if c == crate::provider::TIMEOUT_EXIT_CODE)
-                && status_doc
-                    .as_ref()
-                    .and_then(|d| d.get("timedOut"))
-                    .and_then(Value::as_bool)
-                    == Some(true),
-        };
+        let report = super::settle::StatusReport::of(status_doc.as_ref(), &e.end);
         let missing = super::settle::missing_paths(&self.root, &job.completion_paths);
         let worker_result = self.abs(&job.worker_result_path);
         let audit_sidecar = decide::needs_audit_sidecar(&e.end, &missing)
@@ -1455,7 +1425,7 @@ impl Runner<'_> {
         let first = job.first_attempt();
         let mut facts = Facts {
             end: e.end.clone(),
-            sidecar,
+            sidecar: report.sidecar.clone(),
             missing,
             audit_sidecar,
             audit: Audit::None,
@@ -1463,40 +1433,9 @@ impl Runner<'_> {
             attempt,
             last_allowed: self.histories[i].last_allowed(first),
         };
-        // The audit judges after §5.3: a non-zero exit rescued by the
-        // audit-sidecar contract is a success whose writes are its own.
-        let mut summary = None;
-        facts.audit = match judge {
-            Judge::Off => Audit::None,
-            Judge::Incomplete(why) => Audit::Incomplete(why),
-            Judge::In(view, k) => {
-                // An attempt cut short through no fault of its own (exec
-                // interrupted or died) answers for writes outside its
-                // policy only: its partial work is its own, and the next
-                // attempt takes it over.
-                let before = decide::decide(&facts);
-                let succeeded = before.status == Status::Completed || before.resumable;
-                let verdict = audit::judge_in(view, k, succeeded, facts.missing.is_empty());
-                summary = Some(verdict.change_summary());
-                Audit::Judged {
-                    status: verdict.status,
-                    violations: verdict.violations.clone(),
-                    retry_allowed: verdict.retry_allowed,
-                }
-            }
-        };
-        if !own.is_empty() && !matches!(facts.audit, Audit::Incomplete(_)) {
-            facts.audit = Audit::Judged {
-                status: audit::Outcome::ContractFailedUnattributed,
-                violations: own.to_vec(),
-                retry_allowed: false,
-            };
-        }
+        let summary;
+        (facts.audit, summary) = audit_of(&facts, judge, own);
         let d = decide::decide(&facts);
-        let duration_ms = status_doc
-            .as_ref()
-            .and_then(|s| s.get("duration_ms"))
-            .and_then(Value::as_i64);
         let wrapper_code = match e.end {
             End::Exited(c) => Some(c),
             _ => None,
@@ -1508,9 +1447,9 @@ impl Runner<'_> {
                 &job,
                 attempt,
                 i64::from(code),
-                duration_ms,
+                report.duration_ms,
                 &d.reason,
-                (&log, log_offset),
+                (&log, report.log_offset),
             )
         });
         let settled = Settled {
@@ -1520,17 +1459,17 @@ impl Runner<'_> {
             exit_code: d.exit_code.or(wrapper_code),
             wrapper_exit_code: wrapper_code,
             missing_completion_paths: facts.missing.clone(),
-            served_model: said("servedModel"),
-            cli_session_id: said("cliSessionId"),
+            served_model: report.served_model,
+            cli_session_id: report.cli_session_id,
             failure_kind: d.failure_kind.clone(),
-            cli_argv,
-            usage: usage.clone(),
-            confinement: said("confinement"),
+            cli_argv: report.argv,
+            usage: report.usage.clone(),
+            confinement: report.confinement,
             resumable: d.resumable,
             mutation_audit: summary,
             error_log_append,
         };
-        self.usages[i].extend(usage);
+        self.usages[i].extend(report.usage);
         // A lost attempt found by this exec resumes at once; an interrupted
         // one is for the next exec.
         let resume_now = d.resumable && !self.interrupted && matches!(e.end, End::Lost(_));
@@ -1585,6 +1524,42 @@ impl Runner<'_> {
 /// with no status sidecar: it could not record its start; either way nothing
 /// of the worker ran. 74 with a sidecar: the worker ran, but its end could
 /// not be recorded. All three are no fault of the worker: resumable.
+/// The audit's verdict on an attempt (SPEC §5.5), and the summary of its
+/// changes for the record, as `judge` says it is judged. It judges after
+/// §5.3: a non-zero exit rescued by the audit-sidecar contract is a success
+/// whose writes are its own. okstra's own files changed by someone else
+/// (`own`) fail every attempt the audit could judge.
+fn audit_of(facts: &Facts, judge: Judge, own: &[String]) -> (Audit, Option<Value>) {
+    let (audit, summary) = match judge {
+        Judge::Off => (Audit::None, None),
+        Judge::Incomplete(why) => (Audit::Incomplete(why), None),
+        Judge::In(view, k) => {
+            // An attempt cut short through no fault of its own (exec
+            // interrupted or died) answers for writes outside its policy
+            // only: its partial work is its own, and the next attempt
+            // takes it over.
+            let before = decide::decide(facts);
+            let succeeded = before.status == Status::Completed || before.resumable;
+            let verdict = audit::judge_in(view, k, succeeded, facts.missing.is_empty());
+            let audit = Audit::Judged {
+                status: verdict.status,
+                violations: verdict.violations.clone(),
+                retry_allowed: verdict.retry_allowed,
+            };
+            (audit, Some(verdict.change_summary()))
+        }
+    };
+    if own.is_empty() || matches!(audit, Audit::Incomplete(_)) {
+        return (audit, summary);
+    }
+    let failed = Audit::Judged {
+        status: audit::Outcome::ContractFailedUnattributed,
+        violations: own.to_vec(),
+        retry_allowed: false,
+    };
+    (failed, summary)
+}
+
 fn wrapper_end(code: i32, status: &Path) -> End {
     match code {
         NEVER_RELEASED => End::Lost(format!(

@@ -3,7 +3,9 @@
 //! what the wrapper's status sidecar says. The decision itself is
 //! [`super::decide`].
 
+use super::decide::{End, Sidecar};
 use crate::canonical::{is_sha256_hex, sha256_hex};
+use crate::provider::Usage;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -77,6 +79,62 @@ pub fn read_status(path: &Path) -> Option<Value> {
         .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
+/// What the wrapper's status sidecar says of an ended attempt, read once:
+/// the parts the decision weighs ([`Sidecar`]) and the ones its record
+/// carries. Missing or ill-typed fields are simply absent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StatusReport {
+    pub sidecar: Sidecar,
+    /// The command line the wrapper started.
+    pub argv: Vec<String>,
+    pub usage: Option<Usage>,
+    /// Where this attempt's output starts in its log.
+    pub log_offset: Option<u64>,
+    pub duration_ms: Option<i64>,
+    pub served_model: Option<String>,
+    pub cli_session_id: Option<String>,
+    /// What confinement the wrapper applied (`landlock-abi<N>`, `none`).
+    pub confinement: Option<String>,
+}
+
+impl StatusReport {
+    /// The report of sidecar `doc` (`None`: there was none, or it is not
+    /// JSON) of an attempt that ended as `end`. A wall-clock timeout counts
+    /// only where both say so: the timeout exit code, and `timedOut`.
+    pub fn of(doc: Option<&Value>, end: &End) -> StatusReport {
+        let Some(doc) = doc else {
+            return StatusReport::default();
+        };
+        let text = |k: &str| {
+            doc.get(k)
+                .and_then(Value::as_str)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        let timed_out = doc.get("timedOut").and_then(Value::as_bool) == Some(true);
+        StatusReport {
+            sidecar: Sidecar {
+                failure_kind: text("failureKind"),
+                error: text("error"),
+                wall_clock: timed_out
+                    && matches!(end, End::Exited(c) if *c == crate::provider::TIMEOUT_EXIT_CODE),
+            },
+            argv: typed(doc, "argv").unwrap_or_default(),
+            usage: typed(doc, "usage"),
+            log_offset: doc.get("logOffset").and_then(Value::as_u64),
+            duration_ms: doc.get("duration_ms").and_then(Value::as_i64),
+            served_model: text("servedModel"),
+            cli_session_id: text("cliSessionId"),
+            confinement: text("confinement"),
+        }
+    }
+}
+
+/// Field `k` of `doc` as a `T`, where it is one.
+fn typed<T: serde::de::DeserializeOwned>(doc: &Value, k: &str) -> Option<T> {
+    T::deserialize(doc.get(k)?).ok()
+}
+
 /// After exec stopped an idle worker: the sidecar says what every other
 /// record says, exit code 124 and failure kind `timeout`, keeping the code
 /// the stopped child itself ended with.
@@ -118,6 +176,47 @@ mod tests {
             format!("{{\"resultSha256\": \"{sha}\"}}"),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_status_report_takes_what_the_sidecar_says_and_leaves_out_the_rest() {
+        let timeout = End::Exited(crate::provider::TIMEOUT_EXIT_CODE);
+        let doc = serde_json::json!({
+            "failureKind": "timeout",
+            "error": "",
+            "timedOut": true,
+            "argv": ["claude", "-p"],
+            "logOffset": 42,
+            "duration_ms": 1500,
+            "servedModel": "model-a",
+            "cliSessionId": 7,
+            "confinement": "landlock-abi7",
+            "usage": "not usage",
+        });
+        let report = StatusReport::of(Some(&doc), &timeout);
+        assert_eq!(report.sidecar.failure_kind.as_deref(), Some("timeout"));
+        assert_eq!(report.sidecar.error, None, "an empty text is no text");
+        assert!(report.sidecar.wall_clock);
+        assert_eq!(report.argv, ["claude", "-p"]);
+        assert_eq!(report.log_offset, Some(42));
+        assert_eq!(report.duration_ms, Some(1500));
+        assert_eq!(report.served_model.as_deref(), Some("model-a"));
+        assert_eq!(report.cli_session_id, None, "not a string");
+        assert_eq!(report.usage, None, "not a usage object");
+        assert_eq!(report.confinement.as_deref(), Some("landlock-abi7"));
+        // timedOut alone, or the code alone, is no wall-clock timeout.
+        assert!(
+            !StatusReport::of(Some(&doc), &End::Exited(1))
+                .sidecar
+                .wall_clock
+        );
+        let untimed = serde_json::json!({"timedOut": false});
+        assert!(
+            !StatusReport::of(Some(&untimed), &timeout)
+                .sidecar
+                .wall_clock
+        );
+        assert_eq!(StatusReport::of(None, &timeout), StatusReport::default());
     }
 
     #[test]
