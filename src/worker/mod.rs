@@ -449,36 +449,11 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<A
             return status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem));
         }
     };
-    let mut options = ProviderOptions {
-        permission_mode: args.permission_mode.clone(),
-        sandbox_mode: args.sandbox_mode.clone(),
-        approval_mode: args.approval_mode.clone(),
-        extra_args: args.extra_args.clone(),
-    };
-    if confined.is_some() {
-        if let Some(note) = provider.under_confinement(&mut options) {
-            say(format_args!("{note}"));
-        }
-    }
-    let argv = provider::build_argv(&ArgvRequest {
-        provider,
-        model: &args.model,
-        project_root: &paths.root,
-        write_dirs: &paths.write_dirs,
-        options: &options,
-        command: &args.command,
-        session_id: args.session_id.as_deref(),
-        project_is_git_repo: paths.root.ancestors().any(|d| d.join(".git").exists()),
-    });
-    let mut env = worker_env(args, &paths);
+    let (argv, env) = child_command(args, &paths, provider, confined.as_ref());
     // Output of earlier attempts may already be in the log; look only past it.
     let log_start = fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
     status.status.argv = argv.clone();
     status.status.log_offset = log_start;
-
-    if let Some(c) = &confined {
-        env.extend(c.env(provider));
-    }
     status.status.confinement = Some(confined.as_ref().map_or("none", |c| c.rules.applied));
 
     let spec = SpawnSpec {
@@ -488,58 +463,10 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<A
         log: None,
         stdin: Some(&paths.prompt),
     };
-    // Released by exec, the attempt has started, and the sidecar is the
-    // evidence (SPEC §5.8): it is written before the child starts, and
-    // without it the child does not start.
-    if args.gated {
-        if let Err(err) = status.write() {
-            say(format_args!(
-                "not starting {}: cannot record that the attempt started: {err}",
-                args.provider
-            ));
-            return STATUS_WRITE_FAILED_EXIT_CODE;
-        }
-    }
-    let launched = match &confined {
-        Some(c) => c.spawn(&spec, starter),
-        None => Ok(process::spawn_in_caller_group(&spec)),
-    };
-    let launched = match launched {
-        Ok(launched) => launched,
-        Err(problem) => {
-            say(format_args!("not starting {}: {problem}", args.provider));
-            status.status.confinement = None;
-            status.status.failure_kind = Some("confinement-failed".into());
-            return status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem));
-        }
-    };
-    let mut child = match launched {
+    let mut child = match launch(args, &spec, confined.as_ref(), starter, &mut status) {
         Ok(child) => child,
-        Err(err) => {
-            let program = argv.first().map(String::as_str).unwrap_or_default();
-            let (code, problem) = launch_failure(program, &err);
-            say(format_args!("{problem}"));
-            status.status.failure_kind = Some("cli-not-found".into());
-            return status.finish(code, Some(problem));
-        }
+        Err(code) => return code,
     };
-    status.status.pid = Some(child.pid());
-    // A pane's watcher reads the wrapper's pid from the sidecar at once; in
-    // cli-wrapper mode exec holds the pid itself (and records it), so the
-    // first write waits for the first heartbeat: most short jobs write the
-    // sidecar once, at their exit (twice when gated).
-    if args.presentation == Presentation::Live {
-        // A failure is said once; the heartbeat tries again.
-        let _ = status.write();
-        say(format_args!(
-            "{} attempt {}: started {} (pid {})",
-            args.worker_key,
-            args.attempt,
-            args.provider,
-            child.pid()
-        ));
-    }
-
     let deadline = args
         .timeout_seconds
         .map(|s| started + Duration::from_secs(s));
@@ -582,6 +509,102 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<A
         ));
     }
     code
+}
+
+/// The command line and environment the worker's child runs with: the
+/// provider's argv for this attempt, and okstra's variables (with the
+/// confinement's, where it is confined).
+fn child_command(
+    args: &WorkerArgs,
+    paths: &Paths,
+    provider: Provider,
+    confined: Option<&Confined>,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let mut options = ProviderOptions {
+        permission_mode: args.permission_mode.clone(),
+        sandbox_mode: args.sandbox_mode.clone(),
+        approval_mode: args.approval_mode.clone(),
+        extra_args: args.extra_args.clone(),
+    };
+    if confined.is_some() {
+        if let Some(note) = provider.under_confinement(&mut options) {
+            say(format_args!("{note}"));
+        }
+    }
+    let argv = provider::build_argv(&ArgvRequest {
+        provider,
+        model: &args.model,
+        project_root: &paths.root,
+        write_dirs: &paths.write_dirs,
+        options: &options,
+        command: &args.command,
+        session_id: args.session_id.as_deref(),
+        project_is_git_repo: paths.root.ancestors().any(|d| d.join(".git").exists()),
+    });
+    let mut env = worker_env(args, paths);
+    if let Some(c) = confined {
+        env.extend(c.env(provider));
+    }
+    (argv, env)
+}
+
+/// Start the worker's child, confined where `confined` says: the started
+/// child, or the wrapper's exit code, the sidecar finished with why. Under
+/// a gate the sidecar first records that the attempt started (SPEC §5.8):
+/// it is the evidence, and without it the child does not start.
+fn launch(
+    args: &WorkerArgs,
+    spec: &SpawnSpec,
+    confined: Option<&Confined>,
+    starter: Option<io::Result<Starter>>,
+    status: &mut StatusFile,
+) -> Result<Spawned, i32> {
+    if args.gated {
+        if let Err(err) = status.write() {
+            say(format_args!(
+                "not starting {}: cannot record that the attempt started: {err}",
+                args.provider
+            ));
+            return Err(STATUS_WRITE_FAILED_EXIT_CODE);
+        }
+    }
+    let launched = match confined {
+        Some(c) => c.spawn(spec, starter),
+        None => Ok(process::spawn_in_caller_group(spec)),
+    };
+    let child = match launched {
+        Ok(Ok(child)) => child,
+        Ok(Err(err)) => {
+            let program = spec.argv.first().map(String::as_str).unwrap_or_default();
+            let (code, problem) = launch_failure(program, &err);
+            say(format_args!("{problem}"));
+            status.status.failure_kind = Some("cli-not-found".into());
+            return Err(status.finish(code, Some(problem)));
+        }
+        Err(problem) => {
+            say(format_args!("not starting {}: {problem}", args.provider));
+            status.status.confinement = None;
+            status.status.failure_kind = Some("confinement-failed".into());
+            return Err(status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem)));
+        }
+    };
+    status.status.pid = Some(child.pid());
+    // A pane's watcher reads the wrapper's pid from the sidecar at once; in
+    // cli-wrapper mode exec holds the pid itself (and records it), so the
+    // first write waits for the first heartbeat: most short jobs write the
+    // sidecar once, at their exit (twice when gated).
+    if args.presentation == Presentation::Live {
+        // A failure is said once; the heartbeat tries again.
+        let _ = status.write();
+        say(format_args!(
+            "{} attempt {}: started {} (pid {})",
+            args.worker_key,
+            args.attempt,
+            args.provider,
+            child.pid()
+        ));
+    }
+    Ok(child)
 }
 
 /// The wrapper's exit code for how the child ended, and what went wrong in
