@@ -1,5 +1,6 @@
 //! The words a job is described in: backend, mutation audit, confinement,
-//! dispatch kind, role and audience. Each is a type serialised to its wire name, parsed once
+//! dispatch kind, role and audience; and the word an attempt's failure is
+//! told by (failure kind). Each is a type serialised to its wire name, parsed once
 //! where an input is read (compile) and matched on everywhere past it.
 //!
 //! Backend, mutation audit and confinement are closed vocabularies. Dispatch kind, role
@@ -292,10 +293,82 @@ open_vocabulary! {
     }
 }
 
+open_vocabulary! {
+    /// What kind of failure ended an attempt, in one word (SPEC §6): on the
+    /// wrapper's status sidecar, the `worker-failed` event and the dispatch
+    /// row. Open, since a sidecar or log written by another okstra may name
+    /// a kind this one does not.
+    FailureKind {
+        /// The CLI refused its command line, or the wrapper its arguments.
+        ArgumentError = "argument-error",
+        /// No credentials: log the CLI in first.
+        NotLoggedIn = "not-logged-in",
+        /// The model API answered with an error, or could not be reached.
+        ApiError = "api-error",
+        /// gemini's fatal codes besides auth: input, sandbox, config, turn limit.
+        CliError = "cli-error",
+        /// The command was not found or could not be executed.
+        CliNotFound = "cli-not-found",
+        /// The confinement asked for could not be applied: nothing started.
+        ConfinementFailed = "confinement-failed",
+        /// The provider reported a model the selection does not allow.
+        ServedModelMismatch = "served-model-mismatch",
+        /// A wall-clock or idle timeout, or the backend's time limit.
+        Timeout = "timeout",
+        /// exec was interrupted while the attempt ran.
+        Interrupted = "interrupted",
+        /// The attempt ended while no exec watched it, without an exit code.
+        Lost = "lost",
+        /// The attempt's wrapper could not be started.
+        LaunchFailed = "launch-failed",
+        /// The backend cancelled it (a Slurm `scancel`).
+        Cancelled = "cancelled",
+        /// It exited 0 without every completion artifact.
+        MissingArtifact = "missing-artifact",
+        /// A non-zero exit whose audit-sidecar contract does not hold.
+        AuditSidecar = "audit-sidecar",
+        /// The mutation audit could not vouch for the tree.
+        AuditIncomplete = "audit-incomplete",
+        /// The mutation audit found writes outside the write policy.
+        WritePolicy = "write-policy",
+        /// A non-zero exit of no kind more precise.
+        Exit = "exit",
+    }
+}
+
+impl FailureKind {
+    /// Whether the harness, not the worker, is to blame: the attempt was
+    /// stopped, lost, never started, or could not be judged (JUnit calls
+    /// these errors, the rest failures).
+    pub fn is_harness(&self) -> bool {
+        matches!(
+            self,
+            FailureKind::Interrupted
+                | FailureKind::LaunchFailed
+                | FailureKind::Lost
+                | FailureKind::AuditIncomplete
+                | FailureKind::CliNotFound
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::{json, Value};
+
+    #[test]
+    fn a_failure_kind_keeps_its_wire_word_and_any_other_word_as_written() {
+        for word in ["timeout", "not-logged-in", "write-policy", "exit"] {
+            let kind = FailureKind::from(word);
+            assert!(!matches!(kind, FailureKind::Other(_)), "{word}");
+            assert_eq!(json!(kind), json!(word));
+        }
+        let newer: FailureKind = serde_json::from_value(json!("quota-exceeded")).unwrap();
+        assert_eq!(newer, FailureKind::Other("quota-exceeded".into()));
+        assert_eq!(json!(newer), json!("quota-exceeded"));
+        assert!(FailureKind::Lost.is_harness() && !FailureKind::Timeout.is_harness());
+    }
 
     #[test]
     fn closed_vocabularies_use_their_wire_names() {

@@ -4,6 +4,7 @@
 
 use crate::audit::Outcome as AuditOutcome;
 use crate::provider::{SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE};
+use crate::vocab::FailureKind;
 
 pub use crate::state::attempts::AttemptStatus as Status;
 
@@ -34,7 +35,7 @@ pub enum End {
 /// What the wrapper's status sidecar says, where it says it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sidecar {
-    pub failure_kind: Option<String>,
+    pub failure_kind: Option<FailureKind>,
     pub error: Option<String>,
     /// The wrapper's own wall-clock limit (`timeoutSeconds`) stopped it.
     pub wall_clock: bool,
@@ -79,7 +80,7 @@ pub struct Decision {
     /// "" for a clean completion.
     pub reason: String,
     /// Set for every attempt that did not complete.
-    pub failure_kind: Option<String>,
+    pub failure_kind: Option<FailureKind>,
     /// The exit code recorded on every record of the attempt (124 for a
     /// timeout of either kind).
     pub exit_code: Option<i32>,
@@ -105,7 +106,7 @@ pub fn decide(f: &Facts) -> Decision {
         d.status = Status::Error;
         d.retry = false;
         d.reason = "the job's write policy no longer matches its recorded digest".into();
-        d.failure_kind = Some("write-policy".into());
+        d.failure_kind = Some(FailureKind::WritePolicy);
     }
     match &f.audit {
         Audit::None => {}
@@ -114,7 +115,7 @@ pub fn decide(f: &Facts) -> Decision {
             d.retry = false;
             d.resumable = false;
             d.reason = join(&d.reason, &format!("audit/incomplete: {why}"));
-            d.failure_kind = Some("audit-incomplete".into());
+            d.failure_kind = Some(FailureKind::AuditIncomplete);
         }
         Audit::Judged {
             status,
@@ -127,10 +128,10 @@ pub fn decide(f: &Facts) -> Decision {
                 // completion (rescued or not) is overruled by the audit.
                 if d.status == Status::Completed {
                     d.reason = audit;
-                    d.failure_kind = Some("write-policy".into());
+                    d.failure_kind = Some(FailureKind::WritePolicy);
                 } else {
                     d.reason = join(&d.reason, &audit);
-                    d.failure_kind.get_or_insert_with(|| "write-policy".into());
+                    d.failure_kind.get_or_insert(FailureKind::WritePolicy);
                 }
                 d.status = Status::Error;
                 d.retry = false;
@@ -168,35 +169,35 @@ fn base(f: &Facts) -> Decision {
     match &f.end {
         End::Interrupted => {
             d.reason = "interrupted".into();
-            d.failure_kind = Some("interrupted".into());
+            d.failure_kind = Some(FailureKind::Interrupted);
             d.resumable = true;
         }
         End::Lost(why) => {
             d.reason = why.clone();
-            d.failure_kind = Some("lost".into());
+            d.failure_kind = Some(FailureKind::Lost);
             d.resumable = true;
         }
         End::LaunchFailed(why) => {
             d.reason = why.clone();
-            d.failure_kind = Some("launch-failed".into());
+            d.failure_kind = Some(FailureKind::LaunchFailed);
             d.resumable = true;
         }
         End::Cancelled(why) => {
             d.reason = why.clone();
-            d.failure_kind = Some("cancelled".into());
+            d.failure_kind = Some(FailureKind::Cancelled);
             d.resumable = true;
         }
         End::TimeLimit(why) => {
             d.status = Status::Timeout;
             d.exit_code = Some(TIMEOUT_EXIT_CODE);
             d.reason = why.clone();
-            d.failure_kind = Some("timeout".into());
+            d.failure_kind = Some(FailureKind::Timeout);
         }
         End::Idle => {
             d.status = Status::Timeout;
             d.exit_code = Some(TIMEOUT_EXIT_CODE);
             d.reason = "worker went idle (its log stopped growing) and was stopped".into();
-            d.failure_kind = Some("timeout".into());
+            d.failure_kind = Some(FailureKind::Timeout);
         }
         End::Exited(_) if f.sidecar.wall_clock => {
             d.status = Status::Timeout;
@@ -206,7 +207,7 @@ fn base(f: &Facts) -> Decision {
                 .error
                 .clone()
                 .unwrap_or_else(|| "wall-clock limit reached".into());
-            d.failure_kind = Some("timeout".into());
+            d.failure_kind = Some(FailureKind::Timeout);
         }
         End::Exited(0) if f.missing.is_empty() => {
             d.status = Status::Completed;
@@ -219,7 +220,7 @@ fn base(f: &Facts) -> Decision {
                 "required worker artifact was not produced: {}",
                 f.missing.join(", ")
             );
-            d.failure_kind = Some("missing-artifact".into());
+            d.failure_kind = Some(FailureKind::MissingArtifact);
             d.retry = true;
         }
         End::Exited(code) if *code == SERVED_MODEL_MISMATCH_EXIT_CODE => {
@@ -227,7 +228,7 @@ fn base(f: &Facts) -> Decision {
             d.reason = format!(
                 "the provider served a different model than the one selected (exit {code})"
             );
-            d.failure_kind = Some("served-model-mismatch".into());
+            d.failure_kind = Some(FailureKind::ServedModelMismatch);
         }
         End::Exited(code) => {
             d.exit_code = Some(*code);
@@ -238,11 +239,11 @@ fn base(f: &Facts) -> Decision {
                 }
                 (Some(Some(why)), true) => {
                     d.reason = format!("worker wrapper exited {code}; the artifacts failed the audit-sidecar contract: {why}");
-                    d.failure_kind = Some("audit-sidecar".into());
+                    d.failure_kind = Some(FailureKind::AuditSidecar);
                 }
                 _ => {
                     missing(&mut d, format!("worker wrapper exited {code}"));
-                    d.failure_kind = Some("exit".into());
+                    d.failure_kind = Some(FailureKind::Exit);
                 }
             }
         }
@@ -298,13 +299,13 @@ mod tests {
         let d = decide(&facts(End::Cancelled("Slurm job 7 was cancelled".into())));
         assert_eq!(d.status, Status::Error);
         assert!(d.resumable && !d.retry && d.log_error);
-        assert_eq!(d.failure_kind.as_deref(), Some("cancelled"));
+        assert_eq!(d.failure_kind, Some(FailureKind::Cancelled));
         assert_eq!(d.reason, "Slurm job 7 was cancelled");
         let d = decide(&facts(End::TimeLimit("Slurm's time limit".into())));
         assert_eq!(d.status, Status::Timeout);
         assert_eq!(d.exit_code, Some(TIMEOUT_EXIT_CODE));
         assert!(!d.resumable && !d.retry);
-        assert_eq!(d.failure_kind.as_deref(), Some("timeout"));
+        assert_eq!(d.failure_kind, Some(FailureKind::Timeout));
     }
 
     #[test]
@@ -327,7 +328,7 @@ mod tests {
         assert_eq!(d.status, Status::Error);
         assert!(d.retry && d.log_error);
         assert!(d.reason.contains("out/r.md"));
-        assert_eq!(d.failure_kind.as_deref(), Some("missing-artifact"));
+        assert_eq!(d.failure_kind, Some(FailureKind::MissingArtifact));
         f.attempt = 2;
         assert!(!decide(&f).retry, "the last attempt");
         // The audit may forbid it.
@@ -365,7 +366,7 @@ mod tests {
         let d = decide(&f);
         assert_eq!(d.reason, "worker wrapper exited 3; missing r.md");
         assert!(!d.retry);
-        assert_eq!(d.failure_kind.as_deref(), Some("exit"));
+        assert_eq!(d.failure_kind, Some(FailureKind::Exit));
     }
 
     #[test]
@@ -375,18 +376,18 @@ mod tests {
         let d = decide(&f);
         assert_eq!(d.status, Status::Error);
         assert!(!d.retry);
-        assert_eq!(d.failure_kind.as_deref(), Some("served-model-mismatch"));
+        assert_eq!(d.failure_kind, Some(FailureKind::ServedModelMismatch));
     }
 
     #[test]
     fn timeouts_of_both_kinds_record_124_and_do_not_retry() {
         let d = decide(&facts(End::Idle));
         assert_eq!((d.status, d.exit_code), (Status::Timeout, Some(124)));
-        assert_eq!(d.failure_kind.as_deref(), Some("timeout"));
+        assert_eq!(d.failure_kind, Some(FailureKind::Timeout));
         assert!(!d.retry);
         let mut f = facts(End::Exited(124));
         f.sidecar = Sidecar {
-            failure_kind: Some("timeout".into()),
+            failure_kind: Some(FailureKind::Timeout),
             error: Some("timed out after 5 s".into()),
             wall_clock: true,
         };
@@ -405,20 +406,20 @@ mod tests {
         assert_eq!(decide(&facts(End::Interrupted)).reason, "interrupted");
         let d = decide(&facts(End::LaunchFailed("launch failed for b".into())));
         assert!(d.resumable && !d.retry);
-        assert_eq!(d.failure_kind.as_deref(), Some("launch-failed"));
+        assert_eq!(d.failure_kind, Some(FailureKind::LaunchFailed));
     }
 
     #[test]
     fn the_wrappers_failure_kind_leads_the_reason() {
         let mut f = facts(End::Exited(1));
-        f.sidecar.failure_kind = Some("not-logged-in".into());
+        f.sidecar.failure_kind = Some(FailureKind::NotLoggedIn);
         f.sidecar.error = Some("claude is not logged in".into());
         let d = decide(&f);
         assert_eq!(
             d.reason,
             "worker wrapper exited 1 [not-logged-in]: claude is not logged in"
         );
-        assert_eq!(d.failure_kind.as_deref(), Some("not-logged-in"));
+        assert_eq!(d.failure_kind, Some(FailureKind::NotLoggedIn));
     }
 
     #[test]
@@ -438,7 +439,7 @@ mod tests {
         assert!(d
             .reason
             .starts_with("audit/incomplete: cannot read src/deep"));
-        assert_eq!(d.failure_kind.as_deref(), Some("audit-incomplete"));
+        assert_eq!(d.failure_kind, Some(FailureKind::AuditIncomplete));
         // Not even an interrupted attempt is resumable once the audit could
         // not vouch for the tree.
         let mut f = facts(End::Interrupted);

@@ -6,6 +6,7 @@
 use crate::provider::Usage;
 use crate::state::attempts::AttemptStatus;
 use crate::vocab::Backend;
+use crate::vocab::FailureKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -147,7 +148,7 @@ pub struct Settled {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cli_session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_kind: Option<String>,
+    pub failure_kind: Option<FailureKind>,
     /// The exact argv the wrapper started (the provider CLI's, or a
     /// `command` job's), from its status sidecar.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -252,7 +253,7 @@ mod tests {
             missing_completion_paths: vec![],
             served_model: None,
             cli_session_id: None,
-            failure_kind: Some("interrupted".into()),
+            failure_kind: Some(FailureKind::Interrupted),
             cli_argv: vec![],
             usage: None,
             confinement: None,

@@ -540,10 +540,10 @@ pub fn dispatch_row(job: &Job, d: &Dispatched, settled: Option<&Settled>) -> Val
                 put("exitCode", json!(code));
             }
             for (k, v) in [
-                ("servedModel", &s.served_model),
-                ("cliSessionId", &s.cli_session_id),
-                ("failureKind", &s.failure_kind),
-                ("confinement", &s.confinement),
+                ("servedModel", s.served_model.as_deref()),
+                ("cliSessionId", s.cli_session_id.as_deref()),
+                ("failureKind", s.failure_kind.as_ref().map(|k| k.as_str())),
+                ("confinement", s.confinement.as_deref()),
             ] {
                 if let Some(v) = v {
                     put(k, json!(v));

@@ -6,6 +6,7 @@
 use super::decide::{End, Sidecar};
 use crate::canonical::{is_sha256_hex, sha256_hex};
 use crate::provider::Usage;
+use crate::vocab::FailureKind;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -114,7 +115,7 @@ impl StatusReport {
         let timed_out = doc.get("timedOut").and_then(Value::as_bool) == Some(true);
         StatusReport {
             sidecar: Sidecar {
-                failure_kind: text("failureKind"),
+                failure_kind: text("failureKind").map(FailureKind::from),
                 error: text("error"),
                 wall_clock: timed_out
                     && matches!(end, End::Exited(c) if *c == crate::provider::TIMEOUT_EXIT_CODE),
@@ -149,7 +150,10 @@ pub fn mark_idle_timeout(own: &crate::beneath::Beneath, path: &Path) {
         "exitCode".into(),
         Value::from(crate::provider::TIMEOUT_EXIT_CODE),
     );
-    doc.insert("failureKind".into(), Value::from("timeout"));
+    doc.insert(
+        "failureKind".into(),
+        Value::from(FailureKind::Timeout.as_str()),
+    );
     doc.insert("idleTimedOut".into(), Value::from(true));
     if let Ok(mut bytes) = serde_json::to_vec_pretty(&Value::Object(doc)) {
         bytes.push(b'\n');
@@ -194,7 +198,7 @@ mod tests {
             "usage": "not usage",
         });
         let report = StatusReport::of(Some(&doc), &timeout);
-        assert_eq!(report.sidecar.failure_kind.as_deref(), Some("timeout"));
+        assert_eq!(report.sidecar.failure_kind, Some(FailureKind::Timeout));
         assert_eq!(report.sidecar.error, None, "an empty text is no text");
         assert!(report.sidecar.wall_clock);
         assert_eq!(report.argv, ["claude", "-p"]);

@@ -24,6 +24,7 @@ pub mod usage;
 
 pub use usage::{Pricing, Usage, UsageTotal};
 
+pub use crate::vocab::FailureKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::ffi::OsString;
@@ -371,35 +372,15 @@ fn safe_file_stem(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// What kind of failure a provider CLI's non-zero exit was, told apart where
-/// the CLI allows it (PROVIDERS.md), from its exit code and this attempt's
-/// output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureKind {
-    /// The CLI refused its command line.
-    ArgumentError,
-    /// No credentials: log the CLI in first.
-    NotLoggedIn,
-    /// The model API answered with an error, or could not be reached.
-    ApiError,
-    /// gemini's fatal codes besides auth: input, sandbox, config, turn limit.
-    CliError,
-}
-
+/// What a provider CLI's non-zero exit means, told apart where the CLI
+/// allows it (PROVIDERS.md), from its exit code and this attempt's output:
+/// [`FailureKind::ArgumentError`], [`FailureKind::NotLoggedIn`],
+/// [`FailureKind::ApiError`] or [`FailureKind::CliError`].
 impl FailureKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureKind::ArgumentError => "argument-error",
-            FailureKind::NotLoggedIn => "not-logged-in",
-            FailureKind::ApiError => "api-error",
-            FailureKind::CliError => "cli-error",
-        }
-    }
-
     /// What to do about it, for the error-log message. `refused` is the
     /// CLI's own message naming the argument it refused, where it printed
     /// one ([`Provider::refused_argument`]).
-    pub fn hint(self, provider: Provider, refused: Option<&str>) -> String {
+    pub fn hint(&self, provider: Provider, refused: Option<&str>) -> String {
         match self {
             FailureKind::ArgumentError => format!(
                 "{provider} refused its arguments{} (check permissionMode/sandboxMode/approvalMode/extraArgs and the CLI version)",
@@ -410,6 +391,7 @@ impl FailureKind {
             }
             FailureKind::ApiError => format!("{provider} got an API error or no network"),
             FailureKind::CliError => format!("{provider} stopped with a fatal error"),
+            other => format!("{provider} failed ({other})"),
         }
     }
 }

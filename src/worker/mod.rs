@@ -33,6 +33,7 @@ use crate::provider::{
 };
 use crate::tmpdir;
 use crate::vocab::Confinement;
+use crate::vocab::FailureKind;
 use serde::Serialize;
 use serde_json::Value;
 use starter::{Order, Starter};
@@ -288,7 +289,7 @@ struct Status {
     /// `argument-error`, `not-logged-in`, `api-error`, `cli-error`,
     /// `cli-not-found`, `served-model-mismatch`, `timeout`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    failure_kind: Option<String>,
+    failure_kind: Option<FailureKind>,
 }
 
 /// Owns the status sidecar: every write goes through here.
@@ -430,7 +431,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<A
         Err(problem) => {
             say(format_args!("{problem}"));
             if paths.root.is_dir() {
-                status.status.failure_kind = Some("argument-error".into());
+                status.status.failure_kind = Some(FailureKind::ArgumentError);
                 status.finish(USAGE_EXIT_CODE, Some(problem));
             }
             return USAGE_EXIT_CODE;
@@ -445,7 +446,7 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<A
         Ok(confined) => confined,
         Err(problem) => {
             say(format_args!("not starting {}: {problem}", args.provider));
-            status.status.failure_kind = Some("confinement-failed".into());
+            status.status.failure_kind = Some(FailureKind::ConfinementFailed);
             return status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem));
         }
     };
@@ -578,13 +579,13 @@ fn launch(
             let program = spec.argv.first().map(String::as_str).unwrap_or_default();
             let (code, problem) = launch_failure(program, &err);
             say(format_args!("{problem}"));
-            status.status.failure_kind = Some("cli-not-found".into());
+            status.status.failure_kind = Some(FailureKind::CliNotFound);
             return Err(status.finish(code, Some(problem)));
         }
         Err(problem) => {
             say(format_args!("not starting {}: {problem}", args.provider));
             status.status.confinement = None;
-            status.status.failure_kind = Some("confinement-failed".into());
+            status.status.failure_kind = Some(FailureKind::ConfinementFailed);
             return Err(status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem)));
         }
     };
@@ -624,7 +625,7 @@ fn judge(
         Outcome::Exited(_) | Outcome::Mismatch if verdict.is_err() => {
             let problem = verdict.err().unwrap_or_default();
             say(format_args!("{problem}"));
-            status.failure_kind = Some("served-model-mismatch".into());
+            status.failure_kind = Some(FailureKind::ServedModelMismatch);
             (SERVED_MODEL_MISMATCH_EXIT_CODE, Some(problem))
         }
         Outcome::Mismatch => (SERVED_MODEL_MISMATCH_EXIT_CODE, None),
@@ -645,7 +646,7 @@ fn judge(
                         kind.hint(provider, refused.as_deref())
                     );
                     say(format_args!("{problem}"));
-                    status.failure_kind = Some(kind.as_str().into());
+                    status.failure_kind = Some(kind.clone());
                     Some(problem)
                 }
                 None => None,
@@ -665,7 +666,7 @@ fn judge(
                 "wall-clock limit reached: timed out after {secs} s (timeoutSeconds); the child was stopped"
             );
             say(format_args!("{problem}"));
-            status.failure_kind = Some("timeout".into());
+            status.failure_kind = Some(FailureKind::Timeout);
             (TIMEOUT_EXIT_CODE, Some(problem))
         }
         Outcome::Failed(err) => {

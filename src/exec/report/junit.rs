@@ -21,6 +21,7 @@ use crate::compile::paths;
 use crate::exec::event::Event;
 use crate::plan::Plan;
 use crate::state::WorkerStatus;
+use crate::vocab::FailureKind;
 use quick_junit::{
     NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite,
 };
@@ -33,15 +34,6 @@ use std::time::{Duration, Instant};
 
 /// How much of an attempt's log a case keeps: its end.
 pub const LOG_TAIL_BYTES: u64 = 4096;
-
-/// Failure kinds that say the harness, not the job, failed: an `<error>`.
-const HARNESS_KINDS: [&str; 5] = [
-    "interrupted",
-    "launch-failed",
-    "lost",
-    "audit-incomplete",
-    "cli-not-found",
-];
 
 /// One attempt, as the notices told it.
 #[derive(Debug, Clone, Default)]
@@ -63,7 +55,7 @@ struct Attempt {
 struct End {
     completed: bool,
     reason: String,
-    failure_kind: Option<String>,
+    failure_kind: Option<FailureKind>,
     exit_code: Option<i32>,
 }
 
@@ -206,7 +198,8 @@ fn tail_of(log: &Path, from: u64) -> String {
 /// The JUnit kind of an attempt that did not complete.
 fn kind_of(end: &End) -> NonSuccessKind {
     match &end.failure_kind {
-        Some(k) if HARNESS_KINDS.contains(&k.as_str()) => NonSuccessKind::Error,
+        // The harness, not the job, failed: an `<error>`.
+        Some(k) if k.is_harness() => NonSuccessKind::Error,
         _ => NonSuccessKind::Failure,
     }
 }
@@ -219,8 +212,8 @@ fn rerun_of(a: &Attempt) -> TestRerun {
         a.number,
         end.map_or("did not settle in this exec", |e| e.reason.as_str())
     ));
-    if let Some(kind) = end.and_then(|e| e.failure_kind.as_deref()) {
-        r.set_type(kind);
+    if let Some(kind) = end.and_then(|e| e.failure_kind.as_ref()) {
+        r.set_type(kind.as_str());
     }
     if let Some(took) = a.took {
         r.set_time(took);
@@ -257,8 +250,8 @@ fn case_of(report: &JobReport, attempts: &[Attempt]) -> TestCase {
             s.set_message(report.reason.as_str());
             s.set_type(
                 last_end
-                    .and_then(|e| e.failure_kind.clone())
-                    .unwrap_or_else(|| other.to_string()),
+                    .and_then(|e| e.failure_kind.as_ref())
+                    .map_or_else(|| other.to_string(), |k| k.to_string()),
             );
             let mut description = format!(
                 "{other} after {} attempt(s): {}",
@@ -360,7 +353,7 @@ mod tests {
                 } else {
                     format!("why {n}")
                 },
-                failure_kind: kind.map(str::to_string),
+                failure_kind: kind.map(FailureKind::from),
                 exit_code: Some(if completed { 0 } else { 1 }),
             }),
             log_tail: format!("log of {n}"),
