@@ -9,7 +9,8 @@
 # `command` jobs, each writing its own result) and planned once; exec runs
 # it at --concurrency 2 under GNU time. Fails (exit 1) when exec does not
 # complete every job, or when its peak RSS is above MAX_MB. Also prints the
-# plan file's size, which exec reads whole while it checks the digest.
+# plan file's size. Then `okstra validate plan.json` of the same plan, under
+# the same ceiling (it reads a valid plan as exec does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-10000}
@@ -45,5 +46,20 @@ mb=$(awk -v k="$kib" 'BEGIN {printf "%.1f", k * 1024 / 1e6}')
 echo "okstra exec, $n jobs (plan $plan_mb MB): peak RSS $mb MB, wall $wall (ceiling $max_mb MB)"
 awk -v m="$mb" -v c="$max_mb" 'BEGIN {exit !(m <= c)}' || {
   echo "peak RSS $mb MB is above the ceiling of $max_mb MB" >&2
+  exit 1
+}
+
+# `okstra validate` of the same plan reads it the way exec does (streamed,
+# never a tree of the whole document): the same ceiling.
+(cd "$work/p" && /usr/bin/time -v "$bin" validate plan.json >"$work/validate.out" 2>"$work/vtime.txt") || {
+  echo "okstra validate plan.json failed:" >&2
+  cat "$work/validate.out" >&2
+  exit 1
+}
+vkib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/vtime.txt")
+vmb=$(awk -v k="$vkib" 'BEGIN {printf "%.1f", k * 1024 / 1e6}')
+echo "okstra validate, the same plan: peak RSS $vmb MB (ceiling $max_mb MB)"
+awk -v m="$vmb" -v c="$max_mb" 'BEGIN {exit !(m <= c)}' || {
+  echo "validate's peak RSS $vmb MB is above the ceiling of $max_mb MB" >&2
   exit 1
 }

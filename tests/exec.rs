@@ -572,8 +572,12 @@ fn exec_show_and_validate_refuse_a_plan_alike_on_the_raw_document() {
             "json",
         ]);
         assert_eq!(validate.codes(), [code], "validate");
+        // Told a plan by its keys, validate reads it the same way.
+        let guessed = fx.p.okstra(&["validate", "plan.json", "--format", "json"]);
+        assert_eq!(guessed.codes(), [code], "validate, the kind guessed");
     }
-    // Near miss: the plan as written passes all three.
+    // Near miss: the plan as written passes all three, read as exec reads
+    // it whether validate is told its kind or guesses it.
     fx.p.write("plan.json", &text);
     let validate = fx.p.okstra(&[
         "validate",
@@ -584,6 +588,12 @@ fn exec_show_and_validate_refuse_a_plan_alike_on_the_raw_document() {
         "json",
     ]);
     assert_code(&validate, 0);
+    let guessed = fx.p.okstra(&["validate", "plan.json", "--format", "json"]);
+    assert_code(&guessed, 0);
+    assert_eq!(
+        guessed.json()["files"],
+        serde_json::json!([{"file": "plan.json", "kind": "plan"}])
+    );
     assert_code(&fx.p.okstra(&["show", "plan.json"]), 0);
     assert_code(&fx.exec(&[]), 0);
 }

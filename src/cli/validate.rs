@@ -58,7 +58,8 @@ pub struct SchemaArgs {
 /// How stdin is named in messages.
 pub const STDIN_NAME: &str = "<stdin>";
 
-fn guess(path: &Path, doc: Option<&serde_json::Value>) -> Kind {
+/// What a file is, from its name and its top-level keys (`has`).
+fn guess(path: &Path, has: &dyn Fn(&str) -> bool) -> Kind {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
@@ -69,7 +70,6 @@ fn guess(path: &Path, doc: Option<&serde_json::Value>) -> Kind {
     if name.ends_with(".toml") {
         return Kind::Jobs;
     }
-    let has = |k: &str| doc.and_then(|d| d.get(k)).is_some();
     if has("formatVersion") && has("digest") {
         Kind::Plan
     } else if has("implementationPlanning") {
@@ -100,6 +100,10 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         } else {
             file.display().to_string()
         };
+        if !from_stdin && plan_checked_as_exec_reads_it(args.kind, file) {
+            checked.push((display, Kind::Plan));
+            continue;
+        }
         let loaded = if from_stdin {
             if std::mem::replace(&mut stdin_read, true) {
                 all.push(
@@ -134,7 +138,9 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         } else {
             file.as_path()
         };
-        let kind = args.kind.unwrap_or_else(|| guess(named, Some(&loaded.doc)));
+        let kind = args
+            .kind
+            .unwrap_or_else(|| guess(named, &|k| loaded.doc.get(k).is_some()));
         check_document(&mut ctx, &mut loaded, kind, named);
         if ctx.diags.is_empty() {
             checked.push((display, kind));
@@ -158,6 +164,48 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         ),
     }
     ExitStatus::Success
+}
+
+/// Whether `file` is a plan (named so by `--kind`, or by its name and
+/// top-level keys) that passes exec's own reading: streamed, never held
+/// whole nor as a tree (a plan of 10,000 jobs is tens of megabytes). A
+/// plan that fails it is read again the general way, which locates each
+/// problem in the text.
+fn plan_checked_as_exec_reads_it(kind: Option<Kind>, file: &Path) -> bool {
+    let is_plan = match kind {
+        Some(kind) => kind == Kind::Plan,
+        None => top_level_keys(file)
+            .is_some_and(|keys| guess(file, &|k| keys.contains(k)) == Kind::Plan),
+    };
+    is_plan && crate::exec::load::check(file).is_ok()
+}
+
+/// The top-level keys of a JSON object file, its values skipped as they
+/// stream by; `None` when it is not one (or is TOML by its name).
+fn top_level_keys(file: &Path) -> Option<std::collections::BTreeSet<String>> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Keys;
+    impl<'de> Visitor<'de> for Keys {
+        type Value = std::collections::BTreeSet<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut keys = std::collections::BTreeSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<IgnoredAny>()?;
+                keys.insert(key);
+            }
+            Ok(keys)
+        }
+    }
+    if SourceFormat::for_path(file) != SourceFormat::Json {
+        return None;
+    }
+    let reader = std::io::BufReader::new(std::fs::File::open(file).ok()?);
+    serde_json::Deserializer::from_reader(reader)
+        .deserialize_map(Keys)
+        .ok()
 }
 
 /// All of stdin, or the diagnostic saying why not.
