@@ -721,7 +721,11 @@ fn what_a_worker_leaves_in_its_group_goes_when_its_wrapper_ends() {
     let fx = Fx::new(&[("only", vec![job("a", left), job("b", orphaned)])]);
     fx.plan();
     let mut child = fx.spawn_exec(&[]);
-    wait_for("b to start", 10, || fx.scratch("b.bg").exists());
+    // Its pid written, not just its file made: the kill that follows ends
+    // the worker's shell too, maybe between the two.
+    wait_for("b to start", 10, || {
+        std::fs::read_to_string(fx.scratch("b.bg")).is_ok_and(|t| t.ends_with('\n'))
+    });
     let status = fx.p.read_json("prompts/b.md.status.json");
     signal(status["wrapperPid"].as_u64().unwrap() as u32, Signal::KILL);
     assert_eq!(wait_child(&mut child, 20), 1);

@@ -382,32 +382,9 @@ fn usage_line(stage: &str, t: &UsageTotal) -> Vec<String> {
 }
 
 pub fn status(args: &StatusArgs) -> ExitStatus {
-    let root = paths::canonical_root(&args.project_root);
-    let display = paths::display_for(&root, &args.manifest);
-    let manifest: Value = match std::fs::read(&args.manifest)
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-    {
-        Ok(v) => v,
-        Err(e) => {
-            let d = Diagnostic::new(
-                Code::InputUnreadable,
-                format!("cannot read manifest {display}: {e}"),
-            )
-            .in_file(display);
-            return report(&Diagnostics::from(d), args.format);
-        }
-    };
-    let team = crate::model::str_of(&manifest, "teamStatePath");
-    let team_path = paths::abs_of(&root, team);
-    let store = crate::state::team_state::TeamStateStore::open(team_path.clone());
-    let doc = match store.read() {
-        Ok(d) => d,
-        Err(e) => {
-            let d = Diagnostic::new(Code::ExecState, format!("cannot read team-state: {e}"))
-                .in_file(team.to_string());
-            return report(&Diagnostics::from(d), args.format);
-        }
+    let (team, doc) = match team_state_of(args) {
+        Ok(found) => found,
+        Err(d) => return report(&Diagnostics::from(d), args.format),
     };
     let rows = |k: &str| {
         doc.get(k)
@@ -415,100 +392,159 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
             .cloned()
             .unwrap_or_default()
     };
-    let mut dispatch_rows = rows("workerDispatches");
-    let slurm = slurm_states(&mut dispatch_rows);
-    let spent = Spent::of(&dispatch_rows);
+    let workers = rows("workers");
+    let mut dispatches = rows("workerDispatches");
+    let slurm = slurm_states(&mut dispatches);
+    let spent = Spent::of(&dispatches);
     match args.format {
         Format::Json => outln!(
             "{}",
-            serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": rows("workers"), "dispatches": dispatch_rows, "usage": spent.to_json()})).unwrap_or_default()
+            serde_json::to_string_pretty(&json!({"teamStatePath": team, "workers": workers, "dispatches": dispatches, "usage": spent.to_json()})).unwrap_or_default()
         ),
-        Format::Text => {
-            let s = |v: &Value, k: &str| {
-                v.get(k)
-                    .map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
-                    .unwrap_or_default()
-            };
-            let any = spent.run.is_some();
-            // Tokens and cost columns only where some attempt reported usage.
-            let with_usage = |mut row: Vec<String>, total: Option<&UsageTotal>| {
-                if any {
-                    let at = row.len() - 2;
-                    row.insert(at, total.map_or("-".into(), UsageTotal::tokens_text));
-                    row.insert(at + 1, total.map_or("-".into(), UsageTotal::cost_text));
-                }
-                row
-            };
-            let workers: Vec<Vec<String>> = rows("workers")
-                .iter()
-                .map(|w| {
-                    let row = ["workerId", "status", "provider", "endedAt", "reason"]
-                        .iter()
-                        .map(|k| s(w, k))
-                        .collect();
-                    with_usage(row, spent.workers.get(&s(w, "workerId")))
-                })
-                .collect();
-            let dispatches: Vec<Vec<String>> = dispatch_rows
-                .iter()
-                .map(|d| {
-                    let who = if d.get("executionLabel").is_some() {
-                        s(d, "executionLabel")
-                    } else {
-                        s(d, "workerId")
-                    };
-                    let mut row = vec![who, s(d, "attempt"), s(d, "status"), s(d, "dispatchId")];
-                    if slurm.is_some() {
-                        let id = d.get("slurmJobId").map(Value::to_string).unwrap_or_default();
-                        row.push(match (s(d, "slurmState"), s(d, "slurmReason")) {
-                            (state, _) if state.is_empty() => id,
-                            (state, reason) if reason.is_empty() => format!("{id} {state}"),
-                            (state, reason) => format!("{id} {state} ({reason})"),
-                        });
-                    }
-                    row.push(s(d, "reason"));
-                    with_usage(row, attempt_usage(d).and_then(|u| UsageTotal::of([&u])).as_ref())
-                })
-                .collect();
-            let mut heads = vec!["dispatch", "attempt", "status", "id"];
-            if slurm.is_some() {
-                heads.push("slurm");
-            }
-            heads.push("reason");
-            let completed = |status: &str| status.parse() == Ok(WorkerStatus::Completed);
-            let done = workers.iter().filter(|w| completed(&w[1])).count();
-            let headers = |names: &[&'static str]| -> Vec<&'static str> {
-                let mut h = names.to_vec();
-                if any {
-                    h.splice(h.len() - 2..h.len() - 2, ["tokens", "cost"]);
-                }
-                h
-            };
-            let mut text = format!(
-                "team-state {team}: {done} of {} worker{} completed\n\n{}\n{}",
-                workers.len(),
-                if workers.len() == 1 { "" } else { "s" },
-                render::table(&headers(&["worker", "status", "provider", "ended", "reason"]), &workers),
-                render::table(&headers(&heads), &dispatches),
-            );
-            if let Some(Err(e)) = &slurm {
-                let _ = writeln!(text, "(the Slurm state of running attempts is unknown: {e})");
-            }
-            if let Some(run) = &spent.run {
-                let mut lines: Vec<Vec<String>> = spent
-                    .stages
-                    .iter()
-                    .map(|(stage, t)| usage_line(stage, t))
-                    .collect();
-                lines.push(usage_line("(run)", run));
-                let _ = write!(
-                    text,
-                    "\n{}",
-                    render::table(&["stage", "attempts", "tokens", "input", "output", "cost"], &lines)
-                );
-            }
-            out!("{text}");
-        }
+        Format::Text => out!(
+            "{}",
+            status_text(&team, &workers, &dispatches, slurm.as_ref(), &spent)
+        ),
     }
     ExitStatus::Success
+}
+
+/// The team-state path the manifest names (as written), and the document
+/// there; why not, as `okstra status` reports it.
+fn team_state_of(args: &StatusArgs) -> Result<(String, Value), Diagnostic> {
+    let root = paths::canonical_root(&args.project_root);
+    let display = paths::display_for(&root, &args.manifest);
+    let manifest: Value = std::fs::read(&args.manifest)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            Diagnostic::new(
+                Code::InputUnreadable,
+                format!("cannot read manifest {display}: {e}"),
+            )
+            .in_file(display)
+        })?;
+    let team = crate::model::str_of(&manifest, "teamStatePath").to_string();
+    let store = crate::state::team_state::TeamStateStore::open(paths::abs_of(&root, &team));
+    match store.read() {
+        Ok(doc) => Ok((team, doc)),
+        Err(e) => Err(
+            Diagnostic::new(Code::ExecState, format!("cannot read team-state: {e}")).in_file(team),
+        ),
+    }
+}
+
+/// `okstra status` as text: the workers, their dispatches (with each
+/// attempt's Slurm state, where there are Slurm attempts), and what the run
+/// spent, where some attempt reported usage.
+fn status_text(
+    team: &str,
+    workers: &[Value],
+    dispatches: &[Value],
+    slurm: Option<&Result<(), String>>,
+    spent: &Spent,
+) -> String {
+    let s = |v: &Value, k: &str| {
+        v.get(k)
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| x.to_string())
+            })
+            .unwrap_or_default()
+    };
+    let any = spent.run.is_some();
+    // Tokens and cost columns only where some attempt reported usage.
+    let with_usage = |mut row: Vec<String>, total: Option<&UsageTotal>| {
+        if any {
+            let at = row.len() - 2;
+            row.insert(at, total.map_or("-".into(), UsageTotal::tokens_text));
+            row.insert(at + 1, total.map_or("-".into(), UsageTotal::cost_text));
+        }
+        row
+    };
+    let workers: Vec<Vec<String>> = workers
+        .iter()
+        .map(|w| {
+            let row = ["workerId", "status", "provider", "endedAt", "reason"]
+                .iter()
+                .map(|k| s(w, k))
+                .collect();
+            with_usage(row, spent.workers.get(&s(w, "workerId")))
+        })
+        .collect();
+    let dispatches: Vec<Vec<String>> = dispatches
+        .iter()
+        .map(|d| {
+            let who = if d.get("executionLabel").is_some() {
+                s(d, "executionLabel")
+            } else {
+                s(d, "workerId")
+            };
+            let mut row = vec![who, s(d, "attempt"), s(d, "status"), s(d, "dispatchId")];
+            if slurm.is_some() {
+                let id = d
+                    .get("slurmJobId")
+                    .map(Value::to_string)
+                    .unwrap_or_default();
+                row.push(match (s(d, "slurmState"), s(d, "slurmReason")) {
+                    (state, _) if state.is_empty() => id,
+                    (state, reason) if reason.is_empty() => format!("{id} {state}"),
+                    (state, reason) => format!("{id} {state} ({reason})"),
+                });
+            }
+            row.push(s(d, "reason"));
+            with_usage(
+                row,
+                attempt_usage(d).and_then(|u| UsageTotal::of([&u])).as_ref(),
+            )
+        })
+        .collect();
+    let mut heads = vec!["dispatch", "attempt", "status", "id"];
+    if slurm.is_some() {
+        heads.push("slurm");
+    }
+    heads.push("reason");
+    let completed = |status: &str| status.parse() == Ok(WorkerStatus::Completed);
+    let done = workers.iter().filter(|w| completed(&w[1])).count();
+    let headers = |names: &[&'static str]| -> Vec<&'static str> {
+        let mut h = names.to_vec();
+        if any {
+            h.splice(h.len() - 2..h.len() - 2, ["tokens", "cost"]);
+        }
+        h
+    };
+    let mut text = format!(
+        "team-state {team}: {done} of {} worker{} completed\n\n{}\n{}",
+        workers.len(),
+        if workers.len() == 1 { "" } else { "s" },
+        render::table(
+            &headers(&["worker", "status", "provider", "ended", "reason"]),
+            &workers
+        ),
+        render::table(&headers(&heads), &dispatches),
+    );
+    if let Some(Err(e)) = slurm {
+        let _ = writeln!(
+            text,
+            "(the Slurm state of running attempts is unknown: {e})"
+        );
+    }
+    if let Some(run) = &spent.run {
+        let mut lines: Vec<Vec<String>> = spent
+            .stages
+            .iter()
+            .map(|(stage, t)| usage_line(stage, t))
+            .collect();
+        lines.push(usage_line("(run)", run));
+        let _ = write!(
+            text,
+            "\n{}",
+            render::table(
+                &["stage", "attempts", "tokens", "input", "output", "cost"],
+                &lines
+            )
+        );
+    }
+    text
 }
