@@ -7,30 +7,13 @@
 mod common;
 use common::*;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The README's demo, copied into a temp dir.
 fn demo() -> Project {
     let p = Project::new();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/demo");
-    copy_dir(&src, p.root());
+    copy_demo(p.root());
     p
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            if entry.file_name() == ".okstra" {
-                continue;
-            }
-            std::fs::create_dir_all(&target).unwrap();
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 fn read_report(p: &Project, rel: &str) -> Report {

@@ -16,7 +16,7 @@ mod common;
 use common::*;
 use rustix::process::Signal;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -222,15 +222,8 @@ fn dispatch_rows(p: &Project, key: &str) -> Vec<Value> {
 fn the_demo_pipeline_runs_on_slurm_with_its_retry() {
     let Some(conf) = cluster() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/demo");
-    let copy = Command::new("cp")
-        .arg("-r")
-        .arg(&demo)
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(copy.success());
     let root = dir.path().join("demo");
+    copy_demo(&root);
     let spec = std::fs::read_to_string(root.join("pipeline.toml")).unwrap();
     let spec = spec.replace(
         "idleTimeoutSeconds = 60\n",

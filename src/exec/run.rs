@@ -18,6 +18,7 @@ use super::jobs::Jobs;
 use super::record::{Recorder, Then};
 use super::replay::{self, History, Next};
 use super::report::{JobReport, Notice, Reporter};
+use super::settle::Left;
 use super::{Options, Outcomes};
 use crate::audit;
 use crate::beneath::{Beneath, WriteMode};
@@ -1163,88 +1164,51 @@ impl Runner<'_> {
             std::thread::sleep(Duration::from_millis(20));
         }
         let status = super::settle::read_status(&status_path);
-        let state = status
-            .as_ref()
-            .and_then(|s| s.get("state"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let lost = |why: &str| {
-            Found::Ended(Ended {
-                job: i,
-                dispatched: d.clone(),
-                end: End::Lost(why.to_string()),
-                started: Instant::now(),
-            })
-        };
-        // A backend may know better than the sidecar how an attempt that
-        // ran ended: Slurm signals the worker too when it cancels a job or
-        // stops it at its time limit.
-        if status.is_some() && !alive(self) {
-            if let Some(end) = self.backend.ended(d.handle) {
-                self.say(format!(
-                    "{} (attempt {attempt}) ended while no exec watched it ({}); settling it",
-                    job.label(),
-                    d.handle
-                ));
-                return Found::Ended(Ended {
+        let alive = alive(self);
+        let backend = &mut self.backend;
+        let left = super::settle::in_flight(status.as_ref(), alive, || backend.ended(d.handle));
+        let label = job.label();
+        match left {
+            Left::Ended(end) => {
+                let how = match &end {
+                    End::Exited(code) => Some(format!("exit {code}")),
+                    End::Lost(_) => None,
+                    _ => Some(d.handle.to_string()),
+                };
+                if let Some(how) = how {
+                    self.say(format!(
+                        "{label} (attempt {attempt}) ended while no exec watched it ({how}); settling it"
+                    ));
+                }
+                Found::Ended(Ended {
                     job: i,
                     dispatched: d,
                     end,
                     started: Instant::now(),
-                });
+                })
+            }
+            Left::NeverStarted => {
+                self.say(format!(
+                    "{label} (attempt {attempt}) was recorded but never started; starting it"
+                ));
+                Found::NeverStarted(attempt)
+            }
+            Left::Running => {
+                self.say(format!(
+                    "{label} (attempt {attempt}) still runs ({}); watching it",
+                    d.handle
+                ));
+                let log = self.abs(&job.log_path());
+                Found::Running(Running {
+                    job: i,
+                    dispatched: d,
+                    held: false,
+                    ticket: Ticket::DURABLE,
+                    started: Instant::now(),
+                    watch: crate::process::LogWatch::new(log),
+                })
             }
         }
-        if state == "exited" {
-            let s = status.as_ref();
-            let stopped = s
-                .and_then(|s| s.get("stopped"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            if stopped {
-                return lost(
-                    "the worker was stopped by an executor that died before recording why",
-                );
-            }
-            let code = s
-                .and_then(|s| s.get("exitCode"))
-                .and_then(Value::as_i64)
-                .unwrap_or(1) as i32;
-            self.say(format!(
-                "{} (attempt {attempt}) ended while no exec watched it (exit {code}); settling it",
-                job.label()
-            ));
-            return Found::Ended(Ended {
-                job: i,
-                dispatched: d,
-                end: End::Exited(code),
-                started: Instant::now(),
-            });
-        }
-        let running = alive(self);
-        if status.is_none() && !running {
-            self.say(format!(
-                "{} (attempt {attempt}) was recorded but never started; starting it",
-                job.label()
-            ));
-            return Found::NeverStarted(attempt);
-        }
-        if running {
-            self.say(format!(
-                "{} (attempt {attempt}) still runs ({}); watching it",
-                job.label(),
-                d.handle
-            ));
-            let log = self.abs(&job.log_path());
-            return Found::Running(Running {
-                job: i,
-                dispatched: d,
-                held: false,
-                ticket: Ticket::DURABLE,
-                started: Instant::now(),
-                watch: crate::process::LogWatch::new(log),
-            });
-        }
-        lost("the worker ended without recording an exit code (its executor died before settling it)")
     }
 
     /// The stage's baseline for the mutation audit: taken before its first

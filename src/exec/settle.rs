@@ -131,6 +131,53 @@ impl StatusReport {
     }
 }
 
+/// Where an attempt a dead executor left in flight stands (SPEC §5.8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Left {
+    /// It ended: settle it as this.
+    Ended(End),
+    /// Recorded but never started (no sidecar, nothing runs): start it
+    /// again, as the same attempt.
+    NeverStarted,
+    /// Its wrapper still runs: watch it.
+    Running,
+}
+
+/// Where such an attempt stands, from its status sidecar (`None`: there is
+/// none, or it is not JSON), whether its backend still runs it, and what
+/// the backend knows of how it ended (asked only when it ran and runs no
+/// more: Slurm signals the worker too when it cancels a job or stops it at
+/// its time limit, so it knows better than the sidecar).
+pub fn in_flight(
+    sidecar: Option<&Value>,
+    alive: bool,
+    backend_end: impl FnOnce() -> Option<End>,
+) -> Left {
+    if sidecar.is_some() && !alive {
+        if let Some(end) = backend_end() {
+            return Left::Ended(end);
+        }
+    }
+    let field = |k: &str| sidecar.and_then(|s| s.get(k));
+    if field("state").and_then(Value::as_str) == Some("exited") {
+        if field("stopped").and_then(Value::as_bool) == Some(true) {
+            return Left::Ended(End::Lost(
+                "the worker was stopped by an executor that died before recording why".into(),
+            ));
+        }
+        let code = field("exitCode").and_then(Value::as_i64).unwrap_or(1);
+        return Left::Ended(End::Exited(i32::try_from(code).unwrap_or(1)));
+    }
+    match (sidecar.is_some(), alive) {
+        (_, true) => Left::Running,
+        (false, false) => Left::NeverStarted,
+        (true, false) => Left::Ended(End::Lost(
+            "the worker ended without recording an exit code (its executor died before settling it)"
+                .into(),
+        )),
+    }
+}
+
 /// Field `k` of `doc` as a `T`, where it is one.
 fn typed<T: serde::de::DeserializeOwned>(doc: &Value, k: &str) -> Option<T> {
     T::deserialize(doc.get(k)?).ok()
@@ -221,6 +268,43 @@ mod tests {
                 .wall_clock
         );
         assert_eq!(StatusReport::of(None, &timeout), StatusReport::default());
+    }
+
+    #[test]
+    fn where_an_attempt_left_in_flight_stands() {
+        let running = serde_json::json!({"state": "running"});
+        let exited = serde_json::json!({"state": "exited", "exitCode": 3});
+        let stopped = serde_json::json!({"state": "exited", "exitCode": 143, "stopped": true});
+        let none = || None;
+        assert_eq!(in_flight(None, false, none), Left::NeverStarted);
+        assert_eq!(
+            in_flight(None, true, none),
+            Left::Running,
+            "still at its gate"
+        );
+        assert_eq!(in_flight(Some(&running), true, none), Left::Running);
+        assert_eq!(
+            in_flight(Some(&exited), false, none),
+            Left::Ended(End::Exited(3))
+        );
+        assert!(matches!(
+            in_flight(Some(&stopped), false, none),
+            Left::Ended(End::Lost(why)) if why.contains("stopped by an executor")
+        ));
+        assert!(matches!(
+            in_flight(Some(&running), false, none),
+            Left::Ended(End::Lost(why)) if why.contains("without recording an exit code")
+        ));
+        // The backend knows better than the sidecar, once the attempt ran
+        // and runs no more; never asked otherwise.
+        let cancelled = || Some(End::Cancelled("scancel".into()));
+        assert_eq!(
+            in_flight(Some(&exited), false, cancelled),
+            Left::Ended(End::Cancelled("scancel".into()))
+        );
+        let never = || -> Option<End> { panic!("asked while it runs or never ran") };
+        assert_eq!(in_flight(Some(&running), true, never), Left::Running);
+        assert_eq!(in_flight(None, false, never), Left::NeverStarted);
     }
 
     #[test]

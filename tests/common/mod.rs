@@ -190,6 +190,35 @@ impl Project {
 /// through `scratch`, a directory outside the project (never seen by the
 /// mutation audit): `SCRATCH` names it, and the debug build's test seam
 /// lets a worker confined by the default `confinement = "auto"` write it.
+/// The README's demo (`specs/demo`) copied into `to`, without what running
+/// it leaves behind (`specs/demo/.gitignore`): whoever ran the demo in place
+/// gets the fixture a fresh clone has.
+pub fn copy_demo(to: &Path) {
+    fn left_by_a_run(rel: &Path) -> bool {
+        let name = rel.to_string_lossy();
+        rel == Path::new(".okstra")
+            || rel == Path::new("out")
+            || (rel.parent() == Some(Path::new("prompts"))
+                && (name.ends_with(".log") || name.ends_with(".status.json")))
+    }
+    fn copy(from: &Path, to: &Path, rel: &Path) {
+        std::fs::create_dir_all(to.join(rel)).unwrap();
+        for entry in std::fs::read_dir(from.join(rel)).unwrap().flatten() {
+            let inner = rel.join(entry.file_name());
+            if left_by_a_run(&inner) {
+                continue;
+            }
+            if entry.file_type().unwrap().is_dir() {
+                copy(from, to, &inner);
+            } else {
+                std::fs::copy(entry.path(), to.join(&inner)).unwrap();
+            }
+        }
+    }
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/demo");
+    copy(&demo, to, Path::new(""));
+}
+
 pub fn scratch_env(scratch: &Path) -> String {
     format!(
         "env = {{ SCRATCH = \"{0}\", {1} = \"{0}\" }}",
