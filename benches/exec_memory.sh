@@ -40,14 +40,22 @@ if [ "$done" -ne "$n" ]; then
   echo "$done of $n dispatch rows completed" >&2
   exit 1
 fi
-kib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/time.txt")
-wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/time.txt")
-mb=$(awk -v k="$kib" 'BEGIN {printf "%.1f", k * 1024 / 1e6}')
-echo "okstra exec, $n jobs (plan $plan_mb MB): peak RSS $mb MB, wall $wall (ceiling $max_mb MB)"
-awk -v m="$mb" -v c="$max_mb" 'BEGIN {exit !(m <= c)}' || {
-  echo "peak RSS $mb MB is above the ceiling of $max_mb MB" >&2
-  exit 1
+# peak_mb TIME_FILE: the peak RSS GNU time reported, in MB.
+peak_mb() {
+  awk '/Maximum resident set size \(kbytes\):/ {printf "%.1f", $NF * 1024 / 1e6}' "$1"
 }
+# under_ceiling WHAT MB: fail when MB is above the ceiling.
+under_ceiling() {
+  awk -v m="$2" -v c="$max_mb" 'BEGIN {exit !(m <= c)}' || {
+    echo "$1: peak RSS $2 MB is above the ceiling of $max_mb MB" >&2
+    exit 1
+  }
+}
+
+mb=$(peak_mb "$work/time.txt")
+wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/time.txt")
+echo "okstra exec, $n jobs (plan $plan_mb MB): peak RSS $mb MB, wall $wall (ceiling $max_mb MB)"
+under_ceiling "okstra exec" "$mb"
 
 # `okstra validate` of the same plan reads it the way exec does (streamed,
 # never a tree of the whole document): the same ceiling.
@@ -56,10 +64,6 @@ awk -v m="$mb" -v c="$max_mb" 'BEGIN {exit !(m <= c)}' || {
   cat "$work/validate.out" >&2
   exit 1
 }
-vkib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/vtime.txt")
-vmb=$(awk -v k="$vkib" 'BEGIN {printf "%.1f", k * 1024 / 1e6}')
+vmb=$(peak_mb "$work/vtime.txt")
 echo "okstra validate, the same plan: peak RSS $vmb MB (ceiling $max_mb MB)"
-awk -v m="$vmb" -v c="$max_mb" 'BEGIN {exit !(m <= c)}' || {
-  echo "validate's peak RSS $vmb MB is above the ceiling of $max_mb MB" >&2
-  exit 1
-}
+under_ceiling "okstra validate" "$vmb"
