@@ -30,13 +30,10 @@ import time
 
 import confine_stats
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = confine_stats.ROOT
 n = int(os.environ.get("OKSTRA_BENCH_JOBS", "200"))
 runs = int(os.environ.get("OKSTRA_BENCH_RUNS", "30"))
-bins = [os.path.abspath(b) for b in sys.argv[1:]]
-if not bins:
-    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    bins = [os.path.join(ROOT, "target/release/okstra")]
+bins = confine_stats.binaries("okstra")
 
 work = tempfile.mkdtemp()
 try:

@@ -1,8 +1,24 @@
-"""The figures benches/confine_cost.py and benches/wrapper_gated.py report:
+"""What benches/confine_cost.py and benches/wrapper_gated.py share: the
+binaries they time, and the figures they report:
 for each (binary, confinement) variant two series of samples, their median
 and mean of the middle half (the machine is shared: a mean of all is the
 load's), and what `auto` adds to `none` for each binary."""
+import os
 import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def binaries(default):
+    """The binaries named on the command line (made absolute), or, when none
+    is, `target/release/<default>` after a release build."""
+    bins = [os.path.abspath(b) for b in sys.argv[1:]]
+    if not bins:
+        subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+        bins = [os.path.join(ROOT, "target/release", default)]
+    return bins
 
 
 def mid(xs):

@@ -33,14 +33,11 @@ import time
 
 import confine_stats
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = confine_stats.ROOT
 n = int(os.environ.get("OKSTRA_BENCH_WRAPPERS", "400"))
 gate = int(os.environ.get("OKSTRA_BENCH_GATE_US", "2000")) / 1e6
 gated = os.environ.get("OKSTRA_BENCH_GATED", "1") != "0"
-bins = [os.path.abspath(b) for b in sys.argv[1:]]
-if not bins:
-    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    bins = [os.path.join(ROOT, "target/release/okstra-worker")]
+bins = confine_stats.binaries("okstra-worker")
 
 work = tempfile.mkdtemp()
 try:
