@@ -660,7 +660,7 @@ impl<'a> Runner<'a> {
                     for (_, d) in &held {
                         self.backend.abandon(d.handle);
                     }
-                    self.fatal = Some(format!("cannot record the dispatch of a batch: {e}"));
+                    self.fatal = Some(dispatch_unrecorded(e));
                     let reason = self.fatal.clone().unwrap_or_default();
                     return Err((reason, never(&held, todo), running));
                 }
@@ -696,8 +696,7 @@ impl<'a> Runner<'a> {
         match self.rec.durable(ticket) {
             Ok(durable) => durable,
             Err(why) => {
-                self.fatal
-                    .get_or_insert(format!("cannot record the dispatch of a batch: {why}"));
+                self.fatal.get_or_insert(dispatch_unrecorded(why));
                 false
             }
         }
@@ -1488,6 +1487,12 @@ impl Runner<'_> {
 /// with no status sidecar: it could not record its start; either way nothing
 /// of the worker ran. 74 with a sidecar: the worker ran, but its end could
 /// not be recorded. All three are no fault of the worker: resumable.
+/// Why the run stops when a batch's dispatch records could not be written
+/// or made durable: none of its attempts starts.
+fn dispatch_unrecorded(why: impl std::fmt::Display) -> String {
+    format!("cannot record the dispatch of a batch: {why}")
+}
+
 /// The audit's verdict on an attempt (SPEC §5.5), and the summary of its
 /// changes for the record, as `judge` says it is judged. It judges after
 /// §5.3: a non-zero exit rescued by the audit-sidecar contract is a success

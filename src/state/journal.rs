@@ -32,6 +32,15 @@ pub enum Sync {
     None,
 }
 
+/// `fdatasync` of a journal's file, on whatever thread makes it durable
+/// (the journal's own commit, or a [`super::syncer::Syncer`]): the one
+/// place a test stops or fails it (fault point `journal-sync`).
+pub fn sync_data(file: &File) -> io::Result<()> {
+    crate::fault::point("journal-sync");
+    crate::fault::fails("journal-sync")?;
+    file.sync_data()
+}
+
 /// What identifies one version of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
@@ -204,9 +213,7 @@ impl Journal {
             let handle = handle.then(|| self.file.try_clone()).transpose()?;
             (&self.file).write_all(&bytes)?;
             if sync == Sync::Data {
-                crate::fault::point("journal-sync");
-                crate::fault::fails("journal-sync")?;
-                self.file.sync_data()?;
+                sync_data(&self.file)?;
             }
             Ok(handle)
         })();

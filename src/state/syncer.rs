@@ -117,9 +117,7 @@ fn sync_each(batch: &[(u64, File)]) -> io::Result<()> {
         if synced.contains(&id) {
             continue;
         }
-        crate::fault::point("journal-sync");
-        crate::fault::fails("journal-sync")?;
-        file.sync_data()?;
+        super::journal::sync_data(file)?;
         synced.push(id);
     }
     Ok(())
