@@ -1378,24 +1378,9 @@ impl Runner<'_> {
         let i = e.job;
         let job = self.job(i);
         let attempt = e.dispatched.head.attempt;
-        self.remove_private_tmp(&job, &e.dispatched);
-        let status_doc = super::settle::read_status(&self.abs(&job.status_path()));
-        let report = super::settle::StatusReport::of(status_doc.as_ref(), &e.end);
-        let missing = super::settle::missing_paths(&self.root, &job.completion_paths);
-        let worker_result = self.abs(&job.worker_result_path);
-        let audit_sidecar = decide::needs_audit_sidecar(&e.end, &missing)
-            .then(|| super::settle::audit_sidecar_failure(&worker_result));
         let first = job.first_attempt();
-        let mut facts = Facts {
-            end: e.end.clone(),
-            sidecar: report.sidecar.clone(),
-            missing,
-            audit_sidecar,
-            audit: Audit::None,
-            policy_intact: crate::policy::digest_of(&job.write_policy) == job.write_policy.digest,
-            attempt,
-            last_allowed: self.histories[i].last_allowed(first),
-        };
+        self.remove_private_tmp(&job, &e.dispatched);
+        let (mut facts, report) = self.facts_of(&job, &e);
         let summary;
         (facts.audit, summary) = audit_of(&facts, judge, own);
         let d = decide::decide(&facts);
@@ -1473,6 +1458,28 @@ impl Runner<'_> {
             self.report(i, d.status.into(), attempts, &d.reason, e.started.elapsed());
         }
         next.map(|a| (i, a))
+    }
+
+    /// What an ended attempt's settlement weighs (SPEC §5.3), read from
+    /// disk, its audit not yet judged; and what its status sidecar says.
+    fn facts_of(&self, job: &Job, e: &Ended) -> (Facts, super::settle::StatusReport) {
+        let status_doc = super::settle::read_status(&self.abs(&job.status_path()));
+        let report = super::settle::StatusReport::of(status_doc.as_ref(), &e.end);
+        let missing = super::settle::missing_paths(&self.root, &job.completion_paths);
+        let worker_result = self.abs(&job.worker_result_path);
+        let audit_sidecar = decide::needs_audit_sidecar(&e.end, &missing)
+            .then(|| super::settle::audit_sidecar_failure(&worker_result));
+        let facts = Facts {
+            end: e.end.clone(),
+            sidecar: report.sidecar.clone(),
+            missing,
+            audit_sidecar,
+            audit: Audit::None,
+            policy_intact: crate::policy::digest_of(&job.write_policy) == job.write_policy.digest,
+            attempt: e.dispatched.head.attempt,
+            last_allowed: self.histories[e.job].last_allowed(job.first_attempt()),
+        };
+        (facts, report)
     }
 
     fn head_from(&self, d: &Dispatched) -> Head {
