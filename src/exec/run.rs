@@ -614,23 +614,7 @@ impl<'a> Runner<'a> {
         let mut running = Vec::with_capacity(batch.len());
         let mut todo: VecDeque<(usize, u64)> = batch.into();
         while !todo.is_empty() {
-            let slice = Instant::now();
-            let mut held: Vec<(usize, Dispatched)> = Vec::new();
-            let mut failure = None;
-            while let Some(&(i, attempt)) = todo.front() {
-                if !held.is_empty() && slice.elapsed() >= LAUNCH_SLICE {
-                    break;
-                }
-                todo.pop_front();
-                match self.start_held(i, attempt) {
-                    Ok(d) => held.push((i, d)),
-                    Err(e) => {
-                        let reason = format!("launch failed for {}: {e}", self.job(i).label());
-                        failure = Some((reason, (i, attempt)));
-                        break;
-                    }
-                }
-            }
+            let (held, failure) = self.start_slice(&mut todo);
             let never = |held: &[(usize, Dispatched)], todo: VecDeque<(usize, u64)>| {
                 held.iter()
                     .map(|(i, d)| (*i, d.head.attempt))
@@ -640,9 +624,7 @@ impl<'a> Runner<'a> {
             if let Some((reason, failed)) = failure {
                 // None of the slice was recorded or released: each held
                 // wrapper exits at its closed gate, and the batch is cut.
-                for (_, d) in &held {
-                    self.backend.abandon(d.handle);
-                }
+                self.abandon(&held);
                 todo.push_front(failed);
                 return Err((reason, never(&held, todo), running));
             }
@@ -657,9 +639,7 @@ impl<'a> Runner<'a> {
                 Err(e) => {
                     // Not recorded, so not run: every held wrapper exits at
                     // its closed gate without starting anything.
-                    for (_, d) in &held {
-                        self.backend.abandon(d.handle);
-                    }
+                    self.abandon(&held);
                     self.fatal = Some(dispatch_unrecorded(e));
                     let reason = self.fatal.clone().unwrap_or_default();
                     return Err((reason, never(&held, todo), running));
@@ -688,6 +668,40 @@ impl<'a> Runner<'a> {
             }
         }
         Ok(running)
+    }
+
+    /// Start the wrappers of the next slice of `todo`, held at their gates,
+    /// for at most [`LAUNCH_SLICE`] (at least one); and the launch that
+    /// failed, if one did (why, and its attempt, taken from `todo`).
+    #[allow(clippy::type_complexity)]
+    fn start_slice(
+        &mut self,
+        todo: &mut VecDeque<(usize, u64)>,
+    ) -> (Vec<(usize, Dispatched)>, Option<(String, (usize, u64))>) {
+        let slice = Instant::now();
+        let mut held = Vec::new();
+        while let Some(&(i, attempt)) = todo.front() {
+            if !held.is_empty() && slice.elapsed() >= LAUNCH_SLICE {
+                break;
+            }
+            todo.pop_front();
+            match self.start_held(i, attempt) {
+                Ok(d) => held.push((i, d)),
+                Err(e) => {
+                    let reason = format!("launch failed for {}: {e}", self.job(i).label());
+                    return (held, Some((reason, (i, attempt))));
+                }
+            }
+        }
+        (held, None)
+    }
+
+    /// Close the gates of wrappers started but never recorded: each exits
+    /// without starting anything.
+    fn abandon(&mut self, held: &[(usize, Dispatched)]) {
+        for (_, d) in held {
+            self.backend.abandon(d.handle);
+        }
     }
 
     /// Whether an attempt recorded with `ticket` may go: its record is
