@@ -444,61 +444,20 @@ fn status_text(
     slurm: Option<&Result<(), String>>,
     spent: &Spent,
 ) -> String {
-    let s = |v: &Value, k: &str| {
-        v.get(k)
-            .map(|x| {
-                x.as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| x.to_string())
-            })
-            .unwrap_or_default()
-    };
     let any = spent.run.is_some();
-    // Tokens and cost columns only where some attempt reported usage.
-    let with_usage = |mut row: Vec<String>, total: Option<&UsageTotal>| {
-        if any {
-            let at = row.len() - 2;
-            row.insert(at, total.map_or("-".into(), UsageTotal::tokens_text));
-            row.insert(at + 1, total.map_or("-".into(), UsageTotal::cost_text));
-        }
-        row
-    };
     let workers: Vec<Vec<String>> = workers
         .iter()
         .map(|w| {
             let row = ["workerId", "status", "provider", "endedAt", "reason"]
                 .iter()
-                .map(|k| s(w, k))
+                .map(|k| cell(w, k))
                 .collect();
-            with_usage(row, spent.workers.get(&s(w, "workerId")))
+            with_usage(any, row, spent.workers.get(&cell(w, "workerId")))
         })
         .collect();
     let dispatches: Vec<Vec<String>> = dispatches
         .iter()
-        .map(|d| {
-            let who = if d.get("executionLabel").is_some() {
-                s(d, "executionLabel")
-            } else {
-                s(d, "workerId")
-            };
-            let mut row = vec![who, s(d, "attempt"), s(d, "status"), s(d, "dispatchId")];
-            if slurm.is_some() {
-                let id = d
-                    .get("slurmJobId")
-                    .map(Value::to_string)
-                    .unwrap_or_default();
-                row.push(match (s(d, "slurmState"), s(d, "slurmReason")) {
-                    (state, _) if state.is_empty() => id,
-                    (state, reason) if reason.is_empty() => format!("{id} {state}"),
-                    (state, reason) => format!("{id} {state} ({reason})"),
-                });
-            }
-            row.push(s(d, "reason"));
-            with_usage(
-                row,
-                attempt_usage(d).and_then(|u| UsageTotal::of([&u])).as_ref(),
-            )
-        })
+        .map(|d| dispatch_line(d, slurm.is_some(), any))
         .collect();
     let mut heads = vec!["dispatch", "attempt", "status", "id"];
     if slurm.is_some() {
@@ -547,4 +506,60 @@ fn status_text(
         );
     }
     text
+}
+
+/// A row's field `k` as a table cell: a string as it is, anything else as
+/// JSON, nothing when it is missing.
+fn cell(v: &Value, k: &str) -> String {
+    v.get(k)
+        .map(|x| {
+            x.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| x.to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// `row` with tokens and cost columns before its last two, where some
+/// attempt of the run reported usage (`any`).
+fn with_usage(any: bool, mut row: Vec<String>, total: Option<&UsageTotal>) -> Vec<String> {
+    if any {
+        let at = row.len() - 2;
+        row.insert(at, total.map_or("-".into(), UsageTotal::tokens_text));
+        row.insert(at + 1, total.map_or("-".into(), UsageTotal::cost_text));
+    }
+    row
+}
+
+/// One dispatch row of `okstra status`: who, attempt, status, id, the Slurm
+/// job and its state (where the run has Slurm attempts), and why.
+fn dispatch_line(d: &Value, slurm: bool, any: bool) -> Vec<String> {
+    let who = if d.get("executionLabel").is_some() {
+        cell(d, "executionLabel")
+    } else {
+        cell(d, "workerId")
+    };
+    let mut row = vec![
+        who,
+        cell(d, "attempt"),
+        cell(d, "status"),
+        cell(d, "dispatchId"),
+    ];
+    if slurm {
+        let id = d
+            .get("slurmJobId")
+            .map(Value::to_string)
+            .unwrap_or_default();
+        row.push(match (cell(d, "slurmState"), cell(d, "slurmReason")) {
+            (state, _) if state.is_empty() => id,
+            (state, reason) if reason.is_empty() => format!("{id} {state}"),
+            (state, reason) => format!("{id} {state} ({reason})"),
+        });
+    }
+    row.push(cell(d, "reason"));
+    with_usage(
+        any,
+        row,
+        attempt_usage(d).and_then(|u| UsageTotal::of([&u])).as_ref(),
+    )
 }
