@@ -31,7 +31,7 @@ use crate::state::WorkerStatus;
 use crate::tmpdir;
 use crate::vocab::{Backend, MutationAudit, Role};
 use serde_json::Value;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1600,11 +1600,14 @@ fn audit_walk(
     rec: &Recorder,
 ) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let abs = |p: &str| paths::abs_of(root, p);
+    // Each implementer may have a worktree of its own outside the project:
+    // a set keeps the check linear in the number of jobs.
     let mut roots = vec![root.to_path_buf()];
+    let mut outside = HashSet::new();
     for (_, job) in jobs.each() {
         if let Some(w) = &job.worktree_path {
             let w = abs(w);
-            if !w.starts_with(root) && !roots.contains(&w) {
+            if !w.starts_with(root) && outside.insert(w.clone()) {
                 roots.push(w);
             }
         }
