@@ -662,6 +662,45 @@ fn an_unreadable_team_state_refuses_the_run_and_is_kept() {
 }
 
 #[test]
+fn a_team_state_put_back_from_before_the_run_gets_its_rows_from_the_log() {
+    // The lost rows: exec recorded results in the events log and
+    // died before its last team-state write. Putting back the team-state of
+    // before the run is that state; the next exec restores every row from
+    // the log and runs nothing again.
+    let fx = Fx::new(&[
+        (
+            "first",
+            vec![job("a", WRITE_RESULT), job("b", WRITE_RESULT)],
+        ),
+        ("second", vec![job("c", WRITE_RESULT)]),
+    ]);
+    fx.plan();
+    assert!(!fx.p.exists("run/team-state.json"));
+    assert_code(&fx.exec(&[]), 0);
+    let rows = |team: &Value| team["workerDispatches"].as_array().map_or(0, Vec::len);
+    assert_eq!(rows(&fx.team()), 3);
+    std::fs::remove_file(fx.p.path("run/team-state.json")).unwrap();
+
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert!(
+        run.stderr
+            .contains("behind the events log for 3 jobs: rows restored"),
+        "{}",
+        run.stderr
+    );
+    for key in ["a", "b", "c"] {
+        assert_eq!(fx.runs(key), ["1"], "{key} ran again");
+        assert_eq!(fx.worker_row(key)["status"], "completed", "{key}");
+    }
+    assert_eq!(rows(&fx.team()), 3);
+    // Near miss: with team-state in step, nothing is said or restored.
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    assert!(!run.stderr.contains("rows restored"), "{}", run.stderr);
+}
+
+#[test]
 fn workers_that_ignore_sigterm_stop_within_one_grace_period() {
     // Four workers trap SIGTERM; with a 2 s grace, stopping them one after
     // another would take 8 s. Together it takes about one grace period.

@@ -219,11 +219,13 @@ impl Recorder {
         let recorded = &index.dispatches;
         let worker_status = |key: &str| index.workers.get(key).cloned();
         let mut filled = 0;
-        for ((_, job), history) in jobs.each().zip(histories) {
-            let job = &job;
+        for (i, history) in histories.iter().enumerate() {
+            // A job with no attempt has nothing to reconcile: not parsed.
             if history.attempts.is_empty() {
                 continue;
             }
+            let job = jobs.get(i);
+            let job = &*job;
             let behind = history.attempts.iter().any(|a| {
                 let Some(d) = &a.dispatched else { return false };
                 let want = a.settled.as_ref().map_or("running", |s| s.status.as_str());

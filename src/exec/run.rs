@@ -247,7 +247,7 @@ impl<'a> Runner<'a> {
 
     pub(super) fn run(mut self) -> Outcomes {
         self.resume_records();
-        if self.jobs.each().any(|(_, j)| j.backend == Backend::Pane) {
+        if self.jobs.uses(Backend::Pane) {
             let line = self.backend.local.detect_pane();
             self.say(line);
         }
