@@ -9,8 +9,9 @@
 # `command` jobs, each writing its own result) and planned once; exec runs
 # it at --concurrency 2 under GNU time. Fails (exit 1) when exec does not
 # complete every job, or when its peak RSS is above MAX_MB. Also prints the
-# plan file's size. Then `okstra validate plan.json` of the same plan, under
-# the same ceiling (it reads a valid plan as exec does).
+# plan file's size. Then exec once more on the completed run (a resume,
+# which reads its team-state and events log), and `okstra validate
+# plan.json` of the same plan, each under the same ceiling.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-10000}
@@ -56,6 +57,24 @@ mb=$(peak_mb "$work/time.txt")
 wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/time.txt")
 echo "okstra exec, $n jobs (plan $plan_mb MB): peak RSS $mb MB, wall $wall (ceiling $max_mb MB)"
 under_ceiling "okstra exec" "$mb"
+
+# exec again on the completed run: a resume reads the run's team-state (as
+# large as the plan's jobs) and replays its events log, which it streams
+# rather than holds: the same ceiling. It runs nothing and says so.
+(cd "$work/p" && /usr/bin/time -v "$bin" exec --concurrency 2 plan.json \
+  >"$work/resume.out" 2>"$work/rtime.txt") || {
+  echo "okstra exec of the completed run failed:" >&2
+  grep -v '^\s' "$work/rtime.txt" | tail -5 >&2
+  exit 1
+}
+grep -q "completed by an earlier exec" "$work/rtime.txt" "$work/resume.out" || {
+  echo "okstra exec of the completed run did not resume it:" >&2
+  tail -5 "$work/rtime.txt" >&2
+  exit 1
+}
+rmb=$(peak_mb "$work/rtime.txt")
+echo "okstra exec of the completed run (a resume): peak RSS $rmb MB (ceiling $max_mb MB)"
+under_ceiling "okstra exec, resumed" "$rmb"
 
 # `okstra validate` of the same plan reads it the way exec does (streamed,
 # never a tree of the whole document): the same ceiling.

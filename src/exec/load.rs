@@ -21,7 +21,7 @@ use crate::plan::{self, Job, Plan, Stage};
 use rayon::prelude::*;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -33,8 +33,35 @@ pub struct Loaded {
     pub plan: Plan,
 }
 
-/// An object's keys, each with its value's JSON text as written.
-type RawObject = BTreeMap<String, Box<RawValue>>;
+/// An object's keys (the plan's head, a stage's shell), each with its
+/// value as read.
+type RawObject = BTreeMap<String, Member>;
+
+/// A value of the plan's head or of a stage's shell, as read: its text as
+/// written (for the typed parse), and its canonical text with the first
+/// integer in it canonical JSON cannot keep exact (its pointer below the
+/// value), or why it does not parse.
+///
+/// The canonical text is made as the value goes by, so that a large value
+/// is a tree only for that moment: `inputs` holds two entries a job, and
+/// as a tree it weighs several times its text (20 MB for a 10,000-job plan,
+/// which would otherwise sit beside the jobs' texts at the end of the read).
+struct Member {
+    raw: Box<RawValue>,
+    canonical: Result<(String, Option<(String, serde_json::Number)>), String>,
+}
+
+impl Member {
+    fn read(raw: Box<RawValue>) -> Member {
+        let canonical = serde_json::from_str::<Value>(raw.get())
+            .map(|value| {
+                let wide = canonical::first_inexact_integer(&value);
+                (canonical::to_canonical_string(&value), wide)
+            })
+            .map_err(|e| e.to_string());
+        Member { raw, canonical }
+    }
+}
 
 /// Read, check and parse the plan at `path`.
 pub fn load(path: &Path) -> Result<Loaded, Diagnostic> {
@@ -154,7 +181,7 @@ fn read_from<'de, R: serde_json::de::Read<'de>, U: Send>(
     let recorded = doc
         .head
         .get("digest")
-        .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+        .and_then(|m| serde_json::from_str::<String>(m.raw.get()).ok())
         .unwrap_or_default();
     let head = head_text(&doc.head);
     let read =
@@ -197,7 +224,7 @@ fn head_text(head: &RawObject) -> String {
     for (k, v) in head {
         text.push_str(&Value::from(k.as_str()).to_string());
         text.push(':');
-        text.push_str(v.get());
+        text.push_str(v.raw.get());
         text.push(',');
     }
     text.push_str("\"stages\":[]}");
@@ -205,7 +232,7 @@ fn head_text(head: &RawObject) -> String {
 }
 
 fn check_version(head: &RawObject) -> Result<(), String> {
-    let version = head.get("formatVersion").map(|r| r.get());
+    let version = head.get("formatVersion").map(|m| m.raw.get());
     if version.and_then(|v| v.parse::<u64>().ok()) == Some(plan::FORMAT_VERSION) {
         return Ok(());
     }
@@ -216,9 +243,6 @@ fn check_version(head: &RawObject) -> Result<(), String> {
         plan::FORMAT_VERSION
     ))
 }
-
-/// A marker no plan holds: its canonical text shows where spliced text goes.
-const MARK: &str = "\u{0}okstra:splice\u{0}";
 
 /// One job as read: its canonical text, and what the caller keeps of its
 /// typed form, or why it does not have the job shape.
@@ -310,7 +334,7 @@ impl<'de, K: Fn(Job) -> U + Sync, U: Send> Visitor<'de> for DocSeed<'_, K> {
             if key == "stages" {
                 doc.stages = Some(map.next_value_seed(StagesSeed { keep: self.keep })?);
             } else {
-                doc.head.insert(key, map.next_value()?);
+                doc.head.insert(key, Member::read(map.next_value()?));
             }
         }
         Ok(doc)
@@ -393,7 +417,7 @@ impl<'de, K: Fn(Job) -> U + Sync, U: Send> Visitor<'de> for StageSeed<'_, K> {
                 })?;
                 stage.jobs = Some(jobs);
             } else {
-                stage.shell.insert(key, map.next_value()?);
+                stage.shell.insert(key, Member::read(map.next_value()?));
             }
         }
         Ok(Ok(stage))
@@ -519,9 +543,9 @@ fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
         list: "stages",
     };
     let has_stages = stages_read.is_some();
-    let head = shell(&doc.head, &place, Some("digest"), has_stages, &mut inexact)?;
+    let (head_before, head_after) =
+        shell(&doc.head, &place, Some("digest"), has_stages, &mut inexact)?;
     let mut hasher = Sha256::new();
-    let (head_before, head_after) = around_mark(&head);
     hasher.update(head_before.as_bytes());
     let mut stages = Vec::new();
     if let Some(read) = stages_read {
@@ -542,11 +566,11 @@ fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
                 pointer: &pointer,
                 list: "jobs",
             };
-            let stage_shell = shell(&stage.shell, &place, None, jobs.is_some(), &mut inexact)?;
+            let (stage_before, stage_after) =
+                shell(&stage.shell, &place, None, jobs.is_some(), &mut inexact)?;
             if si > 0 {
                 hasher.update(b",");
             }
-            let (stage_before, stage_after) = around_mark(&stage_shell);
             hasher.update(stage_before.as_bytes());
             if let Some(jobs) = &jobs {
                 hasher.update(b"[");
@@ -562,7 +586,10 @@ fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
                 }
             }
             hasher.update(stage_after.as_bytes());
-            let name = stage_shell.get("name").cloned().unwrap_or(Value::Null);
+            // Its value parsed when `shell` made its canonical text.
+            let name = (stage.shell.get("name"))
+                .and_then(|m| serde_json::from_str(m.raw.get()).ok())
+                .unwrap_or(Value::Null);
             let extra = stage.shell.into_keys().filter(|k| k != "name").collect();
             stages.push((name, extra, jobs.unwrap_or_default()));
         }
@@ -585,52 +612,56 @@ struct Place<'a> {
     list: &'a str,
 }
 
-/// An object of the document without its spliced list (and without
-/// `leave_out`), each value parsed from its text and looked over for an
-/// integer canonical JSON cannot keep exact; the list's place marked with
-/// [`MARK`] when the object has the list.
+/// The canonical text of an object of the document without its spliced
+/// list (and without `leave_out`), before and after the list's place (all
+/// of it before, when the object has no list); each value's first integer
+/// canonical JSON cannot keep exact is looked for on the way. The members'
+/// canonical texts were made as they were read ([`Member`]); here they are
+/// put in canonical order (RFC 8785: by the keys' UTF-16 code units).
 fn shell(
     raw: &RawObject,
     place: &Place,
     leave_out: Option<&str>,
     has_list: bool,
     inexact: &mut Inexact,
-) -> Result<Value, String> {
-    let mut out = Map::new();
-    for (k, v) in raw.iter().filter(|(k, _)| Some(k.as_str()) != leave_out) {
-        let value: Value =
-            serde_json::from_str(v.get()).map_err(|e| format!("`{}{k}`: {e}", place.named))?;
+) -> Result<(String, String), String> {
+    // Each key with its canonical value; `None` is the list's place.
+    let mut members: Vec<(&str, Option<&str>)> = Vec::with_capacity(raw.len() + 1);
+    for (k, m) in raw.iter().filter(|(k, _)| Some(k.as_str()) != leave_out) {
+        let (text, wide) =
+            (m.canonical.as_ref()).map_err(|e| format!("`{}{k}`: {e}", place.named))?;
         if inexact.is_none() {
-            if let Some((at, n)) = canonical::first_inexact_integer(&value) {
+            if let Some((at, n)) = wide {
                 let at = format!("{}/{}{at}", place.pointer, pointer_token(k));
                 *inexact = Some((at, n.to_string()));
             }
         }
-        out.insert(k.clone(), value);
+        members.push((k, Some(text)));
     }
     if has_list {
-        out.insert(place.list.into(), Value::from(MARK));
+        members.push((place.list, None));
     }
-    Ok(Value::Object(out))
+    members.sort_by(|a, b| canonical::utf16_cmp(a.0, b.0));
+    let (mut before, mut after) = (String::from("{"), String::new());
+    let mut out = &mut before;
+    for (i, (key, text)) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&canonical::to_canonical_string(&Value::from(key)));
+        out.push(':');
+        match text {
+            Some(text) => out.push_str(text),
+            None => out = &mut after,
+        }
+    }
+    out.push('}');
+    Ok((before, after))
 }
 
 /// A key as one token of a JSON pointer.
 fn pointer_token(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
-}
-
-/// The canonical text of `value` before and after the marker's place (all
-/// of it before, when it holds no marker).
-fn around_mark(value: &Value) -> (String, String) {
-    let marker = canonical::to_canonical_string(&Value::from(MARK));
-    let text = canonical::to_canonical_string(value);
-    match text.find(&marker) {
-        Some(at) => (
-            text[..at].to_string(),
-            text[at + marker.len()..].to_string(),
-        ),
-        None => (text, String::new()),
-    }
 }
 
 /// The typed plan head (each stage named, no jobs) and each stage's jobs.
@@ -660,4 +691,88 @@ fn typed<U>(
         all.push(jobs);
     }
     Ok((plan, all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(doc: &str) -> Diagnostic {
+        match load_bytes("plan.json", doc.as_bytes()) {
+            Ok(_) => panic!("read: {doc}"),
+            Err(d) => d,
+        }
+    }
+
+    #[test]
+    fn a_shell_is_the_canonical_object_cut_at_its_list() {
+        // Keys in UTF-8 byte order differ from UTF-16 order where a
+        // character from U+E000 meets one above U+FFFF; the list's key
+        // falls between the others.
+        let keys = ["zeta", "\u{e000}", "\u{1f600}", "alpha", "mid", "k\"q"];
+        let mut raw = RawObject::new();
+        let mut whole = serde_json::Map::new();
+        for (n, k) in keys.iter().enumerate() {
+            let text = format!("{{\"b\": [1, 2.50, \"x\"], \"a\": {n}}}");
+            let value: Value = serde_json::from_str(&text).unwrap();
+            whole.insert(k.to_string(), value);
+            raw.insert(
+                k.to_string(),
+                Member::read(RawValue::from_string(text).unwrap()),
+            );
+        }
+        let place = Place {
+            named: "",
+            pointer: "",
+            list: "jobs",
+        };
+        let mut inexact = None;
+        let (before, after) = shell(&raw, &place, Some("mid"), true, &mut inexact).unwrap();
+        whole.remove("mid");
+        whole.insert("jobs".into(), serde_json::json!([{"x": 1}, []]));
+        let spliced = format!("{before}{}{after}", r#"[{"x":1},[]]"#);
+        assert_eq!(
+            spliced,
+            canonical::to_canonical_string(&Value::Object(whole.clone()))
+        );
+        assert_eq!(inexact, None);
+
+        // Without its list, all of it is before.
+        let (before, after) = shell(&raw, &place, Some("mid"), false, &mut inexact).unwrap();
+        whole.remove("jobs");
+        assert_eq!(
+            before,
+            canonical::to_canonical_string(&Value::Object(whole))
+        );
+        assert_eq!(after, "");
+    }
+
+    #[test]
+    fn an_inexact_integer_is_found_in_the_head_first_then_in_a_stage() {
+        let big = "9007199254740993";
+        let version = plan::FORMAT_VERSION;
+        let doc = format!(
+            r#"{{"formatVersion": {version}, "stages": [{{"name": "s", "x": [0, {big}], "jobs": []}}],
+                "inputs": [{{"n": {big}}}], "digest": "sha256:0"}}"#
+        );
+        let d = refusal(&doc);
+        assert_eq!(d.code, Code::PlanDigestMismatch, "{}", d.message);
+        assert_eq!(d.pointer.as_deref(), Some("/inputs/0/n"), "{}", d.message);
+        // Near miss: the head's integer exact, the stage's is found.
+        let d = refusal(&doc.replace(&format!("{{\"n\": {big}}}"), "{\"n\": 1}"));
+        assert_eq!(d.code, Code::PlanDigestMismatch, "{}", d.message);
+        assert_eq!(d.pointer.as_deref(), Some("/stages/0/x/1"), "{}", d.message);
+    }
+
+    #[test]
+    fn a_head_value_that_cannot_be_read_is_judged_after_the_version() {
+        // 1e400 is JSON, but no number serde_json reads.
+        let version = plan::FORMAT_VERSION;
+        let doc = format!(r#"{{"formatVersion": {version}, "run": {{"x": 1e400}}, "stages": []}}"#);
+        let d = refusal(&doc);
+        assert_eq!(d.code, Code::PlanUnreadable, "{}", d.message);
+        assert!(d.message.contains("`run`"), "{}", d.message);
+        let d = refusal(&doc.replace(&format!(": {version},"), ": 999,"));
+        assert_eq!(d.code, Code::PlanVersion, "{}", d.message);
+    }
 }

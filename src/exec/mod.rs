@@ -142,7 +142,7 @@ pub fn run(
     let team_state = paths::abs_of(root, &plan.run.team_state_path);
     let store = crate::state::TeamStateStore::open(team_state.clone());
     // Unreadable state refuses the run before anything is created.
-    if let Err(e) = store.read() {
+    if let Err(e) = store.check() {
         return Err(state_refusal(plan, e.to_string()).into());
     }
     let own = crate::beneath::Beneath::open(root)

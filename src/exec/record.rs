@@ -63,7 +63,7 @@ impl Recorder {
     pub fn open(root: &Path, plan: &Plan, own: Arc<Beneath>) -> Result<Recorder, StateError> {
         let abs = |p: &str| crate::compile::paths::abs_of(root, p);
         let store = TeamStateStore::open(abs(&plan.run.team_state_path)).below(Arc::clone(&own));
-        store.read()?;
+        store.check()?;
         let events_path = abs(&plan.run.lead_events_path);
         let opener = Opener::Beneath(Arc::clone(&own));
         let events = Journal::open_with(&events_path, opener.clone())
@@ -104,9 +104,9 @@ impl Recorder {
         self.ledger.store()
     }
 
-    /// Every event in the log (any plan), in order.
-    pub fn read_events(&self) -> std::io::Result<Vec<Event>> {
-        journal::read_lines(self.events.path())
+    /// Every event in the log (any plan), in order, read one at a time.
+    pub fn read_events(&self) -> std::io::Result<journal::Lines<Event>> {
+        journal::Lines::open(self.events.path())
     }
 
     /// Queue `event` of `job` for the next commit and project it onto

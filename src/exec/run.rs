@@ -320,17 +320,22 @@ impl<'a> Runner<'a> {
     /// Read the events log back: each job's history, the rows a dead
     /// executor never wrote, and the records nobody should have written.
     fn resume_records(&mut self) {
-        let events = match self.rec.read_events() {
+        // Replayed as read: a long log is never held whole.
+        let unreadable = |e: std::io::Error, me: &Self| {
+            format!("cannot read {}: {e}", me.rec.events_path().display())
+        };
+        let mut events = match self.rec.read_events() {
             Ok(events) => events,
             Err(e) => {
-                self.fatal = Some(format!(
-                    "cannot read {}: {e}",
-                    self.rec.events_path().display()
-                ));
+                self.fatal = Some(unreadable(e, self));
                 return;
             }
         };
-        let replayed = replay::replay(self.plan, self.jobs, events);
+        let replayed = replay::replay(self.plan, self.jobs, &mut events);
+        if let Err(e) = events.finish() {
+            self.fatal = Some(unreadable(e, self));
+            return;
+        }
         for f in &replayed.forged {
             let text = format!(
                 "{}: a record of {} attempt {} that okstra did not write ({})",

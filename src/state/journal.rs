@@ -317,23 +317,62 @@ fn last_line_end(file: &File, len: u64) -> io::Result<u64> {
 /// JSON objects are passed over: a torn fragment left by a killed writer,
 /// or a line of another tool.
 pub fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<Vec<T>> {
-    use std::io::BufRead as _;
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut out = Vec::new();
-    for line in io::BufReader::new(file).split(b'\n') {
-        let line = line?;
-        if line.first() != Some(&b'{') {
-            continue;
-        }
-        if let Ok(v) = serde_json::from_slice::<T>(&line) {
-            out.push(v);
+    let mut lines = Lines::open(path)?;
+    let out = lines.by_ref().collect();
+    lines.finish().map(|()| out)
+}
+
+/// [`read_lines`] one line at a time, for a reader that keeps less than
+/// every line (exec replaying a long events log). Iterate it by reference,
+/// then [`Lines::finish`]: a read that failed ends the lines early, and is
+/// the error `finish` returns.
+pub struct Lines<T> {
+    split: Option<io::Split<io::BufReader<File>>>,
+    error: Option<io::Error>,
+    of: std::marker::PhantomData<T>,
+}
+
+impl<T> Lines<T> {
+    pub fn open(path: &Path) -> io::Result<Lines<T>> {
+        use std::io::BufRead as _;
+        let split = match File::open(path) {
+            Ok(f) => Some(io::BufReader::new(f).split(b'\n')),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        Ok(Lines {
+            split,
+            error: None,
+            of: std::marker::PhantomData,
+        })
+    }
+
+    /// Whether every line was read (a line that does not parse was read).
+    pub fn finish(self) -> io::Result<()> {
+        self.error.map_or(Ok(()), Err)
+    }
+}
+
+impl<T: serde::de::DeserializeOwned> Iterator for Lines<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        loop {
+            let line = match self.split.as_mut()?.next()? {
+                Ok(line) => line,
+                Err(e) => {
+                    self.error = Some(e);
+                    self.split = None;
+                    return None;
+                }
+            };
+            if line.first() != Some(&b'{') {
+                continue;
+            }
+            if let Ok(v) = serde_json::from_slice::<T>(&line) {
+                return Some(v);
+            }
         }
     }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -448,5 +487,25 @@ mod tests {
             got,
             [serde_json::json!({"a":1}), serde_json::json!({"c":3})]
         );
+    }
+
+    #[test]
+    fn lines_one_at_a_time_are_read_lines_and_a_failed_read_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        std::fs::write(&path, "{\"a\":1}\nnot json\n{\"c\":3}\n{\"d\"").unwrap();
+        let mut lines = Lines::<serde_json::Value>::open(&path).unwrap();
+        let first = lines.next();
+        assert_eq!(first, Some(serde_json::json!({"a":1})));
+        let rest: Vec<_> = lines.by_ref().collect();
+        assert_eq!(rest, [serde_json::json!({"c":3})]);
+        lines.finish().unwrap();
+        // A directory opens, and fails at the first read: no line, and the
+        // error is what `finish` returns (so exec cannot take it for an
+        // empty log).
+        let mut lines = Lines::<serde_json::Value>::open(dir.path()).unwrap();
+        assert_eq!(lines.next(), None);
+        assert!(lines.finish().is_err());
+        assert!(read_lines::<serde_json::Value>(dir.path()).is_err());
     }
 }

@@ -148,6 +148,56 @@ impl TeamStateStore {
         Ok(doc)
     }
 
+    /// Whether [`Self::read`] would succeed, found without building the
+    /// document: the file is streamed through once and nothing of it is
+    /// kept. exec checks a run's team-state this way before it starts (a
+    /// 10,000-job run's is tens of megabytes, several times that as a tree);
+    /// what it reads of it later, it streams too.
+    pub fn check(&self) -> Result<(), StateError> {
+        use io::{BufRead, Seek};
+        let parse = |source| StateError::Parse {
+            path: self.path.clone(),
+            source,
+        };
+        let mut file = match std::fs::File::open(&self.path) {
+            Ok(file) => io::BufReader::new(file),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(StateError::io(&self.path, e)),
+        };
+        // A blank file is a fresh document.
+        loop {
+            let buf = file.fill_buf().map_err(|e| StateError::io(&self.path, e))?;
+            if buf.is_empty() {
+                return Ok(());
+            }
+            if !buf.iter().all(u8::is_ascii_whitespace) {
+                break;
+            }
+            let n = buf.len();
+            file.consume(n);
+        }
+        // From the start again, so that an error's line and column are the
+        // file's own.
+        file.rewind().map_err(|e| StateError::io(&self.path, e))?;
+        let mut de = serde_json::Deserializer::from_reader(file);
+        let shape = serde::Deserialize::deserialize(&mut de).map_err(parse)?;
+        de.end().map_err(parse)?;
+        match shape {
+            shape::Shape::NotAnObject => Err(StateError::NotAnObject {
+                path: self.path.clone(),
+            }),
+            shape::Shape::Object { not_arrays } => {
+                match ARRAY_KEYS.iter().find(|k| not_arrays.contains(**k)) {
+                    Some(key) => Err(StateError::NotAnArray {
+                        path: self.path.clone(),
+                        key: key.to_string(),
+                    }),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
     /// Replace the file with `doc`. Callers must hold [`Self::lock`].
     pub(crate) fn write_locked(&self, doc: &Value) -> Result<(), StateError> {
         self.write_locked_via(doc, &mut Vec::new())
@@ -540,6 +590,137 @@ pub fn dispatch_ids(doc: &Value) -> HashSet<String> {
         .collect()
 }
 
+/// The shape [`TeamStateStore::check`] reads a document for, and the
+/// visitors that read any JSON value to its end keeping nothing.
+mod shape {
+    use super::ARRAY_KEYS;
+    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::collections::BTreeSet;
+    use std::fmt;
+
+    /// A document's shape: not an object, or an object and which of its
+    /// well-known lists (as written last, where a key is given twice) are
+    /// not arrays.
+    pub enum Shape {
+        NotAnObject,
+        Object { not_arrays: BTreeSet<String> },
+    }
+
+    /// Any JSON value, read to its end and kept nowhere. Every value is
+    /// asked for as itself (`deserialize_any`), as parsing into a
+    /// `serde_json::Value` asks: the same documents are accepted (a number
+    /// out of range is refused here too, where skipping it would not).
+    struct Skip;
+
+    /// Whether a value is an array, read to its end.
+    struct IsArray(bool);
+
+    macro_rules! scalars {
+        ($out:expr) => {
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok($out)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok($out)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok($out)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok($out)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok($out)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok($out)
+            }
+        };
+    }
+
+    fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(())
+    }
+
+    fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<Skip, Skip>()?.is_some() {}
+        Ok(())
+    }
+
+    impl<'de> Deserialize<'de> for Skip {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Skip, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Skip;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                scalars!(Skip);
+                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Skip, A::Error> {
+                    drain_seq(seq).map(|()| Skip)
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Skip, A::Error> {
+                    drain_map(map).map(|()| Skip)
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for IsArray {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<IsArray, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = IsArray;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                scalars!(IsArray(false));
+                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<IsArray, A::Error> {
+                    drain_seq(seq).map(|()| IsArray(true))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<IsArray, A::Error> {
+                    drain_map(map).map(|()| IsArray(false))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Shape {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Shape, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Shape;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                scalars!(Shape::NotAnObject);
+                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Shape, A::Error> {
+                    drain_seq(seq).map(|()| Shape::NotAnObject)
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
+                    let mut not_arrays = BTreeSet::new();
+                    while let Some(key) = map.next_key::<String>()? {
+                        if ARRAY_KEYS.contains(&key.as_str()) {
+                            if map.next_value::<IsArray>()?.0 {
+                                not_arrays.remove(&key);
+                            } else {
+                                not_arrays.insert(key);
+                            }
+                        } else {
+                            map.next_value::<Skip>()?;
+                        }
+                    }
+                    Ok(Shape::Object { not_arrays })
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,6 +728,58 @@ mod tests {
 
     fn map(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn check_accepts_and_refuses_what_read_does() {
+        // `check` streams where `read` builds the document: for each file,
+        // the same verdict, and the same error (kind, key, message, line; a
+        // reader may place a column one byte later than a slice does).
+        let verdict = |r: Result<(), StateError>| match r {
+            Ok(()) => "ok".to_string(),
+            Err(StateError::NotAnArray { key, .. }) => format!("not an array: {key}"),
+            Err(e) => {
+                let text = e.to_string();
+                text.split(" column ")
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            }
+        };
+        let cases = [
+            "",
+            " \n\t\n",
+            "{}",
+            "\n\n  {\"workers\": [], \"extra\": {\"a\": [1, {\"b\": null}]}}",
+            "{\"workers\": [{\"key\": \"a\"}], \"attempts\": []}",
+            "[]",
+            "null",
+            "\"text\"",
+            "12",
+            "{\"workers\": {}}",
+            "{\"attempts\": 1, \"workers\": \"x\"}",
+            "{\"workers\": 1, \"workers\": []}",
+            "{\"workers\": [], \"workers\": true}",
+            "{\"other\": 1e400}",
+            "{\"workers\": [1e400]}",
+            "{\"workers\": []} trailing",
+            "{\"workers\": [}",
+            "\n{ not json",
+            "{\"a\": 1,}",
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let store = TeamStateStore::open(dir.path().join("team-state.json"));
+        for text in cases {
+            std::fs::write(store.path(), text).unwrap();
+            let read = verdict(store.read().map(drop));
+            assert_eq!(verdict(store.check()), read, "{text:?}");
+        }
+        // A long blank start, past one buffer, is still blank.
+        std::fs::write(store.path(), " ".repeat(20_000)).unwrap();
+        assert_eq!(verdict(store.check()), "ok");
+        std::fs::write(store.path(), format!("{}[]", "\n".repeat(20_000))).unwrap();
+        assert_eq!(verdict(store.check()), verdict(store.read().map(drop)));
+        assert!(verdict(store.check()).contains("does not hold a JSON object"));
     }
 
     #[test]
