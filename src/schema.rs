@@ -161,205 +161,229 @@ fn last_token(pointer: &str) -> String {
     raw.replace("~1", "/").replace("~0", "~")
 }
 
+/// One validator error as complaints appended to `out`: one per unknown
+/// key and one for any other error, except that a oneOf/anyOf nothing
+/// matched may speak through its closest alternative (`no_shape_matched`).
 fn convert(err: &ValidationError<'_>, schema: &Value, out: &mut Vec<Found>) {
-    let pointer = err.instance_path().as_str().to_string();
-    let schema_path = err.schema_path().as_str().to_string();
-    let keyword = err.kind().keyword().to_string();
-    let instance: &Value = err.instance();
-    let push = |out: &mut Vec<Found>, message: String, generic: bool| {
-        out.push(Found {
+    let site = Site {
+        pointer: err.instance_path().as_str().to_string(),
+        keyword: err.kind().keyword().to_string(),
+    };
+    let schema_path = err.schema_path().as_str();
+    match err.kind() {
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            let known = known_keys(schema, schema_path);
+            out.extend(unexpected.iter().map(|key| unknown_key(&site, key, &known)));
+        }
+        ValidationErrorKind::Required { property } => out.push(missing_key(&site, property)),
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            no_shape_matched(&site, err.instance(), context, schema, schema_path, out);
+        }
+        _ => out.push(site.found(leaf_message(err, schema), false)),
+    }
+}
+
+/// Where one error stands and which keyword refused it: what every
+/// complaint made from that error shares.
+struct Site {
+    pointer: String,
+    keyword: String,
+}
+
+impl Site {
+    fn found(&self, message: String, generic: bool) -> Found {
+        Found {
             error: SchemaError {
-                pointer: pointer.clone(),
+                pointer: self.pointer.clone(),
                 message,
-                keyword: keyword.clone(),
+                keyword: self.keyword.clone(),
                 missing: None,
             },
             generic,
-        })
-    };
+        }
+    }
+}
+
+/// The keys the object refusing an unknown one declares, for suggestions.
+fn known_keys<'a>(schema: &'a Value, schema_path: &str) -> Vec<&'a str> {
+    parent_schema(schema, schema_path)
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object)
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// An unknown key is reported at its own pointer, not its object's, so a
+/// diagnostic can point at the key itself.
+fn unknown_key(site: &Site, key: &str, known: &[&str]) -> Found {
+    let mut message = format!("unknown key `{key}`");
+    if let Some(s) = suggest(key, known.iter().copied()) {
+        message.push_str(&format!(" (did you mean `{s}`?)"));
+    }
+    Found {
+        error: SchemaError {
+            pointer: format!("{}/{}", site.pointer, escape_token(key)),
+            message,
+            keyword: site.keyword.clone(),
+            missing: None,
+        },
+        generic: false,
+    }
+}
+
+/// A missing key names the key apart from the message, so a rule that
+/// reports the same absence under its own code can claim it.
+fn missing_key(site: &Site, property: &Value) -> Found {
+    let name = property
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| property.to_string());
+    let mut found = site.found(format!("missing required key `{name}`"), false);
+    found.error.missing = Some(name);
+    found
+}
+
+/// A oneOf/anyOf that no alternative satisfied. Alternatives that each
+/// require one key are named as a choice; otherwise the closest
+/// alternative speaks, followed by a generic complaint that `validate`
+/// drops when anything it said stands at or below this pointer.
+fn no_shape_matched(
+    site: &Site,
+    instance: &Value,
+    context: &[Vec<ValidationError<'static>>],
+    schema: &Value,
+    schema_path: &str,
+    out: &mut Vec<Found>,
+) {
+    if let Some(keys) = required_alternatives(schema, schema_path) {
+        out.push(site.found(format!("needs one of {}", keys), false));
+        return;
+    }
+    if let Some(branch) = closest_branch(context, &site.pointer) {
+        for e in branch {
+            convert(e, schema, out);
+        }
+    }
+    out.push(site.found(
+        format!("{} matches none of the allowed shapes", show(instance)),
+        true,
+    ));
+}
+
+/// The alternative that came closest: the one whose own discriminators
+/// (const/type/enum at this very pointer) held, then the one with fewest
+/// errors; on a tie, the first.
+fn closest_branch<'c>(
+    context: &'c [Vec<ValidationError<'static>>],
+    pointer: &str,
+) -> Option<&'c [ValidationError<'static>]> {
+    let best = context.iter().min_by_key(|branch| {
+        let at_root = branch
+            .iter()
+            .filter(|e| {
+                e.instance_path().as_str() == pointer
+                    && matches!(e.kind().keyword(), "const" | "type" | "enum")
+            })
+            .count();
+        (at_root, branch.len())
+    });
+    best.map(Vec::as_slice)
+}
+
+/// The message for an error about one value: any error but an unknown key,
+/// a missing key or an unmatched oneOf/anyOf, which `convert` handles.
+fn leaf_message(err: &ValidationError<'_>, schema: &Value) -> String {
+    let schema_path = err.schema_path().as_str();
+    let instance: &Value = err.instance();
     match err.kind() {
-        ValidationErrorKind::AdditionalProperties { unexpected } => {
-            let known: Vec<&str> = parent_schema(schema, &schema_path)
-                .and_then(|s| s.get("properties"))
-                .and_then(Value::as_object)
-                .map(|m| m.keys().map(String::as_str).collect())
-                .unwrap_or_default();
-            for key in unexpected {
-                let mut message = format!("unknown key `{key}`");
-                if let Some(s) = suggest(key, known.iter().copied()) {
-                    message.push_str(&format!(" (did you mean `{s}`?)"));
-                }
-                out.push(Found {
-                    error: SchemaError {
-                        pointer: format!("{pointer}/{}", escape_token(key)),
-                        message,
-                        keyword: keyword.clone(),
-                        missing: None,
-                    },
-                    generic: false,
-                });
-            }
-        }
-        ValidationErrorKind::Required { property } => {
-            let name = property
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| property.to_string());
-            out.push(Found {
-                error: SchemaError {
-                    pointer: pointer.clone(),
-                    message: format!("missing required key `{name}`"),
-                    keyword: keyword.clone(),
-                    missing: Some(name),
-                },
-                generic: false,
-            });
-        }
         ValidationErrorKind::Type { .. } => {
             let expected = schema
-                .pointer(&schema_path)
+                .pointer(schema_path)
                 .map(describe_types)
                 .unwrap_or_else(|| "another type".to_string());
-            push(
-                out,
-                format!("expected {expected}, found {}", show(instance)),
-                false,
-            );
+            format!("expected {expected}, found {}", show(instance))
         }
-        ValidationErrorKind::Enum { options } => {
-            let list = options
-                .as_array()
-                .map(|a| a.iter().map(compact).collect::<Vec<_>>().join(", "))
-                .unwrap_or_else(|| compact(options));
-            let mut message = format!("expected one of {list}; found {}", show(instance));
-            if let (Some(got), Some(opts)) = (instance.as_str(), options.as_array()) {
-                if let Some(s) = suggest(got, opts.iter().filter_map(Value::as_str)) {
-                    message.push_str(&format!(" (did you mean `{s}`?)"));
-                }
-            }
-            push(out, message, false);
-        }
-        ValidationErrorKind::Constant { expected_value } => {
-            push(
-                out,
-                format!(
-                    "expected {}, found {}",
-                    compact(expected_value),
-                    show(instance)
-                ),
-                false,
-            );
-        }
+        ValidationErrorKind::Enum { options } => enum_message(options, instance),
+        ValidationErrorKind::Constant { expected_value } => format!(
+            "expected {}, found {}",
+            compact(expected_value),
+            show(instance)
+        ),
         ValidationErrorKind::Minimum { limit } => {
-            push(
-                out,
-                format!("expected a value >= {limit}, found {}", show(instance)),
-                false,
-            );
+            format!("expected a value >= {limit}, found {}", show(instance))
         }
         ValidationErrorKind::Maximum { limit } => {
-            push(
-                out,
-                format!("expected a value <= {limit}, found {}", show(instance)),
-                false,
-            );
+            format!("expected a value <= {limit}, found {}", show(instance))
         }
         ValidationErrorKind::ExclusiveMinimum { limit } => {
-            push(
-                out,
-                format!("expected a value > {limit}, found {}", show(instance)),
-                false,
-            );
+            format!("expected a value > {limit}, found {}", show(instance))
         }
         ValidationErrorKind::ExclusiveMaximum { limit } => {
-            push(
-                out,
-                format!("expected a value < {limit}, found {}", show(instance)),
-                false,
-            );
+            format!("expected a value < {limit}, found {}", show(instance))
         }
-        ValidationErrorKind::MinLength { limit } => {
-            let message = if *limit == 1 {
-                "must not be empty".to_string()
-            } else {
-                format!(
-                    "expected at least {limit} characters, found {}",
-                    show(instance)
-                )
-            };
-            push(out, message, false);
-        }
+        ValidationErrorKind::MinLength { limit } => too_few(*limit, "characters", &show(instance)),
         ValidationErrorKind::MinItems { limit } => {
             let n = instance.as_array().map(Vec::len).unwrap_or(0);
-            let message = if *limit == 1 {
-                "must not be empty".to_string()
-            } else {
-                format!("expected at least {limit} items, found {n}")
-            };
-            push(out, message, false);
+            too_few(*limit, "items", &n.to_string())
         }
         ValidationErrorKind::Pattern { pattern } => {
-            push(
-                out,
-                format!("{} does not match `{pattern}`", show(instance)),
-                false,
-            );
+            format!("{} does not match `{pattern}`", show(instance))
         }
         ValidationErrorKind::FalseSchema | ValidationErrorKind::Not { .. } => {
-            let key = last_token(&pointer);
-            // An item of a list is named by its value, not its index.
-            let key = match instance {
-                Value::String(item) if key.parse::<usize>().is_ok() => item.clone(),
-                _ => key,
-            };
-            let mut message = format!("`{key}` is not allowed here");
-            if let Some(why) = parent_schema(schema, &schema_path)
+            let why = parent_schema(schema, schema_path)
                 .and_then(|s| s.get("description"))
-                .and_then(Value::as_str)
-            {
-                message.push_str(&format!(": {why}"));
-            }
-            push(out, message, false);
-        }
-        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
-            if let Some(keys) = required_alternatives(schema, &schema_path) {
-                push(out, format!("needs one of {}", keys), false);
-                return;
-            }
-            // Prefer the alternative that came closest: the one whose own
-            // discriminators (const/type/enum at this very pointer) held.
-            let best = context.iter().min_by_key(|branch| {
-                let at_root = branch
-                    .iter()
-                    .filter(|e| {
-                        e.instance_path().as_str() == pointer
-                            && matches!(e.kind().keyword(), "const" | "type" | "enum")
-                    })
-                    .count();
-                (at_root, branch.len())
-            });
-            if let Some(branch) = best {
-                let mut inner = Vec::new();
-                for e in branch {
-                    convert(e, schema, &mut inner);
-                }
-                out.extend(inner);
-            }
-            push(
-                out,
-                format!("{} matches none of the allowed shapes", show(instance)),
-                true,
-            );
+                .and_then(Value::as_str);
+            not_allowed(err.instance_path().as_str(), instance, why)
         }
         ValidationErrorKind::OneOfMultipleValid { .. } => {
-            let message = match required_alternatives(schema, &schema_path) {
+            match required_alternatives(schema, schema_path) {
                 Some(keys) => format!("give only one of {keys}"),
                 None => "matches more than one of the allowed shapes".to_string(),
-            };
-            push(out, message, false);
+            }
         }
-        _ => push(out, err.to_string(), false),
+        _ => err.to_string(),
     }
+}
+
+/// The allowed values, and the nearest of them to a string that missed.
+fn enum_message(options: &Value, instance: &Value) -> String {
+    let list = options
+        .as_array()
+        .map(|a| a.iter().map(compact).collect::<Vec<_>>().join(", "))
+        .unwrap_or_else(|| compact(options));
+    let mut message = format!("expected one of {list}; found {}", show(instance));
+    if let (Some(got), Some(opts)) = (instance.as_str(), options.as_array()) {
+        if let Some(s) = suggest(got, opts.iter().filter_map(Value::as_str)) {
+            message.push_str(&format!(" (did you mean `{s}`?)"));
+        }
+    }
+    message
+}
+
+/// `minLength` or `minItems`: a lower limit of one only ever means "not
+/// empty", and saying so is plainer than counting.
+fn too_few(limit: u64, unit: &str, found: &str) -> String {
+    if limit == 1 {
+        "must not be empty".to_string()
+    } else {
+        format!("expected at least {limit} {unit}, found {found}")
+    }
+}
+
+/// A key (or list item) the schema forbids here, with the schema's
+/// `description` of the rule as the reason when it gives one.
+fn not_allowed(pointer: &str, instance: &Value, why: Option<&str>) -> String {
+    let key = last_token(pointer);
+    // An item of a list is named by its value, not its index.
+    let key = match instance {
+        Value::String(item) if key.parse::<usize>().is_ok() => item.clone(),
+        _ => key,
+    };
+    let mut message = format!("`{key}` is not allowed here");
+    if let Some(why) = why {
+        message.push_str(&format!(": {why}"));
+    }
+    message
 }
 
 /// The subschema holding the keyword at `schema_path`.
@@ -1309,5 +1333,94 @@ mod tests {
         assert_eq!(strsim::osa_distance("abc", "acb"), 1);
         assert_eq!(strsim::osa_distance("", "ab"), 2);
         assert_eq!(suggest("a", ["abcd"]), None);
+    }
+
+    /// For the first error, a `oneOf` at `pointer` that `instance` matched
+    /// none of: how many errors each alternative has, and the keywords of
+    /// the one `closest_branch` picks.
+    fn closest(schema: Value, instance: Value, pointer: &str) -> (Vec<usize>, Vec<String>) {
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let err = validator.iter_errors(&instance).next().unwrap();
+        let ValidationErrorKind::OneOfNotValid { context } = err.kind() else {
+            panic!("not an unmatched oneOf: {err}");
+        };
+        let sizes = context.iter().map(Vec::len).collect();
+        let picked = closest_branch(context, pointer)
+            .unwrap()
+            .iter()
+            .map(|e| e.kind().keyword().to_string())
+            .collect();
+        (sizes, picked)
+    }
+
+    #[test]
+    fn the_closest_alternative_is_the_shape_the_value_has() {
+        // An object is told what the object shape lacks, though the string
+        // shape failed in fewer places.
+        let got = closest(
+            json!({"oneOf": [{"type": "string"}, {"type": "object", "required": ["a", "b"]}]}),
+            json!({}),
+            "",
+        );
+        assert_eq!(
+            got,
+            (vec![1, 2], vec!["required".into(), "required".into()])
+        );
+        // Only a discriminator at the value itself counts: a `const` failed
+        // one level down is an error like any other, and fewest errors wins.
+        let got = closest(
+            json!({"oneOf": [{"properties": {"k": {"const": "x"}}}, {"required": ["b", "c"]}]}),
+            json!({"k": "y"}),
+            "",
+        );
+        assert_eq!(got, (vec![1, 2], vec!["const".into()]));
+        // The value itself is the one at the oneOf's pointer, not the root:
+        // the `const` fails at `/v`, so the other shape speaks though both
+        // failed once (a tie would go to the first).
+        let got = closest(
+            json!({"properties": {"v": {"oneOf": [{"const": "x"}, {"type": "string", "minLength": 5}]}}}),
+            json!({"v": "y"}),
+            "/v",
+        );
+        assert_eq!(got, (vec![1, 1], vec!["minLength".into()]));
+        assert!(closest_branch(&[], "").is_none());
+    }
+
+    #[test]
+    fn not_allowed_names_the_key_or_the_listed_value() {
+        assert_eq!(
+            not_allowed(
+                "/workers/0/workerId",
+                &json!("x"),
+                Some("refs, not workerId")
+            ),
+            "`workerId` is not allowed here: refs, not workerId"
+        );
+        assert_eq!(
+            not_allowed("/slurm/extraArgs/2", &json!("-o"), None),
+            "`-o` is not allowed here"
+        );
+        // Only a string item can stand for itself.
+        assert_eq!(
+            not_allowed("/ids/2", &json!(7), None),
+            "`2` is not allowed here"
+        );
+        assert_eq!(
+            not_allowed("/env/a~1b~0", &json!(1), None),
+            "`a/b~` is not allowed here"
+        );
+    }
+
+    #[test]
+    fn a_limit_of_one_is_said_as_not_empty() {
+        assert_eq!(too_few(1, "items", "0"), "must not be empty");
+        assert_eq!(
+            too_few(2, "items", "1"),
+            "expected at least 2 items, found 1"
+        );
+        assert_eq!(
+            too_few(3, "characters", "string `\"ab\"`"),
+            "expected at least 3 characters, found string `\"ab\"`"
+        );
     }
 }
