@@ -12,6 +12,8 @@ mod target;
 
 use crate::compile::paths;
 use crate::diag::{Diagnostics, ExitStatus, Format};
+use crate::plan::Plan;
+use crate::provider::Provider;
 use serde::Serialize;
 use serde_json::json;
 use std::io::Write as _;
@@ -122,71 +124,28 @@ pub fn version_of(program: &Path, timeout: Duration) -> Result<String, String> {
     })
 }
 
+/// Check what a run needs, in this order: okstra's own schemas, the target
+/// (a plan, or a spec planned in memory), the run's manifest and its
+/// state, then the machine, backends and providers the jobs use.
 pub fn doctor(args: &DoctorArgs) -> ExitStatus {
     let mut root = paths::canonical_root(&args.project_root);
+    let mut manifest = args.manifest.as_deref().map(absolute);
     let mut checks = vec![machine::schemas()];
     let mut errors = Diagnostics::default();
     let mut plan = None;
-    let absolute = |m: &PathBuf| {
-        if m.is_absolute() {
-            m.clone()
-        } else {
-            std::env::current_dir().unwrap_or_default().join(m)
-        }
-    };
-    let mut manifest = args.manifest.as_ref().map(absolute);
-    let mut kind = None;
     if let Some(path) = &args.target {
-        let shown = path.display().to_string();
-        let found = target::classify(path)
-            .map_err(Diagnostics::from)
-            .and_then(|k| {
-                kind = Some(k);
-                target::plan_of(path, k, manifest.as_deref(), &root)
-            });
-        let word = kind.map_or("target", target::Kind::word);
-        match found {
-            Ok(p) => {
-                if kind == Some(target::Kind::Plan) {
-                    root = PathBuf::from(&p.project_root);
-                    manifest.get_or_insert_with(|| paths::abs_of(&root, &p.run.manifest_path));
-                }
-                let how = match kind {
-                    Some(target::Kind::Spec) => "plans in memory",
-                    _ => "format and digest intact",
-                };
-                checks.push(check(
-                    format!("{word} {shown}"),
-                    Level::Ok,
-                    format!(
-                        "{how}: {} in {}",
-                        plural(p.jobs().count(), "job"),
-                        plural(p.stages.len(), "stage")
-                    ),
-                    "",
-                ));
+        let (check, read) = target_check(path, manifest.as_deref(), &root);
+        checks.push(check);
+        match read {
+            // A plan says where its project is and which manifest it was
+            // planned against (where --manifest does not say otherwise).
+            Ok((target::Kind::Plan, p)) => {
+                root = PathBuf::from(&p.project_root);
+                manifest.get_or_insert_with(|| paths::abs_of(&root, &p.run.manifest_path));
                 plan = Some(p);
             }
-            Err(diags) => {
-                let first = diags.iter().next();
-                checks.push(check(
-                    format!("{word} {shown}"),
-                    Level::Fail,
-                    format!(
-                        "{}{}",
-                        first.map_or(String::new(), |d| format!("[{}] {}", d.code, d.message)),
-                        match diags.len() {
-                            0 | 1 => String::new(),
-                            n => format!(" (and {} more, listed below)", n - 1),
-                        }
-                    ),
-                    &match (diags.len(), first.and_then(|d| d.help.as_deref())) {
-                        (1, Some(help)) => help.to_string(),
-                        _ => "fix what the errors say; `okstra validate FILE` shows each with its line".to_string(),
-                    },
-                ));
-                errors.extend(diags);
-            }
+            Ok((target::Kind::Spec, p)) => plan = Some(p),
+            Err(diags) => errors.extend(diags),
         }
     }
     let mut named = None;
@@ -195,22 +154,7 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
         checks.extend(c);
         named = n;
     }
-    match &plan {
-        Some(p) => {
-            checks.push(machine::confinement_for(p));
-            checks.extend(machine::pane_for(p));
-            checks.extend(slurm::checks(p, &root));
-            checks.extend(providers::checks(&providers::Need::Plan(p), &root));
-        }
-        None => {
-            checks.push(machine::confinement());
-            let need = match &named {
-                Some(n) => providers::Need::Run(n),
-                None => providers::Need::Any,
-            };
-            checks.extend(providers::checks(&need, &root));
-        }
-    }
+    checks.extend(used_checks(plan.as_ref(), named.as_deref(), &root));
     let failed = checks.iter().filter(|c| c.status == Level::Fail).count();
     report(args, &checks, &errors, failed);
     if failed == 0 {
@@ -218,6 +162,102 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
     } else {
         ExitStatus::InvalidInput
     }
+}
+
+/// `path` as given, taken from the current directory if relative.
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    }
+}
+
+/// The target's check, with what it is and the plan it is or plans to; or
+/// the problems that stand in the way.
+fn target_check(
+    path: &Path,
+    manifest: Option<&Path>,
+    root: &Path,
+) -> (Check, Result<(target::Kind, Plan), Diagnostics>) {
+    let shown = path.display().to_string();
+    let kind = match target::classify(path) {
+        Ok(kind) => kind,
+        Err(d) => {
+            let diags = Diagnostics::from(d);
+            return (unread_check(format!("target {shown}"), &diags), Err(diags));
+        }
+    };
+    let name = format!("{} {shown}", kind.word());
+    match target::plan_of(path, kind, manifest, root) {
+        Ok(p) => {
+            let planned = planned_check(name, kind, p.jobs().count(), p.stages.len());
+            (planned, Ok((kind, p)))
+        }
+        Err(diags) => (unread_check(name, &diags), Err(diags)),
+    }
+}
+
+/// A target that is a plan, or plans to one, with its size.
+fn planned_check(name: String, kind: target::Kind, jobs: usize, stages: usize) -> Check {
+    let how = match kind {
+        target::Kind::Spec => "plans in memory",
+        target::Kind::Plan => "format and digest intact",
+    };
+    check(
+        name,
+        Level::Ok,
+        format!(
+            "{how}: {} in {}",
+            plural(jobs, "job"),
+            plural(stages, "stage")
+        ),
+        "",
+    )
+}
+
+/// A target that neither is a plan nor plans to one: its first problem
+/// (the report lists every one below the checks), with that problem's help
+/// where it is the only one.
+fn unread_check(name: String, diags: &Diagnostics) -> Check {
+    let first = diags.iter().next();
+    check(
+        name,
+        Level::Fail,
+        format!(
+            "{}{}",
+            first.map_or(String::new(), |d| format!("[{}] {}", d.code, d.message)),
+            match diags.len() {
+                0 | 1 => String::new(),
+                n => format!(" (and {} more, listed below)", n - 1),
+            }
+        ),
+        &match (diags.len(), first.and_then(|d| d.help.as_deref())) {
+            (1, Some(help)) => help.to_string(),
+            _ => "fix what the errors say; `okstra validate FILE` shows each with its line"
+                .to_string(),
+        },
+    )
+}
+
+/// The machine, backends and providers: exactly what a plan's jobs use;
+/// without one, confinement and the providers the run names (or, with no
+/// run either, every provider).
+fn used_checks(plan: Option<&Plan>, named: Option<&[Provider]>, root: &Path) -> Vec<Check> {
+    let Some(p) = plan else {
+        let need = match named {
+            Some(n) => providers::Need::Run(n),
+            None => providers::Need::Any,
+        };
+        let mut out = vec![machine::confinement()];
+        out.extend(providers::checks(&need, root));
+        return out;
+    };
+    let mut out = vec![machine::confinement_for(p)];
+    out.extend(machine::pane_for(p));
+    out.extend(slurm::checks(p, root));
+    out.extend(providers::checks(&providers::Need::Plan(p), root));
+    out
 }
 
 fn plural(n: usize, word: &str) -> String {
@@ -269,6 +309,42 @@ fn report(args: &DoctorArgs, checks: &[Check], errors: &Diagnostics, failed: usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_that_plans_says_how_it_was_read_and_how_big_it_is() {
+        let spec = planned_check("spec s".into(), target::Kind::Spec, 1, 1);
+        assert_eq!(
+            (spec.status, spec.detail.as_str()),
+            (Level::Ok, "plans in memory: 1 job in 1 stage")
+        );
+        let plan = planned_check("plan p".into(), target::Kind::Plan, 13, 2);
+        assert_eq!(plan.detail, "format and digest intact: 13 jobs in 2 stages");
+    }
+
+    #[test]
+    fn a_target_that_does_not_plan_shows_its_first_problem_and_its_help_only_alone() {
+        use crate::diag::{Code, Diagnostic};
+        let missing = || Diagnostic::new(Code::InputMissing, "`p.md` does not exist");
+        let general = "fix what the errors say; `okstra validate FILE` shows each with its line";
+        let one = unread_check("spec s".into(), &missing().help("create it").into());
+        assert_eq!(one.status, Level::Fail);
+        assert_eq!(
+            (one.detail.as_str(), one.fix.as_str()),
+            ("[input/missing] `p.md` does not exist", "create it")
+        );
+        let three = vec![missing().help("create it"), missing(), missing()];
+        let many = unread_check("spec s".into(), &three.into());
+        assert_eq!(
+            many.detail,
+            "[input/missing] `p.md` does not exist (and 2 more, listed below)"
+        );
+        assert_eq!(many.fix, general);
+        // The near miss: one problem, but without help of its own.
+        assert_eq!(
+            unread_check("spec s".into(), &missing().into()).fix,
+            general
+        );
+    }
 
     #[test]
     fn version_times_out_and_reads_the_first_line() {

@@ -95,104 +95,130 @@ fn writable_dir(dir: &Path) -> Result<PathBuf, PathBuf> {
     }
 }
 
+/// What a run needs from its manifest: the manifest itself, then (where it
+/// names one) its team-state, the exec lock beside it and the run
+/// directory it lives in; and the agent providers the run's jobs may use,
+/// unless the manifest cannot be read as JSON at all.
 pub fn checks(root: &Path, manifest_path: &Path) -> (Vec<Check>, Option<Vec<Provider>>) {
-    let mut out = Vec::new();
-    let display = paths::display_for(root, manifest_path);
-    let name = format!("manifest {display}");
-    let doc = match std::fs::read(manifest_path) {
-        Err(e) => {
-            out.push(check(
-                name,
-                Level::Fail,
-                format!("cannot read it: {e}"),
-                "check the --manifest path (the lead writes run-manifest.json before planning)",
-            ));
-            return (out, None);
-        }
-        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-            Err(e) => {
-                out.push(check(
-                    name,
-                    Level::Fail,
-                    format!("not JSON: {e}"),
-                    "fix the syntax; `okstra validate --kind manifest FILE` shows where",
-                ));
-                return (out, None);
-            }
-            Ok(doc) => doc,
-        },
+    let name = format!("manifest {}", paths::display_for(root, manifest_path));
+    let doc = match read_manifest(&name, manifest_path) {
+        Ok(doc) => doc,
+        Err(unread) => return (vec![unread], None),
     };
-    match schema_problems(SchemaKind::Manifest, &doc) {
-        None => out.push(check(name, Level::Ok, "readable and schema-valid", "")),
-        Some(p) => out.push(check(
-            name,
-            Level::Fail,
-            format!("schema violations: {p}"),
-            "run `okstra validate --kind manifest FILE` for every problem with its line",
-        )),
-    }
+    let mut out = vec![schema_check(&name, SchemaKind::Manifest, &doc)];
     let team = str_of(&doc, "teamStatePath");
-    let mut team_doc = None;
-    if team.is_empty() {
+    let team_doc = if team.is_empty() {
         out.push(check(
             "team-state",
             Level::Fail,
             "the manifest has no teamStatePath",
             "add teamStatePath (e.g. \"run/team-state.json\") to the manifest",
         ));
+        None
     } else {
         let team_abs = paths::abs_of(root, team);
-        let store = TeamStateStore::open(team_abs.clone());
-        let name = format!("team-state {team}");
-        if !team_abs.exists() {
-            out.push(check(
-                name,
-                Level::Ok,
-                "not written yet; exec creates it",
-                "",
-            ));
-        } else {
-            match store.read() {
-                Err(e) => out.push(check(
-                    name,
-                    Level::Fail,
-                    e.to_string(),
-                    "repair the file, or move it away to start the run's state afresh",
-                )),
-                Ok(t) => {
-                    match schema_problems(SchemaKind::TeamState, &t) {
-                        None => out.push(check(name, Level::Ok, "readable and schema-valid", "")),
-                        Some(p) => out.push(check(name, Level::Fail, format!("schema violations: {p}"), "run `okstra validate --kind team-state FILE` for every problem with its line")),
-                    }
-                    team_doc = Some(t);
-                }
-            }
-        }
-        let lock = crate::state::TeamStateStore::open(team_abs.clone()).exec_lock_path();
-        let lock_name = "exec lock";
-        if !lock.exists() {
-            out.push(check(lock_name, Level::Ok, "free", ""));
-        } else {
-            match FileLock::try_acquire(&lock) {
-                Ok(Some(_held)) => out.push(check(lock_name, Level::Ok, "free", "")),
-                Ok(None) => out.push(check(
-                    lock_name,
-                    Level::Fail,
-                    format!("another `okstra exec` holds {}", lock.display()),
-                    "wait for that exec to finish (`okstra status --manifest M` shows its progress); a dead executor releases the lock by itself",
-                )),
-                Err(e) => out.push(check(lock_name, Level::Fail, format!("cannot open {}: {e}", lock.display()), "give the user running okstra access to the team-state directory")),
-            }
-        }
+        let (team_check, team_doc) = team_state(team, &team_abs);
+        out.push(team_check);
+        out.push(exec_lock(
+            &TeamStateStore::open(team_abs.clone()).exec_lock_path(),
+        ));
         let dir = team_abs.parent().map(Path::to_path_buf).unwrap_or_default();
-        match writable_dir(&dir) {
-            Ok(p) if p == dir => out.push(check("run directory", Level::Ok, format!("{} is writable", dir.display()), "")),
-            Ok(p) => out.push(check("run directory", Level::Ok, format!("{} does not exist yet; {} is writable, so exec can create it", dir.display(), p.display()), "")),
-            Err(p) => out.push(check("run directory", Level::Fail, format!("{} is not writable", p.display()), "exec writes team-state, events, the error log and the lock there: give the user running okstra write access, or move teamStatePath")),
-        }
-    }
+        out.push(run_directory(&dir, writable_dir(&dir)));
+        team_doc
+    };
     let needed = providers_of_run(&doc, team_doc.as_ref());
     (out, Some(needed))
+}
+
+/// The manifest as JSON; or the failed check `name` saying why it is not.
+fn read_manifest(name: &str, manifest_path: &Path) -> Result<Value, Check> {
+    let bytes = std::fs::read(manifest_path).map_err(|e| {
+        check(
+            name,
+            Level::Fail,
+            format!("cannot read it: {e}"),
+            "check the --manifest path (the lead writes run-manifest.json before planning)",
+        )
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        check(
+            name,
+            Level::Fail,
+            format!("not JSON: {e}"),
+            "fix the syntax; `okstra validate --kind manifest FILE` shows where",
+        )
+    })
+}
+
+/// Whether `doc` is valid against its schema, as `okstra validate` would
+/// say.
+fn schema_check(name: &str, kind: SchemaKind, doc: &Value) -> Check {
+    match schema_problems(kind, doc) {
+        None => check(name, Level::Ok, "readable and schema-valid", ""),
+        Some(p) => check(
+            name,
+            Level::Fail,
+            format!("schema violations: {p}"),
+            &format!(
+                "run `okstra validate --kind {} FILE` for every problem with its line",
+                kind.name()
+            ),
+        ),
+    }
+}
+
+/// The run's team-state, `team` as the manifest names it: not there yet
+/// (exec creates it), or readable and schema-valid; with the document
+/// where it could be read.
+fn team_state(team: &str, team_abs: &Path) -> (Check, Option<Value>) {
+    let name = format!("team-state {team}");
+    if !team_abs.exists() {
+        return (
+            check(name, Level::Ok, "not written yet; exec creates it", ""),
+            None,
+        );
+    }
+    match TeamStateStore::open(team_abs.to_path_buf()).read() {
+        Err(e) => (
+            check(
+                name,
+                Level::Fail,
+                e.to_string(),
+                "repair the file, or move it away to start the run's state afresh",
+            ),
+            None,
+        ),
+        Ok(t) => (schema_check(&name, SchemaKind::TeamState, &t), Some(t)),
+    }
+}
+
+/// Whether the exec lock is free: no lock file, or one we can take (and let
+/// go again at once).
+fn exec_lock(lock: &Path) -> Check {
+    let name = "exec lock";
+    if !lock.exists() {
+        return check(name, Level::Ok, "free", "");
+    }
+    match FileLock::try_acquire(lock) {
+        Ok(Some(_held)) => check(name, Level::Ok, "free", ""),
+        Ok(None) => check(
+            name,
+            Level::Fail,
+            format!("another `okstra exec` holds {}", lock.display()),
+            "wait for that exec to finish (`okstra status --manifest M` shows its progress); a dead executor releases the lock by itself",
+        ),
+        Err(e) => check(name, Level::Fail, format!("cannot open {}: {e}", lock.display()), "give the user running okstra access to the team-state directory"),
+    }
+}
+
+/// What `writable_dir` found of the run directory `dir`, as a check.
+fn run_directory(dir: &Path, writable: Result<PathBuf, PathBuf>) -> Check {
+    let name = "run directory";
+    match writable {
+        Ok(p) if p == dir => check(name, Level::Ok, format!("{} is writable", dir.display()), ""),
+        Ok(p) => check(name, Level::Ok, format!("{} does not exist yet; {} is writable, so exec can create it", dir.display(), p.display()), ""),
+        Err(p) => check(name, Level::Fail, format!("{} is not writable", p.display()), "exec writes team-state, events, the error log and the lock there: give the user running okstra write access, or move teamStatePath"),
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +237,74 @@ mod tests {
         assert_eq!(
             providers_of_run(&manifest, Some(&team)),
             [Provider::Claude, Provider::Gemini, Provider::Codex]
+        );
+    }
+
+    #[test]
+    fn the_run_directory_fails_only_where_nothing_on_its_way_is_writable() {
+        let dir = Path::new("/r/run");
+        let here = run_directory(dir, Ok(dir.to_path_buf()));
+        assert_eq!(
+            (here.status, here.detail.as_str()),
+            (Level::Ok, "/r/run is writable")
+        );
+        let above = run_directory(dir, Ok(PathBuf::from("/r")));
+        assert_eq!(above.status, Level::Ok);
+        assert_eq!(
+            above.detail,
+            "/r/run does not exist yet; /r is writable, so exec can create it"
+        );
+        let no = run_directory(dir, Err(PathBuf::from("/r")));
+        assert_eq!(
+            (no.status, no.detail.as_str()),
+            (Level::Fail, "/r is not writable")
+        );
+    }
+
+    #[test]
+    fn the_exec_lock_is_free_unless_another_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join("team-state.json.exec.lock");
+        assert_eq!(exec_lock(&lock).status, Level::Ok, "no lock file yet");
+        let held = FileLock::acquire(&lock).unwrap();
+        let busy = exec_lock(&lock);
+        assert_eq!(busy.status, Level::Fail);
+        assert!(
+            busy.detail.starts_with("another `okstra exec` holds"),
+            "{}",
+            busy.detail
+        );
+        drop(held);
+        assert_eq!(
+            exec_lock(&lock).status,
+            Level::Ok,
+            "the file stays, the lock is gone"
+        );
+        // Checking took the lock only for a moment.
+        assert!(FileLock::try_acquire(&lock).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_schema_violation_names_the_validate_kind_that_shows_it() {
+        let bad = schema_check(
+            "team-state t",
+            SchemaKind::TeamState,
+            &json!({"workers": 5}),
+        );
+        assert_eq!(bad.status, Level::Fail);
+        assert!(
+            bad.fix.contains("okstra validate --kind team-state FILE"),
+            "{}",
+            bad.fix
+        );
+        let good = schema_check(
+            "manifest m",
+            SchemaKind::Manifest,
+            &json!({"taskKey": "t", "teamStatePath": "ts"}),
+        );
+        assert_eq!(
+            (good.status, good.detail.as_str()),
+            (Level::Ok, "readable and schema-valid")
         );
     }
 
