@@ -606,14 +606,17 @@ mod shape {
         Object { not_arrays: BTreeSet<String> },
     }
 
-    /// Any JSON value, read to its end and kept nowhere. Every value is
-    /// asked for as itself (`deserialize_any`), as parsing into a
-    /// `serde_json::Value` asks: the same documents are accepted (a number
-    /// out of range is refused here too, where skipping it would not).
-    struct Skip;
-
-    /// Whether a value is an array, read to its end.
-    struct IsArray(bool);
+    /// What kind of JSON value was read, to its end, keeping nothing of
+    /// it. Every value is asked for as itself (`deserialize_any`), as
+    /// parsing into a `serde_json::Value` asks: the same documents are
+    /// accepted (a number out of range is refused here too, where skipping
+    /// it would not).
+    #[derive(PartialEq)]
+    enum Kind {
+        Scalar,
+        Array,
+        Object,
+    }
 
     macro_rules! scalars {
         ($out:expr) => {
@@ -639,49 +642,29 @@ mod shape {
     }
 
     fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element::<Skip>()?.is_some() {}
+        while seq.next_element::<Kind>()?.is_some() {}
         Ok(())
     }
 
     fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-        while map.next_entry::<Skip, Skip>()?.is_some() {}
+        while map.next_entry::<Kind, Kind>()?.is_some() {}
         Ok(())
     }
 
-    impl<'de> Deserialize<'de> for Skip {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Skip, D::Error> {
+    impl<'de> Deserialize<'de> for Kind {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Kind, D::Error> {
             struct V;
             impl<'de> Visitor<'de> for V {
-                type Value = Skip;
+                type Value = Kind;
                 fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                     f.write_str("any JSON value")
                 }
-                scalars!(Skip);
-                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Skip, A::Error> {
-                    drain_seq(seq).map(|()| Skip)
+                scalars!(Kind::Scalar);
+                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Kind, A::Error> {
+                    drain_seq(seq).map(|()| Kind::Array)
                 }
-                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Skip, A::Error> {
-                    drain_map(map).map(|()| Skip)
-                }
-            }
-            d.deserialize_any(V)
-        }
-    }
-
-    impl<'de> Deserialize<'de> for IsArray {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<IsArray, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = IsArray;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("any JSON value")
-                }
-                scalars!(IsArray(false));
-                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<IsArray, A::Error> {
-                    drain_seq(seq).map(|()| IsArray(true))
-                }
-                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<IsArray, A::Error> {
-                    drain_map(map).map(|()| IsArray(false))
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Kind, A::Error> {
+                    drain_map(map).map(|()| Kind::Object)
                 }
             }
             d.deserialize_any(V)
@@ -704,13 +687,13 @@ mod shape {
                     let mut not_arrays = BTreeSet::new();
                     while let Some(key) = map.next_key::<String>()? {
                         if ARRAY_KEYS.contains(&key.as_str()) {
-                            if map.next_value::<IsArray>()?.0 {
+                            if map.next_value::<Kind>()? == Kind::Array {
                                 not_arrays.remove(&key);
                             } else {
                                 not_arrays.insert(key);
                             }
                         } else {
-                            map.next_value::<Skip>()?;
+                            map.next_value::<Kind>()?;
                         }
                     }
                     Ok(Shape::Object { not_arrays })
