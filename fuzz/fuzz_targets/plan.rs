@@ -21,7 +21,11 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(d) => {
             let refused = lean.err().map(|l| l.code);
-            assert_eq!(refused, Some(d.code), "exec and show judge the plan differently");
+            assert_eq!(
+                refused,
+                Some(d.code),
+                "exec and show judge the plan differently"
+            );
             render(&Diagnostics::from(d));
         }
     }
