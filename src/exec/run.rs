@@ -1509,10 +1509,6 @@ impl Runner<'_> {
     }
 }
 
-/// How a wrapper's exit code reads. 75: its gate closed unreleased, and 74
-/// with no status sidecar: it could not record its start; either way nothing
-/// of the worker ran. 74 with a sidecar: the worker ran, but its end could
-/// not be recorded. All three are no fault of the worker: resumable.
 /// Why the run stops when a batch's dispatch records could not be written
 /// or made durable: none of its attempts starts.
 fn dispatch_unrecorded(why: impl std::fmt::Display) -> String {
@@ -1555,6 +1551,10 @@ fn audit_of(facts: &Facts, judge: Judge, own: &[String]) -> (Audit, Option<Value
     (failed, summary)
 }
 
+/// How a wrapper's exit code reads. 75: its gate closed unreleased, and 74
+/// with no status sidecar: it could not record its start; either way nothing
+/// of the worker ran. 74 with a sidecar: the worker ran, but its end could
+/// not be recorded. All three are no fault of the worker: resumable.
 fn wrapper_end(code: i32, status: &Path) -> End {
     match code {
         NEVER_RELEASED => End::Lost(format!(
