@@ -13,6 +13,7 @@ pub mod diag;
 pub mod exec;
 pub mod fault;
 pub mod fsutil;
+pub(crate) mod json_past;
 pub mod model;
 pub mod plan;
 pub mod policy;

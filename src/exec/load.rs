@@ -17,6 +17,7 @@
 use super::jobs::Jobs;
 use crate::canonical;
 use crate::diag::{Code, Diagnostic};
+use crate::json_past;
 use crate::plan::{self, Job, Plan, Stage};
 use rayon::prelude::*;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -271,41 +272,14 @@ struct ReadStage<U> {
 /// A part of the document that has the plan's shape, or what it is instead.
 type Shaped<T> = Result<T, &'static str>;
 
-/// The visitor methods of a value that should have been an array or an
-/// object and is something else: it is read past, and named.
-macro_rules! not_the_shape {
-    () => {
-        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(Err("a boolean"))
-        }
-        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(Err("a number"))
-        }
-        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(Err("a number"))
-        }
-        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(Err("a number"))
-        }
-        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok(Err("a string"))
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok(Err("null"))
-        }
-    };
-}
-
 /// Reads past an object that should have been an array.
-fn past_object<'de, A: MapAccess<'de>, T>(mut map: A) -> Result<Shaped<T>, A::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(Err("an object"))
+fn past_object<'de, A: MapAccess<'de>, T>(map: A) -> Result<Shaped<T>, A::Error> {
+    json_past::past_map::<IgnoredAny, _>(map).map(|()| Err("an object"))
 }
 
 /// Reads past an array that should have been an object.
-fn past_array<'de, A: SeqAccess<'de>, T>(mut seq: A) -> Result<Shaped<T>, A::Error> {
-    while seq.next_element::<IgnoredAny>()?.is_some() {}
-    Ok(Err("an array"))
+fn past_array<'de, A: SeqAccess<'de>, T>(seq: A) -> Result<Shaped<T>, A::Error> {
+    json_past::past_seq::<IgnoredAny, _>(seq).map(|()| Err("an array"))
 }
 
 struct DocSeed<'k, K> {
@@ -357,7 +331,8 @@ impl<'de, K: Fn(Job) -> U + Sync, U: Send> Visitor<'de> for StagesSeed<'_, K> {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array of stages")
     }
-    not_the_shape!();
+    // A scalar where an array or object belongs: named.
+    json_past::scalar_visits!(what => Err(what));
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
         past_object(map)
     }
@@ -398,7 +373,8 @@ impl<'de, K: Fn(Job) -> U + Sync, U: Send> Visitor<'de> for StageSeed<'_, K> {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a stage object")
     }
-    not_the_shape!();
+    // A scalar where an array or object belongs: named.
+    json_past::scalar_visits!(what => Err(what));
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         past_array(seq)
     }
@@ -442,7 +418,8 @@ impl<'de, K: Fn(Job) -> U + Sync, U: Send> Visitor<'de> for JobsSeed<'_, '_, K> 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array of jobs")
     }
-    not_the_shape!();
+    // A scalar where an array or object belongs: named.
+    json_past::scalar_visits!(what => Err(what));
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
         past_object(map)
     }
@@ -762,6 +739,40 @@ mod tests {
         let d = refusal(&doc.replace(&format!("{{\"n\": {big}}}"), "{\"n\": 1}"));
         assert_eq!(d.code, Code::PlanDigestMismatch, "{}", d.message);
         assert_eq!(d.pointer.as_deref(), Some("/stages/0/x/1"), "{}", d.message);
+    }
+
+    #[test]
+    fn stages_and_jobs_of_another_shape_are_named_for_what_they_are() {
+        let version = plan::FORMAT_VERSION;
+        let doc = |stages: &str| {
+            format!(r#"{{"formatVersion": {version}, "digest": "sha256:0", "stages": {stages}}}"#)
+        };
+        for (stages, said) in [
+            ("true", "`stages` must be an array of stage objects; it is a boolean"),
+            ("-1.5", "`stages` must be an array of stage objects; it is a number"),
+            ("\"s\"", "`stages` must be an array of stage objects; it is a string"),
+            ("null", "`stages` must be an array of stage objects; it is null"),
+            ("{\"a\": [1]}", "`stages` must be an array of stage objects; it is an object"),
+            (
+                "[{\"name\": \"s\", \"jobs\": []}, [2]]",
+                "`stages` must be an array of stage objects; it is an array holding something other than objects",
+            ),
+            (
+                "[{\"name\": \"s\", \"jobs\": 7}]",
+                "`stages[0].jobs` must be an array of jobs; it is a number",
+            ),
+            (
+                "[{\"name\": \"s\", \"jobs\": {}}]",
+                "`stages[0].jobs` must be an array of jobs; it is an object",
+            ),
+        ] {
+            let d = refusal(&doc(stages));
+            assert_eq!(d.code, Code::PlanUnreadable, "{stages}: {}", d.message);
+            assert!(d.message.ends_with(said), "{stages}: {}", d.message);
+        }
+        // Near miss: stages of the plan's shape get as far as the digest.
+        let d = refusal(&doc("[{\"name\": \"s\", \"jobs\": []}]"));
+        assert_eq!(d.code, Code::PlanDigestMismatch, "{}", d.message);
     }
 
     #[test]

@@ -594,6 +594,7 @@ pub fn dispatch_ids(doc: &Value) -> HashSet<String> {
 /// visitors that read any JSON value to its end keeping nothing.
 mod shape {
     use super::ARRAY_KEYS;
+    use crate::json_past::{past_map, past_seq, scalar_visits};
     use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
     use std::collections::BTreeSet;
     use std::fmt;
@@ -618,39 +619,6 @@ mod shape {
         Object,
     }
 
-    macro_rules! scalars {
-        ($out:expr) => {
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok($out)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok($out)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok($out)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok($out)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok($out)
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok($out)
-            }
-        };
-    }
-
-    fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element::<Kind>()?.is_some() {}
-        Ok(())
-    }
-
-    fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-        while map.next_entry::<Kind, Kind>()?.is_some() {}
-        Ok(())
-    }
-
     impl<'de> Deserialize<'de> for Kind {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Kind, D::Error> {
             struct V;
@@ -659,12 +627,12 @@ mod shape {
                 fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                     f.write_str("any JSON value")
                 }
-                scalars!(Kind::Scalar);
+                scalar_visits!(_what => Kind::Scalar);
                 fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Kind, A::Error> {
-                    drain_seq(seq).map(|()| Kind::Array)
+                    past_seq::<Kind, _>(seq).map(|()| Kind::Array)
                 }
                 fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Kind, A::Error> {
-                    drain_map(map).map(|()| Kind::Object)
+                    past_map::<Kind, _>(map).map(|()| Kind::Object)
                 }
             }
             d.deserialize_any(V)
@@ -679,9 +647,9 @@ mod shape {
                 fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                     f.write_str("any JSON value")
                 }
-                scalars!(Shape::NotAnObject);
+                scalar_visits!(_what => Shape::NotAnObject);
                 fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Shape, A::Error> {
-                    drain_seq(seq).map(|()| Shape::NotAnObject)
+                    past_seq::<Kind, _>(seq).map(|()| Shape::NotAnObject)
                 }
                 fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
                     let mut not_arrays = BTreeSet::new();
