@@ -58,12 +58,13 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Open the run's state. Team-state is read first: one that cannot be
-    /// read refuses the run before anything is written (SPEC §5.8).
+    /// Open the run's state. Team-state is not read here: [`super::run`]
+    /// checked it before making the exec lock, so that one it cannot read
+    /// refuses the run before anything is written (SPEC §5.8), and the
+    /// resume reads its rows as a stream ([`Self::reconcile`]).
     pub fn open(root: &Path, plan: &Plan, own: Arc<Beneath>) -> Result<Recorder, StateError> {
         let abs = |p: &str| crate::compile::paths::abs_of(root, p);
         let store = TeamStateStore::open(abs(&plan.run.team_state_path)).below(Arc::clone(&own));
-        store.check()?;
         let events_path = abs(&plan.run.lead_events_path);
         let opener = Opener::Beneath(Arc::clone(&own));
         let events = Journal::open_with(&events_path, opener.clone())
