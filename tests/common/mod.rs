@@ -185,40 +185,48 @@ impl Project {
     }
 }
 
-/// The lines of a file that may not exist yet (a worker's run counter).
-/// A job spec's `env` line for fixture workers that report to the test
-/// through `scratch`, a directory outside the project (never seen by the
-/// mutation audit): `SCRATCH` names it, and the debug build's test seam
-/// lets a worker confined by the default `confinement = "auto"` write it.
 /// The README's demo (`specs/demo`) copied into `to`, without what running
-/// it leaves behind (`specs/demo/.gitignore`): whoever ran the demo in place
-/// gets the fixture a fresh clone has.
+/// it leaves behind (what `specs/demo/.gitignore` names): whoever ran the
+/// demo in place gets the fixture a fresh clone has.
 pub fn copy_demo(to: &Path) {
-    fn left_by_a_run(rel: &Path) -> bool {
-        let name = rel.to_string_lossy();
-        rel == Path::new(".okstra")
-            || rel == Path::new("out")
-            || (rel.parent() == Some(Path::new("prompts"))
-                && (name.ends_with(".log") || name.ends_with(".status.json")))
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/demo");
+    // The ignore file's lines, each anchored at the demo (`/out/`, `/prompts/*.log`).
+    let mut left = globset::GlobSetBuilder::new();
+    for line in std::fs::read_to_string(demo.join(".gitignore"))
+        .unwrap()
+        .lines()
+    {
+        let pattern = line.trim().trim_start_matches('/').trim_end_matches('/');
+        if !pattern.is_empty() && !pattern.starts_with('#') {
+            let glob = globset::GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .unwrap();
+            left.add(glob);
+        }
     }
-    fn copy(from: &Path, to: &Path, rel: &Path) {
+    let left = left.build().unwrap();
+    fn copy(from: &Path, to: &Path, rel: &Path, left: &globset::GlobSet) {
         std::fs::create_dir_all(to.join(rel)).unwrap();
         for entry in std::fs::read_dir(from.join(rel)).unwrap().flatten() {
             let inner = rel.join(entry.file_name());
-            if left_by_a_run(&inner) {
+            if left.is_match(&inner) {
                 continue;
             }
             if entry.file_type().unwrap().is_dir() {
-                copy(from, to, &inner);
+                copy(from, to, &inner, left);
             } else {
                 std::fs::copy(entry.path(), to.join(&inner)).unwrap();
             }
         }
     }
-    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/demo");
-    copy(&demo, to, Path::new(""));
+    copy(&demo, to, Path::new(""), &left);
 }
 
+/// A job spec's `env` line for fixture workers that report to the test
+/// through `scratch`, a directory outside the project (never seen by the
+/// mutation audit): `SCRATCH` names it, and the debug build's test seam
+/// lets a worker confined by the default `confinement = "auto"` write it.
 pub fn scratch_env(scratch: &Path) -> String {
     format!(
         "env = {{ SCRATCH = \"{0}\", {1} = \"{0}\" }}",
@@ -227,6 +235,7 @@ pub fn scratch_env(scratch: &Path) -> String {
     )
 }
 
+/// The lines of a file that may not exist yet (a worker's run counter).
 pub fn lines_of(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
