@@ -172,11 +172,26 @@ fn schema_check(name: &str, kind: SchemaKind, doc: &Value) -> Check {
 /// where it could be read.
 fn team_state(team: &str, team_abs: &Path) -> (Check, Option<Value>) {
     let name = format!("team-state {team}");
-    if !team_abs.exists() {
-        return (
-            check(name, Level::Ok, "not written yet; exec creates it", ""),
-            None,
-        );
+    // A file that cannot even be looked at is no file not written yet.
+    match team_abs.try_exists() {
+        Ok(true) => {}
+        Ok(false) => {
+            return (
+                check(name, Level::Ok, "not written yet; exec creates it", ""),
+                None,
+            )
+        }
+        Err(e) => {
+            return (
+                check(
+                    name,
+                    Level::Fail,
+                    format!("cannot look at {}: {e}", team_abs.display()),
+                    "give the user running okstra access to the team-state directory",
+                ),
+                None,
+            )
+        }
     }
     match TeamStateStore::open(team_abs.to_path_buf()).read() {
         Err(e) => (
@@ -196,8 +211,18 @@ fn team_state(team: &str, team_abs: &Path) -> (Check, Option<Value>) {
 /// go again at once).
 fn exec_lock(lock: &Path) -> Check {
     let name = "exec lock";
-    if !lock.exists() {
-        return check(name, Level::Ok, "free", "");
+    let hint = "give the user running okstra access to the team-state directory";
+    match lock.try_exists() {
+        Ok(true) => {}
+        Ok(false) => return check(name, Level::Ok, "free", ""),
+        Err(e) => {
+            return check(
+                name,
+                Level::Fail,
+                format!("cannot look at {}: {e}", lock.display()),
+                hint,
+            )
+        }
     }
     match FileLock::try_acquire(lock) {
         Ok(Some(_held)) => check(name, Level::Ok, "free", ""),
@@ -207,7 +232,7 @@ fn exec_lock(lock: &Path) -> Check {
             format!("another `okstra exec` holds {}", lock.display()),
             "wait for that exec to finish (`okstra status --manifest M` shows its progress); a dead executor releases the lock by itself",
         ),
-        Err(e) => check(name, Level::Fail, format!("cannot open {}: {e}", lock.display()), "give the user running okstra access to the team-state directory"),
+        Err(e) => check(name, Level::Fail, format!("cannot open {}: {e}", lock.display()), hint),
     }
 }
 
@@ -258,6 +283,28 @@ mod tests {
         assert_eq!(
             (no.status, no.detail.as_str()),
             (Level::Fail, "/r is not writable")
+        );
+    }
+
+    #[test]
+    fn a_team_state_or_lock_that_cannot_be_looked_at_fails() {
+        // Below a regular file, a path is neither there nor missing
+        // (ENOTDIR): the check could not complete, so it fails.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("run");
+        std::fs::write(&file, "").unwrap();
+        let (team, doc) = team_state("run/team-state.json", &file.join("team-state.json"));
+        assert_eq!(team.status, Level::Fail, "{}", team.detail);
+        assert!(team.detail.starts_with("cannot look at"), "{}", team.detail);
+        assert!(doc.is_none());
+        let lock = exec_lock(&file.join("team-state.json.exec.lock"));
+        assert_eq!(lock.status, Level::Fail, "{}", lock.detail);
+        assert!(lock.detail.starts_with("cannot look at"), "{}", lock.detail);
+        // Near miss: in a directory, missing is missing.
+        let (team, _) = team_state("t", &dir.path().join("team-state.json"));
+        assert_eq!(
+            (team.status, team.detail.as_str()),
+            (Level::Ok, "not written yet; exec creates it")
         );
     }
 
