@@ -84,6 +84,36 @@ struct Round {
     ahead: usize,
 }
 
+impl Round {
+    /// A round of `pending` attempts and the `running` ones it adopts,
+    /// under `--concurrency` (none: every attempt at once).
+    fn new(concurrency: Option<usize>, pending: Vec<(usize, u64)>, running: Vec<Running>) -> Round {
+        let limit = concurrency.unwrap_or(usize::MAX).max(1);
+        Round {
+            queue: pending.into(),
+            running: running
+                .into_iter()
+                .map(|r| (r.dispatched.handle, r))
+                .collect(),
+            waiting: VecDeque::new(),
+            limit,
+            ahead: ahead_of(limit),
+        }
+    }
+}
+
+/// How many attempts a round under `limit` keeps recorded and waiting at
+/// their gates: four times its slots, at least 2 and at most
+/// [`READY_AHEAD_MAX`]; none without a limit, where every attempt starts
+/// at once.
+fn ahead_of(limit: usize) -> usize {
+    if limit == usize::MAX {
+        0
+    } else {
+        limit.saturating_mul(4).clamp(2, READY_AHEAD_MAX)
+    }
+}
+
 /// Why a job that never started is reported not run.
 const INTERRUPTED_BEFORE_START: &str = "interrupted before it started";
 const STOPPED_BEFORE_START: &str =
@@ -878,22 +908,8 @@ impl<'a> Runner<'a> {
         running: Vec<Running>,
         settle_now: bool,
     ) -> (Vec<Ended>, Vec<(usize, u64)>) {
-        let limit = self.opts.concurrency.unwrap_or(usize::MAX).max(1);
         let total = pending.len() + running.len();
-        let mut round = Round {
-            queue: pending.into(),
-            running: running
-                .into_iter()
-                .map(|r| (r.dispatched.handle, r))
-                .collect(),
-            waiting: VecDeque::new(),
-            limit,
-            ahead: if limit == usize::MAX {
-                0
-            } else {
-                limit.saturating_mul(4).clamp(2, READY_AHEAD_MAX)
-            },
-        };
+        let mut round = Round::new(self.opts.concurrency, pending, running);
         for r in round.running.values() {
             let status = self.abs(&self.job(r.job).status_path());
             self.backend.adopt(&r.dispatched, &status);
@@ -1636,4 +1652,18 @@ fn audit_walk(
         exclude.push(dir.join(format!(".{}.lock", name.to_string_lossy())));
     }
     (roots, exclude)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_keeps_four_times_its_slots_waiting_within_bounds() {
+        assert_eq!(ahead_of(1), 4);
+        assert_eq!(ahead_of(2), 8);
+        assert_eq!(ahead_of(3), READY_AHEAD_MAX, "at most");
+        assert_eq!(ahead_of(usize::MAX - 1), READY_AHEAD_MAX, "no overflow");
+        assert_eq!(ahead_of(usize::MAX), 0, "no limit: all start at once");
+    }
 }
