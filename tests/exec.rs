@@ -656,6 +656,23 @@ fn an_unreadable_team_state_refuses_the_run_and_is_kept() {
         assert!(!fx.p.exists(f), "a refused exec wrote {f}");
     }
     assert!(fx.runs("a").is_empty());
+    // JSON of another shape is refused alike (exec checks it by streaming
+    // it, not by reading it whole), the file kept as it was.
+    for text in [
+        "[]",
+        "{\"workers\": {}}",
+        "{\"workerDispatches\": [], \"attempts\": 3}",
+        "{\"workers\": []} trailing",
+        "{\"workers\": [1e400]}",
+    ] {
+        fx.p.write("run/team-state.json", text);
+        let run = fx.exec(&["--format", "json"]);
+        assert_code(&run, 2);
+        assert_eq!(run.codes(), ["exec/state"], "{text}");
+        assert_eq!(fx.p.read("run/team-state.json"), text, "never overwritten");
+        assert!(!fx.p.exists("run/lead-events.jsonl"), "{text}");
+    }
+    assert!(fx.runs("a").is_empty());
     // Near miss: an empty file reads as a fresh team-state.
     fx.p.write("run/team-state.json", "");
     assert_code(&fx.exec(&[]), 0);
