@@ -36,6 +36,14 @@ struct Shared {
     failed: Mutex<Option<String>>,
 }
 
+impl Shared {
+    /// Why a sync failed, if one did (a panic elsewhere poisons nothing
+    /// here: the reason is plain data).
+    fn failed(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 pub struct Syncer {
     tx: mpsc::Sender<(u64, File)>,
     issued: u64,
@@ -69,9 +77,7 @@ impl Syncer {
         if self.tx.send((self.issued, file)).is_err() {
             // The thread is gone: only after a failure it recorded.
             self.shared
-                .failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .failed()
                 .get_or_insert_with(|| "the sync thread ended".into());
         }
         Ticket(self.issued)
@@ -82,7 +88,7 @@ impl Syncer {
         if ticket.0 <= self.shared.done.load(Ordering::Acquire) {
             return Ok(true);
         }
-        match &*self.shared.failed.lock().unwrap_or_else(|p| p.into_inner()) {
+        match &*self.shared.failed() {
             Some(why) => Err(why.clone()),
             None => Ok(false),
         }
@@ -97,8 +103,7 @@ fn serve(rx: &mpsc::Receiver<(u64, File)>, shared: &Shared, path: &std::path::Pa
         match sync_each(&batch) {
             Ok(()) => shared.done.store(last, Ordering::Release),
             Err(e) => {
-                *shared.failed.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(format!("cannot make {} durable: {e}", path.display()));
+                *shared.failed() = Some(format!("cannot make {} durable: {e}", path.display()));
                 wake();
                 return;
             }
