@@ -345,3 +345,149 @@ fn the_wrapper_never_writes_its_sidecar_through_a_symlink() {
         assert_eq!(status(&p)["state"], "exited");
     }
 }
+
+/// A wrapper slot's request: `args` as a JSON line, with `fds` as
+/// `SCM_RIGHTS` (what exec's slots send, src/exec/backend/slots.rs).
+fn send_request(
+    socket: &std::os::unix::net::UnixStream,
+    args: &[String],
+    fds: &[std::os::fd::BorrowedFd],
+) {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut line = serde_json::to_vec(args).unwrap();
+    line.push(b'\n');
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    assert!(ancillary.push(SendAncillaryMessage::ScmRights(fds)));
+    let n = rustix::net::sendmsg(
+        socket,
+        &[std::io::IoSlice::new(&line)],
+        &mut ancillary,
+        SendFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(n, line.len());
+}
+
+/// One answer line from a slot.
+fn answer(socket: &std::os::unix::net::UnixStream) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(socket)
+        .read_line(&mut line)
+        .unwrap();
+    line
+}
+
+#[test]
+fn a_slot_runs_attempt_after_attempt_each_in_its_own_log_and_group() {
+    use std::os::fd::AsFd;
+    let serve = [
+        vec![
+            env!("CARGO_BIN_EXE_okstra-worker").to_string(),
+            "--serve".into(),
+        ],
+        vec![
+            env!("CARGO_BIN_EXE_okstra").to_string(),
+            "worker-slot".into(),
+        ],
+    ];
+    for argv in serve {
+        let p = project();
+        let slot_log = p.path("slot.log");
+        let (mut slot, socket) = process::spawn_with_socket(&SpawnSpec {
+            argv: &argv,
+            cwd: p.root(),
+            env: &[],
+            log: Some(process::Log::Path(&slot_log)),
+            stdin: None,
+        })
+        .unwrap();
+        let (pids, pids_end) = rustix::pipe::pipe().unwrap();
+        let scripts = [
+            // Leaves a process in its group, which must not outlive it.
+            "echo \"one $(ps -o pgid= -p $$ | tr -d ' ')\"; sleep 60 & echo $! > bg.pid; exit 3",
+            "echo two; cat > results/w.md",
+        ];
+        let mut reported = Vec::new();
+        for (i, script) in scripts.iter().enumerate() {
+            let cmd = exec_form(
+                Command::new("okstra-worker"),
+                &p,
+                &(i + 1).to_string(),
+                script,
+            );
+            let mut args: Vec<String> = cmd
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            args.insert(0, "--gated".into());
+            let log = std::fs::File::create(p.path(&format!("attempt-{i}.log"))).unwrap();
+            send_request(&socket, &args, &[log.as_fd(), pids_end.as_fd()]);
+            let want = if i == 0 { "exit 3\n" } else { "exit 0\n" };
+            assert_eq!(
+                answer(&socket),
+                want,
+                "{argv:?}: {}",
+                p.read(&format!("attempt-{i}.log"))
+            );
+            let mut buf = [0u8; 64];
+            let n = rustix::io::read(&pids, &mut buf).unwrap();
+            let pid: u32 = std::str::from_utf8(&buf[..n])
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            reported.push(pid);
+            let s = status(&p);
+            assert_eq!(s["wrapperPid"], slot.pid(), "{argv:?}");
+            assert_eq!(s["pid"], pid, "{argv:?}");
+        }
+        let first = p.read("attempt-0.log");
+        assert_eq!(
+            first,
+            format!("one {}\n", reported[0]),
+            "the worker leads its own group"
+        );
+        assert_eq!(p.read("attempt-1.log"), "two\n");
+        assert_eq!(p.read("results/w.md"), "the prompt\n");
+        let bg: u32 = p.read("bg.pid").trim().parse().unwrap();
+        assert!(
+            !okstra::process::pid_alive(bg),
+            "the first worker's leftover outlived its attempt"
+        );
+        // The end of its input ends it.
+        socket.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(slot.wait().unwrap(), 0);
+        assert_eq!(p.read("slot.log"), "", "nothing said outside an attempt");
+    }
+}
+
+#[test]
+fn a_slot_given_a_request_it_cannot_read_runs_nothing_and_ends() {
+    use std::io::Write;
+    for request in [&b"not json\n"[..], &b"[\"--project-root\"]\n"[..]] {
+        let p = project();
+        let argv = vec![
+            env!("CARGO_BIN_EXE_okstra-worker").to_string(),
+            "--serve".into(),
+        ];
+        let (mut slot, socket) = process::spawn_with_socket(&SpawnSpec {
+            argv: &argv,
+            cwd: p.root(),
+            env: &[],
+            log: Some(process::Log::Path(&p.path("slot.log"))),
+            stdin: None,
+        })
+        .unwrap();
+        // Without its log and pid pipe, as no exec sends it.
+        (&socket).write_all(request).unwrap();
+        assert_eq!(slot.wait().unwrap(), 0);
+        assert!(
+            p.read("slot.log").contains("exec sent"),
+            "{}",
+            p.read("slot.log")
+        );
+        assert!(!p.exists("prompts/w.md.status.json"));
+    }
+}

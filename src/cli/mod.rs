@@ -112,6 +112,10 @@ pub enum Command {
     Man(generated::ManArgs),
     #[command(about = crate::worker::ABOUT)]
     Worker(crate::worker::WorkerArgs),
+    /// The worker wrapper as a slot of exec's, attempt after attempt
+    /// (started by `okstra exec` where `okstra-worker` is missing).
+    #[command(hide = true)]
+    WorkerSlot,
 }
 
 /// Options every planning command shares.
@@ -145,6 +149,7 @@ pub fn main() -> ExitStatus {
         Command::Man(args) => generated::man(&args),
         // The same wrapper as `okstra-worker`, for an okstra without it.
         Command::Worker(args) => std::process::exit(crate::worker::run(&args)),
+        Command::WorkerSlot => std::process::exit(crate::worker::serve("okstra worker-slot")),
     }
 }
 

@@ -3,7 +3,7 @@
 //! The child gets `argv` (the program looked up on `PATH` when it has no
 //! slash, on the child's own `PATH` when `env` gives one), the inherited
 //! environment with `spec.env` on top, the working directory `spec.cwd`,
-//! stdin from a file, `/dev/null` or a [`Gate`], stdout and stderr appended
+//! stdin from a file, `/dev/null` or a socket, stdout and stderr appended
 //! to the log (or ours), and optionally a process group of its own. std
 //! gives every child an empty signal mask and SIGPIPE back at its default
 //! (the Rust runtime ignores it in okstra; a child should not inherit that),
@@ -20,6 +20,7 @@ use std::cell::OnceCell;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,7 +41,7 @@ pub struct SpawnSpec<'a> {
     /// Where stdout and stderr go; `None` inherits ours.
     pub log: Option<Log<'a>>,
     /// stdin is read from here; `None` gives `/dev/null` (or, through
-    /// [`spawn_gated`], the gate's pipe).
+    /// [`spawn_with_socket`], a socket).
     pub stdin: Option<&'a Path>,
 }
 
@@ -115,11 +116,10 @@ pub fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
 }
 
 /// Start `spec.argv` as [`spawn`] does, but with a pipe as its stdin
-/// (`spec.stdin` must be `None`), and return the pipe's write end. exec
-/// starts the wrapper this way (`okstra-worker --gated`, SPEC §5.8): the
-/// wrapper waits for one byte before it does anything, so exec can record
-/// the dispatch, with the pid, before the attempt starts; an exec that dies
-/// first closes the pipe and the wrapper exits having run nothing.
+/// (`spec.stdin` must be `None`), and return the pipe's write end: a
+/// one-attempt wrapper started `okstra-worker --gated` waits for one byte
+/// before it does anything (SPEC §5.8), and reads end-of-file as never
+/// released.
 pub fn spawn_gated(spec: &SpawnSpec) -> io::Result<(Spawned, Gate)> {
     if spec.stdin.is_some() {
         return Err(io::Error::new(
@@ -131,8 +131,24 @@ pub fn spawn_gated(spec: &SpawnSpec) -> io::Result<(Spawned, Gate)> {
     // exec, so no other child holds the write end open and the gate's
     // closing is seen.
     let (read, write) = io::pipe()?;
-    let child = start(spec, true, Some(read))?;
+    let child = start(spec, true, Some(Stdio::from(read)))?;
     Ok((child, Gate::new(write)))
+}
+
+/// Start `spec.argv` as [`spawn`] does, with one end of a Unix socket pair
+/// as its stdin (`spec.stdin` must be `None`); the other end. exec starts a
+/// wrapper slot this way (`okstra-worker --serve`, see `crate::worker`).
+pub fn spawn_with_socket(spec: &SpawnSpec) -> io::Result<(Spawned, UnixStream)> {
+    if spec.stdin.is_some() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a slot reads its requests on stdin; it cannot have another stdin",
+        ));
+    }
+    // Both ends are close-on-exec; the child's stdin is a dup of its end.
+    let (ours, theirs) = UnixStream::pair()?;
+    let child = start(spec, true, Some(Stdio::from(OwnedFd::from(theirs))))?;
+    Ok((child, ours))
 }
 
 /// Start `spec.argv` in the caller's process group. The worker wrapper uses
@@ -143,7 +159,7 @@ pub fn spawn_in_caller_group(spec: &SpawnSpec) -> io::Result<Spawned> {
     start(spec, false, None)
 }
 
-fn start(spec: &SpawnSpec, own_group: bool, gate: Option<io::PipeReader>) -> io::Result<Spawned> {
+fn start(spec: &SpawnSpec, own_group: bool, gate: Option<Stdio>) -> io::Result<Spawned> {
     let Some(program) = spec.argv.first() else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -166,7 +182,7 @@ fn start(spec: &SpawnSpec, own_group: bool, gate: Option<io::PipeReader>) -> io:
         .current_dir(spec.cwd)
         .envs(spec.env.iter().map(|(k, v)| (k, v)));
     cmd.stdin(match (gate, spec.stdin) {
-        (Some(pipe), _) => Stdio::from(pipe),
+        (Some(end), _) => end,
         (None, Some(path)) => Stdio::from(File::open(path)?),
         (None, None) => Stdio::null(),
     });

@@ -1,6 +1,9 @@
 //! The worker wrapper around one provider CLI run (SPEC §6): the program
-//! `okstra-worker` (src/bin/okstra-worker.rs), which exec starts for each
-//! attempt, and the same code as `okstra worker`.
+//! `okstra-worker` (src/bin/okstra-worker.rs), and the same code as
+//! `okstra worker`. exec runs `cli-wrapper` attempts through a few of them
+//! started as slots (`okstra-worker --serve`, see `slot`), each running
+//! attempt after attempt; a pane, a Slurm job or a person starts one per
+//! attempt.
 //!
 //! It runs the provider's argv with the prompt on stdin (eager include), in
 //! the project root, with the `OKSTRA_*` environment; keeps
@@ -19,9 +22,11 @@
 //! job's log, which may sit on a full disk.
 
 mod args;
+mod slot;
 mod starter;
 
 pub use args::{Presentation, WorkerArgs};
+pub use slot::SERVE_FLAG;
 
 use crate::beneath::Beneath;
 use crate::confine;
@@ -84,6 +89,12 @@ const EXCERPT: u64 = 64 * 1024;
 /// arguments read by clap (its help and errors on a bad one), then [`run`].
 pub fn main(bin_name: &'static str) -> std::process::ExitCode {
     use clap::{Args, FromArgMatches};
+    let mut raw = std::env::args_os().skip(1);
+    if let (Some(flag), None) = (raw.next(), raw.next()) {
+        if flag == SERVE_FLAG {
+            return exit_code(serve(bin_name));
+        }
+    }
     let command = WorkerArgs::augment_args(clap::Command::new(bin_name))
         .version(crate::VERSION)
         .about(ABOUT);
@@ -94,11 +105,19 @@ pub fn main(bin_name: &'static str) -> std::process::ExitCode {
         Ok(args) => args,
         Err(e) => e.exit(),
     };
-    let code = run(&args);
+    exit_code(run(&args))
+}
+
+fn exit_code(code: i32) -> std::process::ExitCode {
     u8::try_from(code).map_or(
         std::process::ExitCode::FAILURE,
         std::process::ExitCode::from,
     )
+}
+
+/// Run as a slot (see `slot`): attempt after attempt, as exec sends them.
+pub fn serve(bin_name: &'static str) -> i32 {
+    slot::serve(bin_name, Timing::REAL)
 }
 
 /// Run the wrapper; its exit code. SIGTERM or SIGINT to the wrapper stops the
@@ -120,15 +139,7 @@ pub fn run(args: &WorkerArgs) -> i32 {
             return USAGE_EXIT_CODE;
         }
     };
-    execute(
-        args,
-        &stop,
-        Timing {
-            grace: STOP_GRACE,
-            heartbeat: HEARTBEAT_INTERVAL,
-        },
-        ahead,
-    )
+    execute(args, &stop, Timing::REAL, ahead, None)
 }
 
 /// What confining the child needs and makes nothing on disk, done before a
@@ -185,6 +196,13 @@ struct Timing {
     grace: Duration,
     /// Between heartbeats.
     heartbeat: Duration,
+}
+
+impl Timing {
+    const REAL: Timing = Timing {
+        grace: STOP_GRACE,
+        heartbeat: HEARTBEAT_INTERVAL,
+    };
 }
 
 /// Signal handlers that set a flag, removed again when dropped.
@@ -413,7 +431,17 @@ fn now_rfc3339() -> String {
 /// The wrapper proper, with the stop flag and clocks given so tests can drive
 /// them without signals; `ahead`, what was prepared for a confined child
 /// beforehand (else it is prepared when needed).
-fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<Ahead>) -> i32 {
+/// One attempt. `slot` is where a slot reports its worker's pid: its worker
+/// then leads a process group of its own, whose leftovers are killed once
+/// it ended; a one-attempt wrapper's worker stays in the wrapper's group,
+/// which exec stops and clears.
+fn execute(
+    args: &WorkerArgs,
+    stop: &AtomicBool,
+    timing: Timing,
+    ahead: Option<Ahead>,
+    mut slot: Option<&mut slot::PidReport>,
+) -> i32 {
     let started = Instant::now();
     let paths = match Paths::resolve(args) {
         Ok(paths) => paths,
@@ -464,10 +492,22 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<A
         log: None,
         stdin: Some(&paths.prompt),
     };
-    let mut child = match launch(args, &spec, confined.as_ref(), starter, &mut status) {
+    let own_group = slot.is_some();
+    let launched = launch(
+        args,
+        &spec,
+        confined.as_ref(),
+        starter,
+        own_group,
+        &mut status,
+    );
+    let mut child = match launched {
         Ok(child) => child,
         Err(code) => return code,
     };
+    if let Some(report) = slot.as_mut() {
+        report.started(child.pid());
+    }
     let deadline = args
         .timeout_seconds
         .map(|s| started + Duration::from_secs(s));
@@ -485,6 +525,11 @@ fn execute(args: &WorkerArgs, stop: &AtomicBool, timing: Timing, ahead: Option<A
         &mut watch,
         &mut heartbeat,
     );
+    if own_group {
+        // Reaped: what its group still holds is left over, and must not
+        // write into the next attempt's (or stage's) audit.
+        process::kill_leftovers(child.pid());
+    }
     watch.finish();
     let verdict = watch.verdict();
     status.status.served_model = watch.facts.served_model.clone();
@@ -558,6 +603,7 @@ fn launch(
     spec: &SpawnSpec,
     confined: Option<&Confined>,
     starter: Option<io::Result<Starter>>,
+    own_group: bool,
     status: &mut StatusFile,
 ) -> Result<Spawned, i32> {
     if args.gated {
@@ -570,7 +616,8 @@ fn launch(
         }
     }
     let launched = match confined {
-        Some(c) => c.spawn(spec, starter),
+        Some(c) => c.spawn(spec, starter, own_group),
+        None if own_group => Ok(process::spawn(spec)),
         None => Ok(process::spawn_in_caller_group(spec)),
     };
     let child = match launched {
@@ -736,6 +783,7 @@ impl Confined {
         &self,
         spec: &SpawnSpec,
         ahead: Option<io::Result<Starter>>,
+        own_group: bool,
     ) -> Result<io::Result<Spawned>, String> {
         // The wrapper hands its child no log of its own (exec points the
         // wrapper's stdout and stderr at it), so none is carried over.
@@ -753,6 +801,7 @@ impl Confined {
             cwd: spec.cwd.to_path_buf(),
             env: spec.env.to_vec(),
             stdin: spec.stdin.map(Path::to_path_buf),
+            own_group,
         })
     }
 
@@ -1334,7 +1383,7 @@ mod tests {
             }
             flag.store(true, Ordering::Relaxed);
         });
-        assert_eq!(execute(&a, &stop, fast(), None), 42);
+        assert_eq!(execute(&a, &stop, fast(), None, None), 42);
         trigger.join().unwrap();
         assert_eq!(status(dir.path())["exitCode"], 42);
     }
@@ -1362,7 +1411,7 @@ mod tests {
             let ahead = if made_ahead { Ahead::make(&a) } else { None };
             assert_eq!(ahead.is_some(), made_ahead);
             let stop = AtomicBool::new(false);
-            assert_eq!(execute(&a, &stop, fast(), ahead), 0);
+            assert_eq!(execute(&a, &stop, fast(), ahead, None), 0);
             let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
             assert_eq!(read("out/in.txt"), "in\n");
             assert_eq!(read("out/write"), "refused\n");
@@ -1397,7 +1446,7 @@ mod tests {
         assert!(ahead.is_some());
         let stop = AtomicBool::new(false);
         assert_eq!(
-            execute(&a, &stop, fast(), ahead),
+            execute(&a, &stop, fast(), ahead, None),
             CONFINEMENT_FAILED_EXIT_CODE
         );
         assert!(!root.join("ran.txt").exists());
@@ -1427,7 +1476,7 @@ mod tests {
         "#;
         let a = args(dir.path(), script);
         let stop = AtomicBool::new(false);
-        assert_eq!(execute(&a, &stop, fast(), None), 0);
+        assert_eq!(execute(&a, &stop, fast(), None, None), 0);
         let s = status(dir.path());
         assert_eq!(s["state"], "exited");
         assert_eq!(s["exitCode"], 0);

@@ -39,6 +39,9 @@ pub(super) struct Order {
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
     pub stdin: Option<PathBuf>,
+    /// Whether the child leads a process group of its own (a slot's
+    /// worker), rather than staying in the wrapper's.
+    pub own_group: bool,
 }
 
 /// The waiting thread's end in the wrapper's main thread.
@@ -79,12 +82,17 @@ impl Order {
         self.restriction
             .restrict_this_thread()
             .map_err(|e| format!("cannot confine the worker: {e}"))?;
-        Ok(process::spawn_in_caller_group(&SpawnSpec {
+        let spec = SpawnSpec {
             argv: &self.argv,
             cwd: &self.cwd,
             env: &self.env,
             log: None,
             stdin: self.stdin.as_deref(),
-        }))
+        };
+        Ok(if self.own_group {
+            process::spawn(&spec)
+        } else {
+            process::spawn_in_caller_group(&spec)
+        })
     }
 }
