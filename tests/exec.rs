@@ -1577,3 +1577,129 @@ fn a_launch_failure_in_a_batch_starts_none_of_it() {
         assert_eq!(fx.worker_row(key)["status"], "error", "{key}");
     }
 }
+
+#[test]
+fn wrapper_slots_run_attempt_after_attempt_each_with_its_own_log_and_environment() {
+    // Under --concurrency 1, twelve jobs of one environment are run by a
+    // few wrapper slots (the one running and those held ready), each slot
+    // running several; b, of an environment of its own, by a slot of its
+    // own. Each log holds only its own attempt's output, each worker sees
+    // only its job's environment, and what a worker leaves in its process
+    // group is gone before the next attempt starts.
+    let fx = Fx::bare();
+    fx.p.write_json("run/run-manifest.json", &v1_manifest());
+    let scratch = fx.scratch.path().display().to_string();
+    let seam = okstra::confine::TEST_ALSO_WRITABLE_ENV;
+    let script = |extra: &str| {
+        format!("{PRELUDE}echo \"output of $K\"\necho \"FOO=${{FOO:-unset}}\" > \"$S/$K.env\"\n{extra}{WRITE_RESULT}")
+    };
+    // Through /proc, not alive as a zombie (nobody may reap it at once): a
+    // confined worker may not signal outside its domain, so `kill -0`
+    // would say nothing.
+    let check_a = "if [ -e \"$S/a.bg\" ]; then st=$(awk '{print $3}' \"/proc/$(cat \"$S/a.bg\")/stat\" 2>/dev/null); if [ -n \"$st\" ] && [ \"$st\" != Z ]; then echo \"$K\" >> \"$S/saw-a-leftover\"; fi; fi\n";
+    let mut spec = format!(
+        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\n{}\n\n[[stages]]\nname = \"only\"\n\n",
+        scratch_env(fx.scratch.path())
+    );
+    let mut jobs = vec![(
+        "a".to_string(),
+        script("sleep 60 &\necho $! > \"$S/$K.bg\"\n"),
+        String::new(),
+    )];
+    jobs.push((
+        "b".into(),
+        script(check_a),
+        format!("env = {{ SCRATCH = \"{scratch}\", {seam} = \"{scratch}\", FOO = \"only-b\" }}"),
+    ));
+    let same: Vec<String> = (0..11).map(|i| format!("n{i:02}")).collect();
+    jobs.extend(
+        same.iter()
+            .map(|id| (id.clone(), script(check_a), String::new())),
+    );
+    for (id, script, extra) in &jobs {
+        fx.p.write(&format!("prompts/{id}.md"), "# work\n");
+        spec.push_str(&format!(
+            "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"results/{id}.md\"\ncommand = [\"sh\", \"-c\", '''\n{script}''']\n{extra}\n"
+        ));
+    }
+    fx.p.write("spec.toml", &spec);
+    fx.plan();
+    let run = fx.exec(&["--concurrency", "1"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let wrapper = |key: &str| {
+        fx.p.read_json(&format!("prompts/{key}.md.status.json"))["wrapperPid"]
+            .as_u64()
+            .unwrap()
+    };
+    let slots: HashSet<u64> = same
+        .iter()
+        .map(|id| wrapper(id))
+        .chain([wrapper("a")])
+        .collect();
+    assert!(
+        slots.len() < same.len(),
+        "slots ran several attempts each: {slots:?}"
+    );
+    assert!(
+        !slots.contains(&wrapper("b")),
+        "b's environment is its own slot's"
+    );
+    for (key, _, _) in &jobs {
+        let dispatched = fx.events_of("worker-dispatched", key);
+        assert_eq!(
+            dispatched[0]["pid"].as_u64().unwrap(),
+            wrapper(key),
+            "the dispatch names the slot"
+        );
+        let log = std::fs::read_to_string(fx.p.path(&format!("prompts/{key}.md.log"))).unwrap();
+        assert_eq!(log.matches("output of").count(), 1, "{key}'s log: {log}");
+        assert!(
+            log.contains(&format!("output of {key}")),
+            "{key}'s log: {log}"
+        );
+        let env = std::fs::read_to_string(fx.scratch(&format!("{key}.env"))).unwrap();
+        let want = if key == "b" {
+            "FOO=only-b\n"
+        } else {
+            "FOO=unset\n"
+        };
+        assert_eq!(env, want, "{key}");
+    }
+    assert_eq!(
+        lines_of(&fx.scratch("saw-a-leftover")),
+        Vec::<String>::new(),
+        "a's background process outlived its attempt"
+    );
+    assert!(!pid_alive(read_pid(&fx.scratch("a.bg"))));
+}
+
+#[test]
+fn a_wrapper_killed_mid_attempt_fails_that_attempt_and_a_new_one_runs_the_next() {
+    // a's wrapper slot is killed while a's worker runs on; under
+    // --concurrency 1 the jobs after it still run, in the slots exec keeps,
+    // and a's worker is stopped with its slot.
+    let looping = "echo $$ > \"$S/$K.bg\"\nwhile :; do sleep 0.05; done\n";
+    let mut jobs = vec![job("a", looping)];
+    let ids: Vec<String> = (0..6).map(|i| format!("n{i}")).collect();
+    jobs.extend(ids.iter().map(|id| job(id, WRITE_RESULT)));
+    let fx = Fx::new(&[("only", jobs)]);
+    fx.plan();
+    let mut child = fx.spawn_exec(&["--concurrency", "1"]);
+    wait_for("a to start", 10, || {
+        std::fs::read_to_string(fx.scratch("a.bg")).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let status = fx.p.read_json("prompts/a.md.status.json");
+    let slot = status["wrapperPid"].as_u64().unwrap() as u32;
+    signal(slot, Signal::KILL);
+    assert_eq!(wait_child(&mut child, 20), 1);
+    assert_eq!(fx.worker_row("a")["status"], "error");
+    for id in &ids {
+        assert_eq!(fx.worker_row(id)["status"], "completed", "{id}");
+        let pid = fx.events_of("worker-dispatched", id)[0]["pid"]
+            .as_u64()
+            .unwrap();
+        assert_ne!(pid, u64::from(slot), "{id} ran in the killed slot");
+    }
+    let pid = read_pid(&fx.scratch("a.bg"));
+    wait_for("a's worker to go", 5, || !pid_alive(pid));
+}

@@ -6,6 +6,12 @@
 //! each, handing its notice over a channel, cost a thread's start and end
 //! and one more wake-up per job (visible in the executor benchmark).
 //!
+//! A wrapper *slot* (`cli-wrapper`, attempt after attempt, see
+//! `crate::worker`) is exec's child too, but the end of an attempt is its
+//! `exit <code>` line on the slot's socket, which sits in the same epoll
+//! set; the slot's own end is its socket's end of input, a notice only
+//! where an attempt was under way (it died mid-attempt).
+//!
 //! A `pane` worker is not exec's child: its watcher thread (see
 //! [`super::backend`]) sends the notice through a [`NoticeSender`], which
 //! also rings an eventfd in the same epoll set. On a kernel without pidfds
@@ -17,6 +23,7 @@ use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,6 +72,20 @@ pub struct Notices {
     children: HashMap<u32, Spawned>,
     /// Notices already taken from their source but not yet handed out.
     stash: VecDeque<Notice>,
+    /// Wrapper slots, by pid.
+    slots: HashMap<u32, SlotEnd>,
+    /// Slots whose process ended, with its exit code, not yet taken.
+    gone: Vec<(u32, i32)>,
+}
+
+/// What the loop watches of a wrapper slot.
+struct SlotEnd {
+    child: Spawned,
+    socket: UnixStream,
+    /// Bytes of an answer read but not yet a line.
+    partial: Vec<u8>,
+    /// Whether the attempt last sent was answered (or none was sent).
+    answered: bool,
 }
 
 impl Notices {
@@ -79,6 +100,8 @@ impl Notices {
             rx,
             children: HashMap::new(),
             stash: VecDeque::new(),
+            slots: HashMap::new(),
+            gone: Vec::new(),
         };
         notices.register(notices.wake.as_fd(), WAKE_TOKEN)?;
         Ok(notices)
@@ -125,6 +148,95 @@ impl Notices {
         }
     }
 
+    /// Watch a wrapper slot: each `exit <code>` line on `socket` is a notice
+    /// carrying the slot's pid, and so is its end where an attempt sent
+    /// with [`Notices::sent`] was not answered.
+    pub fn watch_slot(&mut self, child: Spawned, socket: UnixStream) -> io::Result<()> {
+        let pid = child.pid();
+        self.register(&socket, u64::from(pid))?;
+        self.slots.insert(
+            pid,
+            SlotEnd {
+                child,
+                socket,
+                partial: Vec::new(),
+                answered: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// An attempt was sent to slot `pid`: its answer, or the slot's end, is
+    /// due.
+    pub fn sent(&mut self, pid: u32) {
+        if let Some(slot) = self.slots.get_mut(&pid) {
+            slot.answered = false;
+        }
+    }
+
+    /// The slots whose process ended since the last call, with their exit
+    /// codes (reaped and forgotten here).
+    pub fn take_gone(&mut self) -> Vec<(u32, i32)> {
+        std::mem::take(&mut self.gone)
+    }
+
+    /// End every slot: tell each there is nothing more (its socket's end),
+    /// and wait, at most `limit` in all, for each to exit. An idle slot
+    /// exits at once; one still running an attempt (exec stopping on an
+    /// error it cannot record) finishes it first, and is not waited for
+    /// past `limit`.
+    pub fn end_slots(&mut self, limit: Duration) {
+        for slot in self.slots.values() {
+            let _ = slot.socket.shutdown(std::net::Shutdown::Write);
+        }
+        let deadline = Instant::now() + limit;
+        for (_, mut slot) in self.slots.drain() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let _ = slot.child.wait_timeout(left);
+        }
+    }
+
+    /// Read what slot `pid`'s socket holds: answers become notices; its end
+    /// reaps it.
+    fn read_slot(&mut self, pid: u32) {
+        let Some(slot) = self.slots.get_mut(&pid) else {
+            return;
+        };
+        let mut buf = [0u8; 256];
+        let ended = loop {
+            match rustix::net::recv(&slot.socket, &mut buf, rustix::net::RecvFlags::DONTWAIT) {
+                Ok((0, _)) => break true,
+                Ok((n, _)) => slot.partial.extend_from_slice(&buf[..n]),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => break false,
+                Err(_) => break true,
+            }
+        };
+        while let Some(end) = slot.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = slot.partial.drain(..=end).collect();
+            let code = std::str::from_utf8(&line)
+                .ok()
+                .and_then(|l| l.trim_end().strip_prefix("exit "))
+                .and_then(|c| c.parse::<i32>().ok());
+            // A line that is no answer is the slot's fault: it counts as
+            // the attempt's end, failed.
+            self.stash.push_back((pid, code.unwrap_or(1)));
+            slot.answered = true;
+        }
+        if ended {
+            let mut slot = self.slots.remove(&pid).expect("looked up above");
+            // Out of the set by hand: the backend's copy of the socket may
+            // still be open, which would keep it there, ready for ever.
+            let _ = epoll::delete(&self.epoll, &slot.socket);
+            // Its socket ends only as it exits: the wait is short.
+            let code = slot.child.wait().unwrap_or(1);
+            if !slot.answered {
+                self.stash.push_back((pid, code));
+            }
+            self.gone.push((pid, code));
+        }
+    }
+
     /// The next notice, waiting at most `timeout`; `None` when none came.
     pub fn next(&mut self, timeout: Duration) -> Option<Notice> {
         if self.stash.is_empty() {
@@ -161,6 +273,10 @@ impl Notices {
                 continue;
             }
             let pid = token as u32;
+            if self.slots.contains_key(&pid) {
+                self.read_slot(pid);
+                continue;
+            }
             let ended = match self.children.get_mut(&pid) {
                 Some(child) => child.try_wait().unwrap_or(Some(1)),
                 None => None,
@@ -248,14 +364,14 @@ mod tests {
     fn waiting_for_one_worker_keeps_the_others_notices() {
         let mut notices = Notices::new().unwrap();
         let quick = start("exit 1");
-        // The slow one waits on its gate, released only once the quick one
+        // The slow one waits for a byte, sent only once the quick one
         // has ended, so the quick one's notice arrives while we wait for
         // the slow one.
         let argv: Vec<String> = ["sh", "-c", "head -c 1 >/dev/null; exit 2"]
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let (slow, mut gate) = crate::process::spawn_gated(&SpawnSpec {
+        let (slow, socket) = crate::process::spawn_with_socket(&SpawnSpec {
             argv: &argv,
             cwd: Path::new("/"),
             env: &[],
@@ -267,10 +383,11 @@ mod tests {
         notices.watch(quick);
         notices.watch(slow);
         let release = std::thread::spawn(move || {
+            use std::io::Write;
             while crate::process::pid_alive(quick_pid) {
                 std::thread::yield_now();
             }
-            gate.release().unwrap();
+            (&socket).write_all(b"x").unwrap();
         });
         assert_eq!(
             notices.reap(&[slow_pid], Duration::from_secs(10)),
@@ -338,5 +455,79 @@ mod tests {
         assert_eq!(notices.next(Duration::from_secs(60)), Some((4242, 7)));
         assert!(started.elapsed() < Duration::from_secs(60));
         thread.join().unwrap();
+    }
+
+    fn slot(script: &str) -> (Spawned, std::os::unix::net::UnixStream) {
+        let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
+        crate::process::spawn_with_socket(&SpawnSpec {
+            argv: &argv,
+            cwd: Path::new("/"),
+            env: &[],
+            log: None,
+            stdin: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_slots_answer_ends_its_attempt_and_its_death_ends_one_unanswered() {
+        use std::io::Write;
+        let mut notices = Notices::new().unwrap();
+        let (child, socket) = slot("read x; echo 'exit 3' >&0; read x; exit 9");
+        let pid = child.pid();
+        notices
+            .watch_slot(child, socket.try_clone().unwrap())
+            .unwrap();
+        notices.sent(pid);
+        (&socket).write_all(b"go\n").unwrap();
+        assert_eq!(notices.next(Duration::from_secs(10)), Some((pid, 3)));
+        assert!(notices.take_gone().is_empty());
+        notices.sent(pid);
+        (&socket).write_all(b"go\n").unwrap();
+        assert_eq!(
+            notices.next(Duration::from_secs(10)),
+            Some((pid, 9)),
+            "died mid-attempt"
+        );
+        assert_eq!(notices.take_gone(), vec![(pid, 9)]);
+        assert_eq!(
+            notices.next(Duration::from_millis(50)),
+            None,
+            "out of the set"
+        );
+    }
+
+    #[test]
+    fn an_idle_slots_end_is_no_attempts_and_a_garbled_answer_is_a_failure() {
+        use std::io::Write;
+        let mut notices = Notices::new().unwrap();
+        let (child, socket) = slot("read x; echo 'done, I think' >&0; read x; exit 0");
+        let pid = child.pid();
+        notices
+            .watch_slot(child, socket.try_clone().unwrap())
+            .unwrap();
+        notices.sent(pid);
+        (&socket).write_all(b"go\n").unwrap();
+        assert_eq!(notices.next(Duration::from_secs(10)), Some((pid, 1)));
+        socket.shutdown(std::net::Shutdown::Write).unwrap();
+        wait_gone(&mut notices, pid);
+        assert_eq!(
+            notices.next(Duration::from_millis(50)),
+            None,
+            "idle: no attempt ended"
+        );
+    }
+
+    fn wait_gone(notices: &mut Notices, pid: u32) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let _ = notices.next(Duration::from_millis(20));
+            let gone = notices.take_gone();
+            if !gone.is_empty() {
+                assert_eq!(gone, vec![(pid, 0)]);
+                return;
+            }
+            assert!(Instant::now() < deadline, "the slot's end was never seen");
+        }
     }
 }

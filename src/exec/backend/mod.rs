@@ -8,19 +8,22 @@
 //! [`Dispatch::release`] lets it go, and [`Dispatch::abandon`] closes the
 //! gate instead, on which the wrapper exits without starting anything.
 //!
-//! [`Local`] serves `cli-wrapper` (the wrapper as exec's child, in a process
-//! group of its own) and `pane` (the wrapper in a window of the terminal
-//! multiplexer exec runs in, degraded to `cli-wrapper` where none answers).
+//! [`Local`] serves `cli-wrapper` (wrapper slots, exec's children, each in
+//! a process group of its own and running attempt after attempt: see
+//! [`slots`]; a slot is held by not being sent its attempt yet) and `pane`
+//! (the wrapper in a window of the terminal multiplexer exec runs in,
+//! degraded to `cli-wrapper` where none answers).
 //! [`Backends`] routes each attempt to the backend its job names.
 
 pub mod pane;
+pub mod slots;
 pub mod slurm;
 
 use super::decide::End;
 use super::event::{Dispatched, Handle};
 use super::notices::Notices;
 use crate::plan::Job;
-use crate::process::{self, Gate, SpawnSpec, StopTarget};
+use crate::process::{self, Gate, StopTarget};
 use crate::vocab::Backend;
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -139,6 +142,15 @@ impl WorkerExe {
         self.lean.as_deref()
     }
 
+    /// The argv that starts a wrapper slot: `okstra-worker --serve`, or
+    /// `okstra worker-slot`.
+    pub fn slot_argv(&self) -> Vec<String> {
+        match &self.lean {
+            Some(lean) => vec![lean.display().to_string(), crate::worker::SERVE_FLAG.into()],
+            None => vec![self.okstra.display().to_string(), "worker-slot".into()],
+        }
+    }
+
     /// The argv that starts `planned`, a plan's wrapper command line
     /// (`["okstra", "worker", ...]`), with this executable; any other
     /// `okstra` command line gets okstra's path, and one that does not
@@ -171,9 +183,10 @@ pub struct Local {
     pane: Option<pane::Pane>,
     /// Exit notices already taken from their source.
     stash: Vec<(Handle, i32)>,
-    /// The `cli-wrapper` wrappers started here and not yet ended: each
-    /// leads its own process group.
-    leaders: HashSet<u32>,
+    /// The `cli-wrapper` slots.
+    slots: slots::Slots,
+    /// Slots stopped by [`Dispatch::stop`], whose late notices are stale.
+    stopped: HashSet<u32>,
 }
 
 impl Local {
@@ -184,7 +197,8 @@ impl Local {
             gates: HashMap::new(),
             pane: None,
             stash: Vec::new(),
-            leaders: HashSet::new(),
+            slots: slots::Slots::default(),
+            stopped: HashSet::new(),
         }
     }
 
@@ -244,17 +258,21 @@ impl Dispatch for Local {
                 )?
             }
             None => {
-                let (child, gate) = process::spawn_gated(&SpawnSpec {
-                    argv: &argv,
+                let args = launch.argv.get(2..).unwrap_or_default();
+                let start = slots::SlotStart {
+                    argv: &self.worker.slot_argv(),
                     cwd: launch.cwd,
                     env: launch.env,
-                    log: Some(process::Log::File(launch.log_file)),
-                    stdin: None,
-                })?;
-                let pid = child.pid();
-                self.notices()?.watch(child);
-                self.leaders.insert(pid);
-                (pid, gate)
+                    log: launch.log_file,
+                };
+                self.notices()?;
+                let notices = self.notices.as_mut().expect("made above");
+                let (pid, pid_start) = self.slots.take(&start, args, launch.log_file, notices)?;
+                return Ok(Started {
+                    handle: Handle::Pid { pid },
+                    pid_start,
+                    argv,
+                });
             }
         };
         let handle = Handle::Pid { pid };
@@ -270,6 +288,11 @@ impl Dispatch for Local {
         // The gate stays open until the attempt ends: a pane's gate is a
         // FIFO, whose byte would be lost if every end closed before the
         // pane's shell opened it.
+        if let Some(pid) = handle.pid().filter(|p| self.slots.holds(*p)) {
+            self.notices()?;
+            let notices = self.notices.as_mut().expect("made above");
+            return self.slots.release(pid, notices);
+        }
         match self.gates.get_mut(&handle) {
             Some(gate) => gate.release(),
             None => Ok(()),
@@ -277,6 +300,9 @@ impl Dispatch for Local {
     }
 
     fn abandon(&mut self, handle: Handle) {
+        if let Some(pid) = handle.pid() {
+            self.slots.abandon(pid);
+        }
         self.gates.remove(&handle);
     }
 
@@ -318,36 +344,76 @@ impl Dispatch for Local {
                     out.push((Handle::Pid { pid }, code));
                 }
             }
+            let gone = notices.take_gone();
+            let stopped = &mut self.stopped;
+            // A stopped slot's end, or an answer that came too late for
+            // its stop, was settled by the stop.
+            out.retain(|(h, _)| h.pid().is_none_or(|p| !stopped.contains(&p)));
+            for (pid, code) in gone {
+                if self.slots.gone(pid) {
+                    // It died at its gate, with a request held for it.
+                    out.push((Handle::Pid { pid }, code));
+                }
+                self.stopped.remove(&pid);
+            }
         }
         for (handle, _) in &out {
-            self.gates.remove(handle);
-            // Reaped just now: what its group still holds is left over.
-            if let Some(pid) = handle.pid().filter(|p| self.leaders.remove(p)) {
-                process::kill_leftovers(pid);
+            if let Some(pid) = handle.pid().filter(|p| self.slots.holds(*p)) {
+                self.slots.answered(pid);
+                continue;
             }
+            self.gates.remove(handle);
         }
         out
     }
 
     fn stop(&mut self, handles: &[Handle], grace: Duration) -> Vec<(Handle, i32)> {
+        let (in_slots, handles): (Vec<Handle>, Vec<Handle>) = handles
+            .iter()
+            .partition(|h| h.pid().is_some_and(|p| self.slots.holds(p)));
+        let mut stopped = Vec::new();
+        // Slots exist only where the notices do.
+        if let (false, Some(notices)) = (in_slots.is_empty(), self.notices.as_mut()) {
+            let pids: Vec<u32> = in_slots.iter().filter_map(|h| h.pid()).collect();
+            for (pid, code) in self.slots.stop(&pids, grace, notices) {
+                if !self.slots.holds(pid) {
+                    // Stopped while running, and gone: what it still says
+                    // is stale.
+                    self.stopped.insert(pid);
+                }
+                stopped.push((Handle::Pid { pid }, code));
+            }
+        }
         // Groups are looked up before their leaders can exit and be reaped.
         let ours: Vec<(Handle, u32)> = handles
             .iter()
             .filter_map(|h| h.pid().map(|p| (*h, p)))
             .collect();
         let targets: Vec<StopTarget> = ours.iter().map(|(_, p)| StopTarget::group_of(*p)).collect();
-        for (_, pid) in &ours {
-            // Stopped with their whole group.
-            self.leaders.remove(pid);
-        }
         let codes = match self.notices() {
             Ok(notices) => process::stop_all(&targets, grace, notices),
             Err(_) => process::stop_all(&targets, grace, &mut process::NotOurChildren),
         };
-        ours.iter()
-            .zip(codes)
-            .map(|((h, _), c)| (*h, c.unwrap_or(137)))
-            .collect()
+        stopped.extend(
+            ours.iter()
+                .zip(codes)
+                .map(|((h, _), c)| (*h, c.unwrap_or(137))),
+        );
+        stopped
+    }
+}
+
+/// How long exec, as it ends, waits for its wrapper slots to exit: an idle
+/// one does at once, on its socket's end.
+const SLOTS_END_WAIT: Duration = Duration::from_secs(2);
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        // exec leaves no process it started running behind it.
+        self.slots.close();
+        if let Some(notices) = self.notices.as_mut() {
+            notices.end_slots(SLOTS_END_WAIT);
+        }
     }
 }
 
