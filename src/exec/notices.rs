@@ -469,21 +469,26 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn a_slots_answer_ends_its_attempt_and_its_death_ends_one_unanswered() {
-        use std::io::Write;
+    /// A watched slot running `script`, sent one line (`go`) as an attempt.
+    fn slot_sent(script: &str) -> (Notices, u32, std::os::unix::net::UnixStream) {
         let mut notices = Notices::new().unwrap();
-        let (child, socket) = slot("read x; echo 'exit 3' >&0; read x; exit 9");
+        let (child, socket) = slot(script);
         let pid = child.pid();
         notices
             .watch_slot(child, socket.try_clone().unwrap())
             .unwrap();
         notices.sent(pid);
-        (&socket).write_all(b"go\n").unwrap();
+        std::io::Write::write_all(&mut &socket, b"go\n").unwrap();
+        (notices, pid, socket)
+    }
+
+    #[test]
+    fn a_slots_answer_ends_its_attempt_and_its_death_ends_one_unanswered() {
+        let (mut notices, pid, socket) = slot_sent("read x; echo 'exit 3' >&0; read x; exit 9");
         assert_eq!(notices.next(Duration::from_secs(10)), Some((pid, 3)));
         assert!(notices.take_gone().is_empty());
         notices.sent(pid);
-        (&socket).write_all(b"go\n").unwrap();
+        std::io::Write::write_all(&mut &socket, b"go\n").unwrap();
         assert_eq!(
             notices.next(Duration::from_secs(10)),
             Some((pid, 9)),
@@ -499,15 +504,8 @@ mod tests {
 
     #[test]
     fn an_idle_slots_end_is_no_attempts_and_a_garbled_answer_is_a_failure() {
-        use std::io::Write;
-        let mut notices = Notices::new().unwrap();
-        let (child, socket) = slot("read x; echo 'done, I think' >&0; read x; exit 0");
-        let pid = child.pid();
-        notices
-            .watch_slot(child, socket.try_clone().unwrap())
-            .unwrap();
-        notices.sent(pid);
-        (&socket).write_all(b"go\n").unwrap();
+        let (mut notices, pid, socket) =
+            slot_sent("read x; echo 'done, I think' >&0; read x; exit 0");
         assert_eq!(notices.next(Duration::from_secs(10)), Some((pid, 1)));
         socket.shutdown(std::net::Shutdown::Write).unwrap();
         wait_gone(&mut notices, pid);

@@ -368,38 +368,40 @@ impl Dispatch for Local {
     }
 
     fn stop(&mut self, handles: &[Handle], grace: Duration) -> Vec<(Handle, i32)> {
-        let (in_slots, handles): (Vec<Handle>, Vec<Handle>) = handles
+        let (in_slots, others): (Vec<u32>, Vec<u32>) = handles
             .iter()
-            .partition(|h| h.pid().is_some_and(|p| self.slots.holds(p)));
-        let mut stopped = Vec::new();
-        // Slots exist only where the notices do.
-        if let (false, Some(notices)) = (in_slots.is_empty(), self.notices.as_mut()) {
-            let pids: Vec<u32> = in_slots.iter().filter_map(|h| h.pid()).collect();
-            for (pid, code) in self.slots.stop(&pids, grace, notices) {
-                if !self.slots.holds(pid) {
-                    // Stopped while running, and gone: what it still says
-                    // is stale.
-                    self.stopped.insert(pid);
-                }
-                stopped.push((Handle::Pid { pid }, code));
-            }
-        }
-        // Groups are looked up before their leaders can exit and be reaped.
-        let ours: Vec<(Handle, u32)> = handles
-            .iter()
-            .filter_map(|h| h.pid().map(|p| (*h, p)))
+            .filter_map(|h| h.pid())
+            .partition(|p| self.slots.holds(*p));
+        let (mut targets, held) = self.slots.stop_targets(&in_slots);
+        let mut out: Vec<(Handle, i32)> = held
+            .into_iter()
+            .map(|(pid, code)| (Handle::Pid { pid }, code))
             .collect();
-        let targets: Vec<StopTarget> = ours.iter().map(|(_, p)| StopTarget::group_of(*p)).collect();
+        let mut waited: Vec<u32> = targets.iter().map(StopTarget::pid).collect();
+        waited.dedup();
+        // Groups are looked up before their leaders can exit and be reaped.
+        targets.extend(others.iter().map(|p| StopTarget::group_of(*p)));
+        waited.extend(&others);
+        // One stop for all, slots and panes alike: one grace period.
         let codes = match self.notices() {
             Ok(notices) => process::stop_all(&targets, grace, notices),
             Err(_) => process::stop_all(&targets, grace, &mut process::NotOurChildren),
         };
-        stopped.extend(
-            ours.iter()
-                .zip(codes)
-                .map(|((h, _), c)| (*h, c.unwrap_or(137))),
-        );
-        stopped
+        for pid in waited {
+            let code = targets
+                .iter()
+                .zip(&codes)
+                .find(|(t, c)| t.pid() == pid && c.is_some())
+                .and_then(|(_, c)| *c)
+                .unwrap_or(137);
+            if self.slots.holds(pid) {
+                // Stopped, and gone: what it still says is stale.
+                self.slots.stopped(pid);
+                self.stopped.insert(pid);
+            }
+            out.push((Handle::Pid { pid }, code));
+        }
+        out
     }
 }
 

@@ -21,7 +21,6 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
 
 /// What a slot is doing.
 enum State {
@@ -211,20 +210,15 @@ impl Slots {
         self.slots.clear();
     }
 
-    /// Stop the attempts of these slots together (SPEC §5.2): SIGTERM to
-    /// every slot and its worker's group, one grace, then SIGKILL. A held
-    /// attempt never ran: it ends as a wrapper stopped at its gate would
-    /// (143), and its slot is idle again. Each one's exit code; the others
-    /// are left out.
-    pub fn stop(
-        &mut self,
-        pids: &[u32],
-        grace: Duration,
-        notices: &mut Notices,
-    ) -> Vec<(u32, i32)> {
-        let mut out = Vec::new();
-        let mut running = Vec::new();
+    /// What stopping the attempts of these slots signals (SPEC §5.2): each
+    /// running slot's group and its worker's, both waited for through the
+    /// slot's pid. A held attempt never ran: it ends at once as a wrapper
+    /// stopped at its gate would (143), its slot idle again; those are
+    /// returned with their codes. Each stopped slot ends: call
+    /// [`Slots::stopped`] once the stop is over.
+    pub fn stop_targets(&mut self, pids: &[u32]) -> (Vec<StopTarget>, Vec<(u32, i32)>) {
         let mut targets = Vec::new();
+        let mut held = Vec::new();
         for &pid in pids {
             let Some(slot) = self.slots.get_mut(&pid) else {
                 continue;
@@ -232,12 +226,11 @@ impl Slots {
             match slot.state {
                 State::Held { .. } => {
                     slot.state = State::Idle;
-                    out.push((pid, STOPPED_AT_GATE));
+                    held.push((pid, STOPPED_AT_GATE));
                 }
                 State::Idle => {}
                 State::Running => {
                     slot.read_worker();
-                    running.push(pid);
                     targets.push(StopTarget::Group { pid, pgid: pid });
                     if let Some(worker) = slot.worker {
                         targets.push(StopTarget::Group { pid, pgid: worker });
@@ -245,19 +238,12 @@ impl Slots {
                 }
             }
         }
-        let codes = process::stop_all(&targets, grace, notices);
-        for pid in running {
-            let code = targets
-                .iter()
-                .zip(&codes)
-                .find(|(t, _)| t.pid() == pid)
-                .and_then(|(_, c)| *c)
-                .unwrap_or(137);
-            // A stopped slot ends, its worker's group stopped with it.
-            self.gone(pid);
-            out.push((pid, code));
-        }
-        out
+        (targets, held)
+    }
+
+    /// A slot whose attempt was stopped: forget it, and what it left.
+    pub fn stopped(&mut self, pid: u32) {
+        self.gone(pid);
     }
 }
 
