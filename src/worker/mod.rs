@@ -131,13 +131,9 @@ pub fn run(args: &WorkerArgs) -> i32 {
     if args.gated && !released(&mut io::stdin()) {
         return NEVER_RELEASED_EXIT_CODE;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let _signals = match SignalGuard::install(&stop) {
-        Ok(guard) => guard,
-        Err(err) => {
-            say(format_args!("cannot install signal handlers: {err}"));
-            return USAGE_EXIT_CODE;
-        }
+    let (stop, _signals) = match SignalGuard::stop_flag() {
+        Ok(installed) => installed,
+        Err(code) => return code,
     };
     execute(args, &stop, Timing::REAL, ahead, None)
 }
@@ -209,6 +205,19 @@ impl Timing {
 struct SignalGuard(Vec<signal_hook::SigId>);
 
 impl SignalGuard {
+    /// A flag SIGTERM and SIGINT set, with its handlers; where they cannot
+    /// be installed, the wrapper says so and exits with the code given.
+    fn stop_flag() -> Result<(Arc<AtomicBool>, SignalGuard), i32> {
+        let stop = Arc::new(AtomicBool::new(false));
+        match SignalGuard::install(&stop) {
+            Ok(guard) => Ok((stop, guard)),
+            Err(err) => {
+                say(format_args!("cannot install signal handlers: {err}"));
+                Err(USAGE_EXIT_CODE)
+            }
+        }
+    }
+
     fn install(flag: &Arc<AtomicBool>) -> io::Result<SignalGuard> {
         let mut ids = Vec::new();
         for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {

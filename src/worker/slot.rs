@@ -39,7 +39,6 @@ use std::io::{self, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The argument that makes `okstra-worker` a slot.
@@ -62,13 +61,9 @@ enum Next {
 
 /// Serve attempts from stdin until it ends; the exit code of the slot.
 pub fn serve(bin_name: &'static str, timing: Timing) -> i32 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let _signals = match SignalGuard::install(&stop) {
-        Ok(guard) => guard,
-        Err(err) => {
-            say(format_args!("cannot install signal handlers: {err}"));
-            return USAGE_EXIT_CODE;
-        }
+    let (stop, _signals) = match SignalGuard::stop_flag() {
+        Ok(installed) => installed,
+        Err(code) => return code,
     };
     let stdin = io::stdin();
     let control = stdin.as_fd();
