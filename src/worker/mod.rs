@@ -449,7 +449,7 @@ fn execute(
     stop: &AtomicBool,
     timing: Timing,
     ahead: Option<Ahead>,
-    mut slot: Option<&mut slot::PidReport>,
+    slot: Option<&mut slot::PidReport>,
 ) -> i32 {
     let started = Instant::now();
     let paths = match Paths::resolve(args) {
@@ -502,21 +502,11 @@ fn execute(
         stdin: Some(&paths.prompt),
     };
     let own_group = slot.is_some();
-    let launched = launch(
-        args,
-        &spec,
-        confined.as_ref(),
-        starter,
-        own_group,
-        &mut status,
-    );
+    let launched = launch(args, &spec, confined.as_ref(), starter, slot, &mut status);
     let mut child = match launched {
         Ok(child) => child,
         Err(code) => return code,
     };
-    if let Some(report) = slot.as_mut() {
-        report.started(child.pid());
-    }
     let deadline = args
         .timeout_seconds
         .map(|s| started + Duration::from_secs(s));
@@ -539,12 +529,7 @@ fn execute(
         // write into the next attempt's (or stage's) audit.
         process::kill_leftovers(child.pid());
     }
-    watch.finish();
-    let verdict = watch.verdict();
-    status.status.served_model = watch.facts.served_model.clone();
-    status.status.cli_session_id = watch.facts.cli_session_id.clone();
-    status.status.usage = watch.usage();
-
+    let verdict = watch.close(&mut status.status);
     let (code, error) = judge(
         args,
         provider,
@@ -612,9 +597,10 @@ fn launch(
     spec: &SpawnSpec,
     confined: Option<&Confined>,
     starter: Option<io::Result<Starter>>,
-    own_group: bool,
+    slot: Option<&mut slot::PidReport>,
     status: &mut StatusFile,
 ) -> Result<Spawned, i32> {
+    let own_group = slot.is_some();
     if args.gated {
         if let Err(err) = status.write() {
             say(format_args!(
@@ -645,6 +631,9 @@ fn launch(
             return Err(status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem)));
         }
     };
+    if let Some(report) = slot {
+        report.started(child.pid());
+    }
     status.status.pid = Some(child.pid());
     // A pane's watcher reads the wrapper's pid from the sidecar at once; in
     // cli-wrapper mode exec holds the pid itself (and records it), so the
@@ -1137,6 +1126,17 @@ impl OutputWatch {
         if let Some(usage) = self.provider.usage_from_line(line) {
             self.facts.usage = Some(usage);
         }
+    }
+
+    /// Read the rest of the attempt's output and put what it said on
+    /// `status`: the served model, the CLI's session, the usage. Returns
+    /// the served-model verdict.
+    fn close(&mut self, status: &mut Status) -> Result<(), String> {
+        self.finish();
+        status.served_model = self.facts.served_model.clone();
+        status.cli_session_id = self.facts.cli_session_id.clone();
+        status.usage = self.usage();
+        self.verdict()
     }
 
     /// `Err` once the CLI reported a served model the catalog refuses.
