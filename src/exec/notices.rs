@@ -328,16 +328,24 @@ mod tests {
     use crate::process::{spawn, SpawnSpec};
     use std::path::Path;
 
-    fn start(script: &str) -> Spawned {
-        let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
-        spawn(&SpawnSpec {
-            argv: &argv,
+    /// `sh -c script`.
+    fn sh(script: &str) -> Vec<String> {
+        ["sh", "-c", script].iter().map(|s| s.to_string()).collect()
+    }
+
+    /// `argv` run in `/`, with our environment and output.
+    fn in_root(argv: &[String]) -> SpawnSpec<'_> {
+        SpawnSpec {
+            argv,
             cwd: Path::new("/"),
             env: &[],
             log: None,
             stdin: None,
-        })
-        .unwrap()
+        }
+    }
+
+    fn start(script: &str) -> Spawned {
+        spawn(&in_root(&sh(script))).unwrap()
     }
 
     #[test]
@@ -458,15 +466,7 @@ mod tests {
     }
 
     fn slot(script: &str) -> (Spawned, std::os::unix::net::UnixStream) {
-        let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
-        crate::process::spawn_with_socket(&SpawnSpec {
-            argv: &argv,
-            cwd: Path::new("/"),
-            env: &[],
-            log: None,
-            stdin: None,
-        })
-        .unwrap()
+        crate::process::spawn_with_socket(&in_root(&sh(script))).unwrap()
     }
 
     /// A watched slot running `script`, sent one line (`go`) as an attempt.
