@@ -19,6 +19,7 @@ mod doctor;
 mod exec;
 mod generated;
 mod plan;
+mod status;
 mod validate;
 
 pub use generated::pages as man_pages;
@@ -97,7 +98,7 @@ pub enum Command {
     /// Plan a spec to a temporary file, show it, and run it: the one-command demo.
     Run(exec::RunArgs),
     /// The run's workers and dispatches, from team-state.
-    Status(exec::StatusArgs),
+    Status(status::StatusArgs),
     /// Print a plan for review.
     Show(plan::ShowArgs),
     /// Check files against their schemas and rules, without planning.
@@ -141,7 +142,7 @@ pub fn main() -> ExitStatus {
         Command::Show(args) => plan::show(&args),
         Command::Exec(args) => exec::exec(&args),
         Command::Run(args) => exec::run(&args),
-        Command::Status(args) => exec::status(&args),
+        Command::Status(args) => status::status(&args),
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
         Command::Doctor(args) => doctor::doctor(&args),
