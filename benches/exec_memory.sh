@@ -11,7 +11,8 @@
 # complete every job, or when its peak RSS is above MAX_MB. Also prints the
 # plan file's size. Then exec once more on the completed run (a resume,
 # which reads its team-state and events log), and `okstra validate
-# plan.json` of the same plan, each under the same ceiling.
+# plan.json` of the same plan, and `okstra status` of the run (text and
+# JSON), each under the same ceiling.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-10000}
@@ -86,3 +87,24 @@ under_ceiling "okstra exec, resumed" "$rmb"
 vmb=$(peak_mb "$work/vtime.txt")
 echo "okstra validate, the same plan: peak RSS $vmb MB (ceiling $max_mb MB)"
 under_ceiling "okstra validate" "$vmb"
+
+# `okstra status` of the completed run, as text and as JSON: it holds the
+# team-state's text and makes each row a tree only while it shows it. The
+# same ceiling; the JSON must hold every dispatch row.
+for format in text json; do
+  (cd "$work/p" && /usr/bin/time -v "$bin" status --manifest run/run-manifest.json \
+    --format "$format" >"$work/status.$format" 2>"$work/stime.txt") || {
+    echo "okstra status --format $format failed:" >&2
+    grep -v '^\s' "$work/stime.txt" | tail -5 >&2
+    exit 1
+  }
+  smb=$(peak_mb "$work/stime.txt")
+  echo "okstra status --format $format of the completed run: peak RSS $smb MB (ceiling $max_mb MB)"
+  under_ceiling "okstra status --format $format" "$smb"
+done
+rows=$(python3 -c 'import json, sys
+print(len(json.load(open(sys.argv[1]))["dispatches"]))' "$work/status.json")
+if [ "$rows" -ne "$n" ]; then
+  echo "okstra status --format json showed $rows of $n dispatch rows" >&2
+  exit 1
+fi

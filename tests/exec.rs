@@ -1423,7 +1423,13 @@ fn status_reads_team_state_and_names_an_unreadable_one() {
         "json",
     ]);
     assert_code(&run, 0);
-    assert_eq!(run.json()["workers"][0]["status"], "completed");
+    let report = run.json();
+    assert_eq!(report["workers"][0]["status"], "completed");
+    // The rows as team-state holds them, every field.
+    let state = fx.p.read_json("run/team-state.json");
+    assert_eq!(report["workers"], state["workers"]);
+    assert_eq!(report["dispatches"], state["workerDispatches"]);
+    assert_eq!(report["teamStatePath"], "run/team-state.json");
     let text =
         fx.p.okstra(&["status", "--manifest", "run/run-manifest.json"]);
     assert!(

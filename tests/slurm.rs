@@ -370,6 +370,21 @@ fn ctrl_c_cancels_every_slurm_job_and_the_next_exec_finishes() {
             status.stdout
         );
     }
+    let json = fx.okstra(&[
+        "status",
+        "--manifest",
+        "run/run-manifest.json",
+        "--format",
+        "json",
+    ]);
+    assert_code(&json, 0);
+    let report = json.json();
+    let rows = report["dispatches"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{report}");
+    assert!(
+        rows.iter().all(|r| r["slurmState"] == "RUNNING"),
+        "{report}"
+    );
     signal(child.id(), Signal::INT);
     assert_eq!(wait_child(&mut child, 60), 130);
     for k in ["a", "b", "c"] {

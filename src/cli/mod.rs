@@ -169,7 +169,23 @@ pub(crate) fn write_out(text: std::fmt::Arguments) {
 /// [`write_out`], ending with `on_broken_pipe` when the reader went away.
 fn write_out_or(text: std::fmt::Arguments, on_broken_pipe: ExitStatus) {
     let mut out = io::stdout().lock();
-    match out.write_fmt(text).and_then(|()| out.flush()) {
+    wrote(
+        out.write_fmt(text).and_then(|()| out.flush()),
+        on_broken_pipe,
+    )
+}
+
+/// [`write_out`] for a report written piece by piece, through a buffer:
+/// one too large to be held whole first.
+pub(crate) fn write_out_with(write: impl FnOnce(&mut dyn Write) -> io::Result<()>) {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    let result = write(&mut out).and_then(|()| out.flush());
+    wrote(result, ExitStatus::Success)
+}
+
+/// How writing a report ended: see [`write_out`].
+fn wrote(result: io::Result<()>, on_broken_pipe: ExitStatus) {
+    match result {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
             std::process::exit(on_broken_pipe.code().into())

@@ -1,13 +1,15 @@
 //! `okstra status`: the run's workers and dispatches, from team-state.
 
-use super::report;
+use super::{report, write_out_with};
 use crate::compile::paths;
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::exec;
 use crate::provider::UsageTotal;
 use crate::render;
-use crate::state::WorkerStatus;
+use crate::state::{Rows, WorkerStatus};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -24,46 +26,79 @@ pub struct StatusArgs {
     pub format: Format,
 }
 
-/// The Slurm state of every running attempt with a Slurm job, asked in one
-/// `squeue` call and put on its row as `slurmState` (and `slurmReason`
-/// while it pends). `None`: no dispatch ran on Slurm.
-fn slurm_states(rows: &mut [Value]) -> Option<Result<(), String>> {
-    let job = |r: &Value| r.get("slurmJobId").and_then(Value::as_u64);
-    if !rows.iter().any(|r| job(r).is_some()) {
-        return None;
-    }
-    let running: Vec<u64> = rows
-        .iter()
-        .filter(|r| r.get("status").and_then(Value::as_str) == Some("running"))
-        .filter_map(job)
-        .collect();
-    if running.is_empty() {
-        return Some(Ok(()));
-    }
-    let states = match exec::backend::slurm::query(&running) {
-        Ok(states) => states,
-        Err(e) => return Some(Err(e)),
-    };
-    for row in rows.iter_mut() {
-        let Some(id) = job(row).filter(|id| running.contains(id)) else {
-            continue;
+/// A row of team-state as a tree, made when it is needed and dropped after:
+/// a large run's rows as trees are several times its file.
+fn tree(row: &RawValue) -> Value {
+    // `read_rows` parsed every row already.
+    serde_json::from_str(row.get()).unwrap_or(Value::Null)
+}
+
+/// The Slurm job a dispatch row names.
+fn slurm_job(row: &Value) -> Option<u64> {
+    row.get("slurmJobId").and_then(Value::as_u64)
+}
+
+/// `(state, reason)` of running Slurm jobs, by job id.
+type SlurmStates = HashMap<u64, (String, String)>;
+
+/// The Slurm jobs of the dispatch rows, gathered row by row.
+#[derive(Default)]
+struct SlurmJobs {
+    any: bool,
+    running: Vec<u64>,
+}
+
+impl SlurmJobs {
+    fn note(&mut self, row: &Value) {
+        let Some(id) = slurm_job(row) else {
+            return;
         };
-        let (state, reason) = match states.get(&id) {
-            Some(s) => (s.state.clone(), s.reason.clone()),
-            // Slurm forgets a job some minutes after it ends.
-            None => (
-                "GONE".to_string(),
-                "finished, state unknown to Slurm".to_string(),
-            ),
-        };
-        if let Value::Object(m) = row {
-            m.insert("slurmState".into(), json!(state));
-            if !matches!(reason.as_str(), "" | "None") {
-                m.insert("slurmReason".into(), json!(reason));
-            }
+        self.any = true;
+        if row.get("status").and_then(Value::as_str) == Some("running") {
+            self.running.push(id);
         }
     }
-    Some(Ok(()))
+
+    /// The state of every running job, asked in one `squeue` call. `None`:
+    /// no dispatch ran on Slurm.
+    fn states(self) -> Option<Result<SlurmStates, String>> {
+        if !self.any {
+            return None;
+        }
+        if self.running.is_empty() {
+            return Some(Ok(SlurmStates::new()));
+        }
+        let asked = match exec::backend::slurm::query(&self.running) {
+            Ok(states) => states,
+            Err(e) => return Some(Err(e)),
+        };
+        let states = self.running.iter().map(|&id| {
+            let said = match asked.get(&id) {
+                Some(s) => (s.state.clone(), s.reason.clone()),
+                // Slurm forgets a job some minutes after it ends.
+                None => (
+                    "GONE".to_string(),
+                    "finished, state unknown to Slurm".to_string(),
+                ),
+            };
+            (id, said)
+        });
+        Some(Ok(states.collect()))
+    }
+}
+
+/// `row` with its running Slurm job's state as `slurmState` (and
+/// `slurmReason` while it pends).
+fn with_slurm_state(row: &mut Value, states: &SlurmStates) {
+    let Some((state, reason)) = slurm_job(row).and_then(|id| states.get(&id)) else {
+        return;
+    };
+    if let Value::Object(m) = row {
+        m.insert("slurmState".into(), json!(state));
+        if !matches!(reason.as_str(), "" | "None") {
+            m.insert("slurmReason".into(), json!(reason));
+        }
+    }
 }
 
 /// One attempt's usage, from its dispatch row.
@@ -81,35 +116,25 @@ struct Spent {
 }
 
 impl Spent {
-    fn of(rows: &[Value]) -> Spent {
-        let mut spent = Spent::default();
-        for row in rows {
-            let Some(usage) = attempt_usage(row) else {
-                continue;
-            };
-            let text = |k: &str| row.get(k).and_then(Value::as_str);
-            if let Some(key) = text("workerKey").or(text("workerId")) {
-                spent
-                    .workers
-                    .entry(key.to_string())
-                    .or_default()
-                    .add(&usage);
-            }
-            let stage = text("stage").unwrap_or("(no stage recorded)");
-            match spent.stages.iter_mut().find(|(s, _)| s == stage) {
-                Some((_, total)) => total.add(&usage),
-                None => {
-                    let mut total = UsageTotal::default();
-                    total.add(&usage);
-                    spent.stages.push((stage.to_string(), total));
-                }
-            }
-            spent
-                .run
-                .get_or_insert_with(UsageTotal::default)
-                .add(&usage);
+    /// Count one dispatch row's usage, where it has some.
+    fn add(&mut self, row: &Value) {
+        let Some(usage) = attempt_usage(row) else {
+            return;
+        };
+        let text = |k: &str| row.get(k).and_then(Value::as_str);
+        if let Some(key) = text("workerKey").or(text("workerId")) {
+            self.workers.entry(key.to_string()).or_default().add(&usage);
         }
-        spent
+        let stage = text("stage").unwrap_or("(no stage recorded)");
+        match self.stages.iter_mut().find(|(s, _)| s == stage) {
+            Some((_, total)) => total.add(&usage),
+            None => {
+                let mut total = UsageTotal::default();
+                total.add(&usage);
+                self.stages.push((stage.to_string(), total));
+            }
+        }
+        self.run.get_or_insert_with(UsageTotal::default).add(&usage);
     }
 
     fn to_json(&self) -> Value {
@@ -138,45 +163,86 @@ fn usage_line(stage: &str, t: &UsageTotal) -> Vec<String> {
 }
 
 pub fn status(args: &StatusArgs) -> ExitStatus {
-    let (team, mut doc) = match team_state_of(args) {
+    let mut text = Vec::new();
+    let (team, rows) = match team_state_of(args, &mut text) {
         Ok(found) => found,
         Err(d) => return report(&Diagnostics::from(d), args.format),
     };
-    // Taken out of the document, not copied: a large run's rows are most
-    // of what status holds.
-    let mut rows = |k: &str| match doc.get_mut(k).map(Value::take) {
-        Some(Value::Array(rows)) => rows,
-        _ => Vec::new(),
-    };
-    let workers = rows("workers");
-    let mut dispatches = rows("workerDispatches");
-    let slurm = slurm_states(&mut dispatches);
-    let spent = Spent::of(&dispatches);
+    // One pass over the dispatches: what they spent, and which Slurm jobs
+    // still run. Each row is a tree only while it is looked at.
+    let mut spent = Spent::default();
+    let mut jobs = SlurmJobs::default();
+    for raw in &rows.dispatches {
+        let row = tree(raw);
+        spent.add(&row);
+        jobs.note(&row);
+    }
+    let slurm = jobs.states();
     match args.format {
         Format::Json => {
-            // Built by moving the rows in: `json!` would copy them.
-            let report = Value::Object(serde_json::Map::from_iter([
-                ("teamStatePath".to_string(), Value::String(team)),
-                ("workers".to_string(), Value::Array(workers)),
-                ("dispatches".to_string(), Value::Array(dispatches)),
-                ("usage".to_string(), spent.to_json()),
-            ]));
-            outln!(
-                "{}",
-                serde_json::to_string_pretty(&report).unwrap_or_default()
-            )
+            let states = match &slurm {
+                Some(Ok(states)) => states,
+                _ => &SlurmStates::new(),
+            };
+            let report = JsonReport {
+                dispatches: Trees {
+                    rows: &rows.dispatches,
+                    each: &|row| with_slurm_state(row, states),
+                },
+                team_state_path: &team,
+                usage: spent.to_json(),
+                workers: Trees {
+                    rows: &rows.workers,
+                    each: &|_| {},
+                },
+            };
+            write_out_with(|out| {
+                serde_json::to_writer_pretty(&mut *out, &report)?;
+                writeln!(out)
+            })
         }
-        Format::Text => out!(
-            "{}",
-            status_text(&team, &workers, &dispatches, slurm.as_ref(), &spent)
-        ),
+        Format::Text => out!("{}", status_text(&team, &rows, slurm.as_ref(), &spent)),
     }
     ExitStatus::Success
 }
 
-/// The team-state path the manifest names (as written), and the document
-/// there; why not, as `okstra status` reports it.
-fn team_state_of(args: &StatusArgs) -> Result<(String, Value), Diagnostic> {
+/// `okstra status --format json`, written as it is made. Its keys in the
+/// order serde_json's objects sort them, as when it was one `Value`.
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    dispatches: Trees<'a>,
+    #[serde(rename = "teamStatePath")]
+    team_state_path: &'a str,
+    usage: Value,
+    workers: Trees<'a>,
+}
+
+/// Rows written as trees, each made as it is written and passed through
+/// `each` first.
+struct Trees<'a> {
+    rows: &'a [&'a RawValue],
+    each: &'a dyn Fn(&mut Value),
+}
+
+impl serde::Serialize for Trees<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.rows.len()))?;
+        for raw in self.rows {
+            let mut row = tree(raw);
+            (self.each)(&mut row);
+            seq.serialize_element(&row)?;
+        }
+        seq.end()
+    }
+}
+
+/// The team-state path the manifest names (as written), and the rows
+/// there, read into `buf`; why not, as `okstra status` reports it.
+fn team_state_of<'a>(
+    args: &StatusArgs,
+    buf: &'a mut Vec<u8>,
+) -> Result<(String, Rows<'a>), Diagnostic> {
     let root = paths::canonical_root(&args.project_root);
     let display = paths::display_for(&root, &args.manifest);
     let manifest: Value = std::fs::read(&args.manifest)
@@ -190,9 +256,9 @@ fn team_state_of(args: &StatusArgs) -> Result<(String, Value), Diagnostic> {
             .in_file(display)
         })?;
     let team = crate::model::str_of(&manifest, "teamStatePath").to_string();
-    let store = crate::state::team_state::TeamStateStore::open(paths::abs_of(&root, &team));
-    match store.read() {
-        Ok(doc) => Ok((team, doc)),
+    let store = crate::state::TeamStateStore::open(paths::abs_of(&root, &team));
+    match store.read_rows(buf) {
+        Ok(rows) => Ok((team, rows)),
         Err(e) => Err(
             Diagnostic::new(Code::ExecState, format!("cannot read team-state: {e}")).in_file(team),
         ),
@@ -204,15 +270,16 @@ fn team_state_of(args: &StatusArgs) -> Result<(String, Value), Diagnostic> {
 /// spent, where some attempt reported usage.
 fn status_text(
     team: &str,
-    workers: &[Value],
-    dispatches: &[Value],
-    slurm: Option<&Result<(), String>>,
+    rows: &Rows<'_>,
+    slurm: Option<&Result<SlurmStates, String>>,
     spent: &Spent,
 ) -> String {
     let any = spent.run.is_some();
-    let workers: Vec<Vec<String>> = workers
+    let workers: Vec<Vec<String>> = rows
+        .workers
         .iter()
         .map(|w| {
+            let w = &tree(w);
             let row = ["workerId", "status", "provider", "endedAt", "reason"]
                 .iter()
                 .map(|k| cell(w, k))
@@ -220,9 +287,16 @@ fn status_text(
             with_usage(any, row, spent.workers.get(&cell(w, "workerId")))
         })
         .collect();
-    let dispatches: Vec<Vec<String>> = dispatches
+    let dispatches: Vec<Vec<String>> = rows
+        .dispatches
         .iter()
-        .map(|d| dispatch_line(d, slurm.is_some(), any))
+        .map(|d| {
+            let mut d = tree(d);
+            if let Some(Ok(states)) = slurm {
+                with_slurm_state(&mut d, states);
+            }
+            dispatch_line(&d, slurm.is_some(), any)
+        })
         .collect();
     let mut heads = vec!["dispatch", "attempt", "status", "id"];
     if slurm.is_some() {

@@ -20,7 +20,7 @@ pub use attempts::{AttemptId, AttemptOutcome, AttemptStatus};
 pub use error_log::{append_error, log_tail, ErrorRecord};
 pub use events::EventLog;
 pub use ledger::Ledger;
-pub use team_state::{TeamStateStore, WorkerStatus};
+pub use team_state::{Rows, TeamStateStore, WorkerStatus};
 
 /// Why reading or recording run state failed.
 #[derive(Debug, thiserror::Error)]

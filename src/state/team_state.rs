@@ -33,6 +33,14 @@ pub(crate) const ARRAY_KEYS: [&str; 5] = [
     ATTEMPTS,
 ];
 
+/// The rows of `workers` and `workerDispatches`, each as its JSON text
+/// ([`TeamStateStore::read_rows`]).
+#[derive(Debug, Default)]
+pub struct Rows<'a> {
+    pub workers: Vec<&'a serde_json::value::RawValue>,
+    pub dispatches: Vec<&'a serde_json::value::RawValue>,
+}
+
 /// The document a run starts from when no team-state file exists yet.
 pub fn fresh_document() -> Value {
     json!({
@@ -120,18 +128,11 @@ impl TeamStateStore {
     /// Reading takes no lock: the file is only ever replaced by rename, so a
     /// reader always sees one whole version.
     pub fn read(&self) -> Result<Value, StateError> {
-        let bytes = match std::fs::read(&self.path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(fresh_document()),
-            Err(e) => return Err(StateError::io(&self.path, e)),
-        };
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+        let mut bytes = Vec::new();
+        if !self.read_whole(&mut bytes)? {
             return Ok(fresh_document());
         }
-        let doc: Value = serde_json::from_slice(&bytes).map_err(|source| StateError::Parse {
-            path: self.path.clone(),
-            source,
-        })?;
+        let doc: Value = serde_json::from_slice(&bytes).map_err(|e| self.parse_error(e))?;
         let Some(object) = doc.as_object() else {
             return Err(StateError::NotAnObject {
                 path: self.path.clone(),
@@ -154,35 +155,20 @@ impl TeamStateStore {
     /// 10,000-job run's is tens of megabytes, several times that as a tree);
     /// what it reads of it later, it streams too.
     pub fn check(&self) -> Result<(), StateError> {
-        use io::{BufRead, Seek};
-        let parse = |source| StateError::Parse {
-            path: self.path.clone(),
-            source,
+        let Some(file) = self.open_content()? else {
+            return Ok(());
         };
-        let mut file = match std::fs::File::open(&self.path) {
-            Ok(file) => io::BufReader::new(file),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(StateError::io(&self.path, e)),
-        };
-        // A blank file is a fresh document.
-        loop {
-            let buf = file.fill_buf().map_err(|e| StateError::io(&self.path, e))?;
-            if buf.is_empty() {
-                return Ok(());
-            }
-            if !buf.iter().all(u8::is_ascii_whitespace) {
-                break;
-            }
-            let n = buf.len();
-            file.consume(n);
-        }
-        // From the start again, so that an error's line and column are the
-        // file's own.
-        file.rewind().map_err(|e| StateError::io(&self.path, e))?;
         let mut de = serde_json::Deserializer::from_reader(file);
-        let shape = serde::Deserialize::deserialize(&mut de).map_err(parse)?;
-        de.end().map_err(parse)?;
-        match shape {
+        let shape = serde::Deserialize::deserialize(&mut de).and_then(|shape| {
+            de.end()?;
+            Ok(shape)
+        });
+        self.judge_shape(shape)
+    }
+
+    /// The verdict on a document of this `shape`.
+    fn judge_shape(&self, shape: serde_json::Result<shape::Shape>) -> Result<(), StateError> {
+        match shape.map_err(|e| self.parse_error(e))? {
             shape::Shape::NotAnObject => Err(StateError::NotAnObject {
                 path: self.path.clone(),
             }),
@@ -195,6 +181,77 @@ impl TeamStateStore {
                     None => Ok(()),
                 }
             }
+        }
+    }
+
+    /// The `workers` and `workerDispatches` rows, each kept as its JSON
+    /// text in `buf` (the file, read whole): what a reader that shows rows
+    /// one at a time needs, without the whole document as a tree (a
+    /// 10,000-job run's is over 100 MB). Refused as [`Self::read`] refuses;
+    /// no file, or a blank one, has no rows.
+    pub fn read_rows<'a>(&self, buf: &'a mut Vec<u8>) -> Result<Rows<'a>, StateError> {
+        if !self.read_whole(buf)? {
+            return Ok(Rows::default());
+        }
+        self.judge_shape(serde_json::from_slice(buf))?;
+        let buf: &'a [u8] = buf;
+        // Its keys as `read` takes them: unescaped, the last of a repeated
+        // one standing.
+        let top: std::collections::BTreeMap<String, &'a serde_json::value::RawValue> =
+            serde_json::from_slice(buf).map_err(|e| self.parse_error(e))?;
+        let rows = |key: &str| match top.get(key) {
+            Some(raw) => serde_json::from_str(raw.get()).map_err(|e| self.parse_error(e)),
+            None => Ok(Vec::new()),
+        };
+        Ok(Rows {
+            workers: rows(WORKERS)?,
+            dispatches: rows(WORKER_DISPATCHES)?,
+        })
+    }
+
+    /// The file read whole into `buf`; `false` where it is missing or blank
+    /// (a fresh document).
+    fn read_whole(&self, buf: &mut Vec<u8>) -> Result<bool, StateError> {
+        buf.clear();
+        match std::fs::File::open(&self.path) {
+            Ok(mut file) => io::Read::read_to_end(&mut file, buf),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| StateError::io(&self.path, e))?;
+        Ok(!buf.iter().all(u8::is_ascii_whitespace))
+    }
+
+    /// The file, read from its start, where it has content: `None` where it
+    /// is missing or blank (a fresh document).
+    fn open_content(&self) -> Result<Option<io::BufReader<std::fs::File>>, StateError> {
+        use io::{BufRead, Seek};
+        let mut file = match std::fs::File::open(&self.path) {
+            Ok(file) => io::BufReader::new(file),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StateError::io(&self.path, e)),
+        };
+        loop {
+            let buf = file.fill_buf().map_err(|e| StateError::io(&self.path, e))?;
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            if !buf.iter().all(u8::is_ascii_whitespace) {
+                break;
+            }
+            let n = buf.len();
+            file.consume(n);
+        }
+        // From the start again, so that an error's line and column are the
+        // file's own.
+        file.rewind().map_err(|e| StateError::io(&self.path, e))?;
+        Ok(Some(file))
+    }
+
+    fn parse_error(&self, source: serde_json::Error) -> StateError {
+        StateError::Parse {
+            path: self.path.clone(),
+            source,
         }
     }
 
@@ -212,10 +269,7 @@ impl TeamStateStore {
         buf: &mut Vec<u8>,
     ) -> Result<(), StateError> {
         buf.clear();
-        serde_json::to_writer_pretty(&mut *buf, doc).map_err(|source| StateError::Parse {
-            path: self.path.clone(),
-            source,
-        })?;
+        serde_json::to_writer_pretty(&mut *buf, doc).map_err(|e| self.parse_error(e))?;
         buf.push(b'\n');
         fsutil::write_atomic(&self.path, buf, fsutil::Durability::Fsync)
             .map_err(|e| StateError::io(&self.path, e))
@@ -720,10 +774,13 @@ mod tests {
         ];
         let dir = tempfile::tempdir().unwrap();
         let store = TeamStateStore::open(dir.path().join("team-state.json"));
+        let mut buf = Vec::new();
         for text in cases {
             std::fs::write(store.path(), text).unwrap();
             let read = verdict(store.read().map(drop));
             assert_eq!(verdict(store.check()), read, "{text:?}");
+            let rows = verdict(store.read_rows(&mut buf).map(drop));
+            assert_eq!(rows, read, "read_rows of {text:?}");
         }
         // A long blank start, past one buffer, is still blank.
         std::fs::write(store.path(), " ".repeat(20_000)).unwrap();
@@ -731,6 +788,40 @@ mod tests {
         std::fs::write(store.path(), format!("{}[]", "\n".repeat(20_000))).unwrap();
         assert_eq!(verdict(store.check()), verdict(store.read().map(drop)));
         assert!(verdict(store.check()).contains("does not hold a JSON object"));
+    }
+
+    #[test]
+    fn read_rows_keeps_each_row_as_read_takes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TeamStateStore::open(dir.path().join("team-state.json"));
+        let mut buf = Vec::new();
+        let texts = |rows: &[&serde_json::value::RawValue]| -> Vec<Value> {
+            rows.iter()
+                .map(|r| serde_json::from_str(r.get()).unwrap())
+                .collect()
+        };
+        // No file, and a blank one: no rows.
+        let rows = store.read_rows(&mut buf).unwrap();
+        assert!(rows.workers.is_empty() && rows.dispatches.is_empty());
+        std::fs::write(store.path(), "\n \n").unwrap();
+        assert!(store.read_rows(&mut buf).unwrap().workers.is_empty());
+        // Rows as `read` has them: an escaped key unescaped, the last of a
+        // repeated key standing, other keys passed over.
+        let text = r#"{
+            "workers": [{"workerId": "old"}],
+            "attempts": [{"big": [1, 2, 3]}],
+            "work\u0065rs": [{"workerId": "a", "n": 1.5}, {"workerId": "b"}],
+            "workerDispatches": [{"dispatchId": "d1", "usage": {"inputTokens": 3}}]
+        }"#;
+        std::fs::write(store.path(), text).unwrap();
+        let doc = store.read().unwrap();
+        let rows = store.read_rows(&mut buf).unwrap();
+        assert_eq!(texts(&rows.workers), doc[WORKERS].as_array().unwrap()[..]);
+        assert_eq!(
+            texts(&rows.dispatches),
+            doc[WORKER_DISPATCHES].as_array().unwrap()[..]
+        );
+        assert_eq!(rows.workers.len(), 2);
     }
 
     #[test]
