@@ -121,17 +121,11 @@ pub fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
 /// before it does anything (SPEC §5.8), and reads end-of-file as never
 /// released.
 pub fn spawn_gated(spec: &SpawnSpec) -> io::Result<(Spawned, Gate)> {
-    if spec.stdin.is_some() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a gated child reads its gate on stdin; it cannot have another stdin",
-        ));
-    }
     // Both ends are close-on-exec: only the child's stdin (a dup) crosses
     // exec, so no other child holds the write end open and the gate's
     // closing is seen.
     let (read, write) = io::pipe()?;
-    let child = start(spec, true, Some(Stdio::from(read)))?;
+    let child = start_reading(spec, Stdio::from(read), "a gated child reads its gate")?;
     Ok((child, Gate::new(write)))
 }
 
@@ -139,16 +133,23 @@ pub fn spawn_gated(spec: &SpawnSpec) -> io::Result<(Spawned, Gate)> {
 /// as its stdin (`spec.stdin` must be `None`); the other end. exec starts a
 /// wrapper slot this way (`okstra-worker --serve`, see `crate::worker`).
 pub fn spawn_with_socket(spec: &SpawnSpec) -> io::Result<(Spawned, UnixStream)> {
+    // Both ends are close-on-exec; the child's stdin is a dup of its end.
+    let (ours, theirs) = UnixStream::pair()?;
+    let stdin = Stdio::from(OwnedFd::from(theirs));
+    let child = start_reading(spec, stdin, "a slot reads its requests")?;
+    Ok((child, ours))
+}
+
+/// [`spawn`] with `stdin` in place of `spec.stdin`, which must be `None`:
+/// `reads` says what the child reads there, for the refusal.
+fn start_reading(spec: &SpawnSpec, stdin: Stdio, reads: &str) -> io::Result<Spawned> {
     if spec.stdin.is_some() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "a slot reads its requests on stdin; it cannot have another stdin",
+            format!("{reads} on stdin; it cannot have another stdin"),
         ));
     }
-    // Both ends are close-on-exec; the child's stdin is a dup of its end.
-    let (ours, theirs) = UnixStream::pair()?;
-    let child = start(spec, true, Some(Stdio::from(OwnedFd::from(theirs))))?;
-    Ok((child, ours))
+    start(spec, true, Some(stdin))
 }
 
 /// Start `spec.argv` in the caller's process group. The worker wrapper uses
