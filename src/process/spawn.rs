@@ -160,7 +160,7 @@ pub fn spawn_in_caller_group(spec: &SpawnSpec) -> io::Result<Spawned> {
     start(spec, false, None)
 }
 
-fn start(spec: &SpawnSpec, own_group: bool, gate: Option<Stdio>) -> io::Result<Spawned> {
+fn start(spec: &SpawnSpec, own_group: bool, stdin_end: Option<Stdio>) -> io::Result<Spawned> {
     let Some(program) = spec.argv.first() else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -182,7 +182,7 @@ fn start(spec: &SpawnSpec, own_group: bool, gate: Option<Stdio>) -> io::Result<S
     cmd.args(&spec.argv[1..])
         .current_dir(spec.cwd)
         .envs(spec.env.iter().map(|(k, v)| (k, v)));
-    cmd.stdin(match (gate, spec.stdin) {
+    cmd.stdin(match (stdin_end, spec.stdin) {
         (Some(end), _) => end,
         (None, Some(path)) => Stdio::from(File::open(path)?),
         (None, None) => Stdio::null(),
@@ -256,6 +256,11 @@ fn open_log(path: &Path) -> io::Result<File> {
 impl Spawned {
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Whether it leads a process group of its own.
+    pub fn leads_group(&self) -> bool {
+        self.own_group
     }
 
     /// What stopping this child signals: its own group, or the child alone

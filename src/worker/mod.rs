@@ -437,13 +437,13 @@ fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
-/// The wrapper proper, with the stop flag and clocks given so tests can drive
-/// them without signals; `ahead`, what was prepared for a confined child
-/// beforehand (else it is prepared when needed).
-/// One attempt. `slot` is where a slot reports its worker's pid: its worker
-/// then leads a process group of its own, whose leftovers are killed once
-/// it ended; a one-attempt wrapper's worker stays in the wrapper's group,
-/// which exec stops and clears.
+/// The wrapper proper, one attempt, with the stop flag and clocks given so
+/// tests can drive them without signals; `ahead`, what was prepared for a
+/// confined child beforehand (else it is prepared when needed). `slot` is
+/// where a slot reports its worker's pid: its worker then leads a process
+/// group of its own, whose leftovers are killed once it ended; a
+/// one-attempt wrapper's worker stays in the wrapper's group, which exec
+/// stops and clears.
 fn execute(
     args: &WorkerArgs,
     stop: &AtomicBool,
@@ -501,7 +501,6 @@ fn execute(
         log: None,
         stdin: Some(&paths.prompt),
     };
-    let own_group = slot.is_some();
     let launched = launch(args, &spec, confined.as_ref(), starter, slot, &mut status);
     let mut child = match launched {
         Ok(child) => child,
@@ -524,7 +523,7 @@ fn execute(
         &mut watch,
         &mut heartbeat,
     );
-    if own_group {
+    if child.leads_group() {
         // Reaped: what its group still holds is left over, and must not
         // write into the next attempt's (or stage's) audit.
         process::kill_leftovers(child.pid());
@@ -588,6 +587,16 @@ fn child_command(
     (argv, env)
 }
 
+/// Start the worker: leading a process group of its own (a slot's), or in
+/// the wrapper's (a one-attempt wrapper's, which exec stops whole).
+fn spawn_worker(spec: &SpawnSpec, own_group: bool) -> io::Result<Spawned> {
+    if own_group {
+        process::spawn(spec)
+    } else {
+        process::spawn_in_caller_group(spec)
+    }
+}
+
 /// Start the worker's child, confined where `confined` says: the started
 /// child, or the wrapper's exit code, the sidecar finished with why. Under
 /// a gate the sidecar first records that the attempt started (SPEC §5.8):
@@ -612,8 +621,7 @@ fn launch(
     }
     let launched = match confined {
         Some(c) => c.spawn(spec, starter, own_group),
-        None if own_group => Ok(process::spawn(spec)),
-        None => Ok(process::spawn_in_caller_group(spec)),
+        None => Ok(spawn_worker(spec, own_group)),
     };
     let child = match launched {
         Ok(Ok(child)) => child,

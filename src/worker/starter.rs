@@ -22,7 +22,7 @@
 //! with the started child, and ends; it ends as well when no order comes.
 
 use crate::confine::Restriction;
-use crate::process::{self, SpawnSpec, Spawned};
+use crate::process::{SpawnSpec, Spawned};
 use std::io;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -89,10 +89,6 @@ impl Order {
             log: None,
             stdin: self.stdin.as_deref(),
         };
-        Ok(if self.own_group {
-            process::spawn(&spec)
-        } else {
-            process::spawn_in_caller_group(&spec)
-        })
+        Ok(super::spawn_worker(&spec, self.own_group))
     }
 }
