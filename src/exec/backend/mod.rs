@@ -227,11 +227,17 @@ impl Local {
     }
 
     fn notices(&mut self) -> io::Result<&mut Notices> {
-        if self.notices.is_none() {
-            self.notices = Some(Notices::new()?);
-        }
-        Ok(self.notices.as_mut().expect("set above"))
+        made(&mut self.notices)
     }
+}
+
+/// The loop's notices, made on first use (a field's borrow, so that the
+/// other fields stay free beside it).
+fn made(notices: &mut Option<Notices>) -> io::Result<&mut Notices> {
+    if notices.is_none() {
+        *notices = Some(Notices::new()?);
+    }
+    Ok(notices.as_mut().expect("set above"))
 }
 
 impl Dispatch for Local {
@@ -265,9 +271,8 @@ impl Dispatch for Local {
                     env: launch.env,
                     log: launch.log_file,
                 };
-                self.notices()?;
-                let notices = self.notices.as_mut().expect("made above");
-                let (pid, pid_start) = self.slots.take(&start, args, launch.log_file, notices)?;
+                let notices = made(&mut self.notices)?;
+                let (pid, pid_start) = self.slots.take(&start, args, notices)?;
                 return Ok(Started {
                     handle: Handle::Pid { pid },
                     pid_start,
@@ -289,9 +294,7 @@ impl Dispatch for Local {
         // FIFO, whose byte would be lost if every end closed before the
         // pane's shell opened it.
         if let Some(pid) = handle.pid().filter(|p| self.slots.holds(*p)) {
-            self.notices()?;
-            let notices = self.notices.as_mut().expect("made above");
-            return self.slots.release(pid, notices);
+            return self.slots.release(pid, made(&mut self.notices)?);
         }
         match self.gates.get_mut(&handle) {
             Some(gate) => gate.release(),
@@ -396,7 +399,7 @@ impl Dispatch for Local {
                 .unwrap_or(137);
             if self.slots.holds(pid) {
                 // Stopped, and gone: what it still says is stale.
-                self.slots.stopped(pid);
+                self.slots.gone(pid);
                 self.stopped.insert(pid);
             }
             out.push((Handle::Pid { pid }, code));

@@ -56,7 +56,8 @@ pub struct SlotStart<'a> {
     pub argv: &'a [String],
     pub cwd: &'a Path,
     pub env: &'a [(String, String)],
-    /// Its stderr until its first attempt points it at that one's log.
+    /// The attempt's log: sent with its request, and a new slot's stderr
+    /// until then.
     pub log: &'a File,
 }
 
@@ -79,12 +80,11 @@ impl Slots {
         &mut self,
         start: &SlotStart,
         args: &[String],
-        log: &File,
         notices: &mut Notices,
     ) -> io::Result<(u32, Option<u64>)> {
         let mut request = serde_json::to_vec(args).map_err(io::Error::other)?;
         request.push(b'\n');
-        let log = log.try_clone()?;
+        let log = start.log.try_clone()?;
         let idle = self
             .slots
             .iter()
@@ -188,7 +188,7 @@ impl Slots {
         }
     }
 
-    /// Slot `pid` ended: forget it, and kill what it left: its own group,
+    /// Slot `pid` ended, or was stopped: forget it, and kill what it left: its own group,
     /// and, where it died mid-attempt, its worker's. Whether it was held
     /// for an attempt (its end is then that attempt's).
     pub fn gone(&mut self, pid: u32) -> bool {
@@ -215,7 +215,7 @@ impl Slots {
     /// slot's pid. A held attempt never ran: it ends at once as a wrapper
     /// stopped at its gate would (143), its slot idle again; those are
     /// returned with their codes. Each stopped slot ends: call
-    /// [`Slots::stopped`] once the stop is over.
+    /// [`Slots::gone`] once the stop is over.
     pub fn stop_targets(&mut self, pids: &[u32]) -> (Vec<StopTarget>, Vec<(u32, i32)>) {
         let mut targets = Vec::new();
         let mut held = Vec::new();
@@ -239,11 +239,6 @@ impl Slots {
             }
         }
         (targets, held)
-    }
-
-    /// A slot whose attempt was stopped: forget it, and what it left.
-    pub fn stopped(&mut self, pid: u32) {
-        self.gone(pid);
     }
 }
 
