@@ -375,18 +375,7 @@ mod tests {
         // The slow one waits for a byte, sent only once the quick one
         // has ended, so the quick one's notice arrives while we wait for
         // the slow one.
-        let argv: Vec<String> = ["sh", "-c", "head -c 1 >/dev/null; exit 2"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let (slow, socket) = crate::process::spawn_with_socket(&SpawnSpec {
-            argv: &argv,
-            cwd: Path::new("/"),
-            env: &[],
-            log: None,
-            stdin: None,
-        })
-        .unwrap();
+        let (slow, socket) = slot("head -c 1 >/dev/null; exit 2");
         let (quick_pid, slow_pid) = (quick.pid(), slow.pid());
         notices.watch(quick);
         notices.watch(slow);
@@ -516,10 +505,15 @@ mod tests {
         );
     }
 
+    /// Wait for idle slot `pid` to be gone (exit 0), no notice coming.
     fn wait_gone(notices: &mut Notices, pid: u32) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let _ = notices.next(Duration::from_millis(20));
+            assert_eq!(
+                notices.next(Duration::from_millis(20)),
+                None,
+                "an idle slot's end ended no attempt"
+            );
             let gone = notices.take_gone();
             if !gone.is_empty() {
                 assert_eq!(gone, vec![(pid, 0)]);
