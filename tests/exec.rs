@@ -1447,6 +1447,16 @@ fn status_reads_team_state_and_names_an_unreadable_one() {
     ]);
     assert_ne!(run.code, 0);
     assert_eq!(run.codes(), ["exec/state"]);
+    // The near miss: a blank team-state is a run not started, no refusal.
+    fx.p.write("run/team-state.json", " \n");
+    let blank =
+        fx.p.okstra(&["status", "--manifest", "run/run-manifest.json"]);
+    assert_code(&blank, 0);
+    assert!(
+        blank.stdout.contains("0 of 0 workers completed"),
+        "{}",
+        blank.stdout
+    );
 }
 
 /// Three one-line jobs a, b, c (each with `extra` in its entry) run one at a
