@@ -461,39 +461,18 @@ fn execute(
     };
     let mut status = StatusFile::new(args, &paths, started);
 
-    let checked =
-        check_inputs(args, &paths).and_then(|provider| Ok((provider, served_check(args, &paths)?)));
-    let (provider, served_check) = match checked {
-        Ok(checked) => checked,
-        Err(problem) => {
-            say(format_args!("{problem}"));
-            if paths.root.is_dir() {
-                status.status.failure_kind = Some(FailureKind::ArgumentError);
-                status.finish(USAGE_EXIT_CODE, Some(problem));
-            }
-            return USAGE_EXIT_CODE;
-        }
+    let Ready {
+        provider,
+        served_check,
+        confined,
+        starter,
+        argv,
+        env,
+        log_start,
+    } = match prepare(args, &paths, ahead, &mut status) {
+        Ok(ready) => ready,
+        Err(code) => return code,
     };
-
-    // Prepared here, before the sidecar says the attempt started: only the
-    // restriction itself is left for the start. The private TMPDIR lives
-    // until the attempt ended, then goes.
-    let (starter, begun) = ahead.map(|a| (a.starter, a.rules)).unzip();
-    let confined = match prepare_confinement(args, &paths, provider, begun) {
-        Ok(confined) => confined,
-        Err(problem) => {
-            say(format_args!("not starting {}: {problem}", args.provider));
-            status.status.failure_kind = Some(FailureKind::ConfinementFailed);
-            return status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem));
-        }
-    };
-    let (argv, env) = child_command(args, &paths, provider, confined.as_ref());
-    // Output of earlier attempts may already be in the log; look only past it.
-    let log_start = fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
-    status.status.argv = argv.clone();
-    status.status.log_offset = log_start;
-    status.status.confinement = Some(confined.as_ref().map_or("none", |c| c.rules.applied));
-
     let spec = SpawnSpec {
         argv: &argv,
         cwd: &paths.root,
@@ -585,6 +564,71 @@ fn child_command(
         env.extend(c.env(provider));
     }
     (argv, env)
+}
+
+/// An attempt checked and ready to start: its provider, what its child
+/// runs and how it is confined.
+struct Ready {
+    provider: Provider,
+    served_check: Option<ServedCheck>,
+    confined: Option<Confined>,
+    starter: Option<io::Result<Starter>>,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    /// Where this attempt's output starts in the log.
+    log_start: u64,
+}
+
+/// Check the attempt's inputs, prepare its confinement and its child's
+/// command line, and note them on `status`; where it cannot start, the
+/// wrapper's exit code (the sidecar finished with why, where it can be).
+fn prepare(
+    args: &WorkerArgs,
+    paths: &Paths,
+    ahead: Option<Ahead>,
+    status: &mut StatusFile,
+) -> Result<Ready, i32> {
+    let checked =
+        check_inputs(args, paths).and_then(|provider| Ok((provider, served_check(args, paths)?)));
+    let (provider, served_check) = match checked {
+        Ok(checked) => checked,
+        Err(problem) => {
+            say(format_args!("{problem}"));
+            if paths.root.is_dir() {
+                status.status.failure_kind = Some(FailureKind::ArgumentError);
+                status.finish(USAGE_EXIT_CODE, Some(problem));
+            }
+            return Err(USAGE_EXIT_CODE);
+        }
+    };
+
+    // Prepared here, before the sidecar says the attempt started: only the
+    // restriction itself is left for the start. The private TMPDIR lives
+    // until the attempt ended, then goes.
+    let (starter, begun) = ahead.map(|a| (a.starter, a.rules)).unzip();
+    let confined = match prepare_confinement(args, paths, provider, begun) {
+        Ok(confined) => confined,
+        Err(problem) => {
+            say(format_args!("not starting {}: {problem}", args.provider));
+            status.status.failure_kind = Some(FailureKind::ConfinementFailed);
+            return Err(status.finish(CONFINEMENT_FAILED_EXIT_CODE, Some(problem)));
+        }
+    };
+    let (argv, env) = child_command(args, paths, provider, confined.as_ref());
+    // Output of earlier attempts may already be in the log; look only past it.
+    let log_start = fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
+    status.status.argv = argv.clone();
+    status.status.log_offset = log_start;
+    status.status.confinement = Some(confined.as_ref().map_or("none", |c| c.rules.applied));
+    Ok(Ready {
+        provider,
+        served_check,
+        confined,
+        starter,
+        argv,
+        env,
+        log_start,
+    })
 }
 
 /// Start the worker: leading a process group of its own (a slot's), or in
