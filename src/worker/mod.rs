@@ -461,26 +461,19 @@ fn execute(
     };
     let mut status = StatusFile::new(args, &paths, started);
 
-    let Ready {
-        provider,
-        served_check,
-        confined,
-        starter,
-        argv,
-        env,
-        log_start,
-    } = match prepare(args, &paths, ahead, &mut status) {
+    let mut ready = match prepare(args, &paths, ahead, &mut status) {
         Ok(ready) => ready,
         Err(code) => return code,
     };
-    let spec = SpawnSpec {
-        argv: &argv,
-        cwd: &paths.root,
-        env: &env,
-        log: None,
-        stdin: Some(&paths.prompt),
-    };
-    let launched = launch(args, &spec, confined.as_ref(), starter, slot, &mut status);
+    let (starter, confined) = (ready.starter.take(), ready.confined.as_ref());
+    let launched = launch(
+        args,
+        &ready.spec(&paths),
+        confined,
+        starter,
+        slot,
+        &mut status,
+    );
     let mut child = match launched {
         Ok(child) => child,
         Err(code) => return code,
@@ -488,7 +481,12 @@ fn execute(
     let deadline = args
         .timeout_seconds
         .map(|s| started + Duration::from_secs(s));
-    let mut watch = OutputWatch::new(provider, &paths.log, log_start, served_check);
+    let mut watch = OutputWatch::new(
+        ready.provider,
+        &paths.log,
+        ready.log_start,
+        ready.served_check,
+    );
     let mut heartbeat = Heartbeat {
         status: &mut status,
         every: timing.heartbeat,
@@ -510,11 +508,11 @@ fn execute(
     let verdict = watch.close(&mut status.status);
     let (code, error) = judge(
         args,
-        provider,
+        ready.provider,
         outcome,
         verdict,
         &watch,
-        confined.as_ref(),
+        confined,
         &mut status.status,
     );
     let code = status.finish(code, error);
@@ -577,6 +575,20 @@ struct Ready {
     env: Vec<(String, String)>,
     /// Where this attempt's output starts in the log.
     log_start: u64,
+}
+
+impl Ready {
+    /// How the child is started: in the project root, the prompt on stdin,
+    /// its output the wrapper's (the log).
+    fn spec<'a>(&'a self, paths: &'a Paths) -> SpawnSpec<'a> {
+        SpawnSpec {
+            argv: &self.argv,
+            cwd: &paths.root,
+            env: &self.env,
+            log: None,
+            stdin: Some(&paths.prompt),
+        }
+    }
 }
 
 /// Check the attempt's inputs, prepare its confinement and its child's
