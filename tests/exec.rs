@@ -1415,13 +1415,7 @@ fn status_reads_team_state_and_names_an_unreadable_one() {
     let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     assert_code(&fx.exec(&[]), 0);
-    let run = fx.p.okstra(&[
-        "status",
-        "--manifest",
-        "run/run-manifest.json",
-        "--format",
-        "json",
-    ]);
+    let run = fx.p.okstra(STATUS_JSON);
     assert_code(&run, 0);
     let report = run.json();
     assert_eq!(report["workers"][0]["status"], "completed");
@@ -1438,13 +1432,7 @@ fn status_reads_team_state_and_names_an_unreadable_one() {
         text.stdout
     );
     fx.p.write("run/team-state.json", "{ not json");
-    let run = fx.p.okstra(&[
-        "status",
-        "--manifest",
-        "run/run-manifest.json",
-        "--format",
-        "json",
-    ]);
+    let run = fx.p.okstra(STATUS_JSON);
     assert_ne!(run.code, 0);
     assert_eq!(run.codes(), ["exec/state"]);
     // The near miss: a blank team-state is a run not started, no refusal.

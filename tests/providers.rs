@@ -673,13 +673,7 @@ fn usage_of_each_provider_on_the_sidecar_the_row_and_the_event() {
     }
 
     // The exec summary, as JSON, and the text table's columns.
-    let json_run = fx.p.okstra(&[
-        "status",
-        "--manifest",
-        "run/run-manifest.json",
-        "--format",
-        "json",
-    ]);
+    let json_run = fx.p.okstra(STATUS_JSON);
     assert_eq!(json_run.code, 0, "{}", json_run.stderr);
     let doc = json_run.json();
     assert_eq!(doc["usage"]["run"]["totalTokens"], 730, "{doc}");

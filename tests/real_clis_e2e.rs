@@ -708,13 +708,7 @@ fn a_three_provider_run_adds_up_in_okstra_status() {
     assert_eq!(status.code, 0, "{}", status.stderr);
     // For the README: the run's status as a person reads it.
     eprintln!("--- okstra status ---\n{}", status.stdout);
-    let doc = fx.okstra(&[
-        "status",
-        "--manifest",
-        "run/run-manifest.json",
-        "--format",
-        "json",
-    ]);
+    let doc = fx.okstra(common::STATUS_JSON);
     let usage = serde_json::from_str::<Value>(&doc.stdout).unwrap()["usage"].clone();
     let sum = |ps: &[&str]| -> Tokens {
         let mut t = Tokens::default();

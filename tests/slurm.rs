@@ -370,13 +370,7 @@ fn ctrl_c_cancels_every_slurm_job_and_the_next_exec_finishes() {
             status.stdout
         );
     }
-    let json = fx.okstra(&[
-        "status",
-        "--manifest",
-        "run/run-manifest.json",
-        "--format",
-        "json",
-    ]);
+    let json = fx.okstra(STATUS_JSON);
     assert_code(&json, 0);
     let report = json.json();
     let rows = report["dispatches"].as_array().unwrap();

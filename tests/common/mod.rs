@@ -373,6 +373,15 @@ pub fn v2_project() -> Project {
     p
 }
 
+/// `okstra status` of a fixture's run, as JSON.
+pub const STATUS_JSON: &[&str] = &[
+    "status",
+    "--manifest",
+    "run/run-manifest.json",
+    "--format",
+    "json",
+];
+
 pub const V2_SPEC: &str = r#"#:schema ./jobs.schema.json
 [defaults]
 provider = "command"
