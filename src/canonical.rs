@@ -295,6 +295,21 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// Lowercase hex sha256 of what `reader` yields, read in blocks: memory
+/// does not grow with the input.
+pub fn sha256_hex_of(mut reader: impl std::io::Read) -> std::io::Result<String> {
+    let mut sha = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return Ok(hex(&sha.finalize())),
+            Ok(n) => sha.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `sha256:<hex>` of the canonical JSON of `value`: the same for any key
 /// order or whitespace.
 ///

@@ -1707,3 +1707,200 @@ fn a_wrapper_killed_mid_attempt_fails_that_attempt_and_a_new_one_runs_the_next()
     let pid = read_pid(&fx.scratch("a.bg"));
     wait_for("a's worker to go", 5, || !pid_alive(pid));
 }
+
+// --- A completion path counts only if this attempt wrote it (SPEC §5.3) ---
+
+/// A result file left by an earlier run, its mtime an hour back.
+fn leave_old_result(fx: &Fx, key: &str) {
+    let path = fx.p.path(&format!("results/{key}.md"));
+    std::fs::write(&path, "old\n").unwrap();
+    let past = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(past)
+        .unwrap();
+}
+
+fn reasons(fx: &Fx, key: &str) -> Vec<(u64, String, String)> {
+    fx.dispatch_rows(key)
+        .iter()
+        .map(|r| {
+            (
+                r["attempt"].as_u64().unwrap(),
+                r["status"].as_str().unwrap().to_string(),
+                r["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_demo_run_twice_in_one_directory_judges_each_attempt_by_its_own_writes() {
+    let p = Project::new();
+    copy_demo(p.root());
+    // As a person runs it: each run's plan has its own creation time, so
+    // the second is a new plan, not the first one continued.
+    let run = |created: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_okstra"))
+            .current_dir(p.root())
+            .env("SOURCE_DATE_EPOCH", created)
+            .args(["run", "pipeline.toml", "--manifest", "run-manifest.json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    run("1764460800");
+    assert!(p.exists("out/results/reviewer.md"));
+    // Run again: the reviewer's first attempt again writes nothing, and the
+    // result the first run left does not stand in for it.
+    let again = run("1764547200");
+    assert!(
+        again.contains(
+            "reviewer error (attempt 1): required worker artifact was not produced: out/results/reviewer.md: unchanged since before attempt 1 (left by an earlier run)"
+        ),
+        "{again}"
+    );
+    assert!(again.contains("reviewer completed (attempt 2)"), "{again}");
+    let events = p.events(".okstra/run/lead-events.jsonl");
+    let of = |ty: &str, key: &str| {
+        events
+            .iter()
+            .filter(|e| e["type"] == ty && e["workerKey"] == key)
+            .collect::<Vec<_>>()
+    };
+    let failed = of("worker-failed", "reviewer");
+    assert_eq!(failed.len(), 2, "attempt 1 of each run: {failed:?}");
+    assert_eq!(
+        failed[1]["missingCompletionPaths"],
+        serde_json::json!(["out/results/reviewer.md"])
+    );
+    // The implementer and the verifier rewrote theirs: each completed at once.
+    for key in ["implementer", "verifier"] {
+        assert!(of("worker-failed", key).is_empty(), "{key}");
+        assert_eq!(of("worker-result-collected", key).len(), 2, "{key}");
+    }
+}
+
+#[test]
+fn a_leftover_result_never_completes_an_attempt_that_did_not_write_it() {
+    let fx = Fx::new(&[("only", vec![job("a", "exit 0\n")])]);
+    leave_old_result(&fx, "a");
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 1);
+    assert_eq!(fx.runs("a"), ["1", "2"], "retried like any missing path");
+    let rows = reasons(&fx, "a");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows[0]
+            .2
+            .ends_with("results/a.md: unchanged since before attempt 1 (left by an earlier run)"),
+        "{rows:?}"
+    );
+    assert!(
+        rows[1].2.ends_with(
+            "results/a.md: unchanged since before attempt 2 (left by an earlier attempt or run)"
+        ),
+        "{rows:?}"
+    );
+    assert_eq!(fx.worker_row("a")["status"], "error");
+    // The write-ahead record holds what the path was before each attempt.
+    let dispatched = fx.events_of("worker-dispatched", "a");
+    let before = &dispatched[0]["completionPathsBefore"][0];
+    assert_eq!(before["path"], "results/a.md");
+    assert_eq!(before["file"]["size"], 4);
+    assert_eq!(before["file"]["sha256"], sha256_hex(b"old\n"));
+}
+
+#[test]
+fn unchanged_bytes_put_back_under_their_old_mtime_are_still_missing() {
+    // The worker rewrites the same bytes and then `touch -r`s the old mtime
+    // back: nothing tells its file from the one left before it.
+    let script =
+        "touch -r \"$R\" \"$S/ref\"; printf 'old\\n' > \"$R\"; touch -r \"$S/ref\" \"$R\"\n";
+    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    leave_old_result(&fx, "a");
+    fx.plan();
+    assert_code(&fx.exec(&[]), 1);
+    let rows = reasons(&fx, "a");
+    assert!(
+        rows.iter()
+            .all(|r| r.1 == "error" && r.2.contains("unchanged since before attempt")),
+        "{rows:?}"
+    );
+}
+
+#[test]
+fn an_identical_rewrite_or_a_rename_over_a_leftover_counts() {
+    // The near misses: the same bytes written again (a new mtime), and the
+    // same bytes renamed into place under the old mtime (a new inode).
+    let rewrite = "printf 'old\\n' > \"$R\"\n";
+    let rename = "printf 'old\\n' > \"$R.tmp\"; touch -r \"$R\" \"$R.tmp\"; mv \"$R.tmp\" \"$R\"\n";
+    let fx = Fx::new(&[("only", vec![job("a", rewrite), job("b", rename)])]);
+    leave_old_result(&fx, "a");
+    leave_old_result(&fx, "b");
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 0);
+    for key in ["a", "b"] {
+        assert_eq!(fx.runs(key), ["1"], "{key}");
+        assert_eq!(reasons(&fx, key)[0].1, "completed", "{key}");
+    }
+}
+
+/// A worker that says it started, waits for the test, then (maybe) writes.
+fn waits_then(then: &str) -> String {
+    format!(
+        "touch \"$S/$K.started.$OKSTRA_ATTEMPT\"\n{}{then}exit 0\n",
+        wait_in_sh("$S/release")
+    )
+}
+
+/// Kill exec while attempt 1 of `a` runs, let the worker finish, resume.
+fn kill_exec_mid_attempt_then_resume(fx: &Fx) -> Run {
+    fx.plan();
+    let mut child = fx.spawn_exec(&[]);
+    wait_for("a to start", 5, || fx.scratch("a.started.1").exists());
+    signal(child.id(), Signal::KILL);
+    wait_child(&mut child, 5);
+    std::fs::write(fx.scratch("release"), "").unwrap();
+    let sidecar = "prompts/a.md.status.json";
+    wait_for("the orphan to finish", 10, || {
+        fx.p.exists(sidecar) && fx.p.read_json(sidecar)["state"] == "exited"
+    });
+    fx.exec(&[])
+}
+
+#[test]
+fn a_resumed_exec_judges_a_leftover_by_the_record_made_before_the_kill() {
+    // Attempt 1 writes nothing; exec dies while it runs. The exec that
+    // settles it after the fact compares with the recorded state, not with
+    // what the path is when it looks: missing, and the retry writes it.
+    let script = waits_then("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then echo new > \"$R\"; fi\n");
+    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    leave_old_result(&fx, "a");
+    let run = kill_exec_mid_attempt_then_resume(&fx);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("a"), ["1", "2"]);
+    let rows = reasons(&fx, "a");
+    assert!(
+        rows[0].2.contains("unchanged since before attempt 1"),
+        "{rows:?}"
+    );
+    assert_eq!(rows[1].1, "completed", "{rows:?}");
+}
+
+#[test]
+fn a_resumed_exec_counts_what_the_attempt_wrote_while_no_exec_watched() {
+    // The near miss: the orphan writes the same bytes; that counts.
+    let script = waits_then("printf 'old\\n' > \"$R\"\n");
+    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    leave_old_result(&fx, "a");
+    let run = kill_exec_mid_attempt_then_resume(&fx);
+    assert_code(&run, 0);
+    assert_eq!(fx.runs("a"), ["1"]);
+    assert_eq!(reasons(&fx, "a")[0].1, "completed");
+}

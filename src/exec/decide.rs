@@ -2,6 +2,7 @@
 //! the facts gathered about it: no file is read here, so every rule has a
 //! unit test with the facts written out.
 
+pub use super::artifacts::Missing;
 use crate::audit::Outcome as AuditOutcome;
 use crate::provider::{SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE};
 use crate::vocab::FailureKind;
@@ -60,8 +61,9 @@ pub enum Audit {
 pub struct Facts {
     pub end: End,
     pub sidecar: Sidecar,
-    /// Completion paths that are not files.
-    pub missing: Vec<String>,
+    /// Completion paths this attempt did not write: not files, or files
+    /// left as they were before it started (SPEC §5.3).
+    pub missing: Vec<Missing>,
     /// The audit-sidecar contract's verdict (`None`: passed), asked only
     /// where [`needs_audit_sidecar`] says so.
     pub audit_sidecar: Option<Option<String>>,
@@ -95,7 +97,7 @@ pub struct Decision {
 
 /// Whether settling needs the audit-sidecar contract checked: a non-zero
 /// exit that left every completion artifact, not the served-model mismatch.
-pub fn needs_audit_sidecar(end: &End, missing: &[String]) -> bool {
+pub fn needs_audit_sidecar(end: &End, missing: &[Missing]) -> bool {
     matches!(end, End::Exited(code) if *code != 0 && *code != SERVED_MODEL_MISMATCH_EXIT_CODE)
         && missing.is_empty()
 }
@@ -163,7 +165,7 @@ fn base(f: &Facts) -> Decision {
         d.reason = if f.missing.is_empty() {
             prefix
         } else {
-            format!("{prefix}; missing {}", f.missing.join(", "))
+            format!("{prefix}; missing {}", listed(&f.missing))
         };
     };
     match &f.end {
@@ -218,7 +220,7 @@ fn base(f: &Facts) -> Decision {
             d.exit_code = Some(0);
             d.reason = format!(
                 "required worker artifact was not produced: {}",
-                f.missing.join(", ")
+                listed(&f.missing)
             );
             d.failure_kind = Some(FailureKind::MissingArtifact);
             d.retry = true;
@@ -259,6 +261,15 @@ fn base(f: &Facts) -> Decision {
         }
     }
     d
+}
+
+/// The missing paths as a reason lists them, each with why it does not count.
+fn listed(missing: &[Missing]) -> String {
+    missing
+        .iter()
+        .map(Missing::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn join(first: &str, then: &str) -> String {
@@ -323,7 +334,7 @@ mod tests {
     #[test]
     fn a_clean_exit_missing_an_artifact_retries_while_attempts_are_left() {
         let mut f = facts(End::Exited(0));
-        f.missing = vec!["out/r.md".into()];
+        f.missing = vec![Missing::absent("out/r.md")];
         let d = decide(&f);
         assert_eq!(d.status, Status::Error);
         assert!(d.retry && d.log_error);
@@ -347,6 +358,31 @@ mod tests {
     }
 
     #[test]
+    fn a_file_left_from_before_the_attempt_is_missing_and_retried_like_one() {
+        use super::super::artifacts::Why;
+        let mut f = facts(End::Exited(0));
+        f.missing = vec![Missing {
+            path: "out/r.md".into(),
+            why: Why::Unchanged {
+                attempt: 1,
+                earlier_run: true,
+            },
+        }];
+        let d = decide(&f);
+        assert_eq!(d.status, Status::Error);
+        assert!(d.retry && d.log_error);
+        assert_eq!(d.failure_kind, Some(FailureKind::MissingArtifact));
+        assert_eq!(
+            d.reason,
+            "required worker artifact was not produced: out/r.md: unchanged since before attempt 1 (left by an earlier run)"
+        );
+        // A non-zero exit beside it is not rescued by an audit sidecar.
+        f.end = End::Exited(3);
+        assert!(!needs_audit_sidecar(&f.end, &f.missing));
+        assert_eq!(decide(&f).status, Status::Error);
+    }
+
+    #[test]
     fn a_nonzero_exit_is_rescued_only_by_the_audit_sidecar() {
         let mut f = facts(End::Exited(3));
         assert!(needs_audit_sidecar(&f.end, &f.missing));
@@ -361,7 +397,7 @@ mod tests {
         assert!(d.reason.contains("is missing"));
         assert!(!d.retry);
         // Missing artifacts: not asked, not rescued, not retried.
-        f.missing = vec!["r.md".into()];
+        f.missing = vec![Missing::absent("r.md")];
         assert!(!needs_audit_sidecar(&f.end, &f.missing));
         let d = decide(&f);
         assert_eq!(d.reason, "worker wrapper exited 3; missing r.md");

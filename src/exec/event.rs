@@ -98,6 +98,11 @@ pub struct Dispatched {
     /// exec removes once it settled the attempt, a resumed exec too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tmp_dir: Option<String>,
+    /// What each completion path was before the attempt started, so that
+    /// only what this attempt wrote counts (SPEC §5.3); absent in lines of
+    /// an older okstra, where presence alone counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub completion_paths_before: Vec<super::artifacts::PathBefore>,
 }
 
 /// How a backend knows an attempt it started.
@@ -232,6 +237,7 @@ mod tests {
             result_path: "r.md".into(),
             argv: vec![],
             tmp_dir: None,
+            completion_paths_before: vec![],
         });
         let line = e.line();
         assert!(

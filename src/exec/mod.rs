@@ -10,6 +10,7 @@
 //! [`exec`] is what the command line calls; [`run`] takes a plan already
 //! verified and the [`report::Reporter`]s to tell, for use from Rust.
 
+pub mod artifacts;
 pub mod backend;
 pub mod decide;
 pub mod event;

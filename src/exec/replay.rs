@@ -318,6 +318,7 @@ mod tests {
             result_path: "r".into(),
             argv: vec![],
             tmp_dir: None,
+            completion_paths_before: vec![],
         })
     }
 

@@ -802,6 +802,9 @@ impl<'a> Runner<'a> {
             Identity::V2(v) => v.execution_label.clone(),
             Identity::V1 { worker_id } => format!("{worker_id}-worker"),
         };
+        // Before anything of the attempt can run: what its completion paths
+        // are now, so that only what it writes counts (SPEC §5.3).
+        let completion_paths_before = super::artifacts::before(&self.root, &job.completion_paths)?;
         crate::fault::point("spawn");
         let started = self.backend.start(&Launch {
             job: &job,
@@ -822,6 +825,7 @@ impl<'a> Runner<'a> {
             result_path: job.result_path.clone(),
             argv: started.argv,
             tmp_dir: tmp_dir.map(|d| d.display().to_string()),
+            completion_paths_before,
         })
     }
 
@@ -1441,7 +1445,7 @@ impl Runner<'_> {
             reason: d.reason.clone(),
             exit_code: d.exit_code.or(wrapper_code),
             wrapper_exit_code: wrapper_code,
-            missing_completion_paths: facts.missing.clone(),
+            missing_completion_paths: facts.missing.iter().map(|m| m.path.clone()).collect(),
             served_model: report.served_model,
             cli_session_id: report.cli_session_id,
             failure_kind: d.failure_kind.clone(),
@@ -1472,7 +1476,7 @@ impl Runner<'_> {
         if d.retry {
             let retry = Event::WorkerRetryScheduled(RetryScheduled {
                 head: self.head_from(&e.dispatched),
-                missing_completion_paths: facts.missing.clone(),
+                missing_completion_paths: facts.missing.iter().map(|m| m.path.clone()).collect(),
                 reason: d.reason.clone(),
                 next_attempt: attempt + 1,
             });
@@ -1500,7 +1504,13 @@ impl Runner<'_> {
     fn facts_of(&self, job: &Job, e: &Ended) -> (Facts, super::settle::StatusReport) {
         let status_doc = super::settle::read_status(&self.abs(&job.status_path()));
         let report = super::settle::StatusReport::of(status_doc.as_ref(), &e.end);
-        let missing = super::settle::missing_paths(&self.root, &job.completion_paths);
+        let missing = super::artifacts::judge(
+            &self.root,
+            &job.completion_paths,
+            &e.dispatched.completion_paths_before,
+            e.dispatched.head.attempt,
+            job.first_attempt(),
+        );
         let worker_result = self.abs(&job.worker_result_path);
         let audit_sidecar = decide::needs_audit_sidecar(&e.end, &missing)
             .then(|| super::settle::audit_sidecar_failure(&worker_result));

@@ -1,6 +1,6 @@
-//! The facts settling an attempt reads from disk (SPEC §5.3): which
-//! completion artifacts exist, whether the audit-sidecar contract holds, and
-//! what the wrapper's status sidecar says. The decision itself is
+//! The facts settling an attempt reads from disk (SPEC §5.3): whether the
+//! audit-sidecar contract holds, and what the wrapper's status sidecar says
+//! (which completion artifacts the attempt wrote: [`super::artifacts`]). The decision itself is
 //! [`super::decide`].
 
 use super::decide::{End, Sidecar};
@@ -9,15 +9,6 @@ use crate::provider::Usage;
 use crate::vocab::FailureKind;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-/// Completion paths that are not files.
-pub fn missing_paths(root: &Path, completion: &[String]) -> Vec<String> {
-    completion
-        .iter()
-        .filter(|p| !crate::compile::paths::abs_of(root, p).is_file())
-        .cloned()
-        .collect()
-}
 
 pub fn audit_sidecar_path(worker_result: &Path) -> PathBuf {
     crate::plan::sidecar::beside_path(worker_result, crate::plan::sidecar::AUDIT)
