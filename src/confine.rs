@@ -8,7 +8,7 @@
 //! there, and cannot signal or reach through an abstract unix socket any
 //! process outside its domain (exec, the wrapper, whose main thread stays
 //! unconfined). Reads, network and pathname unix sockets are not confined;
-//! the README's threat model says what that leaves.
+//! docs/confinement.md#the-threat-model says what that leaves.
 //!
 //! Which directories: for each write-policy pattern its longest literal
 //! directory ([`policy_dirs`], at plan time; the audit still checks the

@@ -1,5 +1,5 @@
-//! Diagnostics: one user-facing problem each, with a stable code from SPEC.md,
-//! a place in a file where there is one, and a hint. Rendered like rustc in
+//! Diagnostics: one user-facing problem each, with a stable code (listed in
+//! docs/errors.md#error-codes), a place in a file where there is one, and a hint. Rendered like rustc in
 //! text (through `annotate-snippets`, see [`render`]), or as the
 //! `{"ok": false, "errors": [...]}` document in JSON.
 
@@ -15,8 +15,8 @@ use std::borrow::Cow;
 use std::process::ExitCode;
 
 /// Declares [`Code`] from one table: each code once, with its wire name, the
-/// exit status it ends a command with, and the one line the README's
-/// error-code table shows. Nothing else lists the codes.
+/// exit status it ends a command with, and the one line the error-code
+/// table of docs/errors.md shows. Nothing else lists the codes.
 macro_rules! codes {
     ($($variant:ident = $wire:literal, $exit:ident, $summary:literal;)*) => {
         /// Every stable error code okstra emits.
@@ -35,7 +35,7 @@ macro_rules! codes {
                 }
             }
 
-            /// One line for the README's error-code table and for `--help` texts.
+            /// One line for the error-code table (docs/errors.md) and for `--help` texts.
             pub fn summary(self) -> &'static str {
                 match self {
                     $(Code::$variant => $summary,)*
@@ -472,13 +472,16 @@ mod tests {
         }
     }
 
-    /// The README's error-code table, as (code, exit, meaning) rows.
-    fn readme_code_rows() -> Vec<(String, String, String)> {
-        let readme = include_str!("../README.md");
-        let mut lines = readme
+    /// The error-code table of docs/errors.md, as (code, exit, meaning) rows.
+    fn documented_code_rows() -> Vec<(String, String, String)> {
+        let doc = include_str!("../docs/errors.md");
+        let mut lines = doc
             .lines()
             .skip_while(|l| l.trim() != "| code | exit | meaning |");
-        assert!(lines.next().is_some(), "README has no error-code table");
+        assert!(
+            lines.next().is_some(),
+            "docs/errors.md has no error-code table"
+        );
         assert!(lines.next().is_some_and(|l| l.starts_with("| ---")));
         lines
             .take_while(|l| l.starts_with('|'))
@@ -486,26 +489,26 @@ mod tests {
                 let inner = row
                     .strip_prefix("| `")
                     .and_then(|r| r.strip_suffix(" |"))
-                    .unwrap_or_else(|| panic!("malformed README row: {row}"));
+                    .unwrap_or_else(|| panic!("malformed docs/errors.md row: {row}"));
                 let (code, rest) = inner
                     .split_once("` | ")
-                    .unwrap_or_else(|| panic!("malformed README row: {row}"));
+                    .unwrap_or_else(|| panic!("malformed docs/errors.md row: {row}"));
                 let (exit, meaning) = rest
                     .split_once(" | ")
-                    .unwrap_or_else(|| panic!("malformed README row: {row}"));
+                    .unwrap_or_else(|| panic!("malformed docs/errors.md row: {row}"));
                 (code.to_string(), exit.to_string(), meaning.to_string())
             })
             .collect()
     }
 
     #[test]
-    fn the_readme_table_is_exactly_the_codes() {
-        let rows = readme_code_rows();
+    fn the_documented_table_is_exactly_the_codes() {
+        let rows = documented_code_rows();
         let mut seen = std::collections::HashSet::new();
         for (name, exit, meaning) in &rows {
             let code = Code::from_wire(name)
-                .unwrap_or_else(|| panic!("README names `{name}`, which is not a code"));
-            assert!(seen.insert(code), "README lists `{name}` twice");
+                .unwrap_or_else(|| panic!("docs/errors.md names `{name}`, which is not a code"));
+            assert!(seen.insert(code), "docs/errors.md lists `{name}` twice");
             assert_eq!(
                 exit,
                 &code.exit_status().code().to_string(),
@@ -522,7 +525,10 @@ mod tests {
             .filter(|c| !seen.contains(*c))
             .map(|c| c.as_str())
             .collect();
-        assert!(missing.is_empty(), "README lacks rows for {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "docs/errors.md lacks rows for {missing:?}"
+        );
         assert_eq!(rows.len(), Code::ALL.len());
     }
 

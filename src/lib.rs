@@ -1,5 +1,6 @@
 //! okstra: compile job specs into frozen, reviewable plans and run them
-//! crash-safely. See SPEC.md for the contract; README.md for the tour.
+//! crash-safely. README.md is the tour; docs/ holds the rules this code
+//! follows, and comments cite them there (docs/exec.md#settling-an-attempt).
 
 #![forbid(unsafe_code)]
 

@@ -302,7 +302,8 @@ t peek-self "readlink -v /proc/self/exe"
     assert!(!o["kill-self"].0, "its own processes it may signal");
     // Landlock refuses ptrace access across domains (attaching, memory,
     // a process's executable and working directory); what /proc shows
-    // without it (environ, cmdline, maps) stays readable, as the README says.
+    // without it (environ, cmdline, maps) stays readable, as
+    // docs/confinement.md#the-threat-model says.
     for name in ["peek-wrapper", "peek-exec"] {
         assert_refused(&o, name, "Permission denied");
     }

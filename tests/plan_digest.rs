@@ -1,8 +1,8 @@
 //! The plan digest is RFC 8785 (JCS) canonical JSON, so anyone can recompute
 //! it: here two independent implementations do, on a plan the real binary
-//! made (a Rust crate, and the README's Python recipe with the `rfc8785`
-//! package, skipped, saying so, when that is not installed, unless
-//! REQUIRE_RFC8785 is set: CI installs it and sets it); and exec and
+//! made (a Rust crate, and the Python recipe of docs/plan-format.md with
+//! the `rfc8785` package, skipped, saying so, when that is not installed,
+//! unless REQUIRE_RFC8785 is set: CI installs it and sets it); and exec and
 //! validate judge a plan's format before its digest, and refuse integers
 //! canonical JSON cannot keep exact.
 
@@ -66,14 +66,14 @@ fn a_real_plans_digest_is_recomputed_by_another_jcs_implementation() {
     );
 }
 
-/// The README's Python recipe, run as written on a real plan.
+/// The Python recipe of docs/plan-format.md, run as written on a real plan.
 #[test]
-fn the_readme_recipe_recomputes_a_real_plans_digest_in_python() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = &readme[readme
-        .find("### Canonical JSON")
-        .expect("the README section")..];
+fn the_documented_recipe_recomputes_a_real_plans_digest_in_python() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/plan-format.md"))
+        .unwrap();
+    let section = &doc[doc
+        .find("\n## Canonical JSON\n")
+        .expect("the section of docs/plan-format.md")..];
     let start = section.find("```python\n").expect("a Python recipe") + "```python\n".len();
     let recipe = &section[start..start + section[start..].find("```").unwrap()];
     let found = std::process::Command::new("python3")

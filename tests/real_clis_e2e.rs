@@ -706,7 +706,8 @@ fn a_three_provider_run_adds_up_in_okstra_status() {
     );
     let status = fx.okstra(&["status", "--manifest", "run/run-manifest.json"]);
     assert_eq!(status.code, 0, "{}", status.stderr);
-    // For the README: the run's status as a person reads it.
+    // For docs/providers.md#what-each-worker-spent: the run's status as a
+    // person reads it.
     eprintln!("--- okstra status ---\n{}", status.stdout);
     let doc = fx.okstra(common::STATUS_JSON);
     let usage = serde_json::from_str::<Value>(&doc.stdout).unwrap()["usage"].clone();

@@ -409,7 +409,8 @@ fn validate_reports_in_line_order() {
 
 /// Editors find a file's schema through `$schema`: team-state keeps the
 /// key through exec's rewrites and validates with it; a plan cannot carry
-/// one, since its digest covers every key (README, "Schemas and editors").
+/// one, since its digest covers every key
+/// (docs/schemas.md#pointing-an-editor-at-them).
 #[test]
 fn team_state_keeps_its_schema_key_and_a_plan_refuses_one() {
     let p = project();

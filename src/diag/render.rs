@@ -11,7 +11,7 @@
 //!   the window's start, so the origin's column is put back to the line's.
 //! - The `= worker:` and `= help:` notes. The crate draws a `|` spacer
 //!   line between a snippet and its notes (rustc's layout); okstra's
-//!   documented text (README, snapshots) has none, so the notes are
+//!   documented text (docs/, snapshots) has none, so the notes are
 //!   appended in the crate's own styles instead.
 
 use super::{Diagnostic, Location, SourceText};

@@ -33,7 +33,7 @@ impl Adapter for Codex {
     /// command) would fail. Confined, codex runs without its own sandbox and
     /// okstra's stands in for it: writes are held to the same directories
     /// or fewer; what is lost is codex cutting its tool commands off the
-    /// network (README, threat model).
+    /// network (docs/confinement.md#the-threat-model).
     fn under_confinement(&self, options: &mut ProviderOptions) -> Option<String> {
         let planned = or_default(&options.sandbox_mode, DEFAULT_SANDBOX_MODE);
         if planned == NO_SANDBOX {
