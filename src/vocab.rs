@@ -303,6 +303,9 @@ open_vocabulary! {
         ArgumentError = "argument-error",
         /// No credentials: log the CLI in first.
         NotLoggedIn = "not-logged-in",
+        /// The model API refused the credentials the CLI sent (a wrong,
+        /// expired or revoked key or token): check that key.
+        CredentialsRefused = "credentials-refused",
         /// The model API answered with an error, or could not be reached.
         ApiError = "api-error",
         /// gemini's fatal codes besides auth: input, sandbox, config, turn limit.
@@ -359,7 +362,13 @@ mod tests {
 
     #[test]
     fn a_failure_kind_keeps_its_wire_word_and_any_other_word_as_written() {
-        for word in ["timeout", "not-logged-in", "write-policy", "exit"] {
+        for word in [
+            "timeout",
+            "not-logged-in",
+            "credentials-refused",
+            "write-policy",
+            "exit",
+        ] {
             let kind = FailureKind::from(word);
             assert!(!matches!(kind, FailureKind::Other(_)), "{word}");
             assert_eq!(json!(kind), json!(word));

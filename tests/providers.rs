@@ -67,8 +67,26 @@ case "${FAKE_MODE:-ok}" in
   not-logged-in)
     case "$name" in
       claude) echo '{"type":"result","subtype":"success","is_error":true,"result":"Not logged in · Please run /login","total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0},"modelUsage":{}}'; exit 1 ;;
-      codex) echo '{"type":"turn.failed","error":{"message":"401 Unauthorized"}}'; exit 1 ;;
-      gemini) echo 'Please set an Auth method in your settings.json' >&2; exit 41 ;;
+      codex)
+        echo '{"type":"error","message":"Missing environment variable: `MOCK_KEY`."}'
+        echo '{"type":"turn.failed","error":{"message":"Missing environment variable: `MOCK_KEY`."}}'; exit 1 ;;
+      gemini) echo 'Please set an Auth method in your settings.json or specify one of the following environment variables before running: GEMINI_API_KEY, GOOGLE_GENAI_USE_VERTEXAI, GOOGLE_GENAI_USE_GCA' >&2; exit 41 ;;
+    esac ;;
+  key-refused)
+    # As the real CLIs against an API answering 401 (gemini: 400
+    # API_KEY_INVALID): claude and codex report a retry, then keep retrying
+    # (claude for 3 minutes) unless stopped.
+    case "$name" in
+      claude)
+        echo '{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":572.1,"error_status":401,"error":"authentication_failed","session_id":"s"}'
+        sleep 30
+        echo '{"type":"result","subtype":"success","is_error":true,"api_error_status":401,"result":"Invalid API key · Fix external API key"}'; exit 1 ;;
+      codex)
+        echo '{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided: k, url: http://127.0.0.1:9/v1/responses)"}'
+        sleep 30; exit 1 ;;
+      gemini)
+        echo '{"type":"result","status":"error","error":{"type":"unknown","message":"[API Error: {\"error\":{\"code\":400,\"message\":\"API key not valid. Please pass a valid API key.\",\"status\":\"INVALID_ARGUMENT\",\"details\":[{\"reason\":\"API_KEY_INVALID\"}]}}]"},"stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0}}'
+        exit 144 ;;
     esac ;;
   api-error)
     echo '{"type":"result","subtype":"success","is_error":true,"api_error_status":529,"result":"API Error: overloaded","total_cost_usd":0.001,"modelUsage":{"m":{"inputTokens":50,"outputTokens":5}}}'; exit 1 ;;
@@ -573,6 +591,100 @@ fn failure_kinds_are_told_apart_in_the_error_log() {
         let log = fx.p.read(&format!("prompts/{key}.md.log"));
         assert!(log.contains(kind), "{key}: {log}");
     }
+    // A missing login says how to log in, quoting the CLI.
+    for (key, fix, said) in [
+        (
+            "c1",
+            "claude auth login",
+            "Not logged in · Please run /login",
+        ),
+        (
+            "x2",
+            "codex login",
+            "Missing environment variable: `MOCK_KEY`.",
+        ),
+        ("g1", "GEMINI_API_KEY", "Please set an Auth method"),
+    ] {
+        let reason = fx.rows(key)[0]["reason"].as_str().unwrap().to_string();
+        assert!(reason.contains("is not logged in"), "{key}: {reason}");
+        assert!(reason.contains(fix), "{key}: {reason}");
+        assert!(
+            reason.contains(&format!("said: \"{said}")),
+            "{key}: {reason}"
+        );
+    }
+}
+
+#[test]
+fn a_refused_key_is_its_own_kind_and_a_retry_of_it_is_stopped() {
+    let fx = Fx::new(
+        "cli-wrapper",
+        &[
+            worker(
+                "c1",
+                "claude",
+                "sonnet",
+                "env = { FAKE_MODE = \"key-refused\" }",
+            ),
+            worker(
+                "x1",
+                "codex",
+                "gpt-5",
+                "env = { FAKE_MODE = \"key-refused\" }",
+            ),
+            worker(
+                "g1",
+                "gemini",
+                "gemini-2.5-pro",
+                "env = { FAKE_MODE = \"key-refused\" }",
+            ),
+        ],
+    );
+    let started = Instant::now();
+    let run = fx.exec();
+    // The fakes would retry for 30 s: stopped at their first retry report.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    for (key, code, said) in [
+        ("c1", 1, "api_retry 1 of 10: 401 authentication_failed"),
+        (
+            "x1",
+            1,
+            "Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided: k,",
+        ),
+        (
+            "g1",
+            144,
+            "API key not valid. Please pass a valid API key. (400 INVALID_ARGUMENT, API_KEY_INVALID)",
+        ),
+    ] {
+        let row = &fx.rows(key)[0];
+        assert_eq!(row["status"], "error", "{key}: {row}");
+        assert_eq!(row["exitCode"], code, "{key}: {row}");
+        assert_eq!(row["failureKind"], "credentials-refused", "{key}: {row}");
+        let reason = row["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("the API refused the credentials") && !reason.contains("not logged in"),
+            "{key}: {reason}"
+        );
+        assert!(reason.contains(&format!("said: \"{said}")), "{key}: {reason}");
+        let errors = fx.errors(key);
+        assert!(
+            errors[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("[credentials-refused]"),
+            "{key}: {errors:?}"
+        );
+    }
+    // The stopped CLI's own code is kept beside the wrapper's.
+    let sidecar = fx.p.read_json("prompts/c1.md.status.json");
+    assert_eq!(sidecar["exitCode"], 1, "{sidecar}");
+    assert!(sidecar["childExitCode"].is_i64(), "{sidecar}");
 }
 
 #[test]

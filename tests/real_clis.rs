@@ -107,6 +107,15 @@ fn kind(r: &Ran) -> &str {
     r.status["failureKind"].as_str().unwrap_or("")
 }
 
+/// The wrapper's reason (SPEC §6): says what to do and quotes the CLI.
+#[track_caller]
+fn assert_reason(r: &Ran, says: &[&str]) {
+    let error = r.status["error"].as_str().unwrap_or("");
+    for needle in says {
+        assert!(error.contains(needle), "{needle}: {error}");
+    }
+}
+
 #[track_caller]
 fn assert_not_an_argument_error(provider: &str, r: &Ran) {
     assert_ne!(kind(r), "argument-error", "{provider}: {}", r.log);
@@ -144,6 +153,14 @@ fn check_claude(r: &Ran) {
     // the kind tells them apart.
     assert_eq!(r.code, 1, "{}", r.log);
     assert_eq!(kind(r), "not-logged-in", "{}", r.log);
+    assert_reason(
+        r,
+        &[
+            "claude is not logged in",
+            "claude auth login",
+            "claude said: \"Not logged in · Please run /login\"",
+        ],
+    );
     // The init event came: the model and the session id okstra minted.
     assert!(r.status["servedModel"].is_string(), "{}", r.status);
     assert_eq!(r.status["cliSessionId"], r.status["sessionId"]);
@@ -184,6 +201,10 @@ fn check_codex(r: &Ran) {
         "{}",
         r.status
     );
+    if kind(r) == "timeout" {
+        // What it was stuck on, in its own words.
+        assert_reason(r, &["codex last said: \"Reconnecting..."]);
+    }
     let _ = r.took;
 }
 
@@ -213,6 +234,14 @@ fn check_gemini(r: &Ran) {
     assert_not_an_argument_error("gemini", r);
     assert_eq!(r.code, 41, "gemini's missing-auth code:\n{}", r.log);
     assert_eq!(kind(r), "not-logged-in");
+    assert_reason(
+        r,
+        &[
+            "gemini is not logged in",
+            "set GEMINI_API_KEY",
+            "gemini said: \"Please set an Auth method",
+        ],
+    );
     assert!(
         !r.log.contains("Approval mode overridden"),
         "the approval mode must survive an untrusted folder:\n{}",

@@ -3,7 +3,8 @@
 //! (`tests/mock_api`): the agent writes its result with its own tool, the
 //! recorded usage is what the mock reported, a served model other than the
 //! pinned one is caught, an API error settles `error` with its kind and
-//! keeps the usage spent, a stalled API ends in the idle timeout.
+//! keeps the usage spent, a refused key settles `credentials-refused` at
+//! once, quoting the CLI, a stalled API ends in the idle timeout.
 //!
 //! Each test needs its CLI, found on PATH or where
 //! `scripts/install-agent-clis.sh` puts it (`target/agent-clis`). Without it
@@ -473,6 +474,13 @@ fn an_api_error_keeps_the_usage_spent(provider: &str, exit_code: i64, tokens_fro
     assert_eq!(row["status"], "error", "{row}\n{log}");
     assert_eq!(row["failureKind"], "api-error", "{row}\n{log}");
     assert_eq!(row["exitCode"], exit_code, "{row}");
+    // The reason quotes the CLI, which relays the API's words.
+    let reason = row["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("{provider} said: \""))
+            && reason.contains("the mock API refuses this request"),
+        "{reason}"
+    );
     // The first answer's tokens were spent; the refusal spent none.
     let spent = fx.mock.spent(provider);
     assert_eq!(spent, tokens(provider));
@@ -506,6 +514,149 @@ fn codex_api_error_settles_error_and_keeps_the_usage_spent() {
 fn gemini_api_error_settles_error_and_keeps_the_usage_spent() {
     // gemini exits with the HTTP status modulo 256.
     an_api_error_keeps_the_usage_spent("gemini", 400 % 256, "cli-output");
+}
+
+// ---------------------------------------------------------------------------
+// A refused key (SPEC §6): `credentials-refused`, naming the key to check and
+// quoting the CLI, within seconds (claude alone would retry for 3 minutes).
+// ---------------------------------------------------------------------------
+
+/// The settling the contract allows a refused key (SPEC §6: stopped at the
+/// CLI's first retry report); not a benchmark.
+const REFUSED_WITHIN: Duration = Duration::from_secs(30);
+
+fn a_refused_key_is_said_at_once(provider: &str, step: Step, exit_code: i64, quoted: &str) {
+    let (_, model) = pinned(provider);
+    // Every request refused, however often the CLI asks.
+    let Some(fx) = Fx::one(provider, vec![step; 30], model, "") else {
+        return;
+    };
+    let started = Instant::now();
+    let ran = fx.exec();
+    let took = started.elapsed();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 1, "{log}");
+    assert!(took < REFUSED_WITHIN, "settled after {took:?}:\n{log}");
+    let rows = fx.rows("w");
+    assert_eq!(rows.len(), 1, "a refused key is not retried: {rows:?}");
+    let row = &rows[0];
+    assert_eq!(row["status"], "error", "{row}\n{log}");
+    assert_eq!(row["failureKind"], "credentials-refused", "{row}\n{log}");
+    assert_eq!(row["exitCode"], exit_code, "{row}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("the API refused the credentials {provider} sent")),
+        "{reason}"
+    );
+    // The key it sent, by the variable that holds it.
+    let key = match provider {
+        "claude" => "ANTHROPIC_API_KEY is set",
+        "codex" => "reads its key from MOCK_KEY",
+        _ => "GEMINI_API_KEY from the environment",
+    };
+    assert!(reason.contains(key), "{reason}");
+    assert!(!reason.contains("not logged in"), "{reason}");
+    assert!(
+        reason.contains(&format!("{provider} said: \"{quoted}")),
+        "the CLI's own line: {reason}"
+    );
+    let sidecar = fx.json("prompts/w.md.status.json");
+    assert_eq!(sidecar["failureKind"], "credentials-refused", "{sidecar}");
+    assert!(
+        sidecar["duration_ms"].as_u64().unwrap() < REFUSED_WITHIN.as_millis() as u64,
+        "{sidecar}"
+    );
+    let errors = fx.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[credentials-refused]"),
+        "{}",
+        errors[0]
+    );
+    eprintln!("{provider}: settled after {took:?}: {reason}");
+}
+
+#[test]
+fn claude_refused_key_is_stopped_at_its_first_retry() {
+    // claude reports each retry of the 401 (ten of them, three minutes):
+    // it is stopped at the first report.
+    a_refused_key_is_said_at_once(
+        "claude",
+        Step::Fail(401),
+        1,
+        "api_retry 1 of 10: 401 authentication_failed",
+    );
+}
+
+#[test]
+fn codex_refused_key_is_stopped_at_its_first_retry() {
+    a_refused_key_is_said_at_once(
+        "codex",
+        Step::Fail(401),
+        1,
+        "Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided",
+    );
+}
+
+#[test]
+fn gemini_refused_key_401_is_said() {
+    // gemini gives up at once, exiting with the status modulo 256.
+    a_refused_key_is_said_at_once(
+        "gemini",
+        Step::Fail(401),
+        401 % 256,
+        "Request had invalid authentication credentials. (401 UNAUTHENTICATED)",
+    );
+}
+
+#[test]
+fn gemini_invalid_api_key_is_said() {
+    // What the Gemini API answers a bad key: 400, API_KEY_INVALID.
+    a_refused_key_is_said_at_once(
+        "gemini",
+        Step::KeyInvalid,
+        400 % 256,
+        "API key not valid. Please pass a valid API key. (400 INVALID_ARGUMENT, API_KEY_INVALID)",
+    );
+}
+
+#[test]
+fn codex_without_its_key_says_which_variable_to_set() {
+    // The near miss of a refused key: no key at all (its model provider's
+    // variable unset) is `not-logged-in`, and says what to set.
+    let (_, model) = pinned("codex");
+    let Some(fx) = Fx::one("codex", vec![], model, "") else {
+        return;
+    };
+    let spec = fx.read("spec.toml").replace("MOCK_KEY", "OKSTRA_UNSET_KEY");
+    write(&fx.root.join("spec.toml"), &spec);
+    let plan = fx.okstra(&[
+        "plan",
+        "spec.toml",
+        "--manifest",
+        "run/run-manifest.json",
+        "--out",
+        "plan.json",
+    ]);
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    let ran = fx.exec();
+    let log = fx.log("w");
+    assert_eq!(ran.code, 1, "{log}");
+    assert_eq!(fx.mock.model_requests("codex"), 0, "{log}");
+    let row = &fx.rows("w")[0];
+    assert_eq!(row["failureKind"], "not-logged-in", "{row}\n{log}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("set OKSTRA_UNSET_KEY in the environment okstra runs in"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("codex said: \"Missing environment variable: `OKSTRA_UNSET_KEY`.\""),
+        "{reason}"
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 //! claude (`@anthropic-ai/claude-code`): print mode, stream-json output.
 
+use super::failure::Credentials;
 use super::login::{self, Found, Login, Where};
 use super::usage::{count, CostSource, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    Session, API_SIGNS, LOGIN_SIGNS,
+    Session, API_SIGNS,
 };
 use serde_json::Value;
 use std::collections::HashMap;
@@ -78,8 +79,6 @@ impl Adapter for Claude {
         field(event, "session_id").map(str::to_string)
     }
 
-    /// Every claude failure exits 1: tell them apart by the output. An
-    /// argument error is instant: a message, no structured event.
     /// `~/.claude` (or `CLAUDE_CONFIG_DIR`): sessions, settings, todos.
     fn state_dirs(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
         vec![var("CLAUDE_CONFIG_DIR").map_or_else(|| home.join(".claude"), PathBuf::from)]
@@ -89,9 +88,15 @@ impl Adapter for Claude {
         Some(login_of(at))
     }
 
+    /// Every claude failure exits 1: tell them apart by the output. No
+    /// credentials before refused ones: "Not logged in" comes with
+    /// `"error":"authentication_failed"` too. An argument error is instant:
+    /// a message, no structured event.
     fn failure_kind(&self, _exit_code: i32, output: &Output) -> Option<FailureKind> {
-        if output.mentions(LOGIN_SIGNS) {
+        if output.mentions(MISSING_SIGNS) {
             Some(FailureKind::NotLoggedIn)
+        } else if output.mentions(REFUSED_SIGNS) {
+            Some(FailureKind::CredentialsRefused)
         } else if output.mentions(API_SIGNS) {
             Some(FailureKind::ApiError)
         } else if !output.has_event() && output.mentions(ARGUMENT_SIGNS) {
@@ -157,18 +162,83 @@ impl Adapter for Claude {
         transcript_usage(BufReader::new(std::fs::File::open(transcript).ok()?))
     }
 
-    fn refused_argument(&self, output: &Output) -> Option<String> {
-        if output.has_event() {
-            return None;
+    /// The argument it refused; else the failed result's text ("Not
+    /// logged in · Please run /login", "Invalid API key · Fix external API
+    /// key", "API Error: ..."), or its last retry report.
+    fn said(&self, kind: &FailureKind, output: &Output) -> Option<String> {
+        if *kind == FailureKind::ArgumentError {
+            return refused_argument(output);
         }
-        let line = output.line_with(ARGUMENT_SIGNS)?;
-        Some(if line.contains("cannot be used with root") {
-            format!("{line} (as root, claude takes bypassPermissions only where IS_SANDBOX=1 says it runs in a sandbox: confine the job, or set env IS_SANDBOX=1 if it is sandboxed otherwise)")
-        } else {
-            line
+        output
+            .events_backwards()
+            .find_map(|e| match field(&e, "type")? {
+                "result" if e.get("is_error") == Some(&Value::Bool(true)) => {
+                    field(&e, "result").map(str::to_string)
+                }
+                "system" if field(&e, "subtype") == Some("api_retry") => Some(retry_words(&e)),
+                _ => None,
+            })
+            .or_else(|| output.last_error_line())
+    }
+
+    /// claude retries a 401 ten times, backing off, for about three minutes
+    /// (2.1.197), reporting each retry as a `system`/`api_retry` event with
+    /// `error_status` 401 and `error` "authentication_failed".
+    fn refused_retry(&self, event: &Value) -> Option<String> {
+        let retry =
+            field(event, "type") == Some("system") && field(event, "subtype") == Some("api_retry");
+        let refused = event.get("error_status").and_then(Value::as_u64) == Some(401)
+            || field(event, "error") == Some("authentication_failed");
+        (retry && refused).then(|| retry_words(event))
+    }
+
+    fn credentials(&self) -> Option<Credentials> {
+        Some(Credentials {
+            login: LOGIN_FIX,
+            sources: "ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, CLAUDE_CODE_OAUTH_TOKEN, or the login of `claude auth login`)",
         })
     }
 }
+
+/// The argument claude refused, from an output with no structured event
+/// (argument errors come before any).
+fn refused_argument(output: &Output) -> Option<String> {
+    if output.has_event() {
+        return None;
+    }
+    let line = output.line_with(ARGUMENT_SIGNS)?;
+    Some(if line.contains("cannot be used with root") {
+        format!("{line} (as root, claude takes bypassPermissions only where IS_SANDBOX=1 says it runs in a sandbox: confine the job, or set env IS_SANDBOX=1 if it is sandboxed otherwise)")
+    } else {
+        line
+    })
+}
+
+/// An `api_retry` event in a line: which retry, and what the API answered.
+fn retry_words(event: &Value) -> String {
+    let n = |k: &str| event.get(k).and_then(Value::as_u64).unwrap_or(0);
+    format!(
+        "api_retry {} of {}: {} {}",
+        n("attempt"),
+        n("max_retries"),
+        n("error_status"),
+        field(event, "error").unwrap_or("error")
+    )
+}
+
+/// claude's words for no credentials at all (2.1.197: the result "Not
+/// logged in · Please run /login", at once).
+const MISSING_SIGNS: &[&str] = &["not logged in"];
+
+/// claude's words for credentials the API refused (2.1.197, the API
+/// answering 401): each retry's `"error_status":401`, and the result it
+/// gives up with, "Invalid API key · Fix external API key" with
+/// `"api_error_status":401`.
+const REFUSED_SIGNS: &[&str] = &[
+    "invalid api key",
+    "\"api_error_status\":401",
+    "\"error_status\":401",
+];
 
 /// The model claude names on a message it made up itself (an API error
 /// turned into an answer): it served nothing.
@@ -471,6 +541,62 @@ mod tests {
         assert_eq!(k(1, "{\"type\":\"system\"}\nerror: later\n"), None);
     }
 
+    // Lines recorded from claude 2.1.197 (trimmed of the usage fields):
+    // with no credentials at all; and with a key the API refuses (401,
+    // `authentication_error`), ten retries, then the result after 3 min.
+    const NOT_LOGGED_IN_ANSWER: &str = r#"{"type":"assistant","message":{"id":"3cb1cc23-2aa2-4aa7-b44c-0e306bfab3b0","model":"<synthetic>","role":"assistant","stop_reason":"stop_sequence","type":"message","content":[{"type":"text","text":"Not logged in · Please run /login"}]},"parent_tool_use_id":null,"session_id":"bec709ea-c272-4b2e-a0f3-934eb3e7f503","uuid":"5cd2c0c5-5d21-4ee5-8bc8-4c7ce41c1093","error":"authentication_failed"}"#;
+    const NOT_LOGGED_IN: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"duration_ms":100,"duration_api_ms":0,"num_turns":1,"result":"Not logged in · Please run /login","stop_reason":"stop_sequence","session_id":"bec709ea-c272-4b2e-a0f3-934eb3e7f503","total_cost_usd":0,"modelUsage":{},"permission_denials":[],"terminal_reason":"completed"}"#;
+    const RETRY_401: &str = r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":572.1769441451178,"error_status":401,"error":"authentication_failed","session_id":"f3c514b6-ee81-4796-b58c-a491064c1a18","uuid":"275a7dc9-4b16-47d9-a558-5ecab847fa93"}"#;
+    const GAVE_UP_401: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":401,"duration_ms":180668,"duration_api_ms":0,"num_turns":1,"result":"Invalid API key · Fix external API key","stop_reason":"stop_sequence","session_id":"e53841c3-c29e-4c3d-8026-244f5d4cccfe","total_cost_usd":0,"modelUsage":{},"permission_denials":[],"terminal_reason":"completed"}"#;
+    // The near miss: an overloaded API (529), retried as well, rightly.
+    const RETRY_529: &str = r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":542.6094701120119,"error_status":529,"error":"overloaded","session_id":"5542c6cd-c3ab-49bd-bf02-10659aa9677c","uuid":"d60f378b-f9b2-4c89-91d6-0bc8667b89c8"}"#;
+
+    #[test]
+    fn missing_and_refused_credentials_are_told_apart() {
+        use FailureKind::*;
+        let p = Provider::Claude;
+        let missing = format!("{NOT_LOGGED_IN_ANSWER}\n{NOT_LOGGED_IN}\n");
+        assert_eq!(p.failure_kind(1, &missing), Some(NotLoggedIn));
+        assert_eq!(
+            p.said(&NotLoggedIn, &missing).as_deref(),
+            Some("Not logged in · Please run /login")
+        );
+        let refused = format!(
+            "{RETRY_401}\n{}\n{GAVE_UP_401}\n",
+            RETRY_401.replace("\"attempt\":1", "\"attempt\":10")
+        );
+        assert_eq!(p.failure_kind(1, &refused), Some(CredentialsRefused));
+        assert_eq!(
+            p.said(&CredentialsRefused, &refused).as_deref(),
+            Some("Invalid API key · Fix external API key")
+        );
+        // Stopped at its first retry: the retry is its last word.
+        assert_eq!(p.failure_kind(143, RETRY_401), Some(CredentialsRefused));
+        assert_eq!(
+            p.said(&CredentialsRefused, RETRY_401).as_deref(),
+            Some("api_retry 1 of 10: 401 authentication_failed")
+        );
+        assert_eq!(
+            p.failure_kind(1, RETRY_529),
+            None,
+            "not refused credentials"
+        );
+    }
+
+    #[test]
+    fn a_retry_of_a_refused_key_is_reported_the_first_time() {
+        let p = Provider::Claude;
+        assert_eq!(
+            p.refused_retry_from_line(RETRY_401).as_deref(),
+            Some("api_retry 1 of 10: 401 authentication_failed")
+        );
+        // An overloaded API is worth retrying; no retry is no report.
+        assert_eq!(p.refused_retry_from_line(RETRY_529), None);
+        assert_eq!(p.refused_retry_from_line(GAVE_UP_401), None);
+        assert_eq!(p.refused_retry_from_line(NOT_LOGGED_IN_ANSWER), None);
+        assert_eq!(p.refused_retry_from_line("api_retry 401"), None);
+    }
+
     // Lines recorded from claude 2.1.197 against a loopback API (a Write
     // tool call, then an answer), trimmed of fields okstra does not read.
     const RESULT_OK: &str = r#"{"type":"result","subtype":"success","is_error":false,"api_error_status":null,"num_turns":2,"result":"done","session_id":"d8e41ba5-02ed-4139-aac0-f341423c5ab1","total_cost_usd":0.0009780000000000001,"usage":{"input_tokens":200,"cache_creation_input_tokens":40,"cache_read_input_tokens":60,"output_tokens":14,"server_tool_use":{"web_search_requests":0,"web_fetch_requests":0},"service_tier":"standard"},"modelUsage":{"claude-sonnet-4-5":{"inputTokens":200,"outputTokens":14,"cacheReadInputTokens":60,"cacheCreationInputTokens":40,"webSearchRequests":0,"costUSD":0.0009780000000000001,"contextWindow":200000,"maxOutputTokens":32000}},"permission_denials":[],"terminal_reason":"completed"}"#;
@@ -587,14 +713,30 @@ mod tests {
     #[test]
     fn the_refused_argument_is_quoted() {
         let p = Provider::Claude;
+        let refused = |out| p.said(&FailureKind::ArgumentError, out);
         assert_eq!(
-            p.refused_argument("error: unknown option '--bogus'\n")
-                .as_deref(),
+            refused("error: unknown option '--bogus'\n").as_deref(),
             Some("error: unknown option '--bogus'")
         );
         let root = "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons\n";
         assert_eq!(p.failure_kind(1, root), Some(FailureKind::ArgumentError));
-        assert!(p.refused_argument(root).unwrap().contains("IS_SANDBOX=1"));
-        assert_eq!(p.refused_argument(RESULT_OK), None, "past argument parsing");
+        assert!(refused(root).unwrap().contains("IS_SANDBOX=1"));
+        assert_eq!(refused(RESULT_OK), None, "past argument parsing");
+    }
+
+    #[test]
+    fn an_api_error_quotes_the_result() {
+        assert_eq!(
+            Provider::Claude
+                .said(&FailureKind::ApiError, RESULT_API_ERROR)
+                .as_deref(),
+            Some("API Error: 400 mock refuses")
+        );
+        // A crash prints no event: its last error line.
+        let crash = "file:///x/cli.js:1\nTypeError: Cannot read properties of undefined\n";
+        assert_eq!(
+            Provider::Claude.said(&FailureKind::Exit, crash).as_deref(),
+            Some("TypeError: Cannot read properties of undefined")
+        );
     }
 }

@@ -1,10 +1,11 @@
 //! codex (`@openai/codex`): `codex exec`, JSON lines output.
 
+use super::failure::Credentials;
 use super::login::{self, Found, Login, Where};
 use super::usage::{count, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    ProviderOptions, Session, API_SIGNS, LOGIN_SIGNS,
+    ProviderOptions, Session, API_SIGNS,
 };
 use serde_json::Value;
 use std::ffi::OsString;
@@ -84,7 +85,6 @@ impl Adapter for Codex {
         }
     }
 
-    /// Argument errors exit 2; the rest exit 1 and are told apart by output.
     /// `~/.codex` (or `CODEX_HOME`): sessions, logs, auth.
     fn state_dirs(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
         vec![var("CODEX_HOME").map_or_else(|| home.join(".codex"), PathBuf::from)]
@@ -94,11 +94,14 @@ impl Adapter for Codex {
         Some(login_of(at))
     }
 
+    /// Argument errors exit 2; the rest exit 1 and are told apart by output.
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind> {
         if exit_code == 2 {
             Some(FailureKind::ArgumentError)
-        } else if output.mentions(LOGIN_SIGNS) {
+        } else if output.mentions(MISSING_SIGNS) {
             Some(FailureKind::NotLoggedIn)
+        } else if output.mentions(REFUSED_SIGNS) {
+            Some(FailureKind::CredentialsRefused)
         } else if output.mentions(API_SIGNS) {
             Some(FailureKind::ApiError)
         } else {
@@ -143,10 +146,53 @@ impl Adapter for Codex {
         rollout_usage(BufReader::new(std::fs::File::open(rollout).ok()?))
     }
 
-    fn refused_argument(&self, output: &Output) -> Option<String> {
-        output.line_with(&["error:"])
+    /// The argument it refused (clap's `error:` line); else the failed
+    /// turn's message, or its last `error` event's.
+    fn said(&self, kind: &FailureKind, output: &Output) -> Option<String> {
+        if *kind == FailureKind::ArgumentError {
+            return output.line_with(&["error:"]);
+        }
+        let message = |e: &Value| match field(e, "type")? {
+            "turn.failed" => field(e.get("error")?, "message").map(str::to_string),
+            "error" => field(e, "message").map(str::to_string),
+            _ => None,
+        };
+        let failed = output
+            .events_backwards()
+            .find(|e| field(e, "type") == Some("turn.failed"));
+        failed
+            .as_ref()
+            .and_then(message)
+            .or_else(|| output.events_backwards().find_map(|e| message(&e)))
+            .or_else(|| output.last_error_line())
+    }
+
+    /// codex retries a 401 five times within seconds (0.171), reporting
+    /// each as an `error` event, "Reconnecting... 1/5 (unexpected status
+    /// 401 Unauthorized: ...)".
+    fn refused_retry(&self, event: &Value) -> Option<String> {
+        let message = field(event, "message").filter(|_| field(event, "type") == Some("error"))?;
+        let lower = message.to_ascii_lowercase();
+        (lower.starts_with("reconnecting") && REFUSED_SIGNS.iter().any(|s| lower.contains(s)))
+            .then(|| message.to_string())
+    }
+
+    fn credentials(&self) -> Option<Credentials> {
+        Some(Credentials {
+            login: LOGIN_FIX,
+            sources: "the variable its model provider's `env_key` names (a provider other than OpenAI's), else CODEX_API_KEY, else the login in auth.json under CODEX_HOME (default ~/.codex; `codex login`)",
+        })
     }
 }
+
+/// codex's words for no credentials (0.171, a model provider whose
+/// `env_key` variable is unset): "Missing environment variable: `KEY`.".
+const MISSING_SIGNS: &[&str] = &["missing environment variable"];
+
+/// codex's words for credentials the API refused (0.171, the API answering
+/// 401 with OpenAI's body): "unexpected status 401 Unauthorized: Incorrect
+/// API key provided: ...".
+const REFUSED_SIGNS: &[&str] = &["401 unauthorized", "incorrect api key provided"];
 
 /// codex's token totals (`turn.completed`'s `usage`, a rollout's
 /// `total_token_usage`) in okstra's words.
@@ -442,13 +488,10 @@ mod tests {
             k(2, "error: unexpected argument '-a' found"),
             Some(ArgumentError)
         );
-        assert_eq!(
-            k(
-                1,
-                r#"{"type":"turn.failed","error":{"message":"401 Unauthorized"}}"#
-            ),
-            Some(NotLoggedIn)
-        );
+        assert_eq!(k(1, MISSING_KEY), Some(NotLoggedIn));
+        assert_eq!(k(1, REFUSED), Some(CredentialsRefused));
+        assert_eq!(k(1, RETRY_401), Some(CredentialsRefused));
+        assert_eq!(k(1, RETRY_529), Some(ApiError));
         assert_eq!(
             k(1, r#"{"type":"error","message":"stream disconnected"}"#),
             Some(ApiError)
@@ -555,8 +598,58 @@ mod tests {
     fn the_refused_argument_is_quoted() {
         let out = "WARNING: proceeding\nerror: unexpected argument '--bogus' found\n\n  tip: to pass '--bogus' as a value, use '-- --bogus'\n";
         assert_eq!(
-            Provider::Codex.refused_argument(out).as_deref(),
+            Provider::Codex
+                .said(&FailureKind::ArgumentError, out)
+                .as_deref(),
             Some("error: unexpected argument '--bogus' found")
         );
+    }
+
+    // Lines recorded from codex 0.171 against a loopback API for a model
+    // provider with `env_key = "MOCK_KEY"`: the variable unset; the API
+    // answering 401 with OpenAI's body (five retries within 8 s, then the
+    // failed turn); and, the near miss, answering 529.
+    const MISSING_KEY: &str = "{\"type\":\"thread.started\",\"thread_id\":\"01a24108-7066-7f12-a910-d07e72301b3f\"}\n{\"type\":\"turn.started\"}\n{\"type\":\"error\",\"message\":\"Missing environment variable: `MOCK_KEY`.\"}\n{\"type\":\"turn.failed\",\"error\":{\"message\":\"Missing environment variable: `MOCK_KEY`.\"}}\n";
+    const RETRY_401: &str = r#"{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided: mock-key. You can find your API key at https://platform.openai.com/account/api-keys., url: http://127.0.0.1:18401/v1/responses)"}"#;
+    const REFUSED: &str = r#"{"type":"error","message":"unexpected status 401 Unauthorized: Incorrect API key provided: mock-key. You can find your API key at https://platform.openai.com/account/api-keys., url: http://127.0.0.1:18401/v1/responses"}
+{"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized: Incorrect API key provided: mock-key. You can find your API key at https://platform.openai.com/account/api-keys., url: http://127.0.0.1:18401/v1/responses"}}"#;
+    const RETRY_529: &str = r#"{"type":"error","message":"Reconnecting... 1/5 (unexpected status 529 <unknown status code>: Overloaded, url: http://127.0.0.1:18529/v1/responses)"}"#;
+
+    #[test]
+    fn the_failed_turn_is_quoted() {
+        use FailureKind::*;
+        let p = Provider::Codex;
+        assert_eq!(
+            p.said(&NotLoggedIn, MISSING_KEY).as_deref(),
+            Some("Missing environment variable: `MOCK_KEY`.")
+        );
+        let said = p.said(&CredentialsRefused, REFUSED).unwrap();
+        assert!(
+            said.starts_with("unexpected status 401 Unauthorized: Incorrect API key provided"),
+            "{said}"
+        );
+        // The failed turn, not a later event of another kind.
+        let out = format!("{REFUSED}\n{{\"type\":\"error\",\"message\":\"later\"}}\n");
+        assert_eq!(p.said(&CredentialsRefused, &out), Some(said));
+        // Stopped before its turn failed: its last error event.
+        assert_eq!(
+            p.said(&Timeout, RETRY_529).as_deref(),
+            Some("Reconnecting... 1/5 (unexpected status 529 <unknown status code>: Overloaded, url: http://127.0.0.1:18529/v1/responses)")
+        );
+    }
+
+    #[test]
+    fn a_retry_of_a_refused_key_is_reported() {
+        let p = Provider::Codex;
+        let said = p.refused_retry_from_line(RETRY_401).unwrap();
+        assert!(
+            said.starts_with("Reconnecting... 1/5 (unexpected status 401"),
+            "{said}"
+        );
+        assert_eq!(p.refused_retry_from_line(RETRY_529), None);
+        // The failed turn is no retry: codex exits by itself after it.
+        for line in REFUSED.lines() {
+            assert_eq!(p.refused_retry_from_line(line), None, "{line}");
+        }
     }
 }

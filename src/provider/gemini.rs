@@ -1,10 +1,11 @@
 //! gemini (`@google/gemini-cli`): stream-json output, approval modes.
 
+use super::failure::Credentials;
 use super::login::{self, Found, Login, Where};
 use super::usage::{count, TokensFrom, Usage};
 use super::{
     field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    Session, API_SIGNS, LOGIN_SIGNS,
+    Session, API_SIGNS,
 };
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -86,9 +87,6 @@ impl Adapter for Gemini {
         field(event, "session_id").map(str::to_string)
     }
 
-    /// gemini has exit codes of its own (41 auth; 42, 44, 52, 53 other
-    /// fatal errors); argument errors exit 1 and print "Unknown arguments"
-    /// first.
     /// `~/.gemini`: settings, chats, the project's temp files.
     fn state_dirs(&self, home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
         vec![home.join(".gemini")]
@@ -98,12 +96,17 @@ impl Adapter for Gemini {
         Some(login_of(at))
     }
 
+    /// gemini has exit codes of its own (41 auth; 42, 44, 52, 53 other
+    /// fatal errors); argument errors exit 1 and print "Unknown arguments"
+    /// first; an API error exits with the HTTP status modulo 256, so a
+    /// refused key (401, or 400 `API_KEY_INVALID`) is told by its words.
     fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind> {
         match exit_code {
             41 => Some(FailureKind::NotLoggedIn),
             42 | 44 | 52 | 53 => Some(FailureKind::CliError),
             _ if output.mentions(ARGUMENT_SIGNS) => Some(FailureKind::ArgumentError),
-            _ if output.mentions(LOGIN_SIGNS) => Some(FailureKind::NotLoggedIn),
+            _ if output.mentions(REFUSED_SIGNS) => Some(FailureKind::CredentialsRefused),
+            _ if output.mentions(MISSING_SIGNS) => Some(FailureKind::NotLoggedIn),
             _ if output.mentions(API_SIGNS) => Some(FailureKind::ApiError),
             _ => None,
         }
@@ -154,8 +157,91 @@ impl Adapter for Gemini {
         chat_usage(BufReader::new(std::fs::File::open(chat).ok()?), id)
     }
 
-    fn refused_argument(&self, output: &Output) -> Option<String> {
-        output.line_with(ARGUMENT_SIGNS)
+    /// The argument it refused (first, before the usage text); its auth
+    /// check's message; else the failed result's error, the API's own
+    /// message taken out of the JSON gemini wraps it in.
+    fn said(&self, kind: &FailureKind, output: &Output) -> Option<String> {
+        match kind {
+            FailureKind::ArgumentError => return output.line_with(ARGUMENT_SIGNS),
+            FailureKind::NotLoggedIn => {
+                if let Some(line) = output.line_with(MISSING_SIGNS) {
+                    return Some(line);
+                }
+            }
+            _ => {}
+        }
+        output
+            .events_backwards()
+            .filter(|e| field(e, "type") == Some("result"))
+            .find_map(|e| field(e.get("error")?, "message").map(api_words))
+            .or_else(|| output.last_error_line())
+    }
+
+    fn credentials(&self) -> Option<Credentials> {
+        Some(Credentials {
+            login: LOGIN_FIX,
+            sources: "GEMINI_API_KEY (or, for Vertex AI, GOOGLE_API_KEY or application default credentials; or the Google login its settings select)",
+        })
+    }
+}
+
+/// gemini's words for no auth (0.61, exit 41): "Please set an Auth method
+/// in your .../settings.json or specify one of the following environment
+/// variables before running: GEMINI_API_KEY, ...".
+const MISSING_SIGNS: &[&str] = &["please set an auth method"];
+
+/// gemini's words (the API's, relayed) for credentials the API refused
+/// (0.61): the Gemini API's answer to a bad key, 400 with reason
+/// `API_KEY_INVALID` ("API key not valid. Please pass a valid API key."),
+/// and a 401 `UNAUTHENTICATED` ("Request had invalid authentication
+/// credentials.").
+const REFUSED_SIGNS: &[&str] = &[
+    "api_key_invalid",
+    "api key not valid",
+    "unauthenticated",
+    "invalid authentication credentials",
+];
+
+/// The API's own message in gemini's `[API Error: {"error": {...}}]`, with
+/// its code, status and reason: `API key not valid. Please pass a valid
+/// API key. (400 INVALID_ARGUMENT, API_KEY_INVALID)`; the text as it is
+/// where it holds no such error.
+fn api_words(message: &str) -> String {
+    let inner = message
+        .trim()
+        .strip_prefix("[API Error: ")
+        .and_then(|m| m.strip_suffix(']'))
+        .and_then(|m| serde_json::from_str::<Value>(m).ok());
+    let Some(error) = inner.as_ref().and_then(|v| v.get("error")) else {
+        return message.to_string();
+    };
+    let Some(text) = field(error, "message") else {
+        return message.to_string();
+    };
+    let mut about: Vec<String> = Vec::new();
+    let code = error
+        .get("code")
+        .and_then(Value::as_u64)
+        .map(|c| c.to_string());
+    let head = [code, field(error, "status").map(str::to_string)];
+    let head: Vec<String> = head.into_iter().flatten().collect();
+    if !head.is_empty() {
+        about.push(head.join(" "));
+    }
+    let reasons = error
+        .get("details")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    about.extend(
+        reasons
+            .filter_map(|d| field(d, "reason"))
+            .map(str::to_string),
+    );
+    if about.is_empty() {
+        text.to_string()
+    } else {
+        format!("{text} ({})", about.join(", "))
     }
 }
 
@@ -561,6 +647,67 @@ mod tests {
         assert_eq!(Provider::Gemini.usage_from_session(&session("short")), None);
     }
 
+    // Output recorded from gemini 0.61 (`--output-format stream-json`):
+    // with no auth (exit 41, on stderr); and against an API answering a
+    // bad key as the Gemini API does (400, `API_KEY_INVALID`: exit 144) or
+    // with a 401 (exit 145), the result event then gemini's stderr.
+    const NO_AUTH: &str = "Please set an Auth method in your /tmp/h/.gemini/settings.json or specify one of the following environment variables before running: GEMINI_API_KEY, GOOGLE_GENAI_USE_VERTEXAI, GOOGLE_GENAI_USE_GCA\n";
+    const KEY_INVALID: &str = r#"{"type":"init","timestamp":"2026-12-04T12:29:06.203Z","session_id":"d62a9cf4-a73a-4acd-a528-1301a79961df","model":"gemini-2.5-pro"}
+{"type":"result","timestamp":"2026-12-04T12:29:06.531Z","status":"error","error":{"type":"unknown","message":"[API Error: {\"error\":{\"code\":400,\"message\":\"API key not valid. Please pass a valid API key.\",\"status\":\"INVALID_ARGUMENT\",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.ErrorInfo\",\"reason\":\"API_KEY_INVALID\",\"domain\":\"googleapis.com\"}]}}]"},"stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":0,"tool_calls":0,"models":{"gemini-2.5-pro":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0}}}}
+Error when talking to Gemini API Full report available at: /tmp/gemini-client-error-Turn.run-sendMessageStream-2026-12-04T12-29-06-477Z.json _ApiError: {"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}
+    at throwErrorIfNotOK (file:///x/bundle/chunk-JDPZ4CE3.js:267833:24) {
+  status: 400
+}
+"#;
+    const UNAUTHENTICATED: &str = r#"{"type":"result","timestamp":"2026-12-04T12:28:56.695Z","status":"error","error":{"type":"unknown","message":"[API Error: {\"error\":{\"code\":401,\"message\":\"Request had invalid authentication credentials.\",\"status\":\"UNAUTHENTICATED\"}}]"},"stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":0,"tool_calls":0,"models":{}}}
+Error when talking to Gemini API Full report available at: /tmp/gemini-client-error.json _ApiError: {"error":{"code":401,"message":"Request had invalid authentication credentials.","status":"UNAUTHENTICATED"}}
+"#;
+
+    #[test]
+    fn missing_and_refused_credentials_are_told_apart() {
+        use FailureKind::*;
+        let p = Provider::Gemini;
+        assert_eq!(p.failure_kind(41, NO_AUTH), Some(NotLoggedIn));
+        assert_eq!(
+            p.said(&NotLoggedIn, NO_AUTH).as_deref(),
+            Some(NO_AUTH.trim())
+        );
+        assert_eq!(p.failure_kind(144, KEY_INVALID), Some(CredentialsRefused));
+        assert_eq!(
+            p.said(&CredentialsRefused, KEY_INVALID).as_deref(),
+            Some("API key not valid. Please pass a valid API key. (400 INVALID_ARGUMENT, API_KEY_INVALID)")
+        );
+        assert_eq!(
+            p.failure_kind(145, UNAUTHENTICATED),
+            Some(CredentialsRefused)
+        );
+        assert_eq!(
+            p.said(&CredentialsRefused, UNAUTHENTICATED).as_deref(),
+            Some("Request had invalid authentication credentials. (401 UNAUTHENTICATED)")
+        );
+        // The near miss: another 400 is an API error, quoted alike.
+        assert_eq!(p.failure_kind(144, RESULT_API_ERROR), Some(ApiError));
+        assert_eq!(
+            p.said(&ApiError, RESULT_API_ERROR).as_deref(),
+            Some("mock refuses (400)")
+        );
+        // gemini gives up on a refused key at once: nothing to stop.
+        for line in KEY_INVALID.lines() {
+            assert_eq!(p.refused_retry_from_line(line), None);
+        }
+    }
+
+    #[test]
+    fn the_apis_words_are_taken_out_of_geminis_wrapping() {
+        assert_eq!(api_words("plain words"), "plain words");
+        assert_eq!(api_words("[API Error: not json]"), "[API Error: not json]");
+        assert_eq!(api_words(r#"[API Error: {"error":{"message":"m"}}]"#), "m");
+        assert_eq!(
+            api_words(r#"[API Error: {"error":{"code":429}}]"#),
+            r#"[API Error: {"error":{"code":429}}]"#
+        );
+    }
+
     #[test]
     fn the_refused_argument_is_quoted_from_the_head() {
         let out = format!(
@@ -572,7 +719,9 @@ mod tests {
             Some(FailureKind::ArgumentError)
         );
         assert_eq!(
-            Provider::Gemini.refused_argument(&out).as_deref(),
+            Provider::Gemini
+                .said(&FailureKind::ArgumentError, &out)
+                .as_deref(),
             Some("Unknown arguments: bogus, other")
         );
     }

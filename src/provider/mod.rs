@@ -18,10 +18,12 @@
 mod claude;
 mod codex;
 mod command;
+mod failure;
 mod gemini;
 pub mod login;
 pub mod usage;
 
+pub use failure::Failure;
 pub use usage::{Pricing, Usage, UsageTotal};
 
 pub use crate::vocab::FailureKind;
@@ -143,7 +145,8 @@ impl Provider {
 
     /// Classify a failed run from its exit code and this attempt's output
     /// (stdout and stderr together, as the log holds them). `None` when the
-    /// exit was 0 or the CLI gave no sign.
+    /// exit was 0 or the CLI gave no sign. [`Provider::failure`] adds the
+    /// reason.
     pub fn failure_kind(self, exit_code: i32, output: &str) -> Option<FailureKind> {
         if exit_code == 0 {
             return None;
@@ -164,12 +167,6 @@ impl Provider {
     /// find (PROVIDERS.md).
     pub fn usage_from_session(self, session: &Session) -> Option<Usage> {
         self.adapter().session_usage(session)
-    }
-
-    /// The CLI's own words naming the argument it refused, from a failed
-    /// run's output (its head: gemini prints them before 4 KB of usage).
-    pub fn refused_argument(self, output: &str) -> Option<String> {
-        self.adapter().refused_argument(&Output::new(output))
     }
 }
 
@@ -244,13 +241,27 @@ trait Adapter: Sync {
         None
     }
 
-    /// The CLI's message naming the argument it refused.
-    fn refused_argument(&self, _output: &Output) -> Option<String> {
+    /// What a non-zero exit was, where the CLI lets it be told apart.
+    fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind>;
+
+    /// The CLI's own line on a failure of `kind`: for an argument error the
+    /// message naming the argument (gemini prints it before 4 KB of usage,
+    /// so it is looked for in the output's head), otherwise the text of its
+    /// error event or its last error line.
+    fn said(&self, _kind: &FailureKind, output: &Output) -> Option<String> {
+        output.last_error_line()
+    }
+
+    /// The CLI's words, if this output event reports that it retries a
+    /// request the API refused for its credentials.
+    fn refused_retry(&self, _event: &Value) -> Option<String> {
         None
     }
 
-    /// What a non-zero exit was, where the CLI lets it be told apart.
-    fn failure_kind(&self, exit_code: i32, output: &Output) -> Option<FailureKind>;
+    /// How the CLI is given credentials; `None` for one that needs none.
+    fn credentials(&self) -> Option<failure::Credentials> {
+        None
+    }
 
     /// Where the CLI writes its own state, given the home directory and the
     /// environment (found by running it confined; PROVIDERS.md).
@@ -372,30 +383,6 @@ fn safe_file_stem(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// What a provider CLI's non-zero exit means, told apart where the CLI
-/// allows it (PROVIDERS.md), from its exit code and this attempt's output:
-/// [`FailureKind::ArgumentError`], [`FailureKind::NotLoggedIn`],
-/// [`FailureKind::ApiError`] or [`FailureKind::CliError`].
-impl FailureKind {
-    /// What to do about it, for the error-log message. `refused` is the
-    /// CLI's own message naming the argument it refused, where it printed
-    /// one ([`Provider::refused_argument`]).
-    pub fn hint(&self, provider: Provider, refused: Option<&str>) -> String {
-        match self {
-            FailureKind::ArgumentError => format!(
-                "{provider} refused its arguments{} (check permissionMode/sandboxMode/approvalMode/extraArgs and the CLI version)",
-                refused.map(|r| format!(": {r}")).unwrap_or_default()
-            ),
-            FailureKind::NotLoggedIn => {
-                format!("{provider} is not logged in (run `{provider}` once interactively to log in)")
-            }
-            FailureKind::ApiError => format!("{provider} got an API error or no network"),
-            FailureKind::CliError => format!("{provider} stopped with a fatal error"),
-            other => format!("{provider} failed ({other})"),
-        }
-    }
-}
-
 /// A failed attempt's output, searched case-insensitively.
 struct Output<'a> {
     text: &'a str,
@@ -421,34 +408,34 @@ impl<'a> Output<'a> {
         self.text.lines().any(|l| parse_event(l).is_some())
     }
 
-    /// The first line holding any of `needles` (lowercase), trimmed, at
-    /// most 300 bytes: a CLI's own message, quoted in a reason.
+    /// The first line holding any of `needles` (lowercase), trimmed: a
+    /// CLI's own message, quoted in a reason.
     fn line_with(&self, needles: &[&str]) -> Option<String> {
         let line = self.text.lines().find(|l| {
             let lower = l.to_ascii_lowercase();
             needles.iter().any(|n| lower.contains(n))
         })?;
-        let line = line.trim();
-        let mut end = line.len().min(300);
-        while !line.is_char_boundary(end) {
-            end -= 1;
-        }
-        Some(line[..end].to_string())
+        Some(line.trim().to_string())
+    }
+
+    /// The output's structured events, last first.
+    fn events_backwards(&self) -> impl Iterator<Item = Value> + '_ {
+        self.text.lines().rev().filter_map(parse_event)
+    }
+
+    /// The last line that is no structured event and speaks of an error
+    /// (a crash, a message on stderr): what a CLI said last, where its
+    /// events say nothing.
+    fn last_error_line(&self) -> Option<String> {
+        self.text
+            .lines()
+            .rev()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && parse_event(l).is_none())
+            .find(|l| l.to_ascii_lowercase().contains("error"))
+            .map(str::to_string)
     }
 }
-
-/// Signs of missing or refused credentials, in any of the CLIs' words.
-const LOGIN_SIGNS: &[&str] = &[
-    "not logged in",
-    "please run /login",
-    "invalid api key",
-    "401 unauthorized",
-    "\"status\":401",
-    "status: 401",
-    "no auth",
-    "authentication required",
-    "please set an auth method",
-];
 
 /// Signs of an API error or an unreachable API.
 const API_SIGNS: &[&str] = &[
@@ -569,12 +556,21 @@ mod tests {
             assert_eq!(p.failure_kind(0, "Not logged in"), None);
         }
         assert_eq!(FailureKind::NotLoggedIn.as_str(), "not-logged-in");
-        assert!(FailureKind::NotLoggedIn
-            .hint(Provider::Claude, None)
-            .contains("log in"));
         assert_eq!(
-            FailureKind::ArgumentError.hint(Provider::Gemini, Some("Unknown arguments: bogus")),
-            "gemini refused its arguments: Unknown arguments: bogus (check permissionMode/sandboxMode/approvalMode/extraArgs and the CLI version)"
+            FailureKind::CredentialsRefused.as_str(),
+            "credentials-refused"
         );
+    }
+
+    #[test]
+    fn the_last_error_line_is_no_event() {
+        let out = Output::new(
+            "starting\nTypeError: x is undefined\n    at f (cli.js:1:1)\n{\"type\":\"error\",\"message\":\"in an event\"}\n\n",
+        );
+        assert_eq!(
+            out.last_error_line().as_deref(),
+            Some("TypeError: x is undefined")
+        );
+        assert_eq!(Output::new("all fine\n").last_error_line(), None);
     }
 }

@@ -9,7 +9,9 @@
 //! the project root, with the `OKSTRA_*` environment; keeps
 //! `<prompt>.status.json` current (a heartbeat every two seconds while the
 //! child runs, the exit code and duration once it ended); enforces the
-//! wall-clock timeout; and exits with the child's code.
+//! wall-clock timeout; stops a CLI at its first report that it retries a
+//! request the API refused for its credentials (SPEC §6: claude would
+//! retry for minutes); and exits with the child's code.
 //!
 //! The wrapper does not redirect the child's output: exec already points the
 //! wrapper's stdout and stderr at `<prompt>.log`, and by hand the terminal is
@@ -32,6 +34,7 @@ use crate::beneath::Beneath;
 use crate::confine;
 use crate::plan::sidecar;
 use crate::process::{self, SpawnSpec, Spawned};
+use crate::provider::login::Where;
 use crate::provider::{
     self, ArgvRequest, Provider, ProviderOptions, SERVED_MODEL_MISMATCH_EXIT_CODE,
     TIMEOUT_EXIT_CODE,
@@ -84,6 +87,10 @@ const LONGEST_EVENT_LINE: usize = 16 << 20;
 /// How much of a failed attempt's output (its start, and its end) is read to
 /// tell its failure kind and quote what the CLI refused.
 const EXCERPT: u64 = 64 * 1024;
+/// Exit code of a wrapper that stopped its CLI at the first retry of a
+/// request the API refused for its credentials: the code claude and codex
+/// exit with when they give up on such a request themselves.
+const REFUSED_EXIT_CODE: i32 = 1;
 
 /// The wrapper as a program of its own, named `bin_name`: the process's
 /// arguments read by clap (its help and errors on a bad one), then [`run`].
@@ -303,7 +310,8 @@ struct Status {
     /// exec): the exit code says how the child took it, not how it did.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stopped: bool,
-    /// On a timeout, the code the stopped child itself ended with.
+    /// On a timeout, or a stop at a retry of refused credentials, the code
+    /// the stopped child itself ended with.
     #[serde(skip_serializing_if = "Option::is_none")]
     child_exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -313,8 +321,9 @@ struct Status {
     #[serde(skip_serializing_if = "Option::is_none")]
     confinement: Option<&'static str>,
     /// What kind of failure a non-zero exit was, where it can be told:
-    /// `argument-error`, `not-logged-in`, `api-error`, `cli-error`,
-    /// `cli-not-found`, `served-model-mismatch`, `timeout`.
+    /// `argument-error`, `not-logged-in`, `credentials-refused`,
+    /// `api-error`, `cli-error`, `cli-not-found`, `served-model-mismatch`,
+    /// `timeout`.
     #[serde(skip_serializing_if = "Option::is_none")]
     failure_kind: Option<FailureKind>,
 }
@@ -508,7 +517,7 @@ fn execute(
     let verdict = watch.close(&mut status.status);
     let (code, error) = judge(
         args,
-        ready.provider,
+        &paths.root,
         outcome,
         verdict,
         &watch,
@@ -721,13 +730,14 @@ fn launch(
 /// words; the failure kind and stop flags go on the sidecar's `status`.
 fn judge(
     args: &WorkerArgs,
-    provider: Provider,
+    root: &Path,
     outcome: Outcome,
     verdict: Result<(), String>,
     watch: &OutputWatch,
     confined: Option<&Confined>,
     status: &mut Status,
 ) -> (i32, Option<String>) {
+    let provider = watch.provider;
     match outcome {
         // The served model is judged whatever the CLI's own exit code: a run
         // by the wrong model is never a result.
@@ -743,24 +753,18 @@ fn judge(
             if let Some(c) = confined {
                 c.explain_refusals(&output);
             }
-            let error = match provider.failure_kind(code, &output) {
-                Some(kind) => {
-                    let refused = (kind == provider::FailureKind::ArgumentError)
-                        .then(|| provider.refused_argument(&output))
-                        .flatten();
-                    let problem = format!(
-                        "{} exited {code}: {}: {}",
-                        args.provider,
-                        kind.as_str(),
-                        kind.hint(provider, refused.as_deref())
-                    );
-                    say(format_args!("{problem}"));
-                    status.failure_kind = Some(kind.clone());
-                    Some(problem)
-                }
-                None => None,
-            };
-            (code, error)
+            let lead = format!("{} exited {code}", args.provider);
+            let tell = |at: &Where| provider.failure(code, &output, at);
+            (code, record_failure(root, status, &lead, tell))
+        }
+        Outcome::Refused(child_code, said) => {
+            status.child_exit_code = Some(child_code);
+            let lead = format!(
+                "{} was stopped at its first retry of a request the API refused",
+                args.provider
+            );
+            let tell = |at: &Where| Some(provider.refused(&said, at));
+            (REFUSED_EXIT_CODE, record_failure(root, status, &lead, tell))
         }
         Outcome::Exited(code) => (code, None),
         Outcome::Stopped(code) => {
@@ -771,9 +775,13 @@ fn judge(
             status.timed_out = true;
             status.child_exit_code = Some(child_code);
             let secs = args.timeout_seconds.unwrap_or_default();
-            let problem = format!(
+            let mut problem = format!(
                 "wall-clock limit reached: timed out after {secs} s (timeoutSeconds); the child was stopped"
             );
+            // What the CLI was stuck on (codex "waiting for network").
+            if let Some(line) = provider.said(&FailureKind::Timeout, &watch.excerpt()) {
+                problem.push_str(&format!("; {provider} last said: \"{line}\""));
+            }
             say(format_args!("{problem}"));
             status.failure_kind = Some(FailureKind::Timeout);
             (TIMEOUT_EXIT_CODE, Some(problem))
@@ -784,6 +792,29 @@ fn judge(
             (1, Some(problem))
         }
     }
+}
+
+/// A CLI's failure as `tell` tells it, given what the CLI saw (to name the
+/// credentials it used): said, its kind put on `status`, and its reason,
+/// after `lead`, returned.
+fn record_failure(
+    root: &Path,
+    status: &mut Status,
+    lead: &str,
+    tell: impl FnOnce(&Where) -> Option<provider::Failure>,
+) -> Option<String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let argv = status.argv.clone();
+    let at = Where {
+        var: &var,
+        project_root: root,
+        argv: &argv,
+    };
+    let failure = tell(&at)?;
+    let problem = format!("{lead}: {}: {}", failure.kind, failure.reason);
+    say(format_args!("{problem}"));
+    status.failure_kind = Some(failure.kind);
+    Some(problem)
 }
 
 /// A worker's confinement, prepared in the wrapper (SPEC §9).
@@ -1022,6 +1053,10 @@ enum Outcome {
     /// Stopped because the CLI reported serving a model other than the one
     /// selected.
     Mismatch,
+    /// Stopped at the CLI's first retry of a request the API refused for
+    /// its credentials (a retry cannot help); the child's code and the
+    /// CLI's words.
+    Refused(i32, String),
     /// Stopped because the wrapper was asked to stop; the child's code.
     Stopped(i32),
     /// Stopped at the deadline; the child's code.
@@ -1056,6 +1091,12 @@ fn supervise(
             let _ = child.stop_group(grace);
             return Outcome::Mismatch;
         }
+        if let Some(said) = watch.facts.refused.clone() {
+            return match child.stop_group(grace) {
+                Ok(code) => Outcome::Refused(code, said),
+                Err(err) => Outcome::Failed(err),
+            };
+        }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return match child.stop_group(grace) {
                 Ok(code) => Outcome::TimedOut(code),
@@ -1077,6 +1118,9 @@ struct OutputFacts {
     cli_session_id: Option<String>,
     /// The CLI's last usage event: each covers the attempt up to it.
     usage: Option<provider::Usage>,
+    /// The CLI's words where it reported retrying a request the API
+    /// refused for its credentials.
+    refused: Option<String>,
 }
 
 /// What the wrapper needs to check the served model: the selected catalog
@@ -1189,6 +1233,9 @@ impl OutputWatch {
         }
         if let Some(usage) = self.provider.usage_from_line(line) {
             self.facts.usage = Some(usage);
+        }
+        if self.facts.refused.is_none() {
+            self.facts.refused = self.provider.refused_retry_from_line(line);
         }
     }
 
@@ -1644,6 +1691,7 @@ mod tests {
                 served_model: Some("claude-x".into()),
                 cli_session_id: Some("s-2".into()),
                 usage: None,
+                refused: None,
             }
         );
         assert_eq!(output_facts("command", &log, 0), OutputFacts::default());
@@ -1782,7 +1830,9 @@ mod tests {
         assert!(excerpt.trim_end().ends_with("okstra worker: the end"));
         assert!(excerpt.len() as u64 <= 2 * EXCERPT + 1);
         assert_eq!(
-            Provider::Gemini.refused_argument(&excerpt).as_deref(),
+            Provider::Gemini
+                .said(&FailureKind::ArgumentError, &excerpt)
+                .as_deref(),
             Some("Unknown arguments: bogus")
         );
     }

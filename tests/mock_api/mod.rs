@@ -7,7 +7,7 @@
 //! Responses stream (`POST /v1/responses`, codex), Gemini
 //! `streamGenerateContent` SSE (gemini). Each model request takes the next
 //! [`Step`] of the test's script: call the CLI's own file-writing tool,
-//! answer, fail with a status, or stall. Every answer reports the script's
+//! answer, fail with a status, refuse the key, or stall. Every answer reports the script's
 //! [`Tokens`] and names its served model, so a test knows exactly what the
 //! CLI was told it spent.
 //!
@@ -35,8 +35,12 @@ pub enum Step {
     WriteFile { path: String, content: String },
     /// Answer with this text and end the turn.
     Answer(String),
-    /// Refuse with this HTTP status and the vendor's error body.
+    /// Refuse with this HTTP status and the vendor's error body (for 401,
+    /// the body the vendor's API gives a bad key).
     Fail(u16),
+    /// Refuse the key as the Gemini API does: 400 `INVALID_ARGUMENT` with
+    /// reason `API_KEY_INVALID` (the other dialects answer 401).
+    KeyInvalid,
     /// Take the request and never answer.
     Stall,
 }
@@ -291,6 +295,21 @@ fn serve(s: &Shared, conn: TcpStream) {
             let body = error_body(dialect, status);
             respond(&mut out, status, "application/json", body.as_bytes());
         }
+        Step::KeyInvalid if dialect == Dialect::Gemini => {
+            let body = json!({"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.",
+                "status": "INVALID_ARGUMENT", "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "API_KEY_INVALID", "domain": "googleapis.com"}]}});
+            respond(
+                &mut out,
+                400,
+                "application/json",
+                body.to_string().as_bytes(),
+            );
+        }
+        Step::KeyInvalid => {
+            let body = error_body(dialect, 401);
+            respond(&mut out, 401, "application/json", body.as_bytes());
+        }
         Step::Answer(_) | Step::WriteFile { .. } => {
             let body = answer(s, script, dialect, &step);
             s.spent
@@ -366,6 +385,9 @@ fn respond(out: &mut TcpStream, status: u16, content_type: &str, body: &[u8]) {
 }
 
 fn error_body(dialect: Dialect, status: u16) -> String {
+    if status == 401 {
+        return key_refused_body(dialect);
+    }
     let message = format!("the mock API refuses this request (HTTP {status})");
     match dialect {
         Dialect::Anthropic => {
@@ -377,6 +399,20 @@ fn error_body(dialect: Dialect, status: u16) -> String {
         Dialect::Gemini => {
             json!({"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}})
         }
+    }
+    .to_string()
+}
+
+/// What each vendor's API answers a bad key with, 401.
+fn key_refused_body(dialect: Dialect) -> String {
+    match dialect {
+        Dialect::Anthropic => json!({"type": "error", "request_id": "req_mock",
+            "error": {"type": "authentication_error", "message": "invalid x-api-key"}}),
+        Dialect::OpenAi => json!({"error": {"type": "invalid_request_error", "param": null,
+            "code": "invalid_api_key",
+            "message": "Incorrect API key provided: mock-key. You can find your API key at https://platform.openai.com/account/api-keys."}}),
+        Dialect::Gemini => json!({"error": {"code": 401, "status": "UNAUTHENTICATED",
+            "message": "Request had invalid authentication credentials."}}),
     }
     .to_string()
 }
