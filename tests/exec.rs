@@ -375,7 +375,10 @@ fn nonzero_exit_with_a_bad_audit_sidecar_is_an_error() {
 
 #[test]
 fn idle_timeout_stops_a_silent_worker() {
-    let mut j = job("a", "echo $$ > \"$S/a.pid\"\nexec sleep 30\n");
+    let mut j = job(
+        "a",
+        "echo $$ > \"$S/a.pid\"\necho 'waiting for the network'\nexec sleep 30\n",
+    );
     j.extra = "idleTimeoutSeconds = 1\n";
     let fx = Fx::new(&[("only", vec![j])]);
     fx.plan();
@@ -397,6 +400,13 @@ fn idle_timeout_stops_a_silent_worker() {
     let row = &fx.dispatch_rows("a")[0];
     assert_eq!(row["status"], "timeout");
     assert_eq!(row["exitCode"], 124);
+    assert!(
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .contains("; its last line: \"waiting for the network\""),
+        "the worker's last words: {row}"
+    );
     let errors = fx.errors();
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0]["exitCode"], 124);

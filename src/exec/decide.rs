@@ -73,6 +73,9 @@ pub struct Facts {
     pub attempt: u64,
     /// The last attempt the retry rule allows.
     pub last_allowed: u64,
+    /// The last line the worker wrote to its log, where exec stopped it
+    /// idle (the wrapper quotes the CLI itself in every other case).
+    pub last_words: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +202,9 @@ fn base(f: &Facts) -> Decision {
             d.status = Status::Timeout;
             d.exit_code = Some(TIMEOUT_EXIT_CODE);
             d.reason = "worker went idle (its log stopped growing) and was stopped".into();
+            if let Some(line) = &f.last_words {
+                d.reason.push_str(&format!("; its last line: \"{line}\""));
+            }
             d.failure_kind = Some(FailureKind::Timeout);
         }
         End::Exited(_) if f.sidecar.wall_clock => {
@@ -294,6 +300,7 @@ mod tests {
             policy_intact: true,
             attempt: 1,
             last_allowed: 2,
+            last_words: None,
         }
     }
 
@@ -421,6 +428,12 @@ mod tests {
         assert_eq!((d.status, d.exit_code), (Status::Timeout, Some(124)));
         assert_eq!(d.failure_kind, Some(FailureKind::Timeout));
         assert!(!d.retry);
+        let mut f = facts(End::Idle);
+        f.last_words = Some("waiting for network".into());
+        assert_eq!(
+            decide(&f).reason,
+            "worker went idle (its log stopped growing) and was stopped; its last line: \"waiting for network\""
+        );
         let mut f = facts(End::Exited(124));
         f.sidecar = Sidecar {
             failure_kind: Some(FailureKind::Timeout),

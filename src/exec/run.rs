@@ -1523,6 +1523,11 @@ impl Runner<'_> {
             policy_intact: crate::policy::digest_of(&job.write_policy) == job.write_policy.digest,
             attempt: e.dispatched.head.attempt,
             last_allowed: self.histories[e.job].last_allowed(job.first_attempt()),
+            last_words: (e.end == End::Idle)
+                .then(|| {
+                    super::settle::last_log_line(&self.abs(&job.log_path()), report.log_offset)
+                })
+                .flatten(),
         };
         (facts, report)
     }

@@ -122,6 +122,29 @@ impl StatusReport {
     }
 }
 
+/// The last non-empty line of an attempt's output in its log (`from`:
+/// where the attempt's output starts), clipped for a reason; only the
+/// log's last 4 KiB are read.
+pub fn last_log_line(log: &Path, from: Option<u64>) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL: u64 = 4096;
+    let mut file = std::fs::File::open(log).ok()?;
+    let len = file.metadata().ok()?.len();
+    let start = len.saturating_sub(TAIL).max(from.unwrap_or(0).min(len));
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut tail = Vec::new();
+    file.take(TAIL).read_to_end(&mut tail).ok()?;
+    // A tail cut inside a character starts at the next one.
+    let whole = tail.iter().position(|b| b & 0xC0 != 0x80).unwrap_or(0);
+    let text = String::from_utf8_lossy(&tail[whole..]);
+    let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
+    let mut end = line.len().min(300);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(line[..end].to_string())
+}
+
 /// Where an attempt a dead executor left in flight stands (SPEC §5.8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Left {
@@ -317,6 +340,29 @@ mod tests {
             .contains("not a JSON object"));
         std::fs::remove_file(audit_sidecar_path(&r)).unwrap();
         assert!(audit_sidecar_failure(&r).unwrap().contains("missing"));
+    }
+
+    #[test]
+    fn the_last_line_of_an_attempts_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("p.md.log");
+        std::fs::write(&log, "attempt 1 said this\n").unwrap();
+        let offset = std::fs::metadata(&log).unwrap().len();
+        assert_eq!(
+            last_log_line(&log, Some(offset)),
+            None,
+            "nothing of its own yet"
+        );
+        std::fs::write(&log, "attempt 1 said this\nwaiting for network\n\n  \n").unwrap();
+        assert_eq!(
+            last_log_line(&log, Some(offset)).as_deref(),
+            Some("waiting for network")
+        );
+        let long = format!("{}\n", "é".repeat(5000));
+        std::fs::write(&log, &long).unwrap();
+        let line = last_log_line(&log, None).unwrap();
+        assert!(line.len() <= 300 && line.chars().all(|c| c == 'é'));
+        assert_eq!(last_log_line(&dir.path().join("none"), None), None);
     }
 
     #[test]

@@ -39,7 +39,18 @@ impl Provider {
     /// (the log's head and tail): `None` when the exit was 0 or the CLI
     /// gave no sign. `at` is what the CLI saw, to name its credentials.
     pub fn failure(self, exit_code: i32, output: &str, at: &Where) -> Option<Failure> {
-        let kind = self.failure_kind(exit_code, output)?;
+        let Some(kind) = self.failure_kind(exit_code, output) else {
+            // No sign of what went wrong: the CLI's own last words are the
+            // most a person gets, where it printed any.
+            let kind = FailureKind::Exit;
+            let said = (exit_code != 0)
+                .then(|| self.said(&kind, output))
+                .flatten()?;
+            return Some(Failure {
+                reason: format!("{self} said: \"{said}\""),
+                kind,
+            });
+        };
         let said = self.said(&kind, output);
         Some(Failure {
             reason: advice(self, &kind, said.as_deref(), at),
@@ -245,5 +256,19 @@ mod tests {
             Provider::Codex.failure(1, "something else", &at(&none)),
             None
         );
+    }
+
+    #[test]
+    fn an_exit_of_no_known_kind_still_quotes_the_clis_last_error() {
+        let none = |_: &str| None;
+        let out =
+            "working\nTypeError: cannot read properties of undefined\n    at main (cli.js:1)\n";
+        let f = Provider::Command.failure(7, out, &at(&none)).unwrap();
+        assert_eq!(f.kind, FailureKind::Exit);
+        assert_eq!(
+            f.reason,
+            "command said: \"TypeError: cannot read properties of undefined\""
+        );
+        assert_eq!(Provider::Command.failure(0, out, &at(&none)), None);
     }
 }

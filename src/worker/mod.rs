@@ -811,10 +811,11 @@ fn record_failure(
         argv: &argv,
     };
     let failure = tell(&at)?;
-    let problem = format!("{lead}: {}: {}", failure.kind, failure.reason);
-    say(format_args!("{problem}"));
+    // The log names the kind; the recorded reason leaves it to the records'
+    // own `failureKind` (settlement puts it in brackets).
+    say(format_args!("{lead}: {}: {}", failure.kind, failure.reason));
     status.failure_kind = Some(failure.kind);
-    Some(problem)
+    Some(format!("{lead}: {}", failure.reason))
 }
 
 /// A worker's confinement, prepared in the wrapper (SPEC §9).
