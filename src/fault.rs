@@ -75,6 +75,22 @@ pub fn point(name: &'static str) {
 #[inline(always)]
 pub fn point(_name: &'static str) {}
 
+/// A place where a wrapper (not exec: its points are [`point`]s) dies for
+/// a test, as `kill -9` would stop it there: in a debug build, where
+/// `OKSTRA_FAULT_DIE=<name>` names it.
+#[cfg(debug_assertions)]
+pub fn die_at(name: &'static str) {
+    if std::env::var("OKSTRA_FAULT_DIE").is_ok_and(|v| v == name) {
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        std::process::abort();
+    }
+}
+
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn die_at(_name: &'static str) {}
+
 /// An injected failure at the point `name`: `Err(EIO)` where the test
 /// asked for one (`OKSTRA_FAULT_FAIL=<name>`), else `Ok`.
 #[cfg(debug_assertions)]

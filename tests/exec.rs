@@ -1718,6 +1718,47 @@ fn a_wrapper_killed_mid_attempt_fails_that_attempt_and_a_new_one_runs_the_next()
     wait_for("a's worker to go", 5, || !pid_alive(pid));
 }
 
+#[test]
+fn a_worker_whose_slot_died_before_reporting_it_is_found_and_stopped() {
+    // The slot dies (a test seam: as kill -9 would stop it) after starting
+    // the worker and before reporting its pid: exec finds the worker by the
+    // mark in its environment and stops its group, leftovers and all.
+    let looping = "sleep 60 &\necho $! > \"$S/$K.left\"\necho $$ > \"$S/$K.bg\"\nwhile :; do sleep 0.05; done\n";
+    let fx = Fx::bare();
+    fx.p.write_json("run/run-manifest.json", &v1_manifest());
+    fx.p.write("prompts/a.md", "# work\n");
+    let env = scratch_env(fx.scratch.path())
+        .replace(" }", ", OKSTRA_FAULT_DIE = \"slot-before-pid-report\" }");
+    fx.p.write(
+        "spec.toml",
+        &format!(
+            "[[workers]]\nworkerId = \"a\"\nprovider = \"command\"\nrole = \"analyst\"\npromptPath = \"prompts/a.md\"\nresultPath = \"results/a.md\"\n{env}\ncommand = [\"sh\", \"-c\", '''\n{PRELUDE}{looping}''']\n"
+        ),
+    );
+    fx.plan();
+    let run = fx.exec(&[]);
+    assert_code(&run, 1);
+    assert_eq!(fx.worker_row("a")["status"], "error");
+    // Whatever of the attempt started (its scratch directory in its
+    // environment marks it, however far it got) is gone.
+    let mark = format!("SCRATCH={}", fx.scratch.path().display());
+    let of_the_attempt = || -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| pid_alive(pid))
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == mark.as_bytes()))
+            })
+            .collect()
+    };
+    wait_for("the attempt's processes to go", 5, || {
+        of_the_attempt().is_empty()
+    });
+}
+
 // --- A completion path counts only if this attempt wrote it (SPEC §5.3) ---
 
 /// A result file left by an earlier run, its mtime an hour back.

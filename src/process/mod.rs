@@ -132,6 +132,41 @@ pub fn kill_leftovers(pgid: u32) {
     }
 }
 
+/// Kill the process groups of every process of ours that started no earlier
+/// than `since` (clock ticks since boot) and whose environment, as it was
+/// started, holds `var=value`: the way to find a worker whose pid its
+/// wrapper never got to report. One look at the process table; processes
+/// whose environment cannot be read (another user's) are not ours.
+pub fn kill_marked(var: &str, value: &str, since: Option<u64>) {
+    let entry = format!("{var}={value}");
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return;
+    };
+    let me = std::process::id();
+    let marked: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| since.is_none_or(|s| start_time(pid).is_some_and(|t| t >= s)))
+        .filter(|&pid| {
+            fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == entry.as_bytes()))
+        })
+        .collect();
+    for pid in marked {
+        let group = pid_of(pid)
+            .and_then(|p| rustix::process::getpgid(Some(p)).ok())
+            .map(|g| g.as_raw_nonzero().get() as u32);
+        let own = rustix::process::getpgrp().as_raw_nonzero().get() as u32;
+        match group {
+            Some(pgid) if pgid > 1 && pgid != own => kill_leftovers(pgid),
+            _ => {
+                let _ = StopTarget::Process { pid }.signal(rustix::process::Signal::KILL);
+            }
+        }
+    }
+}
+
 /// How long [`kill_leftovers`] waits for the killed to be gone: they go at
 /// once unless stuck in the kernel, which must not hang the caller.
 const LEFTOVERS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -428,6 +463,49 @@ mod tests {
         assert_eq!(code, 128 + Signal::TERM.as_raw());
         assert!(!group_alive(pgid));
         assert!(!pid_alive(pgid));
+    }
+
+    #[test]
+    fn kill_marked_ends_the_groups_of_marked_processes_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = argv(&["sh", "-c", "sleep 100 & sleep 100; true"]);
+        let var = "OKSTRA_TEST_MARK";
+        let value = format!("{}-{:?}", std::process::id(), Instant::now());
+        let start = |mark: &str, argv: &[String], n: usize| {
+            let env = [(var.to_string(), mark.to_string())];
+            let spec = SpawnSpec {
+                env: &env,
+                ..spec(argv, dir.path())
+            };
+            let child = spawn(&spec).unwrap();
+            let pgid = child.pid();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while members(pgid) < n && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(10));
+            }
+            (child, pgid)
+        };
+        let (mut older, older_pgid) = start(&value, &argv(&["sleep", "100"]), 1);
+        let since = start_time(older_pgid).map(|t| t + 1);
+        // Start times count clock ticks (10 ms): the next start is a tick
+        // later (a wait for the clock's grain, not for another process).
+        thread::sleep(Duration::from_millis(30));
+        let (mut marked, marked_pgid) = start(&value, &a, 3);
+        let (mut other, other_pgid) = start("another value", &a, 3);
+        kill_marked(var, &value, since);
+        assert!(
+            !group_alive(marked_pgid),
+            "the marked group, grandchild and all"
+        );
+        assert!(group_alive(other_pgid), "another mark is not ours");
+        assert!(
+            group_alive(older_pgid),
+            "one older than `since` is not ours"
+        );
+        let _ = marked.wait();
+        for child in [&mut older, &mut other] {
+            let _ = child.stop_group(Duration::from_secs(5));
+        }
     }
 
     #[test]

@@ -28,7 +28,7 @@ mod slot;
 mod starter;
 
 pub use args::{Presentation, WorkerArgs};
-pub use slot::SERVE_FLAG;
+pub use slot::{SERVE_FLAG, SLOT_VAR};
 
 use crate::beneath::Beneath;
 use crate::confine;
@@ -474,6 +474,9 @@ fn execute(
         Ok(ready) => ready,
         Err(code) => return code,
     };
+    if let Some(report) = &slot {
+        ready.env.push(report.marker());
+    }
     let (starter, confined) = (ready.starter.take(), ready.confined.as_ref());
     let launched = launch(
         args,
@@ -705,6 +708,7 @@ fn launch(
         }
     };
     if let Some(report) = slot {
+        crate::fault::die_at("slot-before-pid-report");
         report.started(child.pid());
     }
     status.status.pid = Some(child.pid());

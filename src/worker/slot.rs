@@ -212,7 +212,17 @@ fn readable(control: BorrowedFd) -> bool {
 /// Where a slot tells exec each worker's pid (its process group).
 pub(super) struct PidReport(OwnedFd);
 
+/// The variable every worker of a slot carries, naming the slot's pid: a
+/// slot killed between starting a worker and reporting its pid leaves exec
+/// no other way to find that worker ([`crate::process::kill_marked`]).
+pub const SLOT_VAR: &str = "OKSTRA_SLOT";
+
 impl PidReport {
+    /// What marks this slot's workers in their environment.
+    pub fn marker(&self) -> (String, String) {
+        (SLOT_VAR.to_string(), std::process::id().to_string())
+    }
+
     /// Say `pid`, in one write; exec reads it only when it must, so a
     /// failure here (exec gone) changes nothing for the attempt.
     pub fn started(&mut self, pid: u32) {

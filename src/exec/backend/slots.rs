@@ -198,8 +198,13 @@ impl Slots {
         process::kill_leftovers(pid);
         if matches!(slot.state, State::Running) {
             slot.read_worker();
-            if let Some(worker) = slot.worker {
-                process::kill_leftovers(worker);
+            match slot.worker {
+                Some(worker) => process::kill_leftovers(worker),
+                // It died after starting its worker but before saying so:
+                // the worker is found by the mark it carries.
+                None => {
+                    process::kill_marked(crate::worker::SLOT_VAR, &pid.to_string(), slot.pid_start)
+                }
             }
         }
         matches!(slot.state, State::Held { .. })
