@@ -184,6 +184,7 @@ fn target_check(
     let kind = match target::classify(path) {
         Ok(kind) => kind,
         Err(d) => {
+            let d = paths::name_root(d, root, paths::Base::CurrentDir);
             let diags = Diagnostics::from(d);
             return (unread_check(format!("target {shown}"), &diags), Err(diags));
         }
