@@ -208,6 +208,13 @@ fn every_man_page_renders_without_a_warning() {
         let text = String::from_utf8_lossy(&roff.stdout);
         let name = page.map_or("okstra".to_string(), |p| format!("okstra-{p}"));
         assert!(text.contains(&format!(".TH {name} 1")), "{name}: {text}");
+        for section in [
+            ".SH \"EXIT STATUS\"\n",
+            ".SH ENVIRONMENT\n",
+            ".SH EXAMPLES\n",
+        ] {
+            assert!(text.contains(section), "{name} lacks {section}");
+        }
     }
     // As a person reads it: `man -l` on the page, where man-db is installed
     // (required with groff under REQUIRE_GROFF).
@@ -250,6 +257,86 @@ fn every_man_page_renders_without_a_warning() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error[input/invalid]"));
+}
+
+/// `okstra man exec`, as a person reads it: how it exits, with every error
+/// code (from the table the README is checked against), the environment
+/// (every `OKSTRA_*` variable) and examples.
+#[test]
+fn man_exec_shows_exit_status_environment_and_examples() {
+    let roff = Command::new(env!("CARGO_BIN_EXE_okstra"))
+        .args(["man", "exec"])
+        .output()
+        .unwrap();
+    assert!(roff.status.success());
+    let man = Command::new("man").arg("--version").output().is_ok();
+    if !man {
+        common::missing(
+            "REQUIRE_GROFF",
+            "man is not installed (apt-get install man-db)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("okstra-exec.1");
+    std::fs::write(&page, &roff.stdout).unwrap();
+    let out = Command::new("man")
+        .arg("-l")
+        .arg(&page)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // A section's lines: from its heading to the next heading (the next
+    // line that starts in the first column).
+    let section = |name: &str| -> String {
+        let mut lines = text.lines().skip_while(|l| *l != name);
+        assert!(lines.next().is_some(), "no {name} section:\n{text}");
+        lines
+            .take_while(|l| l.is_empty() || l.starts_with(' '))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let exit = section("EXIT STATUS");
+    for code in ["0", "1", "2", "3", "4", "130"] {
+        assert!(
+            exit.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+            "exit {code}:\n{exit}"
+        );
+    }
+    for (code, exit_code) in [
+        ("plan/stale", 3),
+        ("exec/locked", 4),
+        ("input/exists", 2),
+        ("audit/incomplete", 1),
+    ] {
+        let at = exit.find(code).unwrap_or_else(|| panic!("{code}:\n{exit}"));
+        assert!(
+            exit[at..].contains(&format!("exit {exit_code}:")),
+            "{code}:\n{exit}"
+        );
+    }
+    let env = section("ENVIRONMENT");
+    for var in [
+        "OKSTRA_STOP_GRACE_SECONDS",
+        "OKSTRA_LOCK_TIMEOUT_SECONDS",
+        "OKSTRA_RESULT_PATH",
+        "OKSTRA_SESSION_ID",
+    ] {
+        assert!(env.contains(var), "{var}:\n{env}");
+    }
+    let examples = section("EXAMPLES");
+    assert!(
+        examples.contains("okstra exec .okstra/run/plan.json"),
+        "{examples}"
+    );
 }
 
 /// `okstra validate -` reads stdin, names it `<stdin>`, and tells TOML from

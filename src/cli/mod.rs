@@ -18,6 +18,7 @@ macro_rules! out {
 mod doctor;
 mod exec;
 mod generated;
+mod manual;
 mod plan;
 mod status;
 mod validate;
