@@ -10,6 +10,9 @@ mod run;
 mod slurm;
 mod target;
 
+/// Whether an agent CLI is ready for a worker (`okstra init`).
+pub(super) use providers::ready;
+
 use crate::compile::paths;
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use crate::plan::Plan;
