@@ -37,6 +37,15 @@ pub enum Resolver {
     Walk,
 }
 
+/// How a file written whole takes its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Renamed over whatever is there.
+    Replace,
+    /// Linked, failing where anything is there.
+    New,
+}
+
 /// How [`Beneath::open`] opens a file for writing. Each creates the file
 /// (mode 0644 before the umask) and its missing directories.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +271,29 @@ impl Beneath {
         durability: Durability,
         write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
     ) -> Result<T> {
+        self.write_temp_then(rel, durability, Place::Replace, write)
+    }
+
+    /// Create `rel`, which must not exist yet, holding `bytes`: as
+    /// [`Self::write_atomic`] with [`Durability::Fsync`], but the temporary
+    /// is linked to its name, which fails (`AlreadyExists`) rather than
+    /// replace a file that appeared meanwhile. A reader, or a crash, sees
+    /// no file or all of it.
+    pub fn create_atomic(&self, rel: &Path, bytes: &[u8]) -> Result<()> {
+        self.write_temp_then(rel, Durability::Fsync, Place::New, |out| {
+            out.write_all(bytes)
+        })
+    }
+
+    /// Write a temporary file beside `rel` with `write`, then put it at
+    /// `rel` as `place` says.
+    fn write_temp_then<T>(
+        &self,
+        rel: &Path,
+        durability: Durability,
+        place: Place,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+    ) -> Result<T> {
         let (dirs, name) = self.split(rel)?;
         let abs = self.path.join(rel);
         let dir = self.dir(&dirs, true, rel)?;
@@ -289,7 +321,14 @@ impl Beneath {
             }
             drop(file);
             crate::fault::point("atomic-rename");
-            rustix::fs::renameat(dir.fd(), &tmp, dir.fd(), name)?;
+            match place {
+                Place::Replace => rustix::fs::renameat(dir.fd(), &tmp, dir.fd(), name)?,
+                // The link is the whole file; the temporary name goes.
+                Place::New => {
+                    rustix::fs::linkat(dir.fd(), &tmp, dir.fd(), name, AtFlags::empty())?;
+                    let _ = rustix::fs::unlinkat(dir.fd(), &tmp, AtFlags::empty());
+                }
+            }
             Ok(value)
         })();
         let value = match result {
@@ -904,6 +943,32 @@ mod tests {
             symlink(f.outside.join("victim"), f.root.join("inside/link.json")).unwrap();
             let err = b
                 .create_whole(Path::new("inside/link.json"), b"x")
+                .unwrap_err();
+            assert!(err.is_symlink(), "{r:?}: {err}");
+            assert_eq!(f.victim(), "untouched");
+        }
+    }
+
+    #[test]
+    fn create_atomic_makes_a_new_file_whole_and_never_replaces_one() {
+        for r in BOTH {
+            let f = fixture();
+            let b = f.beneath(r);
+            let rel = Path::new("new/dir/spec.toml");
+            b.create_atomic(rel, b"a = 1\n").unwrap();
+            assert_eq!(read(&f.root.join(rel)), "a = 1\n");
+            let again = b.create_atomic(rel, b"other").unwrap_err();
+            assert_eq!(again.kind(), io::ErrorKind::AlreadyExists, "{again}");
+            assert_eq!(read(&f.root.join(rel)), "a = 1\n");
+            // No temporary is left beside it, after either.
+            let names: Vec<_> = std::fs::read_dir(f.root.join("new/dir"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, ["spec.toml"], "{r:?}");
+            symlink(f.outside.join("victim"), f.root.join("inside/link.toml")).unwrap();
+            let err = b
+                .create_atomic(Path::new("inside/link.toml"), b"x")
                 .unwrap_err();
             assert!(err.is_symlink(), "{r:?}: {err}");
             assert_eq!(f.victim(), "untouched");

@@ -130,6 +130,8 @@ codes! {
         "a file the input names does not exist";
     InputUnreadable = "input/unreadable", InvalidInput,
         "a file exists but cannot be read";
+    InputExists = "input/exists", InvalidInput,
+        "a file `okstra init` would write exists already; nothing was written";
     InputInvalid = "input/invalid", InvalidInput,
         "an input whose content is unusable for a reason no more specific code covers";
     OutputUnwritable = "output/unwritable", InvalidInput,
@@ -168,6 +170,27 @@ pub enum ExitStatus {
 }
 
 impl ExitStatus {
+    pub const ALL: [ExitStatus; 6] = [
+        ExitStatus::Success,
+        ExitStatus::JobsFailed,
+        ExitStatus::InvalidInput,
+        ExitStatus::PlanRefused,
+        ExitStatus::Locked,
+        ExitStatus::Interrupted,
+    ];
+
+    /// What the exit code says, for the man pages' EXIT STATUS (SPEC §7).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ExitStatus::Success => "success: the command did what it was asked; exec and run: every job completed",
+            ExitStatus::JobsFailed => "exec (or run) ran, and some job did not complete (see the summary, `okstra status`, and the error log); the audit could not finish",
+            ExitStatus::InvalidInput => "invalid input or usage: nothing was planned or run (every `identity/`, `authority/`, `metadata/`, `rules/`, `roster/`, `translator/`, `path/`, `schema/`, `input/` and `output/` code, and `exec/state`)",
+            ExitStatus::PlanRefused => "the plan was refused: edited, stale, of another format, or its bindings changed (`plan/...`, `exec/binding-changed`, `exec/confinement-unavailable`); nothing was run",
+            ExitStatus::Locked => "another `okstra exec` holds the run (`exec/locked`); nothing was run",
+            ExitStatus::Interrupted => "interrupted (Ctrl-C or SIGTERM): every worker was stopped and its attempt recorded; the same `okstra exec` continues the run",
+        }
+    }
+
     pub fn code(self) -> u8 {
         match self {
             ExitStatus::Success => 0,

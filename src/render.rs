@@ -121,7 +121,9 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn short(digest: &str) -> &str {
+/// The first 12 hex digits of a digest: how the review names a plan, and
+/// the name `okstra run` keeps its plan under.
+pub fn short(digest: &str) -> &str {
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
     &hex[..hex.len().min(12)]
 }

@@ -91,7 +91,7 @@ impl SourceFile {
                     format!("`{display}` does not exist"),
                 )
                 .in_file(display)
-                .help("check the path; relative paths are taken from the project root"));
+                .help("check the path"));
             }
             Err(e) => {
                 return Err(Diagnostic::new(

@@ -1,6 +1,9 @@
 //! The command line's manners: a report whose reader went away, help on every
 //! argument, completions a real bash offers, man pages groff renders
-//! cleanly, `validate -` and JSON output.
+//! cleanly, `validate -` and JSON output; and a new user's first hour
+//! (issue 25): `okstra init` on a fresh repository, the commands it prints
+//! run as pasted, `run`'s kept plan, `status` before any exec, and a
+//! forgotten `--project-root`.
 
 mod common;
 use std::process::{Command, Stdio};
@@ -208,6 +211,13 @@ fn every_man_page_renders_without_a_warning() {
         let text = String::from_utf8_lossy(&roff.stdout);
         let name = page.map_or("okstra".to_string(), |p| format!("okstra-{p}"));
         assert!(text.contains(&format!(".TH {name} 1")), "{name}: {text}");
+        for section in [
+            ".SH \"EXIT STATUS\"\n",
+            ".SH ENVIRONMENT\n",
+            ".SH EXAMPLES\n",
+        ] {
+            assert!(text.contains(section), "{name} lacks {section}");
+        }
     }
     // As a person reads it: `man -l` on the page, where man-db is installed
     // (required with groff under REQUIRE_GROFF).
@@ -250,6 +260,86 @@ fn every_man_page_renders_without_a_warning() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error[input/invalid]"));
+}
+
+/// `okstra man exec`, as a person reads it: how it exits, with every error
+/// code (from the table the README is checked against), the environment
+/// (every `OKSTRA_*` variable) and examples.
+#[test]
+fn man_exec_shows_exit_status_environment_and_examples() {
+    let roff = Command::new(env!("CARGO_BIN_EXE_okstra"))
+        .args(["man", "exec"])
+        .output()
+        .unwrap();
+    assert!(roff.status.success());
+    let man = Command::new("man").arg("--version").output().is_ok();
+    if !man {
+        common::missing(
+            "REQUIRE_GROFF",
+            "man is not installed (apt-get install man-db)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("okstra-exec.1");
+    std::fs::write(&page, &roff.stdout).unwrap();
+    let out = Command::new("man")
+        .arg("-l")
+        .arg(&page)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // A section's lines: from its heading to the next heading (the next
+    // line that starts in the first column).
+    let section = |name: &str| -> String {
+        let mut lines = text.lines().skip_while(|l| *l != name);
+        assert!(lines.next().is_some(), "no {name} section:\n{text}");
+        lines
+            .take_while(|l| l.is_empty() || l.starts_with(' '))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let exit = section("EXIT STATUS");
+    for code in ["0", "1", "2", "3", "4", "130"] {
+        assert!(
+            exit.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+            "exit {code}:\n{exit}"
+        );
+    }
+    for (code, exit_code) in [
+        ("plan/stale", 3),
+        ("exec/locked", 4),
+        ("input/exists", 2),
+        ("audit/incomplete", 1),
+    ] {
+        let at = exit.find(code).unwrap_or_else(|| panic!("{code}:\n{exit}"));
+        assert!(
+            exit[at..].contains(&format!("exit {exit_code}:")),
+            "{code}:\n{exit}"
+        );
+    }
+    let env = section("ENVIRONMENT");
+    for var in [
+        "OKSTRA_STOP_GRACE_SECONDS",
+        "OKSTRA_LOCK_TIMEOUT_SECONDS",
+        "OKSTRA_RESULT_PATH",
+        "OKSTRA_SESSION_ID",
+    ] {
+        assert!(env.contains(var), "{var}:\n{env}");
+    }
+    let examples = section("EXAMPLES");
+    assert!(
+        examples.contains("okstra exec .okstra/run/plan.json"),
+        "{examples}"
+    );
 }
 
 /// `okstra validate -` reads stdin, names it `<stdin>`, and tells TOML from
@@ -371,4 +461,416 @@ fn cargo_run_runs_the_command_line() {
             .and_then(toml::Value::as_str),
         Some("okstra")
     );
+}
+
+/// A fake `claude` (PROVIDERS.md's stream-json, cut down): it answers
+/// doctor's `--version`; as a worker it reads its prompt on stdin, writes
+/// the file the prompt's `**Result Path:**` line names, and prints claude's
+/// `system`/`init` and `result` events.
+const FAKE_CLAUDE: &str = r#"#!/bin/sh
+if [ "$1" = --version ]; then echo "2.1.0 (Claude Code)"; exit 0; fi
+sid=""; prev=""
+for a in "$@"; do [ "$prev" = --session-id ] && sid="$a"; prev="$a"; done
+result=$(sed -n 's/^\*\*Result Path:\*\* //p' | head -n 1)
+[ -n "$result" ] || { echo "the prompt names no Result Path" >&2; exit 3; }
+mkdir -p "$(dirname "$result")"
+printf '# What this project is\n\nA fake claude read its prompt.\n' > "$result"
+printf '{"type":"system","subtype":"init","session_id":"%s","model":"claude-sonnet-4-5","tools":[]}\n' "$sid"
+printf '{"type":"result","subtype":"success","is_error":false,"session_id":"%s","total_cost_usd":0.001,"usage":{"input_tokens":10,"output_tokens":5}}\n' "$sid"
+"#;
+
+/// A new user's machine: a fresh git repository `my app` (in `parent`), a
+/// PATH holding a fake `claude` and the okstra under test (so the commands
+/// okstra prints run as pasted), and a HOME where claude is logged in,
+/// or not.
+struct Machine {
+    parent: tempfile::TempDir,
+    bin: tempfile::TempDir,
+    home: tempfile::TempDir,
+}
+
+impl Machine {
+    fn new(logged_in: bool) -> Machine {
+        let m = Machine {
+            parent: tempfile::tempdir().unwrap(),
+            bin: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
+        };
+        let claude = m.bin.path().join("claude");
+        std::fs::write(&claude, FAKE_CLAUDE).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if logged_in {
+            // What `claude auth login` leaves (src/provider/claude.rs).
+            let dir = m.home.path().join(".claude");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join(".credentials.json"),
+                r#"{"claudeAiOauth": {"accessToken": "t", "scopes": ["user:inference"]}}"#,
+            )
+            .unwrap();
+        }
+        std::fs::create_dir(m.root()).unwrap();
+        let git = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(m.root())
+            .output()
+            .unwrap();
+        assert!(git.status.success(), "{git:?}");
+        m
+    }
+
+    fn root(&self) -> std::path::PathBuf {
+        self.parent.path().join("my app")
+    }
+
+    /// `okstra ARGS` in `dir`, with only this machine's environment (no
+    /// agent CLI of the machine running the tests is seen).
+    fn okstra_in(&self, dir: &std::path::Path, args: &[&str]) -> common::Run {
+        self.sh_in(dir, &format!("okstra {}", args.join(" ")))
+    }
+
+    /// A command line, as a person pastes it, in `dir`.
+    fn sh_in(&self, dir: &std::path::Path, line: &str) -> common::Run {
+        let okstra = std::path::Path::new(env!("CARGO_BIN_EXE_okstra"));
+        let path = format!(
+            "{}:{}:/usr/local/bin:/usr/bin:/bin",
+            self.bin.path().display(),
+            okstra.parent().unwrap().display()
+        );
+        let out = Command::new("sh")
+            .args(["-c", line])
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", self.home.path())
+            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
+            .output()
+            .unwrap();
+        common::Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+}
+
+/// The providers of a spec's workers, in order.
+fn providers_of(spec: &str) -> Vec<String> {
+    let doc: toml::Table = toml::from_str(spec).unwrap();
+    doc["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["provider"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The `okstra ...` command lines a report ends with.
+fn printed_commands(text: &str, verb: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("  "))
+        .filter(|l| l.starts_with(&format!("okstra {verb} ")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 25's first hour: `okstra init` in a fresh repository with a
+/// logged-in claude writes a run whose printed commands plan and run it
+/// as written; a second init refuses, naming each file, writing nothing.
+#[test]
+fn init_starts_a_run_that_plans_and_runs_as_printed() {
+    let m = Machine::new(true);
+    let root = m.root();
+    let init = m.okstra_in(&root, &["init"]);
+    common::assert_code(&init, 0);
+    assert!(
+        init.stdout.contains("claude  a worker: ")
+            && init.stdout.contains("logged in: claude.ai login"),
+        "{}",
+        init.stdout
+    );
+    let spec = m.read("okstra.toml");
+    assert_eq!(
+        spec.lines().next(),
+        Some("#:schema .okstra/schemas/jobs.schema.json")
+    );
+    assert_eq!(providers_of(&spec), ["claude"]);
+    // The schema the directive names is the one okstra embeds.
+    let embedded = Command::new(env!("CARGO_BIN_EXE_okstra"))
+        .args(["schema", "jobs"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        m.read(".okstra/schemas/jobs.schema.json").as_bytes(),
+        embedded.stdout
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_str(&m.read(".okstra/run/run-manifest.json")).unwrap();
+    assert_eq!(manifest["taskKey"], "my-app");
+    assert!(m
+        .read(".okstra/prompts/claude.md")
+        .contains("**Result Path:** .okstra/results/claude.md"));
+    let plan = printed_commands(&init.stdout, "plan");
+    let exec = printed_commands(&init.stdout, "exec");
+    assert_eq!(
+        (plan.len(), exec.len()),
+        (1, 1),
+        "one plan and one exec line: {}",
+        init.stdout
+    );
+    assert!(!plan[0].contains("--project-root"), "{}", plan[0]);
+    let planned = m.sh_in(&root, &plan[0]);
+    common::assert_code(&planned, 0);
+    let ran = m.sh_in(&root, &exec[0]);
+    common::assert_code(&ran, 0);
+    assert!(
+        ran.stdout.contains("1 of 1 job completed"),
+        "{}",
+        ran.stdout
+    );
+    assert!(m
+        .read(".okstra/results/claude.md")
+        .contains("A fake claude read its prompt"));
+
+    // Again: refused, each file named, nothing written (a file removed
+    // meanwhile is not written back).
+    std::fs::remove_file(root.join(".okstra/prompts/claude.md")).unwrap();
+    let again = m.okstra_in(&root, &["init", "--format", "json"]);
+    assert_eq!(again.code, 2, "{}{}", again.stdout, again.stderr);
+    let named: Vec<String> = again.json()["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            assert_eq!(e["code"], "input/exists", "{e}");
+            e["file"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert!(named.contains(&"okstra.toml".to_string()), "{named:?}");
+    assert!(
+        named.contains(&".okstra/run/run-manifest.json".to_string()),
+        "{named:?}"
+    );
+    assert!(!named.iter().any(|f| f.contains("prompts")), "{named:?}");
+    assert!(!root.join(".okstra/prompts/claude.md").exists());
+    assert_eq!(m.read("okstra.toml"), spec);
+
+    // The near miss: another fresh project takes init.
+    let other = m.parent.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    common::assert_code(&m.okstra_in(&other, &["init"]), 0);
+}
+
+/// Without a logged-in agent CLI, init's spec has one `command` worker,
+/// and run from elsewhere its commands name the project root; both run as
+/// printed.
+#[test]
+fn init_without_a_logged_in_cli_writes_a_command_worker_that_runs() {
+    let m = Machine::new(false);
+    let init = m.okstra_in(m.parent.path(), &["init", "--project-root", "'my app'"]);
+    common::assert_code(&init, 0);
+    assert!(
+        init.stdout.contains("claude  no worker: "),
+        "{}",
+        init.stdout
+    );
+    assert!(init.stdout.contains("not logged in"), "{}", init.stdout);
+    let spec = m.read("okstra.toml");
+    assert_eq!(providers_of(&spec), ["command"]);
+    let plan = printed_commands(&init.stdout, "plan");
+    assert!(plan[0].contains("--project-root 'my app'"), "{}", plan[0]);
+    common::assert_code(&m.sh_in(m.parent.path(), &plan[0]), 0);
+    let exec = printed_commands(&init.stdout, "exec");
+    let ran = m.sh_in(m.parent.path(), &exec[0]);
+    common::assert_code(&ran, 0);
+    assert!(m
+        .read(".okstra/results/command.md")
+        .contains("# command, attempt 1"));
+    // Asked for by name, claude gets its worker though it is not ready,
+    // and init says so.
+    let asked = m.parent.path().join("asked");
+    std::fs::create_dir(&asked).unwrap();
+    let init = m.okstra_in(
+        &asked,
+        &["init", "--provider", "claude", "--provider", "command"],
+    );
+    common::assert_code(&init, 0);
+    assert!(
+        init.stdout.contains("claude  a worker, but not ready"),
+        "{}",
+        init.stdout
+    );
+    let spec = std::fs::read_to_string(asked.join("okstra.toml")).unwrap();
+    assert_eq!(providers_of(&spec), ["claude", "command"]);
+}
+
+/// `okstra run` keeps its plan under the run directory, and the `okstra
+/// exec` line its review prints runs it again: the same plan, continued
+/// (its job not run a second time).
+#[test]
+fn run_keeps_its_plan_and_its_exec_line_runs_it_again() {
+    let m = Machine::new(false);
+    let root = m.root();
+    common::assert_code(&m.okstra_in(&root, &["init"]), 0);
+    let run = m.okstra_in(
+        &root,
+        &[
+            "run",
+            "okstra.toml",
+            "--manifest",
+            ".okstra/run/run-manifest.json",
+        ],
+    );
+    common::assert_code(&run, 0);
+    let exec = printed_commands(&run.stderr, "exec");
+    assert_eq!(exec.len(), 1, "{}", run.stderr);
+    let kept = exec[0].strip_prefix("okstra exec ").unwrap();
+    let digest = run
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("Plan "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap();
+    assert_eq!(kept, format!(".okstra/run/plans/{digest}.json"));
+    let plan: serde_json::Value = serde_json::from_str(&m.read(kept)).unwrap();
+    assert!(plan["digest"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("sha256:{digest}")));
+    let again = m.sh_in(&root, &exec[0]);
+    common::assert_code(&again, 0);
+    assert!(
+        again.stdout.contains("completed by an earlier exec"),
+        "{}",
+        again.stdout
+    );
+    let events = m.read(".okstra/run/lead-events.jsonl");
+    assert_eq!(
+        events.matches("\"worker-dispatched\"").count(),
+        1,
+        "{events}"
+    );
+}
+
+/// `okstra status` before any exec: team-state does not exist, and it says
+/// so with its path and the project root (`input/missing`, exit 2); a run
+/// makes it answer. (A blank team-state is a run not started: tests/exec.rs.)
+#[test]
+fn status_without_team_state_says_where_it_looked() {
+    let m = Machine::new(false);
+    let root = m.root();
+    common::assert_code(&m.okstra_in(&root, &["init"]), 0);
+    let status = [
+        "status",
+        "--manifest",
+        ".okstra/run/run-manifest.json",
+        "--format",
+        "json",
+    ];
+    let before = m.okstra_in(&root, &status);
+    assert_eq!(before.code, 2, "{}{}", before.stdout, before.stderr);
+    let e = before.error("input/missing");
+    assert_eq!(e["file"], ".okstra/run/team-state.json");
+    assert!(
+        e["message"].as_str().unwrap().contains("does not exist"),
+        "{e}"
+    );
+    let real = root.canonicalize().unwrap();
+    assert!(
+        e["help"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("project root: {}", real.display())),
+        "{e}"
+    );
+    let text = m.okstra_in(&root, &status[..3]);
+    assert!(
+        text.stderr.contains(
+            "error[input/missing]: team-state .okstra/run/team-state.json does not exist"
+        ),
+        "{}",
+        text.stderr
+    );
+    // A missing manifest is missing too, named as given.
+    let none = m.okstra_in(
+        &root,
+        &["status", "--manifest", "nope.json", "--format", "json"],
+    );
+    assert_eq!(none.error("input/missing")["file"], "nope.json");
+    // The near miss: once the run ran, status answers.
+    common::assert_code(
+        &m.okstra_in(
+            &root,
+            &[
+                "run",
+                "okstra.toml",
+                "--manifest",
+                ".okstra/run/run-manifest.json",
+            ],
+        ),
+        0,
+    );
+    let after = m.okstra_in(&root, &status);
+    common::assert_code(&after, 0);
+    assert_eq!(after.json()["workers"][0]["status"], "completed");
+}
+
+/// A forgotten `--project-root` reads as a missing file: the error names
+/// the project root in use, so the cause shows. The near miss, with the
+/// root, plans.
+#[test]
+fn a_missing_file_names_the_project_root_in_use() {
+    let m = Machine::new(false);
+    common::assert_code(&m.okstra_in(&m.root(), &["init"]), 0);
+    let parent = m.parent.path();
+    let plan = "plan 'my app/okstra.toml' --manifest 'my app/.okstra/run/run-manifest.json' --out plan.json --format json";
+    let forgot = m.okstra_in(parent, &[plan]);
+    assert_eq!(forgot.code, 2, "{}{}", forgot.stdout, forgot.stderr);
+    let e = forgot.error("input/missing");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains(".okstra/prompts/command.md"),
+        "{e}"
+    );
+    let here = parent.canonicalize().unwrap();
+    let help = e["help"].as_str().unwrap();
+    assert!(
+        help.contains(&format!("project root: {};", here.display())),
+        "{help}"
+    );
+    assert!(help.contains("--project-root"), "{help}");
+    // A file named on the command line is taken from the current
+    // directory, and says so, naming the root too.
+    let spec = m.okstra_in(
+        parent,
+        &[
+            "plan",
+            "okstra.toml",
+            "--manifest",
+            "'my app/.okstra/run/run-manifest.json'",
+            "--format",
+            "json",
+        ],
+    );
+    let help = spec.error("input/missing")["help"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        help.contains(&format!("current directory, {}", here.display())),
+        "{help}"
+    );
+    assert!(
+        help.contains(&format!("project root in use is {}", here.display())),
+        "{help}"
+    );
+    let with_root = m.okstra_in(parent, &[plan, "--project-root", "'my app'"]);
+    common::assert_code(&with_root, 0);
 }

@@ -406,3 +406,152 @@ fn taplo_puts_each_error_on_its_entry() {
     // The near miss is clean.
     assert!(in_table(4).is_empty(), "{errors:?}");
 }
+
+/// The spec `okstra init` writes, with a worker of every provider, in a
+/// fresh project `dir`; its path, and the schema its `#:schema` line names
+/// (resolved from the spec's directory, as editors resolve it).
+fn init_spec(dir: &Path) -> (PathBuf, PathBuf) {
+    let out = Command::new(env!("CARGO_BIN_EXE_okstra"))
+        .args(["init", "--provider", "claude", "--provider", "codex"])
+        .args(["--provider", "gemini", "--provider", "command"])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spec = dir.join("okstra.toml");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let first = text.lines().next().unwrap();
+    let target = first
+        .strip_prefix("#:schema ")
+        .unwrap_or_else(|| panic!("the first line is no schema directive: {first}"));
+    let schema = dir.join(target);
+    assert!(schema.is_file(), "{} is not written", schema.display());
+    (spec, schema)
+}
+
+/// `spec` with an unknown key in its `[defaults]`: the line it is on
+/// (1-based), and the text.
+fn with_typo(spec: &str) -> (usize, String) {
+    let text = spec.replacen(
+        "idleTimeoutSeconds = 600\n",
+        "idleTimeoutSeconds = 600\ncolour = 1\n",
+        1,
+    );
+    (line_of(&text, "colour = 1") + 1, text)
+}
+
+/// Taplo (Even Better TOML) follows the `#:schema` line of the spec init
+/// writes to the schema init wrote beside it: the spec is clean, a typo in
+/// it is flagged on its line, and (the near miss that shows the directive
+/// is what is followed) the same typo passes without the line.
+#[test]
+fn taplo_follows_the_schema_line_of_the_spec_init_writes() {
+    let Some(modules) = editor_tools() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (spec, _) = init_spec(dir.path());
+    let cli = modules.join("@taplo/cli/dist/cli.js");
+    let lint = |file: &Path| {
+        let out = Command::new("node")
+            .arg(&cli)
+            .args(["lint", "--no-auto-config"])
+            .arg(file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
+        (out.status.success(), text)
+    };
+    let (ok, text) = lint(&spec);
+    assert!(ok, "the spec init wrote: {text}");
+    let written = std::fs::read_to_string(&spec).unwrap();
+    let (line, typo) = with_typo(&written);
+    let bad = dir.path().join("typo.toml");
+    std::fs::write(&bad, &typo).unwrap();
+    let (ok, text) = lint(&bad);
+    assert!(!ok, "a typo must be flagged: {text}");
+    assert!(
+        text.contains(&format!("typo.toml:{line}:1")) && text.contains("'colour' was unexpected"),
+        "{text}"
+    );
+    let undirected = typo.split_once('\n').unwrap().1;
+    std::fs::write(&bad, undirected).unwrap();
+    let (ok, text) = lint(&bad);
+    assert!(ok, "without the directive, taplo has no schema: {text}");
+}
+
+/// The VS Code JSON language service, given the schema the spec's
+/// `#:schema` line names, finds nothing to flag in the spec init wrote
+/// (read as JSON, as okstra reads TOML and JSON alike), flags a typo on
+/// its line, and shows each key's documentation on hover.
+#[test]
+fn the_vscode_json_service_accepts_the_spec_init_writes() {
+    let Some(modules) = editor_tools() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (spec, schema_path) = init_spec(dir.path());
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_path).unwrap()).unwrap();
+    let as_json = |toml_text: &str| {
+        let doc: toml::Table = toml::from_str(toml_text).unwrap();
+        serde_json::to_string_pretty(&doc).unwrap()
+    };
+    let show = |json_text: &str, hover: Option<String>| -> Value {
+        let doc = dir.path().join("spec.json");
+        std::fs::write(&doc, json_text).unwrap();
+        let out = Command::new("node")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/editors/vscode-json.js"))
+            .arg(&modules)
+            .arg(&schema_path)
+            .arg(&doc)
+            .args(hover)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let written = std::fs::read_to_string(&spec).unwrap();
+    let clean = as_json(&written);
+    let key = line_of(&clean, "\"idleTimeoutSeconds\"");
+    let at = format!(
+        "{key}:{}",
+        clean.lines().nth(key).unwrap().find('"').unwrap() + 1
+    );
+    let shown = show(&clean, Some(at));
+    assert_eq!(shown["diagnostics"], serde_json::json!([]), "{shown:#}");
+    let md = schema["definitions"]["idleTimeoutSeconds"]["markdownDescription"]
+        .as_str()
+        .unwrap();
+    let hover = shown["hovers"][0]["contents"].as_str().unwrap_or_default();
+    assert!(hover.contains(md), "{hover}");
+    let (_, typo) = with_typo(&written);
+    let bad = as_json(&typo);
+    let shown = show(&bad, None);
+    let flagged: Vec<(u64, &str)> = shown["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["line"].as_u64().unwrap(), d["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        flagged,
+        [(
+            line_of(&bad, "\"colour\"") as u64,
+            "Property colour is not allowed."
+        )],
+        "{shown:#}"
+    );
+}

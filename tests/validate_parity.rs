@@ -50,7 +50,13 @@ fn validate_codes(p: &Project) -> BTreeSet<String> {
     let root = okstra::compile::paths::canonical_root(p.root());
     let mut ctx = Ctx::new(root);
     let path = p.path("spec.json");
-    if let Some(mut loaded) = ctx.load("input", "spec.json", &path, Format::Json) {
+    if let Some(mut loaded) = ctx.load(
+        "input",
+        "spec.json",
+        &path,
+        okstra::compile::paths::Base::CurrentDir,
+        Format::Json,
+    ) {
         compile::check_spec_alone(&mut ctx, &mut loaded);
     }
     ctx.diags.iter().map(|d| d.code.to_string()).collect()

@@ -112,38 +112,75 @@ pub fn run(args: &RunArgs) -> ExitStatus {
         Ok(p) => p,
         Err(d) => return report(&d, args.format),
     };
-    // A private directory (mode 0700, an unpredictable name): nobody else
-    // can plant or swap the plan between writing and running it.
-    let dir = match tempfile::Builder::new().prefix("okstra-run-").tempdir() {
-        Ok(dir) => dir,
-        Err(e) => {
-            let d = Diagnostic::new(
-                Code::InputUnreadable,
-                format!("cannot create a temporary directory for the plan: {e}"),
-            )
-            .help("set TMPDIR to a writable directory");
-            return report(&Diagnostics::from(d), args.format);
-        }
+    let path = match keep_plan(&plan) {
+        Ok(path) => path,
+        Err(d) => return report(&d, args.format),
     };
-    let path = dir.path().join("plan.json");
-    if let Err(d) = plan_cmd::write_plan(&plan, &path) {
-        return report(&Diagnostics::from(d), args.format);
-    }
     if args.format == Format::Text {
         let _ = writeln!(
             std::io::stderr(),
             "{}",
-            render::summary(&plan, &path.display().to_string())
+            render::summary(&plan, &as_typed(&path).display().to_string())
         );
     }
-    let status = exec(&ExecArgs {
-        plan: path.clone(),
+    exec(&ExecArgs {
+        plan: path,
         concurrency: args.concurrency,
         junit: args.junit.clone(),
         format: args.format,
-    });
-    drop(dir);
-    status
+    })
+}
+
+/// Where `okstra run` keeps the plan it made (SPEC §7): the run directory
+/// (team-state's), `plans/<first 12 hex of the digest>.json`, so that the
+/// `okstra exec` line of its review runs it again. Written below the
+/// project root without following a symlink, under the run's exec lock: a
+/// stage another exec is running would take the new file for a worker's
+/// write (that exec refuses this one with `exec/locked` anyway).
+fn keep_plan(plan: &crate::plan::Plan) -> Result<PathBuf, Diagnostics> {
+    let root = Path::new(&plan.project_root);
+    let team = crate::compile::paths::abs_of(root, &plan.run.team_state_path);
+    let run_dir = team.parent().unwrap_or(root);
+    let path = run_dir
+        .join("plans")
+        .join(format!("{}.json", render::short(&plan.digest)));
+    let unwritable = |e: &dyn std::fmt::Display| {
+        Diagnostics::from(
+            Diagnostic::new(
+                Code::OutputUnwritable,
+                format!("cannot keep the plan at {}: {e}", path.display()),
+            )
+            .in_file(path.display().to_string())
+            .help("the run directory (where the manifest's teamStatePath lives) must be writable; nothing was run"),
+        )
+    };
+    let own = crate::beneath::Beneath::open(root).map_err(|e| unwritable(&e))?;
+    let _lock = exec::lock_run(
+        plan,
+        &own,
+        &crate::state::TeamStateStore::open(team.clone()),
+    )?;
+    own.relative(&path)
+        .and_then(|rel| {
+            own.write_atomic(
+                rel,
+                plan_cmd::plan_text(plan).as_bytes(),
+                crate::fsutil::Durability::Fsync,
+            )
+        })
+        .map_err(|e| unwritable(&e))?;
+    Ok(path)
+}
+
+/// `path` as a person types it here: relative to the current directory
+/// where it lies below it, else absolute.
+fn as_typed(path: &Path) -> PathBuf {
+    std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf))
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .unwrap_or_else(|| path.to_path_buf())
 }
 
 fn finish(o: &Outcomes, format: Format) -> ExitStatus {

@@ -66,7 +66,7 @@ pub fn man(args: &ManArgs) -> ExitStatus {
         Err(d) => return super::report(&Diagnostics::from(d), Format::Text),
     };
     let mut out = Vec::new();
-    if let Err(e) = clap_mangen::Man::new(page).render(&mut out) {
+    if let Err(e) = render(page, args.command.as_deref(), &mut out) {
         let d = Diagnostic::new(
             Code::InputInvalid,
             format!("cannot render the man page: {e}"),
@@ -75,6 +75,29 @@ pub fn man(args: &ManArgs) -> ExitStatus {
     }
     out!("{}", String::from_utf8_lossy(&out));
     ExitStatus::Success
+}
+
+/// The page of `page` (the command `command`, or okstra itself): clap's
+/// sections in clap_mangen's order, with EXIT STATUS, ENVIRONMENT and
+/// EXAMPLES (`super::manual`) before VERSION.
+fn render(page: clap::Command, command: Option<&str>, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let shown_args = page.get_arguments().any(|a| !a.is_hide_set());
+    let shown_subcommands = page.get_subcommands().any(|s| !s.is_hide_set());
+    let man = clap_mangen::Man::new(page);
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    if shown_args {
+        man.render_options_section(out)?;
+    }
+    if shown_subcommands {
+        man.render_subcommands_section(out)?;
+    }
+    let mut ours = roff::Roff::new();
+    super::manual::sections(&mut ours, command);
+    ours.to_writer(out)?;
+    man.render_version_section(out)
 }
 
 /// Every page `okstra man` prints: the top-level one and one per command.

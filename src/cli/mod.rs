@@ -18,6 +18,8 @@ macro_rules! out {
 mod doctor;
 mod exec;
 mod generated;
+mod init;
+mod manual;
 mod plan;
 mod status;
 mod validate;
@@ -91,6 +93,8 @@ pub fn stderr_color() -> bool {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Start a run in a project: a run manifest, a commented job spec and its schema, a prompt per worker; then the commands that plan and run it.
+    Init(init::InitArgs),
     /// Compile a job spec (or the manifest's roster) into plan.json and print its summary.
     Plan(plan::PlanArgs),
     /// Verify a plan and run it: progress on stderr, a summary at the end.
@@ -138,6 +142,7 @@ pub fn main() -> ExitStatus {
     let cli = Cli::parse();
     STDERR_COLOR.store(cli.color.for_stderr(), std::sync::atomic::Ordering::Relaxed);
     match cli.command {
+        Command::Init(args) => init::init(&args),
         Command::Plan(args) => plan::plan(&args),
         Command::Show(args) => plan::show(&args),
         Command::Exec(args) => exec::exec(&args),

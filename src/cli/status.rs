@@ -245,18 +245,43 @@ fn team_state_of<'a>(
 ) -> Result<(String, Rows<'a>), Diagnostic> {
     let root = paths::canonical_root(&args.project_root);
     let display = paths::display_for(&root, &args.manifest);
-    let manifest: Value = std::fs::read(&args.manifest)
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-        .map_err(|e| {
-            Diagnostic::new(
-                Code::InputUnreadable,
-                format!("cannot read manifest {display}: {e}"),
+    let manifest: Value = match std::fs::read(&args.manifest) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let d = Diagnostic::new(
+                Code::InputMissing,
+                format!("manifest {display} does not exist"),
             )
             .in_file(display)
-        })?;
+            .help("check the --manifest path");
+            return Err(paths::name_root(d, &root, paths::Base::CurrentDir));
+        }
+        read => read
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                Diagnostic::new(
+                    Code::InputUnreadable,
+                    format!("cannot read manifest {display}: {e}"),
+                )
+                .in_file(display)
+            })?,
+    };
     let team = crate::model::str_of(&manifest, "teamStatePath").to_string();
-    let store = crate::state::TeamStateStore::open(paths::abs_of(&root, &team));
+    let path = paths::abs_of(&root, &team);
+    // No file is no run started yet, told apart from a blank one (a run
+    // the lead prepared, which reads as no rows).
+    if !team.is_empty() && matches!(path.try_exists(), Ok(false)) {
+        let d = Diagnostic::new(
+            Code::InputMissing,
+            format!(
+                "team-state {team} does not exist: no `okstra exec` has run for this manifest yet"
+            ),
+        )
+        .in_file(team)
+        .help("run the plan (`okstra exec PLAN`), or check --manifest");
+        return Err(paths::name_root(d, &root, paths::Base::Root));
+    }
+    let store = crate::state::TeamStateStore::open(path);
     match store.read_rows(buf) {
         Ok(rows) => Ok((team, rows)),
         Err(e) => Err(

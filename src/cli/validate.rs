@@ -127,7 +127,13 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
                 }
             }
         } else {
-            ctx.load("input", &display, file, SourceFormat::for_path(file))
+            ctx.load(
+                "input",
+                &display,
+                file,
+                compile::paths::Base::CurrentDir,
+                SourceFormat::for_path(file),
+            )
         };
         let Some(mut loaded) = loaded else {
             all.extend(std::mem::take(&mut ctx.diags));

@@ -54,7 +54,7 @@ pub fn load_metadata(ctx: &mut Ctx, prompt: &paths::Resolved) -> Option<Meta> {
         return None;
     }
     let display = format!("{}.meta.json", prompt.display);
-    let loaded = ctx.load("metadata", &display, &abs, Format::Json)?;
+    let loaded = ctx.load("metadata", &display, &abs, paths::Base::Root, Format::Json)?;
     // Judged as written before anything compares it (SPEC §1).
     if let Some(why) = prompt_path_problem(&loaded.doc) {
         let value = meta_prompt_path(&loaded.doc);

@@ -154,12 +154,14 @@ impl Ctx {
     }
 
     /// Load a JSON/TOML input, recording its digest; problems become
-    /// diagnostics.
+    /// diagnostics. A relative `path` was taken from `base`, which a missing
+    /// file's help says.
     pub fn load(
         &mut self,
         kind: &str,
         display: &str,
         path: &Path,
+        base: paths::Base,
         format: Format,
     ) -> Option<Loaded> {
         match SourceFile::load(display, path, format) {
@@ -168,7 +170,7 @@ impl Ctx {
                 Some(Loaded { doc, src })
             }
             Err(d) => {
-                self.push(d);
+                self.push(paths::name_root(d, &self.root, base));
                 None
             }
         }
@@ -386,7 +388,13 @@ fn manifest_str<'a>(doc: &'a Value, pointer: &str) -> Option<&'a str> {
 
 fn load_run(ctx: &mut Ctx, req: &Request) -> Option<RunFacts> {
     let display = command_line_display(ctx, "manifest", &req.manifest)?;
-    let loaded = ctx.load("manifest", &display, &req.manifest, Format::Json)?;
+    let loaded = ctx.load(
+        "manifest",
+        &display,
+        &req.manifest,
+        paths::Base::CurrentDir,
+        Format::Json,
+    )?;
     ctx.schema_check(SchemaKind::Manifest, &loaded, &|_| false);
     let m = Manifest::new(&loaded.doc);
     let src = &loaded.src;
@@ -880,7 +888,11 @@ pub fn require_file(
             format!("`{key}` names {}, which does not exist", r.display),
             &entry.ptr(key),
         )
-        .help("create the file, or fix the path (relative to the project root)");
+        .help(paths::not_found_help(
+            "create the file, or fix the path",
+            &ctx.root,
+            paths::Base::Root,
+        ));
     ctx.push(with_worker(d, entry));
     false
 }

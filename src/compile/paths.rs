@@ -16,6 +16,7 @@
 //! Recorded paths are project-relative with `/` separators, or absolute for a
 //! write scope outside the root, and always UTF-8.
 
+use crate::diag::{Code, Diagnostic};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -344,6 +345,42 @@ pub fn checked_display_for(root: &Path, path: &Path) -> Option<String> {
         Ok(rel) => text_of(rel),
         Err(_) => text_of(&abs),
     }
+}
+
+/// Where a relative path is taken from (SPEC §1): the project root for a
+/// path an input names, the current directory for a file named on the
+/// command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Base {
+    Root,
+    CurrentDir,
+}
+
+/// The help line of a "does not exist" error: `fix`, then where the path
+/// was looked for, always naming the project root in use, since a
+/// forgotten `--project-root` reads as a missing file.
+pub fn not_found_help(fix: &str, root: &Path, base: Base) -> String {
+    match base {
+        Base::Root => format!(
+            "{fix} (project root: {}; relative paths are resolved from it — pass --project-root if the project is elsewhere)",
+            root.display()
+        ),
+        Base::CurrentDir => format!(
+            "{fix} (a file named on the command line is resolved from the current directory, {}; the project root in use is {} — pass --project-root if the project is elsewhere)",
+            real_path(&std::env::current_dir().unwrap_or_default()).display(),
+            root.display()
+        ),
+    }
+}
+
+/// `d` with [`not_found_help`] for its help, where it says a file does not
+/// exist (`input/missing`); any other diagnostic as it is.
+pub fn name_root(d: Diagnostic, root: &Path, base: Base) -> Diagnostic {
+    if d.code != Code::InputMissing {
+        return d;
+    }
+    let help = not_found_help(d.help.as_deref().unwrap_or("check the path"), root, base);
+    d.help(help)
 }
 
 fn command_line_abs(path: &Path) -> PathBuf {

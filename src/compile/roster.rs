@@ -106,9 +106,10 @@ fn load_team_state(ctx: &mut Ctx, run: &RunFacts) -> Option<Loaded> {
             Some(loaded)
         }
         Err(d) => {
-            ctx.push(d.help(
+            let d = d.help(
                 "roster mode builds jobs from team-state workers[] rows (workerId, provider, role, promptPath, resultPath, modelExecutionValue); the lead writes them before planning",
-            ));
+            );
+            ctx.push(paths::name_root(d, &ctx.root, paths::Base::Root));
             None
         }
     }

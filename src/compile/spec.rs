@@ -13,7 +13,7 @@
 //! spec's `defaults` beside it (the jobs schema relates an entry to nothing
 //! else; see its `$comment`).
 
-use super::Ctx;
+use super::{paths, Ctx};
 use crate::schema::{self, SchemaError, SchemaKind};
 use crate::source::{Format, SourceFile};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -78,13 +78,13 @@ fn parse_again(text: &str) -> Value {
 pub fn load(ctx: &mut Ctx, display: &str, path: &Path) -> Option<(Spec, SourceFile)> {
     let format = Format::for_path(path);
     if format != Format::Json {
-        let loaded = ctx.load("spec", display, path, format)?;
+        let loaded = ctx.load("spec", display, path, paths::Base::CurrentDir, format)?;
         return Some((Spec::of_value(loaded.doc), loaded.src));
     }
     let src = match SourceFile::read(display, path, format) {
         Ok(src) => src,
         Err(d) => {
-            ctx.push(d);
+            ctx.push(paths::name_root(d, &ctx.root, paths::Base::CurrentDir));
             return None;
         }
     };

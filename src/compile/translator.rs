@@ -274,7 +274,13 @@ fn the_reservation(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let display = format!("{}/{name}", root.display.trim_end_matches('/'));
-        let Some(loaded) = ctx.load("reservation", &display, &path, Format::Json) else {
+        let Some(loaded) = ctx.load(
+            "reservation",
+            &display,
+            &path,
+            paths::Base::Root,
+            Format::Json,
+        ) else {
             continue;
         };
         if is_candidate(&loaded.doc, execution, dispatched) {
@@ -371,7 +377,11 @@ fn check_files(ctx: &mut Ctx, src: &SourceFile, prompt: &Resolved, meta: &Resolv
                 format!("the reservation's prompt {} does not exist", prompt.display),
                 "/promptPath",
             )
-            .help("the lead writes the translator prompt before planning");
+            .help(paths::not_found_help(
+                "the lead writes the translator prompt before planning",
+                &ctx.root,
+                paths::Base::Root,
+            ));
         ctx.push(d);
         return false;
     }
@@ -386,6 +396,7 @@ fn check_restates_metadata(ctx: &mut Ctx, res: &Loaded, meta: &Resolved) -> bool
     let metadata = match SourceFile::load(&meta.display, &meta.abs, Format::Json) {
         Ok((m, _)) => m,
         Err(d) => {
+            let d = paths::name_root(d, &ctx.root, paths::Base::Root);
             ctx.push(d);
             return false;
         }

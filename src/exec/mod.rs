@@ -149,33 +149,7 @@ pub fn run(
     let own = crate::beneath::Beneath::open(root)
         .map(std::sync::Arc::new)
         .map_err(|e| Diagnostics::from(state_refusal(plan, e.to_string())))?;
-    let lock_path = store.exec_lock_path();
-    let lock_file = own
-        .relative(&lock_path)
-        .and_then(|rel| own.open_file(rel, crate::beneath::WriteMode::Append))
-        .map_err(|e| Diagnostics::from(state_refusal(plan, e.to_string())))?;
-    let lock = match FileLock::try_file(lock_file, &lock_path) {
-        Ok(Ok(lock)) => lock,
-        Ok(Err(file)) => {
-            let holder = crate::fsutil::lock_holder(&file)
-                .map(|h| format!(", {h}"))
-                .unwrap_or_default();
-            return Err(Diagnostic::new(
-                Code::ExecLocked,
-                format!(
-                    "another `okstra exec` holds this run ({}{holder})",
-                    lock_path.display()
-                ),
-            )
-            .help("wait for it to finish, or check `okstra status --manifest M`; a dead executor releases the lock by itself")
-            .into());
-        }
-        Err(e) => {
-            return Err(
-                state_refusal(plan, format!("cannot lock {}: {e}", lock_path.display())).into(),
-            )
-        }
-    };
+    let lock = lock_run(plan, &own, &store)?;
     let rec = record::Recorder::open(root, plan, std::sync::Arc::clone(&own))
         .map_err(|e| Diagnostics::from(state_refusal(plan, e.to_string())))?;
     let interrupt = crate::process::interrupt_flag().map_err(|e| {
@@ -187,6 +161,41 @@ pub fn run(
     let outcomes = run::Runner::new(verified, opts, rec, own, reporters, interrupt).run();
     drop(lock);
     Ok(outcomes)
+}
+
+/// Take the run's exclusive exec lock (SPEC §5.1), or say who holds it
+/// (`exec/locked`). Also held by `okstra run` while it writes its plan into
+/// the run directory, so that no running stage sees that write.
+pub fn lock_run(
+    plan: &Plan,
+    own: &crate::beneath::Beneath,
+    store: &crate::state::TeamStateStore,
+) -> Result<FileLock, Diagnostics> {
+    let lock_path = store.exec_lock_path();
+    let lock_file = own
+        .relative(&lock_path)
+        .and_then(|rel| own.open_file(rel, crate::beneath::WriteMode::Append))
+        .map_err(|e| Diagnostics::from(state_refusal(plan, e.to_string())))?;
+    match FileLock::try_file(lock_file, &lock_path) {
+        Ok(Ok(lock)) => Ok(lock),
+        Ok(Err(file)) => {
+            let holder = crate::fsutil::lock_holder(&file)
+                .map(|h| format!(", {h}"))
+                .unwrap_or_default();
+            Err(Diagnostic::new(
+                Code::ExecLocked,
+                format!(
+                    "another `okstra exec` holds this run ({}{holder})",
+                    lock_path.display()
+                ),
+            )
+            .help("wait for it to finish, or check `okstra status --manifest M`; a dead executor releases the lock by itself")
+            .into())
+        }
+        Err(e) => {
+            Err(state_refusal(plan, format!("cannot lock {}: {e}", lock_path.display())).into())
+        }
+    }
 }
 
 fn state_refusal(plan: &Plan, message: String) -> Diagnostic {

@@ -10,6 +10,9 @@ mod run;
 mod slurm;
 mod target;
 
+/// Whether an agent CLI is ready for a worker (`okstra init`).
+pub(super) use providers::ready;
+
 use crate::compile::paths;
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use crate::plan::Plan;
@@ -184,6 +187,7 @@ fn target_check(
     let kind = match target::classify(path) {
         Ok(kind) => kind,
         Err(d) => {
+            let d = paths::name_root(d, root, paths::Base::CurrentDir);
             let diags = Diagnostics::from(d);
             return (unread_check(format!("target {shown}"), &diags), Err(diags));
         }

@@ -78,6 +78,36 @@ pub fn checks(need: &Need, root: &Path) -> Vec<Check> {
     out
 }
 
+/// Whether `provider`'s CLI is ready to run a worker here, as doctor checks
+/// it: on PATH, answering `--version`, and logged in (for `okstra init`,
+/// which gives a worker to each ready CLI). What was found, or why not.
+pub fn ready(provider: Provider, root: &Path) -> Result<String, String> {
+    let Some(program) = provider.program() else {
+        return Ok("needs no CLI".into());
+    };
+    let cli = program.name;
+    let path = which(cli).ok_or_else(|| format!("`{cli}` is not on PATH"))?;
+    let version =
+        version_of(&path, VERSION_TIMEOUT).map_err(|e| format!("{}: {e}", path.display()))?;
+    let login = provider.login(&Where {
+        var: &own_var,
+        project_root: root,
+        argv: &[],
+    });
+    match login {
+        Some(Login::Yes(how)) => Ok(format!("{} ({version}), logged in: {how}", path.display())),
+        Some(Login::No { looked, fix }) => Err(format!(
+            "{} is not logged in: {looked} (to log in: {fix})",
+            path.display()
+        )),
+        Some(Login::Unknown(why)) => Err(format!(
+            "{}: whether it is logged in cannot be told here: {why}",
+            path.display()
+        )),
+        None => Ok(format!("{} ({version})", path.display())),
+    }
+}
+
 fn login_check(cli: &str, login: Login, miss: Level) -> Check {
     let name = format!("login {cli}");
     match login {

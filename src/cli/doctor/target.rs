@@ -59,7 +59,7 @@ pub fn classify(path: &Path) -> Result<Kind, Diagnostic> {
             return Err(
                 Diagnostic::new(Code::InputMissing, format!("`{shown}` does not exist"))
                     .in_file(shown)
-                    .help("check the path; relative paths are taken from the current directory"),
+                    .help("check the path"),
             )
         }
         Err(e) => {
