@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Random crash harness for `okstra exec` (SPEC §5.8).
+"""Random crash harness for `okstra exec` (docs/exec.md#crash-safety-and-resume).
 
 Runs a two-stage plan of N command jobs (random short durations, one job
 that needs a retry) and kills exec at a random instant: SIGKILL to exec

@@ -2,7 +2,7 @@
 """Gated wrapper benchmark: what confinement adds to an attempt's critical path.
 
 exec starts each wrapper held (`--gated`, stdin a pipe), records and syncs
-the dispatch, then releases it with one byte (SPEC 5.8). What the wrapper
+the dispatch, then releases it with one byte (docs/exec.md#crash-safety-and-resume). What the wrapper
 does before the go overlaps exec's fdatasync; what it does after the go
 delays the attempt. This script starts wrappers the same way, one at a time:
 spawn held, wait GATE_US (standing in for exec's record and sync), release,

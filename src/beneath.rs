@@ -1,7 +1,7 @@
 //! Opening okstra's own files below a directory without following a symlink
-//! at any component (SPEC §1): logs, sidecars and state live inside a
-//! project a worker may write, and a symlink planted there must be an
-//! error, never a redirect of okstra's write to somewhere else.
+//! at any component (docs/exec.md#never-through-a-symlink): logs, sidecars and
+//! state live inside a project a worker may write, and a symlink planted there
+//! must be an error, never a redirect of okstra's write to somewhere else.
 //!
 //! Every path is relative to a directory opened once ([`Beneath::open`]) and
 //! is resolved by the kernel relative to that descriptor:

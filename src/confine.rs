@@ -1,4 +1,5 @@
-//! Kernel write confinement of a worker (SPEC §9), with Linux Landlock.
+//! Kernel write confinement of a worker
+//! (docs/confinement.md#kernel-confinement), with Linux Landlock.
 //!
 //! The wrapper (unconfined) prepares everything: it creates each directory
 //! the worker may write, opens it, and builds the ruleset. Then a thread

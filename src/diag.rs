@@ -1,7 +1,7 @@
 //! Diagnostics: one user-facing problem each, with a stable code (listed in
-//! docs/errors.md#error-codes), a place in a file where there is one, and a hint. Rendered like rustc in
-//! text (through `annotate-snippets`, see [`render`]), or as the
-//! `{"ok": false, "errors": [...]}` document in JSON.
+//! docs/errors.md#error-codes), a place in a file where there is one, and a
+//! hint. Rendered like rustc in text (through `annotate-snippets`, see
+//! [`render`]), or as the `{"ok": false, "errors": [...]}` document in JSON.
 
 mod location;
 mod render;
@@ -179,7 +179,8 @@ impl ExitStatus {
         ExitStatus::Interrupted,
     ];
 
-    /// What the exit code says, for the man pages' EXIT STATUS (SPEC §7).
+    /// What the exit code says, for the man pages' EXIT STATUS
+    /// (docs/cli.md#commands).
     pub fn meaning(self) -> &'static str {
         match self {
             ExitStatus::Success => "success: the command did what it was asked; exec and run: every job completed",

@@ -1,4 +1,4 @@
-//! Fault injection for the crash tests (SPEC §5.8).
+//! Fault injection for the crash tests (docs/exec.md#crash-safety-and-resume).
 //!
 //! Every durable write and every launch of `okstra exec` passes through a
 //! named [`point`]. In a debug build (what `cargo test` builds), two variables

@@ -7,8 +7,8 @@ use crate::canonical;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
-/// `dutyId -> role`, built in (SPEC §3.4); the manifest's `duties{}` extends
-/// or overrides it.
+/// `dutyId -> role`, built in (docs/manifest.md#duty-catalog); the manifest's
+/// `duties{}` extends or overrides it.
 pub const BUILTIN_DUTIES: &[(&str, &str)] = &[
     ("implementation-executor", "implementer"),
     ("implementation-verifier", "verifier"),
@@ -19,8 +19,9 @@ pub const BUILTIN_DUTIES: &[(&str, &str)] = &[
     ("plan-verification", "verifier"),
 ];
 
-/// The worker id of the report writer, which runs alone (SPEC §3.2). The
-/// role of the same name is `vocab::Role::ReportWriter`.
+/// The worker id of the report writer, which runs alone
+/// (docs/spec-format.md#batch-rules). The role of the same name is
+/// `vocab::Role::ReportWriter`.
 pub const REPORT_WRITER: &str = "report-writer";
 
 pub fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -192,8 +193,9 @@ pub fn model_spec_digest(binding: &Value, model: &Value) -> String {
     canonical::digest(&Value::Object(m))
 }
 
-/// How a catalog model names its version (SPEC §6): `pinned`, one exact
-/// version; `channel`, a moving alias within a channel family.
+/// How a catalog model names its version (docs/manifest.md#the-model-catalog):
+/// `pinned`, one exact version; `channel`, a moving alias within a channel
+/// family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VersionKind {
     Pinned,

@@ -1,6 +1,7 @@
-//! The plan document (SPEC §4): what `okstra plan` writes and `okstra exec`
-//! runs. Field names are the wire names; `formatVersion` is bumped whenever a
-//! field a reader must understand is added.
+//! The plan document (docs/plan-format.md#the-plan-document): what
+//! `okstra plan` writes and `okstra exec` runs. Field names are the wire names;
+//! `formatVersion` is bumped whenever a field a reader must understand is
+//! added.
 
 use crate::canonical;
 use crate::provider::Provider;
@@ -157,8 +158,9 @@ pub struct Invocation {
     pub host_model_value: Option<String>,
 }
 
-/// A write policy (SPEC §5.5): glob allow-list over project-relative paths
-/// (absolute for paths outside the project root), with its digest.
+/// A write policy (docs/audit.md#write-policies): glob allow-list over
+/// project-relative paths (absolute for paths outside the project root), with
+/// its digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WritePolicy {
@@ -173,10 +175,10 @@ pub struct WritePolicy {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WriteEnforcement {
     pub mutation_audit: MutationAudit,
-    /// Kernel confinement asked for (SPEC §9); what was applied is on each
-    /// dispatch row. Absent means `none`: so a plan made before the key
-    /// existed (whose wrapper argv carries no confinement) reads, and
-    /// writes back, as what it runs.
+    /// Kernel confinement asked for (docs/confinement.md#kernel-confinement);
+    /// what was applied is on each dispatch row. Absent means `none`: so a plan
+    /// made before the key existed (whose wrapper argv carries no confinement)
+    /// reads, and writes back, as what it runs.
     #[serde(default = "unconfined", skip_serializing_if = "is_unconfined")]
     pub confinement: Confinement,
 }
@@ -243,8 +245,8 @@ pub struct Job {
     pub slurm: Option<SlurmOptions>,
 }
 
-/// The `sbatch` options of a `slurm` job (SPEC §10), as the spec gave them;
-/// what is absent is the cluster's default.
+/// The `sbatch` options of a `slurm` job (docs/slurm.md#running-on-slurm), as
+/// the spec gave them; what is absent is the cluster's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SlurmOptions {

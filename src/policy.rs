@@ -1,5 +1,6 @@
-//! Write policies (SPEC §5.5): what one job may change, as a glob allow-list
-//! over project-relative paths (absolute for paths outside the project root).
+//! Write policies (docs/audit.md#write-policies): what one job may change, as a
+//! glob allow-list over project-relative paths (absolute for paths outside the
+//! project root).
 //!
 //! This module is the only place a policy is built, matched or compared, so
 //! the plan-time `rules/write-conflict` check and the exec-time mutation audit

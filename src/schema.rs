@@ -495,7 +495,8 @@ mod tests {
     fn names_round_trip_and_files_are_distinct() {
         for k in SchemaKind::ALL {
             assert_eq!(SchemaKind::from_name(k.name()), Some(k));
-            // SPEC §4 names the plan's schema `schemas/plan.schema.json`.
+            // docs/plan-format.md#the-plan-document names the plan's schema
+            // `schemas/plan.schema.json`.
             assert_eq!(k.file_name(), format!("{}.schema.json", k.name()));
         }
         assert_eq!(SchemaKind::from_name("nope"), None);

@@ -1,8 +1,9 @@
-//! Served-model verification (SPEC §6): where a provider reports the model
-//! that actually served an attempt, it must be the selected one — exactly
-//! for a pinned selection, by provider and channel family for a channel.
-//! Pure, over the manifest's model catalog, so the wrapper can call it with
-//! what it observed and exit `SERVED_MODEL_MISMATCH_EXIT_CODE` on `Err`.
+//! Served-model verification (docs/providers.md#the-served-model): where a
+//! provider reports the model that actually served an attempt, it must be the
+//! selected one — exactly for a pinned selection, by provider and channel
+//! family for a channel. Pure, over the manifest's model catalog, so the
+//! wrapper can call it with what it observed and exit
+//! `SERVED_MODEL_MISMATCH_EXIT_CODE` on `Err`.
 
 use crate::model::{str_of, Manifest, VersionKind};
 use std::fmt;
@@ -232,7 +233,7 @@ mod tests {
         )
     }
 
-    /// The whole table of SPEC §6, one row per case.
+    /// The whole table of docs/providers.md#the-served-model, one row per case.
     #[test]
     fn the_served_model_table() {
         type Row = (&'static str, AttestationLevel, &'static str, bool);

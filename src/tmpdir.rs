@@ -1,5 +1,6 @@
-//! The private `TMPDIR` of a confined worker (SPEC §9): where it lives,
-//! who makes it, and how it goes, however the attempt ended.
+//! The private `TMPDIR` of a confined worker
+//! (docs/confinement.md#its-private-tmpdir): where it lives, who makes it, and
+//! how it goes, however the attempt ended.
 //!
 //! Every one lives in `<system temp>/okstra-<uid>` ([`Root`]), a directory
 //! of this user's alone (mode 0700, reached without a symlink: `/tmp` is

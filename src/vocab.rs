@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
-/// How a job's wrapper is started (SPEC §5.2).
+/// How a job's wrapper is started (docs/exec.md#running-a-stage).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
@@ -23,8 +23,9 @@ pub enum Backend {
     /// A terminal multiplexer pane, where the manifest allows; degrades to
     /// `cli-wrapper` when no multiplexer answers.
     Pane,
-    /// A Slurm batch job (SPEC §10): the wrapper runs on a compute node,
-    /// submitted with `sbatch`, the project root on a shared filesystem.
+    /// A Slurm batch job (docs/slurm.md#running-on-slurm): the wrapper runs on
+    /// a compute node, submitted with `sbatch`, the project root on a shared
+    /// filesystem.
     Slurm,
 }
 
@@ -47,7 +48,7 @@ impl Backend {
     }
 }
 
-/// When the mutation audit runs (SPEC §5.5).
+/// When the mutation audit runs (docs/audit.md#the-mutation-audit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum MutationAudit {
     /// Snapshot the project before the batch, compare after (the default).
@@ -67,7 +68,8 @@ impl MutationAudit {
     }
 }
 
-/// Whether a job's worker is confined by the kernel (SPEC §9).
+/// Whether a job's worker is confined by the kernel
+/// (docs/confinement.md#kernel-confinement).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Confinement {
@@ -294,10 +296,10 @@ open_vocabulary! {
 }
 
 open_vocabulary! {
-    /// What kind of failure ended an attempt, in one word (SPEC §6): on the
-    /// wrapper's status sidecar, the `worker-failed` event and the dispatch
-    /// row. Open, since a sidecar or log written by another okstra may name
-    /// a kind this one does not.
+    /// What kind of failure ended an attempt, in one word
+    /// (docs/providers.md#failure-kinds): on the wrapper's status sidecar, the
+    /// `worker-failed` event and the dispatch row. Open, since a sidecar or log
+    /// written by another okstra may name a kind this one does not.
     FailureKind {
         /// The CLI refused its command line, or the wrapper its arguments.
         ArgumentError = "argument-error",

@@ -1,6 +1,7 @@
-//! The mutation audit end to end (SPEC §3.2, §5.5): real `command` workers
-//! run through `okstra plan` + `okstra exec` in temp-dir projects, one test
-//! per outcome and per way a worker might try to hide a change.
+//! The mutation audit end to end (docs/spec-format.md#batch-rules,
+//! docs/audit.md#the-mutation-audit): real `command` workers run through
+//! `okstra plan` + `okstra exec` in temp-dir projects, one test per outcome and
+//! per way a worker might try to hide a change.
 //!
 //! Workers talk to the test through a scratch directory outside the project
 //! (`$SCRATCH`), so run counters never show up in the audit.

@@ -1,11 +1,11 @@
-//! Kernel confinement end to end (SPEC §9): `command` workers run by
-//! `okstra plan` + `okstra exec` under Landlock try every way tests/audit.rs
-//! knows of writing outside their policy. The kernel refuses each one in
-//! the worker (EACCES; EXDEV for a hard link, Landlock's answer to linking
-//! a file in from outside), and the tree is left byte-identical. Where
-//! Landlock cannot stop a change (a mode change; a symlink made inside an
-//! allowed directory), the test says so and shows the audit still catches
-//! it.
+//! Kernel confinement end to end (docs/confinement.md#kernel-confinement):
+//! `command` workers run by `okstra plan` + `okstra exec` under Landlock try
+//! every way tests/audit.rs knows of writing outside their policy. The kernel
+//! refuses each one in the worker (EACCES; EXDEV for a hard link, Landlock's
+//! answer to linking a file in from outside), and the tree is left
+//! byte-identical. Where Landlock cannot stop a change (a mode change; a
+//! symlink made inside an allowed directory), the test says so and shows the
+//! audit still catches it.
 //!
 //! Workers report what happened in their own result file (a confined
 //! worker cannot write a scratch directory outside the project). Skipped,

@@ -1,9 +1,9 @@
-//! Crash safety (SPEC §5.8), deterministically: `okstra exec` is killed
-//! (SIGKILL, from inside, at a fault point compiled into debug builds only)
-//! at every durable write and every launch of a two-stage plan with a
-//! retry, one point per run; then exec is run again until the run
-//! completes. After each: no recorded row lost, no attempt started twice,
-//! every state file parseable, and the run completed.
+//! Crash safety (docs/exec.md#crash-safety-and-resume), deterministically:
+//! `okstra exec` is killed (SIGKILL, from inside, at a fault point compiled
+//! into debug builds only) at every durable write and every launch of a
+//! two-stage plan with a retry, one point per run; then exec is run again until
+//! the run completes. After each: no recorded row lost, no attempt started
+//! twice, every state file parseable, and the run completed.
 
 mod common;
 use common::*;

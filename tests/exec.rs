@@ -1,5 +1,7 @@
-//! `okstra exec` (SPEC §5, §6): the real binary runs fixture shell workers
-//! (`provider = "command"`) in temp-dir projects, one test per behaviour.
+//! `okstra exec` (docs/exec.md#okstra-exec,
+//! docs/providers.md#the-worker-wrapper): the real binary runs fixture shell
+//! workers (`provider = "command"`) in temp-dir projects, one test per
+//! behaviour.
 //!
 //! Workers talk to the test through a scratch directory outside the project
 //! (`$SCRATCH`), so run counters and marker files are never seen by the
@@ -1759,7 +1761,8 @@ fn a_worker_whose_slot_died_before_reporting_it_is_found_and_stopped() {
     });
 }
 
-// --- A completion path counts only if this attempt wrote it (SPEC §5.3) ---
+// --- A completion path counts only if this attempt wrote it
+// (docs/exec.md#settling-an-attempt) ---
 
 /// A result file left by an earlier run, its mtime an hour back.
 fn leave_old_result(fx: &Fx, key: &str) {

@@ -1,10 +1,10 @@
-//! The audit fails closed at exec level (SPEC §5.5, issue "Fail closed"):
-//! a tree the audit cannot walk settles every job it covers `error` with
-//! `audit/incomplete`, never `completed`; a baseline that does not read
-//! back is never replaced by a fresh walk; okstra's own files changed by a
-//! worker are a violation of the stage that changed them; records a worker
-//! forged in the events log are not believed by the next exec. Each beside
-//! a near miss that must pass.
+//! The audit fails closed at exec level (docs/audit.md#the-audit-fails-closed,
+//! issue "Fail closed"): a tree the audit cannot walk settles every job it
+//! covers `error` with `audit/incomplete`, never `completed`; a baseline that
+//! does not read back is never replaced by a fresh walk; okstra's own files
+//! changed by a worker are a violation of the stage that changed them; records
+//! a worker forged in the events log are not believed by the next exec. Each
+//! beside a near miss that must pass.
 //!
 //! Workers run unconfined (`confinement = "none"`), as in tests/audit.rs:
 //! these hostile workers make the very writes Landlock refuses under the

@@ -1,7 +1,7 @@
-//! A full disk (SPEC §5.8, issue "resume that always finishes"): exec whose
-//! run directory fills up stops with a clear error and exit 1, never a
-//! panic, leaves no torn line and no unreadable state, and a later exec
-//! with space again completes the run, starting no attempt twice.
+//! A full disk (docs/exec.md#crash-safety-and-resume, issue "resume that always
+//! finishes"): exec whose run directory fills up stops with a clear error and
+//! exit 1, never a panic, leaves no torn line and no unreadable state, and a
+//! later exec with space again completes the run, starting no attempt twice.
 //!
 //! The run directory is a small tmpfs mounted by the test (root only).
 //! Where mounting is refused the test says so and passes, unless

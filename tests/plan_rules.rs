@@ -1,5 +1,5 @@
-//! Every error code of SPEC §2–§3, triggered by the real binary on a fixture
-//! project, each beside a near miss that must plan cleanly.
+//! Every error code of docs/errors.md#error-codes, triggered by the real binary
+//! on a fixture project, each beside a near miss that must plan cleanly.
 
 mod common;
 use common::*;

@@ -1,11 +1,11 @@
 //! A confined worker's private TMPDIR goes however its attempt ends
-//! (SPEC §9): the wrapper killed with `kill -9` mid-attempt, a run stopped
-//! while its workers ignore SIGTERM (exec's SIGKILL ends the wrappers
-//! too), or a clean finish. Each worker fills its TMPDIR with what makes a
-//! removal hard: files, nested directories, a read-only directory, one with
-//! no permissions at all, and symlinks to a file and a directory outside,
-//! which must survive. A TMPDIR exec cannot remove is reported, and fails
-//! the run.
+//! (docs/confinement.md#its-private-tmpdir): the wrapper killed with `kill -9`
+//! mid-attempt, a run stopped while its workers ignore SIGTERM (exec's SIGKILL
+//! ends the wrappers too), or a clean finish. Each worker fills its TMPDIR with
+//! what makes a removal hard: files, nested directories, a read-only directory,
+//! one with no permissions at all, and symlinks to a file and a directory
+//! outside, which must survive. A TMPDIR exec cannot remove is reported, and
+//! fails the run.
 //!
 //! exec runs with `TMPDIR` pointing at a directory of the test's, so the
 //! test sees every private TMPDIR the run made. As root, exec runs without

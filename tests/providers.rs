@@ -1,11 +1,12 @@
-//! Agent providers end to end (SPEC §5.2, §6): `okstra exec` runs fake
-//! `claude`, `codex` and `gemini` CLIs (one sh script on a temporary PATH)
-//! that record their argv and stdin and print what the real CLIs print
-//! (PROVIDERS.md): claude's stream-json `system`/`init` event with `model`
-//! and `session_id`, an answer naming the model that served and the final
-//! `result` with `modelUsage`; codex's `thread.started` and `turn.completed`
-//! with usage; gemini's stream-json `init` and `result` with `stats`.
-//! The pane backend runs under a real tmux server started by the test.
+//! Agent providers end to end (docs/exec.md#running-a-stage,
+//! docs/providers.md#the-worker-wrapper): `okstra exec` runs fake `claude`,
+//! `codex` and `gemini` CLIs (one sh script on a temporary PATH) that record
+//! their argv and stdin and print what the real CLIs print (PROVIDERS.md):
+//! claude's stream-json `system`/`init` event with `model` and `session_id`, an
+//! answer naming the model that served and the final `result` with
+//! `modelUsage`; codex's `thread.started` and `turn.completed` with usage;
+//! gemini's stream-json `init` and `result` with `stats`. The pane backend runs
+//! under a real tmux server started by the test.
 
 mod common;
 use common::*;

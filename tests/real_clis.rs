@@ -7,10 +7,11 @@
 //! no credentials, the prompt on stdin and a wall-clock limit: it must fail
 //! for lack of credentials or network, never with an argument error.
 //!
-//! Each CLI runs twice: unconfined, and confined by Landlock (SPEC §9) as
-//! exec runs it (write access to the project, a private TMPDIR and the
-//! CLI's own state directory). Confined, it must get exactly as far, and
-//! its output must show no refused write (EACCES) on its own files.
+//! Each CLI runs twice: unconfined, and confined by Landlock
+//! (docs/confinement.md#kernel-confinement) as exec runs it (write access to
+//! the project, a private TMPDIR and the CLI's own state directory). Confined,
+//! it must get exactly as far, and its output must show no refused write
+//! (EACCES) on its own files.
 
 mod common;
 use serde_json::Value;
@@ -107,7 +108,8 @@ fn kind(r: &Ran) -> &str {
     r.status["failureKind"].as_str().unwrap_or("")
 }
 
-/// The wrapper's reason (SPEC §6): says what to do and quotes the CLI.
+/// The wrapper's reason (docs/providers.md#the-worker-wrapper): says what to do
+/// and quotes the CLI.
 #[track_caller]
 fn assert_reason(r: &Ran, says: &[&str]) {
     let error = r.status["error"].as_str().unwrap_or("");

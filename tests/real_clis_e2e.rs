@@ -517,12 +517,14 @@ fn gemini_api_error_settles_error_and_keeps_the_usage_spent() {
 }
 
 // ---------------------------------------------------------------------------
-// A refused key (SPEC §6): `credentials-refused`, naming the key to check and
-// quoting the CLI, within seconds (claude alone would retry for 3 minutes).
+// A refused key (docs/providers.md#the-worker-wrapper): `credentials-refused`,
+// naming the key to check and quoting the CLI, within seconds (claude alone
+// would retry for 3 minutes).
 // ---------------------------------------------------------------------------
 
-/// The settling the contract allows a refused key (SPEC §6: stopped at the
-/// CLI's first retry report); not a benchmark.
+/// The settling the contract allows a refused key
+/// (docs/providers.md#the-worker-wrapper: stopped at the CLI's first retry
+/// report); not a benchmark.
 const REFUSED_WITHIN: Duration = Duration::from_secs(30);
 
 fn a_refused_key_is_said_at_once(provider: &str, step: Step, exit_code: i64, quoted: &str) {
@@ -922,8 +924,8 @@ fn a_three_provider_run_adds_up_in_okstra_status() {
 }
 
 // ---------------------------------------------------------------------------
-// Confinement (SPEC §9): a tool call writing outside the job's policy fails
-// in the agent; the tree is unchanged.
+// Confinement (docs/confinement.md#kernel-confinement): a tool call writing
+// outside the job's policy fails in the agent; the tree is unchanged.
 // ---------------------------------------------------------------------------
 
 #[test]

@@ -1,5 +1,5 @@
-//! The `slurm` backend against a real Slurm (SPEC §10): the real binary
-//! runs fixture projects whose jobs are Slurm batch jobs.
+//! The `slurm` backend against a real Slurm (docs/slurm.md#running-on-slurm):
+//! the real binary runs fixture projects whose jobs are Slurm batch jobs.
 //!
 //! A cluster is needed: `scripts/slurm-cluster.sh up` (as root) starts a
 //! one-node one and prints the `SLURM_CONF` that points at it; these tests

@@ -1,9 +1,9 @@
 //! `okstra validate` runs every rule `okstra plan` runs that needs no
-//! manifest, metadata or prompt file (SPEC §8), and the jobs schema never
-//! refuses what plan accepts. In a project where every prompt exists and
-//! the manifest is a plain v1 one (no metadata, no role executions),
-//! nothing but the spec can make plan refuse, so validate and plan must
-//! give the same verdict with the same codes; the schema may say less,
+//! manifest, metadata or prompt file (docs/schemas.md#what-the-schemas-check),
+//! and the jobs schema never refuses what plan accepts. In a project where
+//! every prompt exists and the manifest is a plain v1 one (no metadata, no role
+//! executions), nothing but the spec can make plan refuse, so validate and plan
+//! must give the same verdict with the same codes; the schema may say less,
 //! never more.
 
 mod common;

@@ -1,7 +1,8 @@
 //! The wrapper run as exec runs it: `okstra-worker` (what exec starts when
 //! it is installed beside okstra) and `okstra worker` (the same code, the
 //! fallback), each on exec's command line; gated, as exec will start it
-//! (SPEC §5.8); and on a disk that cannot take its status file.
+//! (docs/exec.md#crash-safety-and-resume); and on a disk that cannot take its
+//! status file.
 
 mod common;
 

@@ -1,8 +1,8 @@
-//! Why an audit could not be completed. The audit fails closed (SPEC §5.5):
-//! anything that stops a snapshot or a compare from seeing the whole tree is
-//! one of these, and the executor settles every job the audit covers
-//! `error` with code `audit/incomplete` naming the path. Nothing here is
-//! ever skipped or taken as "no change".
+//! Why an audit could not be completed. The audit fails closed
+//! (docs/audit.md#the-audit-fails-closed): anything that stops a snapshot or a
+//! compare from seeing the whole tree is one of these, and the executor settles
+//! every job the audit covers `error` with code `audit/incomplete` naming the
+//! path. Nothing here is ever skipped or taken as "no change".
 
 use crate::diag::{Code, Diagnostic};
 use std::io;

@@ -1,4 +1,4 @@
-//! What the audit reads inside a git directory (SPEC §5.5).
+//! What the audit reads inside a git directory (docs/audit.md#inside-git).
 //!
 //! Everything git executes or reads as configuration is walked like any
 //! other tree, file by file: `hooks/`, `config`, `config.worktree`, `info/`,

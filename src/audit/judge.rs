@@ -1,6 +1,7 @@
-//! Judging a batch's changes against its jobs' write policies (SPEC §5.5):
-//! each change is attributed once to the policies that allow it, then each
-//! job's attempt gets its verdict from that one attribution.
+//! Judging a batch's changes against its jobs' write policies
+//! (docs/audit.md#write-policies): each change is attributed once to the
+//! policies that allow it, then each job's attempt gets its verdict from that
+//! one attribution.
 
 use super::compare::{ChangeKind, Changes};
 use crate::plan::{sidecar, WritePolicy};

@@ -1,5 +1,5 @@
-//! The mutation audit (SPEC §5.5): what did a batch of workers change, and
-//! was each change allowed by some job's write policy?
+//! The mutation audit (docs/audit.md#the-mutation-audit): what did a batch of
+//! workers change, and was each change allowed by some job's write policy?
 //!
 //! A snapshot records, per directory, the `lstat` of every entry (size,
 //! mtime and ctime in ns, inode, mode, symlink target). Content is hashed

@@ -10,8 +10,9 @@
 //! everything else is the character itself. So a plain name reads as itself,
 //! and [`unescape`] gives back the exact bytes of any escaped name.
 //!
-//! Policies never hold `\` (SPEC §1 refuses it), so an escaped name can only
-//! be allowed by a wildcard that covers it, never by accident of a literal.
+//! Policies never hold `\` (docs/spec-format.md#paths refuses it), so an
+//! escaped name can only be allowed by a wildcard that covers it, never by
+//! accident of a literal.
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::Serializer;

@@ -4,7 +4,8 @@
 //! events log and its lock, the error log, the snapshot sidecars) change
 //! while a stage runs because exec writes them, so no write policy can judge
 //! them: the walk leaves them out ([`Excluded`]), and the executor checks
-//! them against what it wrote itself ([`file_fingerprint`], SPEC §5.5).
+//! them against what it wrote itself ([`file_fingerprint`],
+//! docs/audit.md#okstras-own-files).
 //!
 //! Left out with each of them: the temporary files [`crate::fsutil::write_atomic`]
 //! makes beside it, `.<name>.<pid>.<hex>.tmp`. A write is a temporary file
@@ -134,10 +135,10 @@ impl RunningFingerprint {
 }
 
 /// The fingerprint of the file at `path` now. The path is opened one
-/// component at a time, none followed if it is a symlink (SPEC §1: a
-/// symlink among okstra's own paths is an error, never a redirect), and
-/// the file must be a regular file. `..` is refused: the executor passes
-/// the paths it resolved itself.
+/// component at a time, none followed if it is a symlink
+/// (docs/exec.md#never-through-a-symlink: a symlink among okstra's own paths is
+/// an error, never a redirect), and the file must be a regular file. `..` is
+/// refused: the executor passes the paths it resolved itself.
 pub fn file_fingerprint(path: &Path) -> Result<Fingerprint, AuditError> {
     let shown = || name::escape(path.as_os_str().as_bytes()).into_owned();
     let fail = |e: io::Error| AuditError::new(Step::Hash, shown(), e);

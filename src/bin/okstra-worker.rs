@@ -1,4 +1,5 @@
-//! `okstra-worker`: the worker wrapper (SPEC §6) as a binary of its own.
+//! `okstra-worker`: the worker wrapper (docs/providers.md#the-worker-wrapper)
+//! as a binary of its own.
 //!
 //! exec starts the wrapper once per job, so it is kept lean: the wrapper's
 //! code and what it calls, nothing of planning (schemas, globbing, the

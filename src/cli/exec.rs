@@ -131,12 +131,12 @@ pub fn run(args: &RunArgs) -> ExitStatus {
     })
 }
 
-/// Where `okstra run` keeps the plan it made (SPEC §7): the run directory
-/// (team-state's), `plans/<first 12 hex of the digest>.json`, so that the
-/// `okstra exec` line of its review runs it again. Written below the
-/// project root without following a symlink, under the run's exec lock: a
-/// stage another exec is running would take the new file for a worker's
-/// write (that exec refuses this one with `exec/locked` anyway).
+/// Where `okstra run` keeps the plan it made (docs/cli.md#commands): the run
+/// directory (team-state's), `plans/<first 12 hex of the digest>.json`, so that
+/// the `okstra exec` line of its review runs it again. Written below the
+/// project root without following a symlink, under the run's exec lock: a stage
+/// another exec is running would take the new file for a worker's write (that
+/// exec refuses this one with `exec/locked` anyway).
 fn keep_plan(plan: &crate::plan::Plan) -> Result<PathBuf, Diagnostics> {
     let root = Path::new(&plan.project_root);
     let team = crate::compile::paths::abs_of(root, &plan.run.team_state_path);

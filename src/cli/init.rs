@@ -1,9 +1,9 @@
-//! `okstra init`: a run for a project in one command (SPEC §7). It writes a
-//! run manifest, a job spec whose first line names its schema (written
+//! `okstra init`: a run for a project in one command (docs/cli.md#commands). It
+//! writes a run manifest, a job spec whose first line names its schema (written
 //! beside it, for editors), a prompt per worker and a `.gitignore` for the
-//! run's state; never over a file that exists: every target is looked at
-//! before the first is written. Then it prints the commands that plan and
-//! run what it wrote.
+//! run's state; never over a file that exists: every target is looked at before
+//! the first is written. Then it prints the commands that plan and run what it
+//! wrote.
 //!
 //! The workers are v1 (a `workerId`), which needs no invocation metadata:
 //! one per `--provider`, or per agent CLI that doctor's checks find ready
@@ -86,8 +86,8 @@ fn workers(providers: &[Provider]) -> Vec<Worker> {
 }
 
 /// The task key of a project whose directory is called `name`. The
-/// manifest schema takes any string, but the key also names files and
-/// git branches (SPEC §11), so it keeps to ASCII letters, digits, `_` and
+/// manifest schema takes any string, but the key also names files (and,
+/// with worktrees, git branches), so it keeps to ASCII letters, digits, `_` and
 /// `-`: every other run of characters becomes one `-`, none at either end,
 /// at most 64 characters; `run` when nothing is left.
 fn task_key(name: &str) -> String {

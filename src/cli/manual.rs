@@ -1,7 +1,7 @@
-//! The sections of the man pages that clap knows nothing of (SPEC §7):
-//! EXIT STATUS with the error-code table (from [`Code`], the table the
-//! README's is checked against), ENVIRONMENT (every `OKSTRA_*` variable)
-//! and EXAMPLES (per command).
+//! The sections of the man pages that clap knows nothing of
+//! (docs/cli.md#commands): EXIT STATUS with the error-code table (from
+//! [`Code`], the table the README's is checked against), ENVIRONMENT (every
+//! `OKSTRA_*` variable) and EXAMPLES (per command).
 
 use crate::diag::{Code, ExitStatus};
 use roff::{bold, italic, roman, Roff};

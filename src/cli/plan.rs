@@ -71,7 +71,7 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
         return report(&Diagnostics::from(d), args.format);
     }
     // Roster mode's one documented write besides the plan: pre-run skips on
-    // pristine team-state rows (SPEC §3.3).
+    // pristine team-state rows (docs/manifest.md#roster-mode).
     let marked = match compile::roster::record_skips(&plan, &compiled.skips) {
         Ok(m) => m,
         Err(e) => {

@@ -1,5 +1,6 @@
-//! Invocation metadata and authority (SPEC §3.1): a job must agree with the
-//! metadata the lead wrote beside its prompt, and a v2 job with the run
+//! Invocation metadata and authority
+//! (docs/manifest.md#invocation-metadata-and-authority): a job must agree with
+//! the metadata the lead wrote beside its prompt, and a v2 job with the run
 //! manifest's role executions, participants and model catalog.
 
 use super::paths::{self, Field};
@@ -55,7 +56,8 @@ pub fn load_metadata(ctx: &mut Ctx, prompt: &paths::Resolved) -> Option<Meta> {
     }
     let display = format!("{}.meta.json", prompt.display);
     let loaded = ctx.load("metadata", &display, &abs, paths::Base::Root, Format::Json)?;
-    // Judged as written before anything compares it (SPEC §1).
+    // Judged as written before anything compares it
+    // (docs/spec-format.md#paths).
     if let Some(why) = prompt_path_problem(&loaded.doc) {
         let value = meta_prompt_path(&loaded.doc);
         let d = raw::invalid_path(ctx, &loaded.src, value, "/prompt/path", &why);
@@ -237,7 +239,8 @@ fn finding(code: Code, key: &str, message: String, help: &'static str) -> Findin
 }
 
 /// A v2 job under a v2 manifest agrees with its metadata and the manifest.
-/// Every disagreement is reported, in the order of SPEC §3.1's table.
+/// Every disagreement is reported, in the order of the table at
+/// docs/manifest.md#invocation-metadata-and-authority.
 pub fn check_v2_job(
     ctx: &mut Ctx,
     manifest: &Manifest,
@@ -456,7 +459,8 @@ fn binding_finding(manifest: &Manifest, execution: &Value, id: &V2Identity) -> O
     })
 }
 
-/// Translators come only from reservations (SPEC §3.5).
+/// Translators come only from reservations
+/// (docs/manifest.md#translator-reservations).
 pub fn check_translator(
     ctx: &mut Ctx,
     manifest: &Manifest,

@@ -1,4 +1,5 @@
-//! Conformance declarations of an implementation plan (SPEC §3.6):
+//! Conformance declarations of an implementation plan
+//! (docs/cli.md#conformance-declarations):
 //! `implementationPlanning.stages[].conformanceTests` is
 //! `<script> (requires=[cap,...])`.
 

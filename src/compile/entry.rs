@@ -1,7 +1,8 @@
-//! A worker entry (SPEC §2.1), read once into typed fields wherever it came
-//! from: a spec entry with `defaults` applied, a team-state row in roster
-//! mode, or a translator reservation. Every key keeps the pointer of the
-//! value it was read from, so a diagnostic points at what the user wrote.
+//! A worker entry (docs/spec-format.md#worker-keys), read once into typed
+//! fields wherever it came from: a spec entry with `defaults` applied, a
+//! team-state row in roster mode, or a translator reservation. Every key keeps
+//! the pointer of the value it was read from, so a diagnostic points at what
+//! the user wrote.
 //!
 //! Reading never fails. The JSON Schema check reports a value of the wrong
 //! type; here such a value reads as absent, so the rules past this point
@@ -25,8 +26,9 @@ pub struct Entry {
     /// for: a string per key of every entry was once most of a large
     /// spec's memory.
     origin: Origin,
-    /// Built from a translator reservation (SPEC §3.5), the one way a
-    /// translator job may be planned.
+    /// Built from a translator reservation
+    /// (docs/manifest.md#translator-reservations), the one way a translator job
+    /// may be planned.
     pub reserved: bool,
 }
 
@@ -42,7 +44,8 @@ struct Origin {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerFields {
-    // Identity (SPEC §2), raw: present (even as null) or absent.
+    // Identity (docs/spec-format.md#execution-identity), raw: present (even as
+    // null) or absent.
     #[serde(default, deserialize_with = "raw")]
     pub schema_version: Option<Value>,
     #[serde(default, deserialize_with = "raw")]

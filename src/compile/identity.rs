@@ -1,6 +1,7 @@
-//! Execution identity (SPEC §2): which version a worker entry is, and the
-//! refusals that keep a partial or mixed identity from going further. Code
-//! past this parser only ever sees a whole `plan::Identity`.
+//! Execution identity (docs/spec-format.md#execution-identity): which version a
+//! worker entry is, and the refusals that keep a partial or mixed identity from
+//! going further. Code past this parser only ever sees a whole
+//! `plan::Identity`.
 
 use super::entry::WorkerFields;
 use crate::diag::Code;

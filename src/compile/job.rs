@@ -28,7 +28,7 @@ use crate::vocab::{Audience, Backend, Confinement, DispatchKind, MutationAudit, 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// The idle timeout of a job that names none (SPEC §2.1).
+/// The idle timeout of a job that names none (docs/spec-format.md#worker-keys).
 pub(crate) const DEFAULT_IDLE_TIMEOUT_SECONDS: u64 = 600;
 
 /// How a job's liveness is judged: the wrapper's status sidecar.
@@ -166,8 +166,8 @@ impl NamedProvider {
     }
 }
 
-/// The entry's `provider`, else the one a v1 worker id implies (SPEC §2);
-/// `None` when there is neither.
+/// The entry's `provider`, else the one a v1 worker id implies
+/// (docs/spec-format.md#execution-identity); `None` when there is neither.
 fn provider_of(named: Option<&str>, identity: &Identity) -> Option<NamedProvider> {
     match named {
         Some(name) => Some(match name.parse() {
@@ -503,7 +503,8 @@ impl Described {
 }
 
 /// Step 4: the claim against the metadata beside the prompt and, under a
-/// v2 manifest, against the manifest (SPEC §3.1).
+/// v2 manifest, against the manifest
+/// (docs/manifest.md#invocation-metadata-and-authority).
 fn check_claim(
     ctx: &mut Ctx,
     manifest: &Manifest,
@@ -608,7 +609,7 @@ fn planned_paths(role: &Role, mut own: Vec<String>, run: &[String]) -> Vec<Strin
     own
 }
 
-/// Step 5: the job's write policy (SPEC §5.5).
+/// Step 5: the job's write policy (docs/audit.md#write-policies).
 fn write_policy(job: &Job, planned: &[String], aux: &[String]) -> plan::WritePolicy {
     policy::build(&policy::PolicyInputs {
         role: &job.role,
@@ -788,7 +789,7 @@ struct WrapperCommand<'a> {
     command: &'a [String],
     dirs: &'a [PathBuf],
     /// The manifest holding the model catalog and the selected entry, for
-    /// the served-model check (SPEC §6).
+    /// the served-model check (docs/providers.md#the-served-model).
     catalog: Option<(&'a str, &'a str)>,
 }
 
@@ -858,8 +859,8 @@ fn wrapper_command(w: &WrapperCommand) -> Vec<String> {
 }
 
 /// `--confinement MODE` and a `--confine-dir` per directory the job may
-/// write (SPEC §9); nothing for `none`. The log and status sidecar are
-/// left out: the wrapper writes them, not the worker.
+/// write (docs/confinement.md#kernel-confinement); nothing for `none`. The log
+/// and status sidecar are left out: the wrapper writes them, not the worker.
 fn confinement_flags(job: &Job) -> Vec<String> {
     let mode = job.write_enforcement.confinement;
     if mode == Confinement::None {

@@ -197,7 +197,7 @@ impl Ctx {
     }
 
     /// Schema-check a document; `covered` lets a caller drop complaints a
-    /// rule of SPEC §2–§3 reports under its own code.
+    /// rule of docs/errors.md#error-codes reports under its own code.
     pub fn schema_check(
         &mut self,
         kind: SchemaKind,
@@ -471,8 +471,9 @@ fn run_planned_path(
 /// Where the manifest names the translators' reservation directory.
 pub const RESERVATION_ROOT: &str = "/agentContract/invocationReservationRootPath";
 
-/// A roster worker left out of the plan before the run, with why (SPEC
-/// §3.3). `okstra plan` records these on pristine team-state rows.
+/// A roster worker left out of the plan before the run, with why
+/// (docs/manifest.md#roster-mode). `okstra plan` records these on pristine
+/// team-state rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skip {
     pub worker: String,
@@ -688,8 +689,9 @@ fn check_requested(ctx: &mut Ctx, display: &str, only: &[String], known: &[Strin
 /// 2. each entry's identity, and the rules of an entry that need nothing
 ///    but the spec (`job::check_alone`);
 /// 3. the schema's complaints that no rule above answered, by pointer
-///    (SPEC §2: where the schema and a rule refuse the same thing, the
-///    rule's code; a refused identity covers its keys);
+///    (docs/spec-format.md#execution-identity: where the schema and a rule
+///    refuse the same thing, the rule's code; a refused identity covers its
+///    keys);
 /// 4. `then` on each entry, with its identity where it parsed: the job or
 ///    sketch it makes, and their problems.
 ///
@@ -786,7 +788,7 @@ pub fn report_identity(
 /// schema, each entry's provider, result, argv and dispatch kind, its
 /// paths as they land under the project root, and the batch rules over
 /// what the spec says of each job. Plan may still refuse such a spec, but
-/// only for what those inputs say (SPEC §8).
+/// only for what those inputs say (docs/schemas.md#what-the-schemas-check).
 /// The document's workers are moved out of `loaded.doc` (see [`spec::Spec`]).
 pub fn check_spec_alone(ctx: &mut Ctx, loaded: &mut Loaded) {
     paths::with_cache(|| {

@@ -1,5 +1,5 @@
-//! Path safety (SPEC §1). Every path an input names is judged in three
-//! steps, in this order, and nothing looks at a path before the first:
+//! Path safety (docs/spec-format.md#paths). Every path an input names is judged
+//! in three steps, in this order, and nothing looks at a path before the first:
 //!
 //! 1. its spelling ([`syntax_problem`]): no `\`, no NUL, no empty segment,
 //!    nothing blank; a file never ends in `/`, `.` or `..`. A refused path is
@@ -347,9 +347,9 @@ pub fn checked_display_for(root: &Path, path: &Path) -> Option<String> {
     }
 }
 
-/// Where a relative path is taken from (SPEC §1): the project root for a
-/// path an input names, the current directory for a file named on the
-/// command line.
+/// Where a relative path is taken from (docs/spec-format.md#paths): the project
+/// root for a path an input names, the current directory for a file named on
+/// the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Base {
     Root,

@@ -1,9 +1,9 @@
 //! Checks on a spec's values as written, before anything reads them: the
-//! spelling of every path (`path/invalid`, SPEC §1) and the `env` table
-//! (names and values a process environment can carry). They need no
-//! manifest and no file, so `okstra validate` runs them as `okstra plan`
-//! does, on `defaults` and on every worker entry, each problem once, at the
-//! key or value it is about.
+//! spelling of every path (`path/invalid`, docs/spec-format.md#paths) and the
+//! `env` table (names and values a process environment can carry). They need no
+//! manifest and no file, so `okstra validate` runs them as `okstra plan` does,
+//! on `defaults` and on every worker entry, each problem once, at the key or
+//! value it is about.
 //!
 //! The jobs schema carries the same rules as `pattern` / `propertyNames`,
 //! so editors flag them; the schema's complaints about a value reported

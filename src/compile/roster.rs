@@ -1,6 +1,6 @@
-//! Roster mode (SPEC §3.3): with no spec, one batch is built from the
-//! manifest's `recommendedWorkers` and their team-state `workers[]` rows.
-//! Each row becomes an `Entry` and goes through the same job builder as a
+//! Roster mode (docs/manifest.md#roster-mode): with no spec, one batch is built
+//! from the manifest's `recommendedWorkers` and their team-state `workers[]`
+//! rows. Each row becomes an `Entry` and goes through the same job builder as a
 //! spec entry, so a roster job means exactly what the same spec entry would.
 
 use super::Skip;

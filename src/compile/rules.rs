@@ -1,5 +1,5 @@
-//! Batch rules (SPEC §3.2): what may share a stage, and in which order
-//! stages may come. Each stage of a pipeline is one batch. The
+//! Batch rules (docs/spec-format.md#batch-rules): what may share a stage, and
+//! in which order stages may come. Each stage of a pipeline is one batch. The
 //! dispatch-kind rule (`reverify-r<N>`) lives with its type,
 //! `vocab::DispatchKind`.
 

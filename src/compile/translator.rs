@@ -1,7 +1,7 @@
-//! Translator reservations (SPEC §3.5): `--workers translator` plans the one
-//! canonical translator from its one invocation reservation. The reservation
-//! becomes an `Entry` and goes through the same job builder (and the same v2
-//! authority checks) as any spec entry.
+//! Translator reservations (docs/manifest.md#translator-reservations):
+//! `--workers translator` plans the one canonical translator from its one
+//! invocation reservation. The reservation becomes an `Entry` and goes through
+//! the same job builder (and the same v2 authority checks) as any spec entry.
 
 use super::paths::{self, Field, PathProblem, Resolved};
 use super::{build_job, identity, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};

@@ -1,11 +1,11 @@
-//! Whether an attempt wrote its completion paths (SPEC §5.3): a path counts
-//! only if **this attempt** wrote it. Before the attempt is launched, exec
-//! records what each completion path was ([`before`]): absent, or its
-//! device, inode, size, mtime and sha256; the record goes into the
-//! write-ahead `worker-dispatched` event, so a resumed exec judges with the
-//! same facts. After the attempt, a path still in that state was left by
-//! someone else (an earlier run, an earlier attempt) and is missing
-//! ([`judge`]).
+//! Whether an attempt wrote its completion paths
+//! (docs/exec.md#settling-an-attempt): a path counts only if **this attempt**
+//! wrote it. Before the attempt is launched, exec records what each completion
+//! path was ([`before`]): absent, or its device, inode, size, mtime and sha256;
+//! the record goes into the write-ahead `worker-dispatched` event, so a resumed
+//! exec judges with the same facts. After the attempt, a path still in that
+//! state was left by someone else (an earlier run, an earlier attempt) and is
+//! missing ([`judge`]).
 //!
 //! Rewriting a file with identical bytes counts (its mtime or inode moves);
 //! restoring the old mtime over unchanged bytes (`touch -r`) does not, since

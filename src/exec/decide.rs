@@ -1,6 +1,7 @@
-//! Settling an attempt (SPEC §5.3, §5.4, §5.5, §5.8) as a pure decision over
-//! the facts gathered about it: no file is read here, so every rule has a
-//! unit test with the facts written out.
+//! Settling an attempt (docs/exec.md#settling-an-attempt, docs/exec.md#retries,
+//! docs/audit.md#the-mutation-audit, docs/exec.md#crash-safety-and-resume) as a
+//! pure decision over the facts gathered about it: no file is read here, so
+//! every rule has a unit test with the facts written out.
 
 pub use super::artifacts::Missing;
 use crate::audit::Outcome as AuditOutcome;
@@ -53,7 +54,8 @@ pub enum Audit {
         violations: Vec<String>,
         retry_allowed: bool,
     },
-    /// The audit could not complete (SPEC §5.5: fails closed).
+    /// The audit could not complete (docs/audit.md#the-audit-fails-closed:
+    /// fails closed).
     Incomplete(String),
 }
 
@@ -62,7 +64,7 @@ pub struct Facts {
     pub end: End,
     pub sidecar: Sidecar,
     /// Completion paths this attempt did not write: not files, or files
-    /// left as they were before it started (SPEC §5.3).
+    /// left as they were before it started (docs/exec.md#settling-an-attempt).
     pub missing: Vec<Missing>,
     /// The audit-sidecar contract's verdict (`None`: passed), asked only
     /// where [`needs_audit_sidecar`] says so.
@@ -91,10 +93,11 @@ pub struct Decision {
     pub exit_code: Option<i32>,
     /// Goes to the error log (every attempt that did not exit 0 cleanly).
     pub log_error: bool,
-    /// Another attempt follows under §5.4.
+    /// Another attempt follows under docs/exec.md#retries.
     pub retry: bool,
     /// The attempt ended through no fault of its own: the next exec starts a
-    /// new attempt, outside the retry limit (§5.8).
+    /// new attempt, outside the retry limit
+    /// (docs/exec.md#crash-safety-and-resume).
     pub resumable: bool,
 }
 

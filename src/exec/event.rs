@@ -1,7 +1,7 @@
-//! What the executor records and reads back (SPEC §5.6, §5.8): one event
-//! type, written as one line of the events log by exec, read by resume, and
-//! handed to every reporter. Nothing names an event by a string literal but
-//! the serde attributes here.
+//! What the executor records and reads back (docs/exec.md#what-is-written-when,
+//! docs/exec.md#crash-safety-and-resume): one event type, written as one line
+//! of the events log by exec, read by resume, and handed to every reporter.
+//! Nothing names an event by a string literal but the serde attributes here.
 
 use crate::provider::Usage;
 use crate::state::attempts::AttemptStatus;
@@ -19,7 +19,7 @@ pub enum Event {
     /// The attempt did not complete; a retry, a resumption or the end of the
     /// job follows.
     WorkerFailed(Settled),
-    /// The failed attempt is followed by another (SPEC §5.4).
+    /// The failed attempt is followed by another (docs/exec.md#retries).
     WorkerRetryScheduled(RetryScheduled),
     /// The attempt completed.
     WorkerResultCollected(Settled),
@@ -99,8 +99,8 @@ pub struct Dispatched {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tmp_dir: Option<String>,
     /// What each completion path was before the attempt started, so that
-    /// only what this attempt wrote counts (SPEC §5.3); absent in lines of
-    /// an older okstra, where presence alone counts.
+    /// only what this attempt wrote counts (docs/exec.md#settling-an-attempt);
+    /// absent in lines of an older okstra, where presence alone counts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub completion_paths_before: Vec<super::artifacts::PathBefore>,
 }
@@ -162,12 +162,13 @@ pub struct Settled {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     /// The kernel confinement the worker ran under, from its status
-    /// sidecar: `landlock-abi<N>` or `none` (SPEC §9).
+    /// sidecar: `landlock-abi<N>` or `none`
+    /// (docs/confinement.md#kernel-confinement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<String>,
     /// The attempt ended because exec was interrupted or died, not by its
     /// own doing: the next exec starts a new attempt that does not count
-    /// against the retry limit (SPEC §5.8).
+    /// against the retry limit (docs/exec.md#crash-safety-and-resume).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resumable: bool,
     /// The change summary of the mutation audit.

@@ -1,5 +1,6 @@
-//! Reading a plan file (SPEC §5.1): the one place exec, `okstra show` and
-//! `okstra validate --kind plan` turn `plan.json` into a [`Plan`].
+//! Reading a plan file (docs/exec.md#before-anything-starts): the one place
+//! exec, `okstra show` and `okstra validate --kind plan` turn `plan.json` into
+//! a [`Plan`].
 //!
 //! The format version and the digest are checked on the document as written,
 //! before it is read into typed fields, so a plan from a newer okstra gets

@@ -1,5 +1,5 @@
 //! `okstra exec` as a library: verify a frozen plan, then run its stages
-//! crash-safely (SPEC §5).
+//! crash-safely (docs/exec.md#okstra-exec).
 //!
 //! ```text
 //! load (format, digest) ─ verify (inputs, bindings) ─ lock ─ run
@@ -60,7 +60,7 @@ pub struct Outcomes {
 }
 
 /// A plan read by [`load`], whose inputs and bindings were checked against
-/// the world as it is now (SPEC §5.1).
+/// the world as it is now (docs/exec.md#before-anything-starts).
 pub struct Verified {
     /// The plan without its jobs (its stages keep their names).
     pub plan: Plan,
@@ -163,9 +163,9 @@ pub fn run(
     Ok(outcomes)
 }
 
-/// Take the run's exclusive exec lock (SPEC §5.1), or say who holds it
-/// (`exec/locked`). Also held by `okstra run` while it writes its plan into
-/// the run directory, so that no running stage sees that write.
+/// Take the run's exclusive exec lock (docs/exec.md#before-anything-starts), or
+/// say who holds it (`exec/locked`). Also held by `okstra run` while it writes
+/// its plan into the run directory, so that no running stage sees that write.
 pub fn lock_run(
     plan: &Plan,
     own: &crate::beneath::Beneath,

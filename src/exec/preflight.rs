@@ -1,6 +1,7 @@
-//! Before anything starts (SPEC §5.1): a plan is refused, with nothing
-//! started and nothing written, when its format is unknown, it was edited,
-//! an input changed or vanished, or a v2 job's authority moved.
+//! Before anything starts (docs/exec.md#before-anything-starts): a plan is
+//! refused, with nothing started and nothing written, when its format is
+//! unknown, it was edited, an input changed or vanished, or a v2 job's
+//! authority moved.
 
 use super::jobs::Jobs;
 use crate::canonical::sha256_hex;
@@ -73,7 +74,8 @@ pub fn binding_change(manifest: &Manifest, job: &plan::Job) -> Option<String> {
 }
 
 /// A job with `confinement = "required"` on a machine that cannot confine
-/// (SPEC §9), so exec refuses before anything starts.
+/// (docs/confinement.md#kernel-confinement), so exec refuses before anything
+/// starts.
 pub fn unconfinable(job: &plan::Job, offer: &crate::confine::Offer) -> Option<Diagnostic> {
     let why = crate::confine::decide(job.write_enforcement.confinement, offer).err()?;
     Some(
@@ -86,11 +88,11 @@ pub fn unconfinable(job: &plan::Job, offer: &crate::confine::Offer) -> Option<Di
     )
 }
 
-/// All of §5.1 but the lock and what [`super::load`] checks (format and
-/// digest).
-/// Returns the manifest's identity (modification time and length) as it
-/// was when every binding was found intact, so the runner checks again only
-/// once the manifest moved; `None` when it could not be read.
+/// All of docs/exec.md#before-anything-starts but the lock and what
+/// [`super::load`] checks (format and digest). Returns the manifest's identity
+/// (modification time and length) as it was when every binding was found
+/// intact, so the runner checks again only once the manifest moved; `None` when
+/// it could not be read.
 pub fn verify(
     plan: &Plan,
     jobs: &Jobs,

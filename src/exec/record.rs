@@ -1,4 +1,4 @@
-//! What exec writes, and when (SPEC §5.6 – §5.8).
+//! What exec writes, and when (docs/exec.md#what-is-written-when).
 //!
 //! The events log is the write-ahead record: every [`Event`] goes to its
 //! [`Journal`] first, and a dispatch is committed with `fdatasync` before the
@@ -11,7 +11,8 @@
 //! Writing a record is not bookkeeping that may fail quietly: a dispatch
 //! that cannot be recorded is not launched, and a settlement that cannot be
 //! recorded stops the run (the next exec settles it again from the
-//! wrapper's status sidecar). Only the error log is best effort (SPEC §5.3).
+//! wrapper's status sidecar). Only the error log is best effort
+//! (docs/exec.md#settling-an-attempt).
 
 use super::event::{Dispatched, Event, Settled};
 use super::replay::History;
@@ -31,7 +32,8 @@ use std::time::Duration;
 /// What follows a failed attempt: its row and the worker's differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Then {
-    /// Another attempt under §5.4: the worker stays in progress.
+    /// Another attempt under docs/exec.md#retries: the worker stays in
+    /// progress.
     Retry,
     /// The job ended (or a later exec resumes it): the worker row says so.
     End,
@@ -60,8 +62,9 @@ pub struct Recorder {
 impl Recorder {
     /// Open the run's state. Team-state is not read here: [`super::run`]
     /// checked it before making the exec lock, so that one it cannot read
-    /// refuses the run before anything is written (SPEC §5.8), and the
-    /// resume reads its rows as a stream ([`Self::reconcile`]).
+    /// refuses the run before anything is written
+    /// (docs/exec.md#crash-safety-and-resume), and the resume reads its rows as
+    /// a stream ([`Self::reconcile`]).
     pub fn open(root: &Path, plan: &Plan, own: Arc<Beneath>) -> Result<Recorder, StateError> {
         let abs = |p: &str| crate::compile::paths::abs_of(root, p);
         let store = TeamStateStore::open(abs(&plan.run.team_state_path)).below(Arc::clone(&own));
@@ -200,9 +203,10 @@ impl Recorder {
     }
 
     /// Make team-state hold every row the events of this plan imply, for
-    /// the jobs whose rows a dead executor never wrote (SPEC §5.8). A job
-    /// whose rows already agree with its events is left alone, so what the
-    /// lead wrote on it since stands.
+    /// the jobs whose rows a dead executor never wrote
+    /// (docs/exec.md#crash-safety-and-resume). A job whose rows already agree
+    /// with its events is left alone, so what the lead wrote on it since
+    /// stands.
     pub fn reconcile(
         &mut self,
         jobs: &super::jobs::Jobs,
@@ -292,8 +296,8 @@ impl Recorder {
     }
 
     /// okstra's own files that someone else changed since exec last wrote
-    /// them (SPEC §5.5), each with what happened. The changes are taken as
-    /// the files' new baseline, so each is reported once.
+    /// them (docs/audit.md#the-mutation-audit), each with what happened. The
+    /// changes are taken as the files' new baseline, so each is reported once.
     pub fn own_file_changes(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         match self.events.tampered() {
@@ -424,9 +428,10 @@ fn attempt_id(job: &Job, head: &super::event::Head) -> AttemptId {
     .in_plan(head.plan_digest.clone())
 }
 
-/// The team-state rows one event of `job` implies (SPEC §5.6): its dispatch
-/// row, the worker's row and the attempt record. `dispatched` is the
-/// attempt's dispatch, for a settlement's row.
+/// The team-state rows one event of `job` implies
+/// (docs/exec.md#what-is-written-when): its dispatch row, the worker's row and
+/// the attempt record. `dispatched` is the attempt's dispatch, for a
+/// settlement's row.
 fn rows(
     ledger: &mut Ledger,
     job: &Job,

@@ -1,4 +1,5 @@
-//! Resume (SPEC §5.8): what the events log says about each job of a plan.
+//! Resume (docs/exec.md#crash-safety-and-resume): what the events log says
+//! about each job of a plan.
 //!
 //! The events log is the executor's write-ahead record; this module folds the
 //! events of one plan (by its digest) into each job's history and answers
@@ -12,7 +13,7 @@
 //! never goes back to an earlier attempt. Lines that break these rules were
 //! written by someone else (a worker forging a later stage's result, say)
 //! and are not believed: they are reported, and the stage they fall into is
-//! judged for them (SPEC §5.5).
+//! judged for them (docs/audit.md#the-mutation-audit).
 
 use super::event::{Dispatched, Event, Settled};
 use super::jobs::Jobs;
@@ -95,7 +96,8 @@ impl History {
     }
 
     /// The last attempt number the retry rule allows for a job whose first
-    /// attempt is `first` (SPEC §5.4, §5.8).
+    /// attempt is `first` (docs/exec.md#retries,
+    /// docs/exec.md#crash-safety-and-resume).
     pub fn last_allowed(&self, first: u64) -> u64 {
         first + u64::from(MAX_ATTEMPTS) - 1 + self.resumable_ends()
     }

@@ -1,5 +1,6 @@
-//! The stage loop (SPEC §5.2 – §5.8): for each stage, find where the records
-//! left each job, start what must start, watch, stop, settle and record.
+//! The stage loop (docs/exec.md#okstra-exec): for each stage, find where the
+//! records left each job, start what must start, watch, stop, settle and
+//! record.
 //!
 //! Every attempt goes through the same steps, each a small function here:
 //! [`Runner::launch_batch`] starts the wrappers of a batch held at their
@@ -521,10 +522,11 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// SPEC §5.1 again, at the moment a v2 job starts: its role execution,
-    /// participant, label and model binding must still be the manifest's.
-    /// The manifest is re-read, and every job's verdict recomputed in one
-    /// pass, only when its modification time or length changed.
+    /// docs/exec.md#before-anything-starts again, at the moment a v2 job
+    /// starts: its role execution, participant, label and model binding must
+    /// still be the manifest's. The manifest is re-read, and every job's
+    /// verdict recomputed in one pass, only when its modification time or
+    /// length changed.
     fn binding_gate(&mut self, i: usize) -> Option<String> {
         // Kept parsed: the job starts next (or is refused, and reported).
         self.jobs.hold(i).identity.v2()?;
@@ -631,14 +633,14 @@ impl<'a> Runner<'a> {
         argv
     }
 
-    /// Start a batch of attempts (SPEC §5.8): each wrapper starts held at
-    /// its gate; their dispatches are recorded and synced in one commit;
-    /// only then may they go. The first `free` are let through at once; the
-    /// rest stay at their gates, recorded, until a slot frees. A batch
-    /// whose starts take longer than [`LAUNCH_SLICE`] goes in slices, each
-    /// recorded (and its share of `free` released) before the next starts.
-    /// Returns the started attempts, or the launch failure (every wrapper
-    /// of its slice already stopped at its gate) with the attempts that
+    /// Start a batch of attempts (docs/exec.md#crash-safety-and-resume): each
+    /// wrapper starts held at its gate; their dispatches are recorded and
+    /// synced in one commit; only then may they go. The first `free` are let
+    /// through at once; the rest stay at their gates, recorded, until a slot
+    /// frees. A batch whose starts take longer than [`LAUNCH_SLICE`] goes in
+    /// slices, each recorded (and its share of `free` released) before the next
+    /// starts. Returns the started attempts, or the launch failure (every
+    /// wrapper of its slice already stopped at its gate) with the attempts that
     /// never ran and those of earlier slices, which were recorded.
     #[allow(clippy::type_complexity)]
     fn launch_batch(
@@ -776,10 +778,10 @@ impl<'a> Runner<'a> {
         let tmp_dir = self.private_tmp(&job, attempt)?;
         let argv = self.worker_argv(&job, attempt, session_id.as_deref(), tmp_dir.as_deref());
         let status = self.abs(&job.status_path());
-        // okstra's own writes never go through a symlink (SPEC §1): the log
-        // is opened here, below the root, and handed to the wrapper; the
-        // sidecar of an earlier attempt, which must not speak for this one,
-        // is removed the same way.
+        // okstra's own writes never go through a symlink
+        // (docs/exec.md#never-through-a-symlink): the log is opened here, below
+        // the root, and handed to the wrapper; the sidecar of an earlier
+        // attempt, which must not speak for this one, is removed the same way.
         match self
             .own
             .relative(&status)
@@ -803,7 +805,8 @@ impl<'a> Runner<'a> {
             Identity::V1 { worker_id } => format!("{worker_id}-worker"),
         };
         // Before anything of the attempt can run: what its completion paths
-        // are now, so that only what it writes counts (SPEC §5.3).
+        // are now, so that only what it writes counts
+        // (docs/exec.md#settling-an-attempt).
         let completion_paths_before = super::artifacts::before(&self.root, &job.completion_paths)?;
         crate::fault::point("spawn");
         let started = self.backend.start(&Launch {
@@ -830,11 +833,11 @@ impl<'a> Runner<'a> {
     }
 
     /// The private TMPDIR exec names for an attempt whose worker will be
-    /// confined here (SPEC §9, [`crate::tmpdir`]), cleared of whatever an
-    /// earlier start of the same attempt left there. `None` for a worker
-    /// that runs unconfined, or on another machine (a Slurm node's temp
-    /// directory is not exec's to reach: there the wrapper names and
-    /// removes its own).
+    /// confined here (docs/confinement.md#its-private-tmpdir,
+    /// [`crate::tmpdir`]), cleared of whatever an earlier start of the same
+    /// attempt left there. `None` for a worker that runs unconfined, or on
+    /// another machine (a Slurm node's temp directory is not exec's to reach:
+    /// there the wrapper names and removes its own).
     fn private_tmp(&mut self, job: &Job, attempt: u64) -> std::io::Result<Option<PathBuf>> {
         let offer = self.offer.get_or_init(crate::confine::offer);
         let confined = crate::confine::decide(job.write_enforcement.confinement, offer);
@@ -901,10 +904,10 @@ impl<'a> Runner<'a> {
     /// the next ones is made durable by the recorder's syncer thread while
     /// the loop watches the others, several at a time, instead of once per
     /// slot on the way to every start. Recorded before launch holds all the
-    /// same (SPEC §5.8): no attempt goes before its ticket is durable; an
-    /// exec that dies or is interrupted leaves the waiting ones recorded
-    /// and never started, closed at their gates: the next exec starts them
-    /// as the same attempts.
+    /// same (docs/exec.md#crash-safety-and-resume): no attempt goes before its
+    /// ticket is durable; an exec that dies or is interrupted leaves the
+    /// waiting ones recorded and never started, closed at their gates: the next
+    /// exec starts them as the same attempts.
     fn wait_round(
         &mut self,
         si: usize,
@@ -1110,8 +1113,8 @@ impl<'a> Runner<'a> {
     /// Close the gates of the attempts waiting at them, which will not be
     /// let through: each wrapper exits there, nothing of its worker having
     /// run. Their dispatches stay recorded and unsettled, so the next exec
-    /// starts each as the same attempt (SPEC §5.8); this one reports them
-    /// not run, saying `why`.
+    /// starts each as the same attempt (docs/exec.md#crash-safety-and-resume);
+    /// this one reports them not run, saying `why`.
     fn let_go_of_waiting(&mut self, round: &mut Round, why: &str) {
         for h in round.waiting.drain(..) {
             if let Some(r) = round.running.remove(&h) {
@@ -1140,9 +1143,9 @@ impl<'a> Runner<'a> {
             .collect()
     }
 
-    /// A launch failed (SPEC §5.2): every attempt already started is stopped
-    /// and waited for, and every attempt of the batch, started or not, is
-    /// settled `error` naming the failure.
+    /// A launch failed (docs/exec.md#running-a-stage): every attempt already
+    /// started is stopped and waited for, and every attempt of the batch,
+    /// started or not, is settled `error` naming the failure.
     fn cut_round(
         &mut self,
         reason: String,
@@ -1185,7 +1188,8 @@ enum Found {
 
 impl Runner<'_> {
     /// Look at the status sidecar and the process of an attempt a dead
-    /// executor dispatched and never settled (SPEC §5.8).
+    /// executor dispatched and never settled
+    /// (docs/exec.md#crash-safety-and-resume).
     fn inspect(&mut self, i: usize, d: Dispatched) -> Found {
         let job = self.jobs.hold(i);
         let status_path = self.abs(&job.status_path());
@@ -1307,7 +1311,7 @@ impl Runner<'_> {
     }
 
     /// The audit could not vouch for the tree: said once as `audit/incomplete`
-    /// (SPEC §5.5); what the jobs it covers settle with.
+    /// (docs/audit.md#the-mutation-audit); what the jobs it covers settle with.
     fn incomplete(&mut self, e: &audit::AuditError) -> String {
         self.problems.push(e.diagnostic());
         e.to_string()
@@ -1499,8 +1503,9 @@ impl Runner<'_> {
         next.map(|a| (i, a))
     }
 
-    /// What an ended attempt's settlement weighs (SPEC §5.3), read from
-    /// disk, its audit not yet judged; and what its status sidecar says.
+    /// What an ended attempt's settlement weighs
+    /// (docs/exec.md#settling-an-attempt), read from disk, its audit not yet
+    /// judged; and what its status sidecar says.
     fn facts_of(&self, job: &Job, e: &Ended) -> (Facts, super::settle::StatusReport) {
         let status_doc = super::settle::read_status(&self.abs(&job.status_path()));
         let report = super::settle::StatusReport::of(status_doc.as_ref(), &e.end);
@@ -1546,11 +1551,12 @@ fn dispatch_unrecorded(why: impl std::fmt::Display) -> String {
     format!("cannot record the dispatch of a batch: {why}")
 }
 
-/// The audit's verdict on an attempt (SPEC §5.5), and the summary of its
-/// changes for the record, as `judge` says it is judged. It judges after
-/// §5.3: a non-zero exit rescued by the audit-sidecar contract is a success
-/// whose writes are its own. okstra's own files changed by someone else
-/// (`own`) fail every attempt the audit could judge.
+/// The audit's verdict on an attempt (docs/audit.md#the-mutation-audit), and
+/// the summary of its changes for the record, as `judge` says it is judged. It
+/// judges after docs/exec.md#settling-an-attempt: a non-zero exit rescued by
+/// the audit-sidecar contract is a success whose writes are its own. okstra's
+/// own files changed by someone else (`own`) fail every attempt the audit could
+/// judge.
 fn audit_of(facts: &Facts, judge: Judge, own: &[String]) -> (Audit, Option<Value>) {
     let (audit, summary) = match judge {
         Judge::Off => (Audit::None, None),

@@ -1,6 +1,7 @@
-//! The facts settling an attempt reads from disk (SPEC §5.3): whether the
-//! audit-sidecar contract holds, and what the wrapper's status sidecar says
-//! (which completion artifacts the attempt wrote: [`super::artifacts`]). The decision itself is
+//! The facts settling an attempt reads from disk
+//! (docs/exec.md#settling-an-attempt): whether the audit-sidecar contract
+//! holds, and what the wrapper's status sidecar says (which completion
+//! artifacts the attempt wrote: [`super::artifacts`]). The decision itself is
 //! [`super::decide`].
 
 use super::decide::{End, Sidecar};
@@ -145,7 +146,8 @@ pub fn last_log_line(log: &Path, from: Option<u64>) -> Option<String> {
     Some(line[..end].to_string())
 }
 
-/// Where an attempt a dead executor left in flight stands (SPEC §5.8).
+/// Where an attempt a dead executor left in flight stands
+/// (docs/exec.md#crash-safety-and-resume).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Left {
     /// It ended: settle it as this.

@@ -51,7 +51,8 @@ pub enum Log<'a> {
     /// This file, opened (and its directory made) here.
     Path(&'a Path),
     /// A file the caller opened already (exec opens a worker's log without
-    /// following a symlink at any component, SPEC §1).
+    /// following a symlink at any component,
+    /// docs/exec.md#never-through-a-symlink).
     File(&'a File),
 }
 
@@ -118,8 +119,8 @@ pub fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
 /// Start `spec.argv` as [`spawn`] does, but with a pipe as its stdin
 /// (`spec.stdin` must be `None`), and return the pipe's write end: a
 /// one-attempt wrapper started `okstra-worker --gated` waits for one byte
-/// before it does anything (SPEC §5.8), and reads end-of-file as never
-/// released.
+/// before it does anything (docs/exec.md#crash-safety-and-resume), and reads
+/// end-of-file as never released.
 pub fn spawn_gated(spec: &SpawnSpec) -> io::Result<(Spawned, Gate)> {
     // Both ends are close-on-exec: only the child's stdin (a dup) crosses
     // exec, so no other child holds the write end open and the gate's

@@ -1,6 +1,6 @@
-//! Stopping processes, many at once (SPEC §5.2): SIGTERM to every target,
-//! one shared grace period, SIGKILL to what is left, then reap. Stopping N
-//! workers takes one grace period, not N.
+//! Stopping processes, many at once (docs/exec.md#running-a-stage): SIGTERM to
+//! every target, one shared grace period, SIGKILL to what is left, then reap.
+//! Stopping N workers takes one grace period, not N.
 //!
 //! exec (its workers, on Ctrl-C, a failed launch or idleness), the wrapper
 //! (its child) and the pane backend (a pane's stragglers) all stop through

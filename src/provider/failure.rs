@@ -1,7 +1,8 @@
-//! A provider CLI's failure in words a person can act on (SPEC §6): its
-//! kind, told from the exit code and output by the provider's own rules
-//! (in its module, behind `Adapter::failure_kind`), what to do about it,
-//! and the CLI's own line quoted (`Adapter::said`).
+//! A provider CLI's failure in words a person can act on
+//! (docs/providers.md#failure-kinds): its kind, told from the exit code and
+//! output by the provider's own rules (in its module, behind
+//! `Adapter::failure_kind`), what to do about it, and the CLI's own line quoted
+//! (`Adapter::said`).
 //!
 //! Missing credentials and refused ones are told apart because the fix
 //! differs: a CLI that found no credentials is logged in (or given a

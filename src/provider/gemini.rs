@@ -65,7 +65,7 @@ impl Adapter for Gemini {
     }
 
     /// gemini has `--session-id`, but okstra resumes nothing with it: only
-    /// claude is given one (SPEC §6).
+    /// claude is given one (docs/providers.md#the-worker-wrapper).
     fn takes_session_id(&self) -> bool {
         false
     }

@@ -1,8 +1,9 @@
 //! Whether an agent CLI is logged in, told without the network: from the
 //! variables a worker would inherit and the files each CLI keeps its login
-//! in (`okstra doctor`, SPEC §7). Each CLI's own rule lives in its module
-//! (`claude.rs`, `codex.rs`, `gemini.rs`, behind `Adapter::login`); this
-//! file holds the vocabulary and the file readers they share.
+//! in (`okstra doctor`, docs/cli.md#okstra-doctor). Each CLI's own rule lives
+//! in its module (`claude.rs`, `codex.rs`, `gemini.rs`, behind
+//! `Adapter::login`); this file holds the vocabulary and the file readers they
+//! share.
 //!
 //! The rules were found by asking the real CLIs with fake homes: claude
 //! 2.1.197 (`claude auth status`), codex 0.171 (`codex login status`, and

@@ -1,4 +1,5 @@
-//! The one place that knows each provider CLI (SPEC §6, PROVIDERS.md).
+//! The one place that knows each provider CLI
+//! (docs/providers.md#the-worker-wrapper, PROVIDERS.md).
 //!
 //! [`Provider`] is the vocabulary: `claude`, `codex`, `gemini`, `command`,
 //! parsed from those wire names at the edge (a spec, a team-state row, the
@@ -35,10 +36,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 /// Exit code of a worker whose provider served a model other than the one
-/// selected (SPEC §6). Settlement never promotes it to `completed`. 86 is
-/// outside everything else a worker may exit with: the agent CLIs' own codes
-/// (1, 2, gemini's 41–53), the shell's 124–127 (timeout, not executable, not
-/// found) and 128 + signal numbers.
+/// selected (docs/providers.md#the-served-model). Settlement never promotes it
+/// to `completed`. 86 is outside everything else a worker may exit with: the
+/// agent CLIs' own codes (1, 2, gemini's 41–53), the shell's 124–127
+/// (timeout, not executable, not found) and 128 + signal numbers.
 pub const SERVED_MODEL_MISMATCH_EXIT_CODE: i32 = 86;
 
 /// Exit code recorded for a worker stopped by a timeout, as GNU `timeout`.
@@ -82,8 +83,9 @@ impl Provider {
         }
     }
 
-    /// The provider a v1 worker gets when its entry names none (SPEC §2):
-    /// the worker ids `claude`, `codex` and `gemini` imply themselves.
+    /// The provider a v1 worker gets when its entry names none
+    /// (docs/spec-format.md#execution-identity): the worker ids `claude`,
+    /// `codex` and `gemini` imply themselves.
     pub fn for_worker_id(worker_id: &str) -> Option<Provider> {
         match worker_id.parse() {
             Ok(Provider::Command) | Err(_) => None,
@@ -121,8 +123,9 @@ impl Provider {
     }
 
     /// The directories the CLI keeps its own state in (sessions, settings,
-    /// caches), which a confined worker must be able to write (SPEC §9),
-    /// for the wrapper's environment: `HOME` and the CLI's own variables.
+    /// caches), which a confined worker must be able to write
+    /// (docs/confinement.md#what-a-confined-worker-may-write), for the
+    /// wrapper's environment: `HOME` and the CLI's own variables.
     pub fn state_dirs(self) -> Vec<PathBuf> {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
         let Some(home) = var("HOME").map(PathBuf::from) else {
@@ -132,13 +135,14 @@ impl Provider {
     }
 
     /// Whether the CLI would find itself logged in for a worker that sees
-    /// `at` (SPEC §7, `okstra doctor`); `None` for `command`.
+    /// `at` (docs/cli.md#okstra-doctor, `okstra doctor`); `None` for `command`.
     pub fn login(self, at: &login::Where) -> Option<login::Login> {
         self.adapter().login(at)
     }
 
-    /// How the CLI's options change when okstra confines the worker (SPEC
-    /// §9), and why: `None` when they stand as planned.
+    /// How the CLI's options change when okstra confines the worker
+    /// (docs/confinement.md#kernel-confinement), and why: `None` when they
+    /// stand as planned.
     pub fn under_confinement(self, options: &mut ProviderOptions) -> Option<String> {
         self.adapter().under_confinement(options)
     }

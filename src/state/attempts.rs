@@ -1,5 +1,6 @@
 //! Attempt records: one row in team-state `attempts[]` per attempt of a job,
-//! stamped when it starts and when it settles (SPEC §5.6).
+//! stamped when it starts and when it settles
+//! (docs/exec.md#what-is-written-when).
 //!
 //! Settling is write-once. Recording the same outcome twice (a resumed
 //! executor re-settling what a dead one already recorded) is harmless and
@@ -55,9 +56,10 @@ impl AttemptId {
     }
 }
 
-/// How an attempt settled (SPEC §5.3): what settlement decides and what the
-/// attempt record, the dispatch row and the worker's row say. Only terminal
-/// statuses exist here; each is the worker status of the same name.
+/// How an attempt settled (docs/exec.md#settling-an-attempt): what settlement
+/// decides and what the attempt record, the dispatch row and the worker's row
+/// say. Only terminal statuses exist here; each is the worker status of the
+/// same name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AttemptStatus {

@@ -1,6 +1,6 @@
-//! The run's error log (SPEC §5.7): one JSON record per wrapper failure,
-//! appended with a single write of at most 4096 bytes so that concurrent
-//! appenders never interleave and readers never see half a record.
+//! The run's error log (docs/exec.md#the-error-log): one JSON record per
+//! wrapper failure, appended with a single write of at most 4096 bytes so that
+//! concurrent appenders never interleave and readers never see half a record.
 //!
 //! Writing here is bookkeeping around a dispatch that has already settled, so
 //! nothing in this module fails loudly: problems come back as a string the

@@ -1,5 +1,5 @@
 //! The lead event log: one JSON object a line, each with `type` and `ts`
-//! first, then the facts of the event (SPEC §5.6).
+//! first, then the facts of the event (docs/exec.md#what-is-written-when).
 
 use std::io;
 use std::path::{Path, PathBuf};

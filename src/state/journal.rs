@@ -1,6 +1,6 @@
 //! An append-only JSON-lines file that okstra alone writes while it holds the
-//! run: the events log (SPEC §5.8: the executor's write-ahead record) and the
-//! error log.
+//! run: the events log (docs/exec.md#crash-safety-and-resume: the executor's
+//! write-ahead record) and the error log.
 //!
 //! - Opening cuts a torn last line (a writer killed mid-append left bytes
 //!   after the last newline), so the next append starts on a fresh line and
@@ -74,8 +74,9 @@ impl Stamp {
 }
 
 /// How a journal opens its file: below the project root with no symlink
-/// followed at any component (exec's own files, SPEC §1), or by its path
-/// with no symlink followed at the last one.
+/// followed at any component (exec's own files,
+/// docs/exec.md#never-through-a-symlink), or by its path with no symlink
+/// followed at the last one.
 #[derive(Debug, Clone)]
 pub enum Opener {
     Path,

@@ -116,7 +116,7 @@ pub struct Ledger {
     /// still has it, nobody else wrote it ([`Self::changed_by_others`]).
     written: Option<FileStamp>,
     /// Where the file is written from, when no symlink may be followed on
-    /// the way (exec's own writes, SPEC §1).
+    /// the way (exec's own writes, docs/exec.md#never-through-a-symlink).
     below: Option<std::sync::Arc<crate::beneath::Beneath>>,
 }
 
@@ -229,8 +229,8 @@ impl Ledger {
     }
 
     /// Whether someone else replaced the file since this ledger last wrote
-    /// it: what, for the audit of okstra's own files (SPEC §5.5). `None`
-    /// before the first write.
+    /// it: what, for the audit of okstra's own files
+    /// (docs/audit.md#okstras-own-files). `None` before the first write.
     pub fn changed_by_others(&self) -> Option<String> {
         let stamp = self.written.as_ref()?;
         (stamp_of(self.store.path()) != Some(*stamp))

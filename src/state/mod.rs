@@ -1,5 +1,6 @@
-//! Run state: the team-state document (SPEC §5.6), attempt records, the lead
-//! event log, and the error log (§5.7).
+//! Run state: the team-state document (docs/exec.md#what-is-written-when),
+//! attempt records, the lead event log, and the error log
+//! (docs/exec.md#the-error-log).
 //!
 //! Every file here is written through [`crate::fsutil`]: team-state under its
 //! lock and replaced whole, the two line logs by single appends.

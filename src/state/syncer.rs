@@ -1,4 +1,5 @@
-//! Group commit off the executor's thread (SPEC §5.8).
+//! Group commit off the executor's thread
+//! (docs/exec.md#crash-safety-and-resume).
 //!
 //! A dispatch record must reach the disk before its attempt may start. exec
 //! appends a batch of them and hands the file to a [`Syncer`], whose thread

@@ -1,4 +1,5 @@
-//! The team-state document and the store that guards it (SPEC §5.6).
+//! The team-state document and the store that guards it
+//! (docs/exec.md#what-is-written-when).
 //!
 //! The store owns the file discipline: every change happens under an
 //! exclusive lock on `<team-state>.lock`, re-reads the file, and replaces it
@@ -56,7 +57,7 @@ pub fn fresh_document() -> Value {
 pub struct TeamStateStore {
     path: PathBuf,
     /// Where the lock file is opened from, when no symlink may be followed
-    /// on the way (exec's own files, SPEC §1).
+    /// on the way (exec's own files, docs/exec.md#never-through-a-symlink).
     below: Option<std::sync::Arc<crate::beneath::Beneath>>,
 }
 
@@ -92,8 +93,9 @@ impl TeamStateStore {
     }
 
     /// `<team-state>.lock`: the lock every writer of this file takes.
-    /// The lock an `okstra exec` holds for the whole run (SPEC §5.1
-    /// `exec/locked`), beside the per-write `<team-state>.lock`.
+    /// The lock an `okstra exec` holds for the whole run
+    /// (docs/exec.md#before-anything-starts `exec/locked`), beside the
+    /// per-write `<team-state>.lock`.
     pub fn exec_lock_path(&self) -> PathBuf {
         let mut name = OsString::from(self.path.as_os_str());
         name.push(".exec.lock");

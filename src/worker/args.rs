@@ -79,19 +79,20 @@ pub struct WorkerArgs {
     pub manifest: Option<PathBuf>,
     /// The catalog entry (`models.<REF>`) the job was bound to. With
     /// `--manifest`, the wrapper checks the model the CLI reports having
-    /// served (SPEC §6) and exits 86 on a mismatch, stopping the CLI as soon
-    /// as it says so.
+    /// served (docs/providers.md#the-served-model) and exits 86 on a mismatch,
+    /// stopping the CLI as soon as it says so.
     #[arg(long, value_name = "REF", requires = "manifest")]
     pub model_ref: Option<String>,
     /// Wait for one byte on stdin before doing anything (exec's
-    /// record-before-launch, SPEC §5.8); end of input instead means exec
-    /// never released this attempt: exit 75 having written nothing.
+    /// record-before-launch, docs/exec.md#crash-safety-and-resume); end of
+    /// input instead means exec never released this attempt: exit 75 having
+    /// written nothing.
     #[arg(long)]
     pub gated: bool,
-    /// Kernel confinement of the child and everything it starts (SPEC §9):
-    /// `auto` confines where the kernel offers Landlock ABI 6 or newer,
-    /// `required` refuses to start the child where it cannot, `none` never
-    /// confines.
+    /// Kernel confinement of the child and everything it starts
+    /// (docs/confinement.md#kernel-confinement): `auto` confines where the
+    /// kernel offers Landlock ABI 6 or newer, `required` refuses to start the
+    /// child where it cannot, `none` never confines.
     #[arg(long, value_name = "MODE", default_value_t = Confinement::None)]
     pub confinement: Confinement,
     /// A directory a confined child may write, besides its private TMPDIR

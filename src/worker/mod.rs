@@ -1,17 +1,18 @@
-//! The worker wrapper around one provider CLI run (SPEC §6): the program
-//! `okstra-worker` (src/bin/okstra-worker.rs), and the same code as
-//! `okstra worker`. exec runs `cli-wrapper` attempts through a few of them
-//! started as slots (`okstra-worker --serve`, see `slot`), each running
-//! attempt after attempt; a pane, a Slurm job or a person starts one per
-//! attempt.
+//! The worker wrapper around one provider CLI run
+//! (docs/providers.md#the-worker-wrapper): the program `okstra-worker`
+//! (src/bin/okstra-worker.rs), and the same code as `okstra worker`. exec runs
+//! `cli-wrapper` attempts through a few of them started as slots
+//! (`okstra-worker --serve`, see `slot`), each running attempt after attempt; a
+//! pane, a Slurm job or a person starts one per attempt.
 //!
 //! It runs the provider's argv with the prompt on stdin (eager include), in
 //! the project root, with the `OKSTRA_*` environment; keeps
 //! `<prompt>.status.json` current (a heartbeat every two seconds while the
 //! child runs, the exit code and duration once it ended); enforces the
 //! wall-clock timeout; stops a CLI at its first report that it retries a
-//! request the API refused for its credentials (SPEC §6: claude would
-//! retry for minutes); and exits with the child's code.
+//! request the API refused for its credentials
+//! (docs/providers.md#the-worker-wrapper: claude would retry for minutes); and
+//! exits with the child's code.
 //!
 //! The wrapper does not redirect the child's output: exec already points the
 //! wrapper's stdout and stderr at `<prompt>.log`, and by hand the terminal is
@@ -19,9 +20,9 @@
 //! stopping the wrapper's group stops the agent with it.
 //!
 //! With `--gated` the wrapper first waits for exec's go (one byte on stdin,
-//! SPEC §5.8), and once released records `state: "running"` before it
-//! starts the child. It never panics on a failed write: its stderr is the
-//! job's log, which may sit on a full disk.
+//! docs/exec.md#crash-safety-and-resume), and once released records
+//! `state: "running"` before it starts the child. It never panics on a failed
+//! write: its stderr is the job's log, which may sit on a full disk.
 
 mod args;
 mod slot;
@@ -270,7 +271,7 @@ impl Paths {
     }
 }
 
-/// `<path><suffix>`: the sidecar naming of SPEC §1.
+/// `<path><suffix>`: the sidecar naming of docs/exec.md#what-is-written-when.
 /// The status sidecar, `<prompt>.status.json`.
 #[derive(Serialize, Debug, Clone)]
 #[serde(rename_all = "camelCase")]
@@ -316,8 +317,9 @@ struct Status {
     child_exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
-    /// What kernel confinement the child ran under (SPEC §9):
-    /// `landlock-abi<N>`, or `none`. Absent when it never started.
+    /// What kernel confinement the child ran under
+    /// (docs/confinement.md#kernel-confinement): `landlock-abi<N>`, or `none`.
+    /// Absent when it never started.
     #[serde(skip_serializing_if = "Option::is_none")]
     confinement: Option<&'static str>,
     /// What kind of failure a non-zero exit was, where it can be told:
@@ -332,7 +334,8 @@ struct Status {
 struct StatusFile {
     path: PathBuf,
     /// The project root, which the sidecar is written below without
-    /// following a symlink (SPEC §1); why not, when it cannot be opened.
+    /// following a symlink (docs/exec.md#never-through-a-symlink); why not,
+    /// when it cannot be opened.
     own: Result<Beneath, String>,
     status: Status,
     started: Instant,
@@ -667,8 +670,9 @@ fn spawn_worker(spec: &SpawnSpec, own_group: bool) -> io::Result<Spawned> {
 
 /// Start the worker's child, confined where `confined` says: the started
 /// child, or the wrapper's exit code, the sidecar finished with why. Under
-/// a gate the sidecar first records that the attempt started (SPEC §5.8):
-/// it is the evidence, and without it the child does not start.
+/// a gate the sidecar first records that the attempt started
+/// (docs/exec.md#crash-safety-and-resume): it is the evidence, and without it
+/// the child does not start.
 fn launch(
     args: &WorkerArgs,
     spec: &SpawnSpec,
@@ -822,7 +826,8 @@ fn record_failure(
     Some(format!("{lead}: {}", failure.reason))
 }
 
-/// A worker's confinement, prepared in the wrapper (SPEC §9).
+/// A worker's confinement, prepared in the wrapper
+/// (docs/confinement.md#kernel-confinement).
 struct Confined {
     rules: confine::Prepared,
     /// The private TMPDIR, removed when the attempt is over.
@@ -1012,7 +1017,8 @@ fn launch_failure(program: &str, err: &io::Error) -> (i32, String) {
     }
 }
 
-/// The `OKSTRA_*` environment every worker gets (SPEC §6).
+/// The `OKSTRA_*` environment every worker gets
+/// (docs/spec-format.md#the-workers-environment).
 fn worker_env(args: &WorkerArgs, paths: &Paths) -> Vec<(String, String)> {
     let path = |p: &Path| p.display().to_string();
     let mut env = vec![

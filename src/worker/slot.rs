@@ -1,4 +1,5 @@
-//! One wrapper for attempt after attempt: a *slot* (SPEC §5.8).
+//! One wrapper for attempt after attempt: a *slot*
+//! (docs/exec.md#crash-safety-and-resume).
 //!
 //! Starting a process costs more on a virtual machine than everything the
 //! wrapper does for a short job (benches/README.md, "what stands between
@@ -11,18 +12,18 @@
 //! - A **request** is one line, the attempt's wrapper arguments as a JSON
 //!   array (what follows `okstra worker` in the plan), sent in one message
 //!   with two `SCM_RIGHTS` descriptors: the attempt's log (exec opens it,
-//!   never through a symlink, SPEC §1), which becomes the slot's stdout and
-//!   stderr as it is a one-attempt wrapper's, and the pipe for worker pids
-//!   (below). exec sends it only once the dispatch naming this slot's pid
-//!   is durable: the slot's request is the gate's byte of a one-attempt
-//!   wrapper.
+//!   never through a symlink, docs/exec.md#never-through-a-symlink), which
+//!   becomes the slot's stdout and stderr as it is a one-attempt wrapper's, and
+//!   the pipe for worker pids (below). exec sends it only once the dispatch
+//!   naming this slot's pid is durable: the slot's request is the gate's byte
+//!   of a one-attempt wrapper.
 //! - The **answer** is one line on the same socket, `exit <code>`, once the
 //!   attempt's status sidecar holds its end and what its worker left in its
 //!   process group was killed.
 //! - The pid pipe, which exec reads only when it must: the pid of each
 //!   worker, which leads a process group of its own, written as soon as it
-//!   started, so that exec's concurrent stop (SPEC §5.2) reaches it even if
-//!   the slot itself is stuck or gone.
+//!   started, so that exec's concurrent stop (docs/exec.md#running-a-stage)
+//!   reaches it even if the slot itself is stuck or gone.
 //!
 //! End of input (exec closed its end, or died) ends the slot: an attempt
 //! recorded but never sent was never started, as at a closed gate. An

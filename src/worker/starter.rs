@@ -1,4 +1,5 @@
-//! The thread that restricts itself and starts a confined worker (SPEC §9).
+//! The thread that restricts itself and starts a confined worker
+//! (docs/confinement.md#kernel-confinement).
 //!
 //! Landlock binds the thread that restricts itself, and a process inherits
 //! the domain of the thread that made it. So a confined child is started by

@@ -1,6 +1,6 @@
 #!/bin/sh
 # A flaky stand-in: the first attempt "forgets" its result and exits 0,
-# which okstra answers with one retry (SPEC §5.4).
+# which okstra answers with one retry (docs/exec.md#retries).
 set -eu
 cat >/dev/null
 if [ "$OKSTRA_ATTEMPT" = 1 ]; then

@@ -1,5 +1,6 @@
 //! What this machine offers a run: okstra's own schemas, kernel
-//! confinement (SPEC §9) and, for `pane` jobs, a terminal multiplexer.
+//! confinement (docs/confinement.md#kernel-confinement) and, for `pane` jobs, a
+//! terminal multiplexer.
 
 use super::{check, Check, Level};
 use crate::confine::Offer;

@@ -1,6 +1,6 @@
-//! A plan's Slurm jobs (SPEC §10): the client commands, the controller,
-//! every partition they name, and a probe job per partition that must see
-//! the project root.
+//! A plan's Slurm jobs (docs/slurm.md#running-on-slurm): the client commands,
+//! the controller, every partition they name, and a probe job per partition
+//! that must see the project root.
 
 use super::{check, version_of, which, Check, Level, VERSION_TIMEOUT};
 use crate::exec::backend::slurm::{self, Probe};
@@ -12,10 +12,10 @@ use std::time::Duration;
 /// a node), unless `OKSTRA_DOCTOR_PROBE_SECONDS` says otherwise.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A plan's Slurm jobs need (SPEC §10): Slurm's client commands, a
-/// controller that answers, every partition they name, and nodes that see
-/// the project root where exec does (a probe job per partition writes a
-/// file under it) and can run the wrapper.
+/// A plan's Slurm jobs need (docs/slurm.md#running-on-slurm): Slurm's client
+/// commands, a controller that answers, every partition they name, and nodes
+/// that see the project root where exec does (a probe job per partition writes
+/// a file under it) and can run the wrapper.
 ///
 /// Each step stands on the one before: without working client commands
 /// the controller cannot be asked, and without its list of partitions

@@ -1,12 +1,13 @@
-//! How an attempt's wrapper is started, watched and stopped (SPEC §5.2,
-//! §10). A backend only starts, watches and stops: every state rule lives in
-//! the runner, the same for all backends.
+//! How an attempt's wrapper is started, watched and stopped
+//! (docs/exec.md#running-a-stage, docs/slurm.md#running-on-slurm). A backend
+//! only starts, watches and stops: every state rule lives in the runner, the
+//! same for all backends.
 //!
-//! Every start is *held* (SPEC §5.8): the wrapper exists but waits at its
-//! gate, so the runner can record the dispatch, with the [`Handle`] the
-//! backend reports, before anything of the worker runs;
-//! [`Dispatch::release`] lets it go, and [`Dispatch::abandon`] closes the
-//! gate instead, on which the wrapper exits without starting anything.
+//! Every start is *held* (docs/exec.md#crash-safety-and-resume): the wrapper
+//! exists but waits at its gate, so the runner can record the dispatch, with
+//! the [`Handle`] the backend reports, before anything of the worker runs;
+//! [`Dispatch::release`] lets it go, and [`Dispatch::abandon`] closes the gate
+//! instead, on which the wrapper exits without starting anything.
 //!
 //! [`Local`] serves `cli-wrapper` (wrapper slots, exec's children, each in
 //! a process group of its own and running attempt after attempt: see
@@ -81,7 +82,8 @@ pub trait Dispatch {
     fn exits(&mut self, timeout: Duration) -> Vec<(Handle, i32)>;
     /// Stop these attempts and everything they started, together: SIGTERM
     /// to every one at once, one `grace` for all, then SIGKILL; each one's
-    /// exit code (SPEC §5.2: stopping N workers takes one grace period).
+    /// exit code (docs/exec.md#running-a-stage: stopping N workers takes one
+    /// grace period).
     fn stop(&mut self, handles: &[Handle], grace: Duration) -> Vec<(Handle, i32)>;
     /// How an attempt [`Self::exits`] reported ended, where its exit code
     /// does not say it all (a Slurm job its scheduler cancelled, or stopped
@@ -99,8 +101,9 @@ pub trait Dispatch {
 /// The wrapper executable exec starts for each attempt.
 ///
 /// A plan records the wrapper's command line in its wire form,
-/// `["okstra", "worker", <arguments>...]` (SPEC §6), whatever runs it; the
-/// executable is chosen at launch. `okstra-worker` is the wrapper alone
+/// `["okstra", "worker", <arguments>...]`
+/// (docs/providers.md#the-worker-wrapper), whatever runs it; the executable is
+/// chosen at launch. `okstra-worker` is the wrapper alone
 /// (src/bin/okstra-worker.rs), quicker to start than all of okstra, which
 /// matters once per job; `okstra worker` runs the same code, for an okstra
 /// installed without it.

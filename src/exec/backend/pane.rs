@@ -1,8 +1,9 @@
-//! How a worker is started (SPEC §5.2): `cli-wrapper` runs the wrapper as
-//! exec's child in its own process group; `pane` runs it in a pane of the
-//! terminal multiplexer okstra itself runs in, so a person can watch it.
-//! Both start the same wrapper executable ([`WorkerExe`]): `okstra-worker`
-//! beside the running okstra, or `okstra worker` where there is none.
+//! How a worker is started (docs/exec.md#running-a-stage): `cli-wrapper` runs
+//! the wrapper as exec's child in its own process group; `pane` runs it in a
+//! pane of the terminal multiplexer okstra itself runs in, so a person can
+//! watch it. Both start the same wrapper executable ([`WorkerExe`]):
+//! `okstra-worker` beside the running okstra, or `okstra worker` where there is
+//! none.
 //!
 //! The multiplexer is detected once per exec ([`detect`]), never mid-run:
 //! tmux when `$TMUX` is set and the server answers; cmux when

@@ -6,10 +6,11 @@
 //! An attempt takes an idle slot (or a new one) when the runner starts it
 //! held: the slot's pid is the attempt's handle, recorded with its
 //! dispatch. [`Slots::release`] sends the slot its request only then, so
-//! nothing of the attempt runs before its record is durable (SPEC §5.8);
-//! [`Slots::abandon`] gives the slot back unsent. A slot serves attempts of
-//! one environment (a job's `env` on top of exec's), the one it was started
-//! with, so a worker sees the environment a wrapper of its own would.
+//! nothing of the attempt runs before its record is durable
+//! (docs/exec.md#crash-safety-and-resume); [`Slots::abandon`] gives the slot
+//! back unsent. A slot serves attempts of one environment (a job's `env` on top
+//! of exec's), the one it was started with, so a worker sees the environment a
+//! wrapper of its own would.
 
 use crate::exec::notices::Notices;
 use crate::process::{self, Log, SpawnSpec, StopTarget};
@@ -215,12 +216,12 @@ impl Slots {
         self.slots.clear();
     }
 
-    /// What stopping the attempts of these slots signals (SPEC §5.2): each
-    /// running slot's group and its worker's, both waited for through the
-    /// slot's pid. A held attempt never ran: it ends at once as a wrapper
-    /// stopped at its gate would (143), its slot idle again; those are
-    /// returned with their codes. Each stopped slot ends: call
-    /// [`Slots::gone`] once the stop is over.
+    /// What stopping the attempts of these slots signals
+    /// (docs/exec.md#running-a-stage): each running slot's group and its
+    /// worker's, both waited for through the slot's pid. A held attempt never
+    /// ran: it ends at once as a wrapper stopped at its gate would (143), its
+    /// slot idle again; those are returned with their codes. Each stopped slot
+    /// ends: call [`Slots::gone`] once the stop is over.
     pub fn stop_targets(&mut self, pids: &[u32]) -> (Vec<StopTarget>, Vec<(u32, i32)>) {
         let mut targets = Vec::new();
         let mut held = Vec::new();

@@ -1,17 +1,18 @@
-//! The `slurm` backend (SPEC §10): each attempt's wrapper is a Slurm batch
-//! job on a compute node, the project root on a filesystem the nodes share.
-//! Like every backend it only starts, watches and stops; the runner keeps
-//! every state rule, and settles from the status sidecar the wrapper writes
-//! on the node.
+//! The `slurm` backend (docs/slurm.md#running-on-slurm): each attempt's wrapper
+//! is a Slurm batch job on a compute node, the project root on a filesystem the
+//! nodes share. Like every backend it only starts, watches and stops; the
+//! runner keeps every state rule, and settles from the status sidecar the
+//! wrapper writes on the node.
 //!
-//! - Held start (SPEC §5.8): `sbatch --parsable --hold` submits the job held,
-//!   so the runner records its id before anything of it can run; `scontrol
-//!   release` lets it go. The releases the runner made since the backend's
-//!   last call go in one call, in the background, at its next call. The wrapper on the
-//!   node keeps its `--gated` start: the batch script hands it its go byte,
-//!   so it writes `state: running` to the sidecar before the worker starts,
-//!   exactly as locally, and a later exec tells an attempt that started
-//!   from one that never did by that sidecar alone.
+//! - Held start (docs/exec.md#crash-safety-and-resume):
+//!   `sbatch --parsable --hold` submits the job held, so the runner records its
+//!   id before anything of it can run; `scontrol release` lets it go. The
+//!   releases the runner made since the backend's last call go in one call, in
+//!   the background, at its next call. The wrapper on the node keeps its
+//!   `--gated` start: the batch script hands it its go byte, so it writes
+//!   `state: running` to the sidecar before the worker starts, exactly as
+//!   locally, and a later exec tells an attempt that started from one that
+//!   never did by that sidecar alone.
 //! - Watching: every job of the run in one `squeue` call per poll (at most
 //!   every [`POLL`]). Time a job spends queued is not idleness: the runner
 //!   asks [`Dispatch::queued`] and starts the idle clock when the job does.
