@@ -60,6 +60,10 @@ pub const ENVIRONMENT: &[Var] = &[
         what: "set for every worker: its state key (the workerId, or the last segment of a v2 assignmentRef).",
     },
     Var {
+        name: crate::worker::SLOT_VAR,
+        what: "set for a cli-wrapper worker: the pid of the wrapper slot that started it, by which exec finds and stops the worker should the slot die before reporting the worker's pid.",
+    },
+    Var {
         name: "OKSTRA_FAULT_TRACE",
         what: "debug builds only (the crash tests): each fault-injection point exec reaches is appended to this file. A release build ignores it.",
     },
@@ -70,6 +74,10 @@ pub const ENVIRONMENT: &[Var] = &[
     Var {
         name: "OKSTRA_FAULT_FAIL",
         what: "debug builds only (the crash tests): the named fault point answers an I/O error. A release build ignores it.",
+    },
+    Var {
+        name: "OKSTRA_FAULT_DIE",
+        what: "debug builds only (the tests): a wrapper reaching the named point kills itself with SIGKILL. A release build ignores it.",
     },
     Var {
         name: crate::confine::SIMULATE_UNAVAILABLE_ENV,
@@ -219,6 +227,7 @@ mod tests {
             "OKSTRA_TEST_TAG",
             "OKSTRA_TEST_TEAM_STATE",
             "OKSTRA_AUDIT_UNREADABLE_ROOT",
+            "OKSTRA_TEST_MARK",
         ];
         let documented: Vec<&str> = ENVIRONMENT.iter().map(|v| v.name).collect();
         let mut found = std::collections::BTreeSet::new();
