@@ -5,7 +5,19 @@
 
 use crate::canonical;
 use serde_json::{Map, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// What planning may learn of a run's records, from whoever calls it:
+/// compiling reads no run state itself. A translator's reservation is a
+/// candidate only while team-state does not hold its dispatch id
+/// (docs/manifest.md#translator-reservations); `okstra plan` answers from
+/// the team-state file (`crate::state::RUN_RECORDS`).
+pub trait Records: Sync {
+    /// Every dispatch id the team-state at `path` records: none where it is
+    /// not written yet; why not, where it cannot be read.
+    fn dispatch_ids(&self, path: &Path) -> Result<HashSet<String>, String>;
+}
 
 /// `dutyId -> role`, built in (docs/manifest.md#duty-catalog); the manifest's
 /// `duties{}` extends or overrides it.

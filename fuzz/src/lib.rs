@@ -115,6 +115,7 @@ impl Project {
             spec: spec.map(|s| self.root.join(s)),
             workers: Vec::new(),
             created_at: "2025-01-01T00:00:00Z".to_string(),
+            records: &okstra::state::team_state::RUN_RECORDS,
         };
         match compile::compile(&request) {
             Ok(plan) => {

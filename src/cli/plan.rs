@@ -37,6 +37,7 @@ pub fn request(spec: Option<PathBuf>, target: &RunTarget) -> Request {
         spec,
         workers: target.workers.clone(),
         created_at: super::now_rfc3339(),
+        records: &crate::state::team_state::RUN_RECORDS,
     }
 }
 
@@ -61,6 +62,23 @@ pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {
     })
 }
 
+/// A roster plan's pre-run skips, recorded on team-state's pristine rows.
+fn record_skips(
+    plan: &Plan,
+    skips: &[compile::Skip],
+) -> Result<Vec<String>, crate::state::StateError> {
+    if skips.is_empty() || plan.run.team_state_path.is_empty() {
+        return Ok(Vec::new());
+    }
+    let root = Path::new(&plan.project_root);
+    let path = compile::paths::abs_of(root, &plan.run.team_state_path);
+    let skips: Vec<(String, String)> = skips
+        .iter()
+        .map(|s| (s.worker.clone(), s.reason.clone()))
+        .collect();
+    crate::state::team_state::record_skips(&path, &skips)
+}
+
 pub fn plan(args: &PlanArgs) -> ExitStatus {
     let compiled = match compile::compile_full(&request(args.spec.clone(), &args.target)) {
         Ok(c) => c,
@@ -72,7 +90,7 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
     }
     // Roster mode's one documented write besides the plan: pre-run skips on
     // pristine team-state rows (docs/manifest.md#roster-mode).
-    let marked = match compile::roster::record_skips(&plan, &compiled.skips) {
+    let marked = match record_skips(&plan, &compiled.skips) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("okstra: warning: could not record roster skips in team-state: {e}");

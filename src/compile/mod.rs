@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What `okstra plan` was asked to do.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Request {
     pub project_root: PathBuf,
     pub manifest: PathBuf,
@@ -42,6 +42,9 @@ pub struct Request {
     pub workers: Vec<String>,
     /// The timestamp to stamp on the plan (injected so tests are stable).
     pub created_at: String,
+    /// Where the run's records are read from (a translator's reservation
+    /// needs team-state's dispatch ids).
+    pub records: &'static dyn crate::model::Records,
 }
 
 /// A loaded input file with its parsed document.
@@ -358,6 +361,8 @@ pub struct RunFacts {
     pub reservation_root: Option<Resolved>,
     /// The manifest's `plannedPaths`, resolved (every implementer's).
     pub planned_paths: Vec<String>,
+    /// Where the run's records are read from.
+    pub records: &'static dyn crate::model::Records,
 }
 
 /// A file named on the command line, as the plan names it; reported when
@@ -445,6 +450,7 @@ fn load_run(ctx: &mut Ctx, req: &Request) -> Option<RunFacts> {
         info,
         reservation_root,
         planned_paths,
+        records: req.records,
     })
 }
 

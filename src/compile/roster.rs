@@ -10,12 +10,10 @@ use super::{
 };
 use crate::diag::{Code, Diagnostic};
 use crate::model::{Manifest, REPORT_WRITER};
-use crate::plan::{Plan, Stage};
+use crate::plan::Stage;
 use crate::provider::Provider;
 use crate::schema::SchemaKind;
 use crate::source::{Format, SourceFile};
-use crate::state::team_state::{find_worker, mark_pristine_not_run, TeamStateStore};
-use crate::state::{StateError, WorkerStatus};
 use crate::vocab::Role;
 use serde_json::{Map, Value};
 
@@ -313,42 +311,6 @@ fn row_job(
 
 fn str_of_obj<'a>(m: &'a Map<String, Value>, key: &str) -> &'a str {
     m.get(key).and_then(Value::as_str).unwrap_or("")
-}
-
-/// Record the pre-run skips of a roster plan: each skipped worker whose
-/// row is still pristine (`not-run`, no reason) gets its reason, under the
-/// team-state lock. The one thing `okstra plan` writes besides the plan;
-/// nothing is written when no row would change. Returns the workers marked.
-pub fn record_skips(plan: &Plan, skips: &[Skip]) -> Result<Vec<String>, StateError> {
-    if skips.is_empty() || plan.run.team_state_path.is_empty() {
-        return Ok(Vec::new());
-    }
-    let root = std::path::PathBuf::from(&plan.project_root);
-    let store = TeamStateStore::open(paths::abs_of(&root, &plan.run.team_state_path));
-    let pristine = |doc: &Value, w: &str| {
-        find_worker(doc, w).is_some_and(|row| {
-            row.get("status")
-                .and_then(Value::as_str)
-                .and_then(|s| s.parse().ok())
-                == Some(WorkerStatus::NotRun)
-                && row
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .is_empty()
-        })
-    };
-    let current = store.read()?;
-    if !skips.iter().any(|s| pristine(&current, &s.worker)) {
-        return Ok(Vec::new());
-    }
-    store.mutate(|doc| {
-        skips
-            .iter()
-            .filter(|s| mark_pristine_not_run(doc, &s.worker, &s.reason))
-            .map(|s| s.worker.clone())
-            .collect()
-    })
 }
 
 #[cfg(test)]

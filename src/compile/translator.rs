@@ -10,7 +10,6 @@ use crate::model::{int_of, str_of, Manifest};
 use crate::plan::{self, Stage};
 use crate::provider::Provider;
 use crate::source::{Format, SourceFile};
-use crate::state::team_state::{dispatch_ids, TeamStateStore};
 use crate::vocab::Backend;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
@@ -237,9 +236,9 @@ fn dispatched_ids(ctx: &mut Ctx, run: &RunFacts) -> Option<HashSet<String>> {
     if run.info.team_state_path.is_empty() {
         return Some(HashSet::new());
     }
-    let store = TeamStateStore::open(paths::abs_of(&ctx.root, &run.info.team_state_path));
-    match store.read() {
-        Ok(doc) => Some(dispatch_ids(&doc)),
+    let path = paths::abs_of(&ctx.root, &run.info.team_state_path);
+    match run.records.dispatch_ids(&path) {
+        Ok(ids) => Some(ids),
         Err(e) => {
             ctx.push(
                 Diagnostic::new(Code::InputInvalid, format!("cannot read team-state: {e}"))

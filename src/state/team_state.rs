@@ -646,6 +646,54 @@ pub fn dispatch_ids(doc: &Value) -> HashSet<String> {
         .collect()
 }
 
+/// The run's records as planning asks for them, from team-state files.
+pub struct FromTeamState;
+
+/// What `okstra plan` hands the compiler: team-state as exec keeps it.
+pub static RUN_RECORDS: FromTeamState = FromTeamState;
+
+impl crate::model::Records for FromTeamState {
+    fn dispatch_ids(&self, path: &Path) -> Result<HashSet<String>, String> {
+        let doc = TeamStateStore::open(path.to_path_buf())
+            .read()
+            .map_err(|e| e.to_string())?;
+        Ok(dispatch_ids(&doc))
+    }
+}
+
+/// Record a roster plan's pre-run skips (docs/manifest.md#roster-mode): each
+/// skipped worker (name, reason) whose row is still pristine (`not-run`, no
+/// reason) gets its reason, under the team-state lock. The one thing
+/// `okstra plan` writes besides the plan; nothing is written when no row
+/// would change. Returns the workers marked.
+pub fn record_skips(path: &Path, skips: &[(String, String)]) -> Result<Vec<String>, StateError> {
+    let store = TeamStateStore::open(path.to_path_buf());
+    let pristine = |doc: &Value, w: &str| {
+        find_worker(doc, w).is_some_and(|row| {
+            row.get("status")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok())
+                == Some(WorkerStatus::NotRun)
+                && row
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+        })
+    };
+    let current = store.read()?;
+    if !skips.iter().any(|(w, _)| pristine(&current, w)) {
+        return Ok(Vec::new());
+    }
+    store.mutate(|doc| {
+        skips
+            .iter()
+            .filter(|(w, reason)| mark_pristine_not_run(doc, w, reason))
+            .map(|(w, _)| w.clone())
+            .collect()
+    })
+}
+
 /// The shape [`TeamStateStore::check`] reads a document for, and the
 /// visitors that read any JSON value to its end keeping nothing.
 mod shape {

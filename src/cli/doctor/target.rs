@@ -141,6 +141,7 @@ pub fn plan_of(
                 spec: Some(path.to_path_buf()),
                 workers: Vec::new(),
                 created_at: crate::cli::now_rfc3339(),
+                records: &crate::state::team_state::RUN_RECORDS,
             })
         }
     }
