@@ -95,40 +95,12 @@ pub struct V2Identity {
 
 impl Identity {
     /// The identity fields as they appear on events and dispatch rows: v1
-    /// `workerId`, or the v2 refs with their version markers.
+    /// `workerId`, or the v2 refs with their version markers ([`Who`]).
     pub fn wire_fields(&self) -> serde_json::Map<String, Value> {
-        let mut m = serde_json::Map::new();
-        match self {
-            Identity::V1 { worker_id } => {
-                m.insert("workerId".into(), Value::from(worker_id.clone()));
-            }
-            Identity::V2(v) => {
-                m.insert("schemaVersion".into(), Value::from("2.0"));
-                m.insert("executionIdentityVersion".into(), Value::from(2));
-                m.insert(
-                    "participantRef".into(),
-                    Value::from(v.participant_ref.clone()),
-                );
-                m.insert(
-                    "roleExecutionRef".into(),
-                    Value::from(v.role_execution_ref.clone()),
-                );
-                m.insert(
-                    "executionLabel".into(),
-                    Value::from(v.execution_label.clone()),
-                );
-                m.insert("dutyId".into(), Value::from(v.duty_id.clone()));
-                m.insert(
-                    "invocationRef".into(),
-                    Value::from(v.invocation_ref.clone()),
-                );
-                m.insert(
-                    "assignmentRef".into(),
-                    Value::from(v.assignment_ref.clone()),
-                );
-            }
+        match serde_json::to_value(Who::from(self)) {
+            Ok(Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
         }
-        m
     }
 
     /// A name for people: the execution label for v2, the worker id for v1.
@@ -143,6 +115,54 @@ impl Identity {
         match self {
             Identity::V2(v) => Some(v),
             Identity::V1 { .. } => None,
+        }
+    }
+}
+
+/// The identity fields as events and dispatch rows carry them: v1
+/// `workerId`, or the v2 refs with their version markers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Who {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_identity_version: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participant_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_execution_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duty_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment_ref: Option<String>,
+}
+
+impl From<&Identity> for Who {
+    /// The one place the identity's wire form is made.
+    fn from(identity: &Identity) -> Who {
+        match identity {
+            Identity::V1 { worker_id } => Who {
+                worker_id: Some(worker_id.clone()),
+                ..Who::default()
+            },
+            Identity::V2(v) => Who {
+                worker_id: None,
+                schema_version: Some("2.0".into()),
+                execution_identity_version: Some(2),
+                participant_ref: Some(v.participant_ref.clone()),
+                role_execution_ref: Some(v.role_execution_ref.clone()),
+                execution_label: Some(v.execution_label.clone()),
+                duty_id: Some(v.duty_id.clone()),
+                invocation_ref: Some(v.invocation_ref.clone()),
+                assignment_ref: Some(v.assignment_ref.clone()),
+            },
         }
     }
 }

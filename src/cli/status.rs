@@ -54,7 +54,9 @@ impl SlurmJobs {
             return;
         };
         self.any = true;
-        if row.get("status").and_then(Value::as_str) == Some("running") {
+        if row.get("status").and_then(Value::as_str)
+            == Some(crate::exec::row::DispatchStatus::Running.as_str())
+        {
             self.running.push(id);
         }
     }

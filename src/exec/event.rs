@@ -48,30 +48,7 @@ pub struct Head {
     pub stage: Option<String>,
 }
 
-/// The identity fields as events and dispatch rows carry them: v1
-/// `workerId`, or the v2 refs with their version markers.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Who {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worker_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schema_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub execution_identity_version: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub participant_ref: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role_execution_ref: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub execution_label: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duty_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub invocation_ref: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub assignment_ref: Option<String>,
-}
+pub use crate::plan::Who;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -21,6 +21,7 @@ pub mod preflight;
 pub mod record;
 pub mod replay;
 pub mod report;
+pub mod row;
 mod run;
 pub mod settle;
 

@@ -14,8 +14,9 @@
 //! wrapper's status sidecar). Only the error log is best effort
 //! (docs/exec.md#settling-an-attempt).
 
-use super::event::{Dispatched, Event, Settled};
+use super::event::{Dispatched, Event};
 use super::replay::History;
+use super::row::{DispatchRow, DispatchStatus};
 use crate::beneath::Beneath;
 use crate::plan::{Job, Plan};
 use crate::state::attempts::{AttemptId, AttemptOutcome};
@@ -233,8 +234,12 @@ impl Recorder {
             let job = &*job;
             let behind = history.attempts.iter().any(|a| {
                 let Some(d) = &a.dispatched else { return false };
-                let want = a.settled.as_ref().map_or("running", |s| s.status.as_str());
-                let row = dispatch_row(job, d, None);
+                let want = a
+                    .settled
+                    .as_ref()
+                    .map_or(DispatchStatus::Running, |s| s.status.into())
+                    .as_str();
+                let row = DispatchRow::of(job, d, None).to_value();
                 dispatch_row_key(&row)
                     .and_then(|k| recorded.get(&k))
                     .map(String::as_str)
@@ -447,12 +452,12 @@ fn rows(
                 ledger.ensure_worker(&job.key, &fields);
                 ledger.patch_worker(&job.key, WorkerStatus::InProgress, "", &fields);
             }
-            ledger.upsert_dispatch(dispatch_row(job, d, None));
+            ledger.upsert_dispatch(DispatchRow::of(job, d, None).to_value());
             ledger.start_attempt(&attempt_id(job, head));
         }
         Event::WorkerResultCollected(s) | Event::WorkerFailed(s) => {
             if let Some(d) = dispatched {
-                ledger.upsert_dispatch(dispatch_row(job, d, Some(s)));
+                ledger.upsert_dispatch(DispatchRow::of(job, d, Some(s)).to_value());
             }
             let completed = matches!(event, Event::WorkerResultCollected(_));
             let status = s.status;
@@ -472,101 +477,4 @@ fn rows(
         }
         Event::WorkerRetryScheduled(_) => {}
     }
-}
-
-/// A `workerDispatches[]` row: the job's identity and paths, the dispatch's
-/// facts, and the settlement's once there is one.
-pub fn dispatch_row(job: &Job, d: &Dispatched, settled: Option<&Settled>) -> Value {
-    let mut row = Map::new();
-    let mut put = |k: &str, v: Value| {
-        row.insert(k.to_string(), v);
-    };
-    if let Value::Object(who) = serde_json::to_value(&d.head.who).unwrap_or_default() {
-        for (k, v) in who {
-            put(&k, v);
-        }
-    }
-    put("attempt", json!(d.head.attempt));
-    if let Some(id) = &d.head.dispatch_id {
-        put("dispatchId", json!(id));
-    }
-    put("workerKey", json!(job.key));
-    put("planDigest", json!(d.head.plan_digest));
-    put("role", json!(job.role));
-    put("kind", json!(job.dispatch_kind));
-    put("round", json!(job.round));
-    put("provider", json!(job.provider));
-    put("backend", json!(d.head.dispatch_mode));
-    if let Some(stage) = &d.head.stage {
-        put("stage", json!(stage));
-    }
-    if let Some(from) = &d.head.degraded_from {
-        put("degradedFrom", json!(from));
-    }
-    put("livenessMode", json!(job.liveness_mode));
-    if let Some(s) = &d.session_id {
-        put("sessionId", json!(s));
-    }
-    put("promptPath", json!(job.prompt_path));
-    put("resultPath", json!(job.result_path));
-    put("workerResultPath", json!(job.worker_result_path));
-    put("completionPaths", json!(job.completion_paths));
-    if let Some(w) = &job.worktree_path {
-        put("worktreePath", json!(w));
-    }
-    put("modelExecutionValue", json!(job.model_execution_value));
-    put("writePolicyDigest", json!(job.write_policy.digest));
-    put("writeEnforcement", json!(job.write_enforcement));
-    if let Some(inv) = &job.invocation {
-        put("invocationId", json!(inv.invocation_id));
-        put("audience", json!(inv.audience));
-        put("assignmentRef", json!(inv.assignment_ref));
-        put("promptMetadataPath", json!(job.metadata_path));
-        for (k, v) in &inv.digests {
-            put(k, json!(v));
-        }
-        put("hostModelValue", json!(inv.host_model_value));
-    }
-    match d.handle {
-        super::event::Handle::Pid { pid } => put("pid", json!(pid)),
-        super::event::Handle::Slurm { slurm_job_id } => put("slurmJobId", json!(slurm_job_id)),
-    }
-    put("startedAt", json!(d.head.ts));
-    if !d.argv.is_empty() {
-        put("argv", json!(d.argv));
-    }
-    match settled {
-        None => {
-            put("status", json!("running"));
-            put("reason", json!(""));
-        }
-        Some(s) => {
-            put("status", json!(s.status));
-            put("reason", json!(s.reason));
-            put("endedAt", json!(s.head.ts));
-            if let Some(code) = s.exit_code {
-                put("exitCode", json!(code));
-            }
-            for (k, v) in [
-                ("servedModel", s.served_model.as_deref()),
-                ("cliSessionId", s.cli_session_id.as_deref()),
-                ("failureKind", s.failure_kind.as_ref().map(|k| k.as_str())),
-                ("confinement", s.confinement.as_deref()),
-            ] {
-                if let Some(v) = v {
-                    put(k, json!(v));
-                }
-            }
-            if !s.cli_argv.is_empty() {
-                put("cliArgv", json!(s.cli_argv));
-            }
-            if let Some(usage) = &s.usage {
-                put("usage", json!(usage));
-            }
-            if s.resumable {
-                put("resumable", json!(true));
-            }
-        }
-    }
-    Value::Object(row)
 }

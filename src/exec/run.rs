@@ -592,7 +592,7 @@ impl<'a> Runner<'a> {
         let (mode, degraded) = self.backend.local.mode_of(job);
         Head {
             ts: crate::fsutil::utc_now(),
-            who: who(&job.identity),
+            who: Who::from(&job.identity),
             attempt,
             dispatch_id: job.dispatch_id_for(attempt),
             worker_key: job.key.clone(),
@@ -1609,27 +1609,6 @@ fn wrapper_end(code: i32, status: &Path) -> End {
 
 fn status_exists(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok()
-}
-
-/// The identity fields of events and rows.
-pub fn who(identity: &Identity) -> Who {
-    match identity {
-        Identity::V1 { worker_id } => Who {
-            worker_id: Some(worker_id.clone()),
-            ..Who::default()
-        },
-        Identity::V2(v) => Who {
-            worker_id: None,
-            schema_version: Some("2.0".into()),
-            execution_identity_version: Some(2),
-            participant_ref: Some(v.participant_ref.clone()),
-            role_execution_ref: Some(v.role_execution_ref.clone()),
-            execution_label: Some(v.execution_label.clone()),
-            duty_id: Some(v.duty_id.clone()),
-            invocation_ref: Some(v.invocation_ref.clone()),
-            assignment_ref: Some(v.assignment_ref.clone()),
-        },
-    }
 }
 
 /// What every audit walk of the run covers and leaves out: the project root
