@@ -6,14 +6,13 @@
 //! a worker forged in the events log are not believed by the next exec. Each
 //! beside a near miss that must pass.
 //!
-//! Workers run unconfined (`confinement = "none"`), as in tests/audit.rs:
+//! Workers run unconfined (`confinement = "none"`), as in tests/it/audit.rs:
 //! these hostile workers make the very writes Landlock refuses under the
 //! default `auto`; what is tested is that the audit and exec's own checks
 //! judge them where confinement does not stand (`none`, a kernel without
 //! Landlock, a write done by a process outside the worker's domain).
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -4,8 +4,7 @@
 //! whole at the end, interrupted runs too; and `--format json` progress as
 //! JSON lines on stderr.
 
-mod common;
-use common::*;
+use crate::common::*;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus};
 use std::time::{Duration, Instant};
 

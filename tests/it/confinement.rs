@@ -1,6 +1,6 @@
 //! Kernel confinement end to end (docs/confinement.md#kernel-confinement):
 //! `command` workers run by `okstra plan` + `okstra exec` under Landlock try
-//! every way tests/audit.rs knows of writing outside their policy. The kernel
+//! every way tests/it/audit.rs knows of writing outside their policy. The kernel
 //! refuses each one in the worker (EACCES; EXDEV for a hard link, Landlock's
 //! answer to linking a file in from outside), and the tree is left
 //! byte-identical. Where Landlock cannot stop a change (a mode change; a
@@ -11,8 +11,7 @@
 //! worker cannot write a scratch directory outside the project). Skipped,
 //! saying so, on a kernel without Landlock ABI 6.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{symlink, MetadataExt};

@@ -2,8 +2,7 @@
 //! fake agent CLIs on PATH and a fake HOME: one test per finding, each
 //! beside the near miss that passes.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// A project, a directory of fake CLIs and a fake home.

@@ -1,6 +1,6 @@
 //! The real agent CLIs end to end (issue 17), each through `okstra plan` and
 //! `okstra exec`, against a mock of its vendor's API on 127.0.0.1
-//! (`tests/mock_api`): the agent writes its result with its own tool, the
+//! (`tests/real_clis/mock_api.rs`): the agent writes its result with its own tool, the
 //! recorded usage is what the mock reported, a served model other than the
 //! pinned one is caught, an API error settles `error` with its kind and
 //! keeps the usage spent, a refused key settles `credentials-refused` at
@@ -13,10 +13,8 @@
 //! TMPDIR, and an environment holding nothing but PATH and what points it at
 //! the mock: no credentials, no network.
 
-mod common;
-mod mock_api;
-
-use mock_api::{MockApi, Script, Step, Tokens};
+use crate::common;
+use crate::mock_api::{MockApi, Script, Step, Tokens};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

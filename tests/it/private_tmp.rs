@@ -13,8 +13,7 @@
 //! directory stops it as it would stop anyone else. Skipped, saying so, on
 //! a kernel without Landlock ABI 6.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -8,13 +8,12 @@
 //!
 //! Workers run unconfined (`confinement = "none"`): what is tested here is
 //! the audit judging writes that happened, and these workers make the very
-//! writes Landlock refuses under the default `auto` (tests/confinement.rs
+//! writes Landlock refuses under the default `auto` (tests/it/confinement.rs
 //! shows each of them refused). Unconfined is where the audit alone stands:
 //! `none`, a kernel without Landlock, or a write done for a confined worker
 //! by a process outside its domain.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::PathBuf;
@@ -64,7 +63,7 @@ impl Job<'_> {
     }
 }
 
-/// A project plus a scratch directory outside it. Unlike tests/exec.rs the
+/// A project plus a scratch directory outside it. Unlike tests/it/exec.rs the
 /// project has no `results/` directory up front: workers make it.
 struct Fx {
     p: Project,

@@ -8,12 +8,11 @@
 //! REQUIRE_SLURM is set (`.ci/run` starts the cluster and sets it): then it
 //! fails.
 //!
-//! As in tests/exec.rs, workers talk to the test through a scratch
+//! As in tests/it/exec.rs, workers talk to the test through a scratch
 //! directory outside the project, and tests wait on marker files with a
 //! deadline, never on fixed sleeps.
 
-mod common;
-use common::*;
+use crate::common::*;
 use rustix::process::Signal;
 use serde_json::Value;
 use std::path::PathBuf;

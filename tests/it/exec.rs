@@ -10,8 +10,7 @@
 //! Landlock where the kernel has it), the scratch directory granted them by
 //! a debug build's test seam; the few that must not be confined say why.
 
-mod common;
-use common::*;
+use crate::common::*;
 use rustix::process::{Pid, Signal};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -89,7 +88,7 @@ impl Fx {
             p: Project::new(),
             scratch: tempfile::tempdir().expect("scratch dir"),
         };
-        // Made before the run so the scripts need no `mkdir` (tests/audit.rs
+        // Made before the run so the scripts need no `mkdir` (tests/it/audit.rs
         // covers workers that make it themselves).
         std::fs::create_dir_all(fx.p.path("results")).unwrap();
         fx
@@ -783,7 +782,7 @@ fn what_a_worker_leaves_in_its_group_goes_when_its_wrapper_ends() {
     // One worker leaves a process behind in the background; the other's
     // wrapper is killed with kill -9 while the worker runs on. Neither is
     // left running once exec has seen its wrapper end. (A process that
-    // leaves the group, `setsid`, is the audit's: tests/fail_closed.rs.)
+    // leaves the group, `setsid`, is the audit's: tests/it/fail_closed.rs.)
     let left = "sleep 60 &\necho $! > \"$S/$K.bg\"\n".to_string() + WRITE_RESULT;
     let orphaned = "echo $$ > \"$S/$K.bg\"\nwhile :; do sleep 0.05; done\n";
     let fx = Fx::new(&[("only", vec![job("a", left), job("b", orphaned)])]);

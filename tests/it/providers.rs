@@ -8,8 +8,7 @@
 //! gemini's stream-json `init` and `result` with `stats`. The pane backend runs
 //! under a real tmux server started by the test.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::Command;
