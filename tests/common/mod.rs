@@ -5,6 +5,11 @@ use assert_cmd::Command;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
+mod fx;
+// Until every binary builds on it.
+#[allow(unused_imports)]
+pub use fx::*;
+
 pub struct Project {
     pub dir: tempfile::TempDir,
 }
