@@ -6,8 +6,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 mod fx;
-// Until every binary builds on it.
-#[allow(unused_imports)]
 pub use fx::*;
 
 pub struct Project {
