@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Install the real agent CLIs okstra drives (claude, codex, gemini) from the
 # npm registry into a scratch directory, for the tests that run them
-# (`tests/real_clis.rs`, and `tests/real_clis_e2e.rs` against a mock API).
+# (`tests/real_clis/argv.rs`, and `tests/real_clis/e2e.rs` against a mock API).
 # About 800 MB, under a minute; `.ci/run` runs it.
 #
 #   scripts/install-agent-clis.sh [DIR]     # default: target/agent-clis
 #   export PATH="$DIR/node_modules/.bin:$PATH"
-#   cargo test --test real_clis --test real_clis_e2e -- --nocapture
+#   cargo test --test real_clis -- --nocapture
 #
-# (tests/real_clis_e2e.rs also finds them in target/agent-clis without PATH.)
+# (tests/real_clis/e2e.rs also finds them in target/agent-clis without PATH.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${1:-target/agent-clis}"

@@ -48,7 +48,7 @@ pub const SIMULATE_UNAVAILABLE_ENV: &str = "OKSTRA_TEST_NO_LANDLOCK";
 /// write: the scratch directory outside the project through which the
 /// test suites' fixture workers report to the test (run counters, markers),
 /// so those suites run under the default confinement. A release build
-/// ignores it; tests/confinement.rs never sets it.
+/// ignores it; tests/it/confinement.rs never sets it.
 pub const TEST_ALSO_WRITABLE_ENV: &str = "OKSTRA_TEST_ALSO_WRITABLE";
 
 /// The directory [`TEST_ALSO_WRITABLE_ENV`] names, in a debug build.

@@ -8,7 +8,7 @@
 //! The rules were found by asking the real CLIs with fake homes: claude
 //! 2.1.197 (`claude auth status`), codex 0.171 (`codex login status`, and
 //! which credential `codex exec` sends), gemini 0.61 (its auth check, exit
-//! 41). `tests/real_clis.rs` holds each rule to its CLI where installed.
+//! 41). `tests/real_clis/login.rs` holds each rule to its CLI where installed.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

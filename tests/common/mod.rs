@@ -5,6 +5,9 @@ use assert_cmd::Command;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
+mod fx;
+pub use fx::*;
+
 pub struct Project {
     pub dir: tempfile::TempDir,
 }
@@ -135,24 +138,6 @@ impl Project {
             .filter(|d| d["workerKey"] == key)
             .cloned()
             .collect()
-    }
-
-    /// Start `okstra exec plan.json EXTRA...` in the background, its output
-    /// in `exec.stdout` / `exec.stderr` under `out_dir`.
-    pub fn spawn_exec(&self, extra: &[&str], out_dir: &Path) -> std::process::Child {
-        let out = std::fs::File::create(out_dir.join("exec.stdout")).unwrap();
-        let err = std::fs::File::create(out_dir.join("exec.stderr")).unwrap();
-        std::process::Command::new(env!("CARGO_BIN_EXE_okstra"))
-            .current_dir(self.root())
-            .env("SOURCE_DATE_EPOCH", "1764460800")
-            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
-            .args(["exec", "plan.json"])
-            .args(extra)
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap()
     }
 
     pub fn exists(&self, rel: &str) -> bool {

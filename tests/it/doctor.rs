@@ -2,89 +2,46 @@
 //! fake agent CLIs on PATH and a fake HOME: one test per finding, each
 //! beside the near miss that passes.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
-/// A project, a directory of fake CLIs and a fake home.
-struct Fx {
-    p: Project,
-    bin: tempfile::TempDir,
-    home: tempfile::TempDir,
-    env: Vec<(String, String)>,
+/// A project, a directory of fake CLIs and a fake home; okstra runs with
+/// the fake CLIs, `sh`, the fake home, and only the variables a test sets.
+fn fixture() -> Fx {
+    let fx = Fx::new();
+    let mut m = v1_manifest();
+    m["recommendedWorkers"] = json!([]);
+    fx.manifest(&m);
+    fx.p.write("prompts/a.md", "# a\n");
+    fx.p.write("prompts/b.md", "# b\n");
+    fx.p.write("prompts/c.md", "# c\n");
+    fx.clean_env()
+        .bin_then("/usr/bin:/bin")
+        .run_env("HOME", fx.home())
+        .run_env(
+            "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+            fx.home().join("none.json"),
+        );
+    fx
 }
 
-impl Fx {
-    fn new() -> Fx {
-        let p = Project::new();
-        let mut m = v1_manifest();
-        m["recommendedWorkers"] = json!([]);
-        p.write_json("run/run-manifest.json", &m);
-        p.write("prompts/a.md", "# a\n");
-        p.write("prompts/b.md", "# b\n");
-        p.write("prompts/c.md", "# c\n");
-        Fx {
-            p,
-            bin: tempfile::tempdir().unwrap(),
-            home: tempfile::tempdir().unwrap(),
-            env: Vec::new(),
-        }
-    }
+/// A fake `name` on PATH that answers `--version`.
+fn cli(fx: &Fx, name: &str, version: &str) {
+    fx.bin_script(name, &format!("#!/bin/sh\necho '{version}'\n"));
+}
 
-    /// A fake `name` on PATH that answers `--version`.
-    fn cli(&self, name: &str, version: &str) -> &Self {
-        use std::os::unix::fs::PermissionsExt;
-        let path = self.bin.path().join(name);
-        std::fs::write(&path, format!("#!/bin/sh\necho '{version}'\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        self
-    }
+/// `okstra doctor ARGS --format json`.
+fn doctor(fx: &Fx, args: &[&str]) -> Run {
+    let mut all = vec!["doctor"];
+    all.extend_from_slice(args);
+    all.extend(["--format", "json"]);
+    fx.okstra(&all)
+}
 
-    /// A file under the fake home.
-    fn home_file(&self, rel: &str, text: &str) -> &Self {
-        let path = self.home.path().join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-        self
-    }
-
-    fn set(&mut self, k: &str, v: &str) -> &mut Self {
-        self.env.push((k.into(), v.into()));
-        self
-    }
-
-    /// `okstra doctor ARGS --format json` in a clean environment: the fake
-    /// CLIs, `sh`, the fake home, and only the variables set here.
-    fn doctor(&self, args: &[&str]) -> Run {
-        let path = format!("{}:/usr/bin:/bin", self.bin.path().display());
-        let mut cmd = assert_cmd::Command::cargo_bin("okstra").unwrap();
-        cmd.current_dir(self.p.root())
-            .env_clear()
-            .env("PATH", path)
-            .env("HOME", self.home.path())
-            .env(
-                "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
-                self.home.path().join("none.json"),
-            )
-            .arg("doctor")
-            .args(args)
-            .args(["--format", "json"]);
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    fn with_manifest(&self, args: &[&str]) -> Run {
-        let mut all = args.to_vec();
-        all.extend(["--manifest", "run/run-manifest.json"]);
-        self.doctor(&all)
-    }
+fn with_manifest(fx: &Fx, args: &[&str]) -> Run {
+    let mut all = args.to_vec();
+    all.extend(["--manifest", "run/run-manifest.json"]);
+    doctor(fx, &all)
 }
 
 /// The check whose name starts with `name`.
@@ -136,8 +93,8 @@ const CLAUDE_LOGIN: &str =
 
 #[test]
 fn all_is_well_for_a_run_of_command_jobs_with_no_cli_installed() {
-    let fx = Fx::new();
-    let run = fx.with_manifest(&[]);
+    let fx = fixture();
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert_eq!(run.json()["ok"], true);
     for name in [
@@ -157,40 +114,35 @@ fn all_is_well_for_a_run_of_command_jobs_with_no_cli_installed() {
 
 #[test]
 fn a_cli_the_roster_needs_must_be_on_path_and_answer() {
-    let fx = Fx::new();
+    let fx = fixture();
     let mut m = v1_manifest();
     m["recommendedWorkers"] = json!(["claude"]);
     fx.p.write_json("run/run-manifest.json", &m);
     fx.home_file(".claude/.credentials.json", CLAUDE_LOGIN);
-    let run = fx.with_manifest(&[]);
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 2);
     assert_eq!(status(&run, "provider claude"), "fail");
     assert!(detail(&run, "provider claude").contains("npm install -g @anthropic-ai/claude-code"));
     // One that does not answer --version fails too ...
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let c = fx.bin.path().join("claude");
-        std::fs::write(&c, "#!/bin/sh\necho 'cannot start' >&2\nexit 3\n").unwrap();
-        std::fs::set_permissions(&c, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let run = fx.with_manifest(&[]);
+    fx.bin_script("claude", "#!/bin/sh\necho 'cannot start' >&2\nexit 3\n");
+    let run = with_manifest(&fx, &[]);
     assert_eq!(status(&run, "provider claude"), "fail");
     assert!(detail(&run, "provider claude").contains("cannot start"));
     // ... and one that answers is fine.
-    fx.cli("claude", "2.1.197 (Claude Code)");
-    let run = fx.with_manifest(&[]);
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(detail(&run, "provider claude").contains("2.1.197"));
 }
 
 #[test]
 fn a_cli_the_run_needs_must_be_logged_in() {
-    let mut fx = Fx::new();
+    let fx = fixture();
     let mut m = v1_manifest();
     m["recommendedWorkers"] = json!(["claude"]);
     fx.p.write_json("run/run-manifest.json", &m);
-    fx.cli("claude", "2.1.197 (Claude Code)");
-    let run = fx.with_manifest(&[]);
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert_eq!(status(&run, "login claude"), "fail");
     let d = detail(&run, "login claude");
@@ -200,23 +152,23 @@ fn a_cli_the_run_needs_must_be_logged_in() {
     );
     // A login file, or a key variable, is a login.
     fx.home_file(".claude/.credentials.json", CLAUDE_LOGIN);
-    let run = fx.with_manifest(&[]);
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(detail(&run, "login claude").contains(".credentials.json"));
-    std::fs::remove_file(fx.home.path().join(".claude/.credentials.json")).unwrap();
-    fx.set("ANTHROPIC_API_KEY", "sk-test");
-    assert_eq!(fx.with_manifest(&[]).code, 0);
+    std::fs::remove_file(fx.home().join(".claude/.credentials.json")).unwrap();
+    fx.run_env("ANTHROPIC_API_KEY", "sk-test");
+    assert_eq!(with_manifest(&fx, &[]).code, 0);
 }
 
 #[test]
 fn a_login_that_cannot_be_told_offline_is_a_warning() {
-    let mut fx = Fx::new();
+    let fx = fixture();
     let mut m = v1_manifest();
     m["recommendedWorkers"] = json!(["claude"]);
     fx.p.write_json("run/run-manifest.json", &m);
-    fx.cli("claude", "2.1.197 (Claude Code)");
-    fx.set("CLAUDE_CODE_USE_BEDROCK", "1");
-    let run = fx.with_manifest(&[]);
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
+    fx.run_env("CLAUDE_CODE_USE_BEDROCK", "1");
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert_eq!(status(&run, "login claude"), "warn");
     assert!(detail(&run, "login claude").contains("Bedrock"));
@@ -225,14 +177,14 @@ fn a_login_that_cannot_be_told_offline_is_a_warning() {
 #[test]
 fn a_spec_mode_run_names_the_clis_it_used_in_team_state() {
     // The case: no roster, jobs known only from team-state rows.
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write_json(
         "run/team-state.json",
         &json!({"workers": [{"workerId": "cx", "provider": "codex", "status": "completed", "reason": ""}],
                 "workerDispatches": [{"workerId": "gm", "provider": "gemini", "attempt": 1, "status": "error"}],
                 "agentDispatches": [], "agentResultLinks": []}),
     );
-    let run = fx.with_manifest(&[]);
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     for cli in ["codex", "gemini"] {
         assert_eq!(
@@ -248,12 +200,12 @@ fn a_spec_mode_run_names_the_clis_it_used_in_team_state() {
 
 #[test]
 fn a_spec_is_planned_in_memory_and_exactly_its_providers_are_checked() {
-    let mut fx = Fx::new();
+    let fx = fixture();
     fx.p.write("spec.toml", &spec(true));
-    fx.cli("claude", "2.1.197 (Claude Code)")
-        .cli("codex", "codex-cli 0.171.0");
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
+    cli(&fx, "codex", "codex-cli 0.171.0");
     fx.home_file(".claude/.credentials.json", CLAUDE_LOGIN);
-    let run = fx.with_manifest(&["spec.toml"]);
+    let run = with_manifest(&fx, &["spec.toml"]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert_eq!(status(&run, "spec spec.toml"), "ok");
     assert!(detail(&run, "spec spec.toml").contains("2 jobs"));
@@ -268,20 +220,20 @@ fn a_spec_is_planned_in_memory_and_exactly_its_providers_are_checked() {
     assert!(!fx.p.exists("plan.json"), "doctor writes no plan");
     assert!(!fx.p.exists("run/team-state.json"), "nor state");
     // codex logged in by the variable it reads.
-    fx.set("CODEX_API_KEY", "sk-test");
-    let run = fx.with_manifest(&["spec.toml"]);
+    fx.run_env("CODEX_API_KEY", "sk-test");
+    let run = with_manifest(&fx, &["spec.toml"]);
     assert_eq!(run.code, 0, "{}", run.stdout);
 }
 
 #[test]
 fn a_job_env_that_logs_its_cli_in_counts_for_that_job_only() {
-    let fx = Fx::new();
+    let fx = fixture();
     let mut s = spec(false);
     s.push_str("env = { ANTHROPIC_API_KEY = \"sk-job\" }\n");
     s.push_str("\n[[workers]]\nworkerId = \"cl2\"\nprovider = \"claude\"\nrole = \"analyst\"\npromptPath = \"prompts/c.md\"\nresultPath = \"out/c.md\"\nmodelExecutionValue = \"sonnet\"\n");
     fx.p.write("spec.toml", &s);
-    fx.cli("claude", "2.1.197 (Claude Code)");
-    let run = fx.with_manifest(&["spec.toml"]);
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
+    let run = with_manifest(&fx, &["spec.toml"]);
     assert_eq!(status(&run, "login claude"), "fail");
     let d = detail(&run, "login claude");
     assert!(d.contains("(for cl2)"), "{d}");
@@ -290,13 +242,13 @@ fn a_job_env_that_logs_its_cli_in_counts_for_that_job_only() {
 
 #[test]
 fn a_plan_is_checked_for_what_it_uses() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("spec.toml", &spec(false));
     assert_eq!(plan_json(&fx.p, "spec.toml").code, 0);
-    fx.cli("claude", "2.1.197 (Claude Code)");
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
     fx.home_file(".claude/.credentials.json", CLAUDE_LOGIN);
     // The plan's manifest is checked without --manifest.
-    let run = fx.doctor(&["plan.json"]);
+    let run = doctor(&fx, &["plan.json"]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert_eq!(status(&run, "plan plan.json"), "ok");
     assert_eq!(status(&run, "manifest"), "ok");
@@ -307,7 +259,7 @@ fn a_plan_is_checked_for_what_it_uses() {
     // An edited plan is refused with its code.
     let text = fx.p.read("plan.json").replacen("sonnet", "opus", 1);
     fx.p.write("plan.json", &text);
-    let run = fx.doctor(&["plan.json"]);
+    let run = doctor(&fx, &["plan.json"]);
     assert_eq!(run.code, 2);
     assert_eq!(status(&run, "plan plan.json"), "fail");
     assert_eq!(run.json()["errors"][0]["code"], "plan/digest-mismatch");
@@ -315,9 +267,9 @@ fn a_plan_is_checked_for_what_it_uses() {
 
 #[test]
 fn a_spec_without_a_manifest_is_an_error_that_says_so() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("spec.toml", &spec(false));
-    let run = fx.doctor(&["spec.toml"]);
+    let run = doctor(&fx, &["spec.toml"]);
     assert_eq!(run.code, 2);
     let e = run.error("input/invalid");
     assert_eq!(e["file"], "spec.toml");
@@ -326,8 +278,8 @@ fn a_spec_without_a_manifest_is_an_error_that_says_so() {
 
 #[test]
 fn a_file_that_is_neither_plan_nor_spec_is_an_error() {
-    let fx = Fx::new();
-    let run = fx.doctor(&["run/run-manifest.json"]);
+    let fx = fixture();
+    let run = doctor(&fx, &["run/run-manifest.json"]);
     assert_eq!(run.code, 2);
     let e = run.error("input/invalid");
     assert!(
@@ -340,24 +292,24 @@ fn a_file_that_is_neither_plan_nor_spec_is_an_error() {
     assert!(e["help"].as_str().is_some());
     // A broken JSON file says where it breaks; a missing one that it is.
     fx.p.write("broken.json", "{\n  \"workers\": [,]\n}\n");
-    let run = fx.doctor(&["broken.json"]);
+    let run = doctor(&fx, &["broken.json"]);
     let e = run.error("input/syntax");
     assert_eq!(e["line"], 2, "{e}");
     assert_eq!(
-        fx.doctor(&["absent.toml"]).error("input/missing")["file"],
+        doctor(&fx, &["absent.toml"]).error("input/missing")["file"],
         "absent.toml"
     );
 }
 
 #[test]
 fn a_spec_that_does_not_plan_shows_each_error_with_its_line() {
-    let fx = Fx::new();
+    let fx = fixture();
     let broken = spec(false).replace(
         "role = \"analyst\"",
         "role = \"analyst\"\nattempt = 0\nbogus = 1",
     );
     fx.p.write("spec.toml", &broken);
-    let run = fx.with_manifest(&["spec.toml"]);
+    let run = with_manifest(&fx, &["spec.toml"]);
     assert_eq!(run.code, 2);
     assert_eq!(status(&run, "spec spec.toml"), "fail");
     let errors = run.json()["errors"].as_array().unwrap().clone();
@@ -370,21 +322,21 @@ fn a_spec_that_does_not_plan_shows_each_error_with_its_line() {
 
 #[test]
 fn required_confinement_where_there_is_none_fails() {
-    let mut fx = Fx::new();
-    fx.cli("claude", "2.1.197 (Claude Code)");
+    let fx = fixture();
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
     fx.home_file(".claude/.credentials.json", CLAUDE_LOGIN);
-    fx.set(okstra::confine::SIMULATE_UNAVAILABLE_ENV, "1");
+    fx.run_env(okstra::confine::SIMULATE_UNAVAILABLE_ENV, "1");
     fx.p.write(
         "spec.toml",
         &format!("{}confinement = \"required\"\n", spec(false)),
     );
-    let run = fx.with_manifest(&["spec.toml"]);
+    let run = with_manifest(&fx, &["spec.toml"]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert_eq!(status(&run, "confinement"), "fail");
     assert!(detail(&run, "confinement").contains("exec/confinement-unavailable"));
     // `auto` runs unconfined there: a warning.
     fx.p.write("spec.toml", &spec(false));
-    let run = fx.with_manifest(&["spec.toml"]);
+    let run = with_manifest(&fx, &["spec.toml"]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert_eq!(status(&run, "confinement"), "warn");
     // `none` asks for nothing.
@@ -392,24 +344,24 @@ fn required_confinement_where_there_is_none_fails() {
         "spec.toml",
         &format!("{}confinement = \"none\"\n", spec(false)),
     );
-    let run = fx.with_manifest(&["spec.toml"]);
+    let run = with_manifest(&fx, &["spec.toml"]);
     assert_eq!(status(&run, "confinement"), "ok");
     assert!(detail(&run, "confinement").contains("not used"));
 }
 
 #[test]
 fn pane_jobs_outside_a_multiplexer_warn_that_they_degrade() {
-    let fx = Fx::new();
-    fx.cli("claude", "2.1.197 (Claude Code)");
+    let fx = fixture();
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
     fx.home_file(".claude/.credentials.json", CLAUDE_LOGIN);
     fx.p.write("spec.toml", &spec(false));
-    let run = fx.with_manifest(&["spec.toml"]);
+    let run = with_manifest(&fx, &["spec.toml"]);
     assert!(
         find(&run, "backend pane").is_none(),
         "no pane job, no pane check"
     );
     fx.p.write("spec.toml", &format!("{}backend = \"pane\"\n", spec(false)));
-    let run = fx.with_manifest(&["spec.toml"]);
+    let run = with_manifest(&fx, &["spec.toml"]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert_eq!(status(&run, "backend pane"), "warn");
     assert!(detail(&run, "backend pane").contains("degradedFrom"));
@@ -450,13 +402,13 @@ fn pane_jobs_inside_tmux_are_fine() {
     )
     .trim()
     .to_string();
-    let mut fx = Fx::new();
-    fx.cli("claude", "2.1.197 (Claude Code)");
+    let fx = fixture();
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
     fx.home_file(".claude/.credentials.json", CLAUDE_LOGIN);
     fx.p.write("spec.toml", &format!("{}backend = \"pane\"\n", spec(false)));
-    fx.set("TMUX", &env);
+    fx.run_env("TMUX", &env);
     // The real tmux, found on PATH beside the fake CLIs.
-    let run = fx.with_manifest(&["spec.toml"]);
+    let run = with_manifest(&fx, &["spec.toml"]);
     let _ = tmux(&["kill-server"]);
     assert_eq!(status(&run, "backend pane"), "ok", "{}", run.stdout);
     assert!(detail(&run, "backend pane").contains("tmux"));
@@ -464,50 +416,50 @@ fn pane_jobs_inside_tmux_are_fine() {
 
 #[test]
 fn a_held_lock_and_unreadable_state_fail() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("run/team-state.json", "{}");
-    assert_eq!(fx.with_manifest(&[]).code, 0);
+    assert_eq!(with_manifest(&fx, &[]).code, 0);
     let lock = okstra::fsutil::FileLock::try_acquire(&fx.p.path("run/team-state.json.exec.lock"))
         .unwrap()
         .unwrap();
-    let run = fx.with_manifest(&[]);
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 2);
     assert_eq!(status(&run, "exec lock"), "fail");
     drop(lock);
-    assert_eq!(fx.with_manifest(&[]).code, 0);
+    assert_eq!(with_manifest(&fx, &[]).code, 0);
 
     fx.p.write("run/team-state.json", "{\"workers\": 3}");
-    let run = fx.with_manifest(&[]);
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 2);
     assert_eq!(status(&run, "team-state"), "fail");
     fx.p.write("run/team-state.json", "not json");
-    assert_eq!(status(&fx.with_manifest(&[]), "team-state"), "fail");
+    assert_eq!(status(&with_manifest(&fx, &[]), "team-state"), "fail");
 }
 
 #[test]
 fn a_manifest_that_is_missing_or_invalid_fails() {
-    let fx = Fx::new();
+    let fx = fixture();
     let mut m = v1_manifest();
     m["recommendedWorkers"] = json!("w1");
     fx.p.write_json("run/run-manifest.json", &m);
-    let run = fx.with_manifest(&[]);
+    let run = with_manifest(&fx, &[]);
     assert_eq!(run.code, 2);
     assert_eq!(status(&run, "manifest"), "fail");
-    let run = fx.doctor(&["--manifest", "nope.json"]);
+    let run = doctor(&fx, &["--manifest", "nope.json"]);
     assert_eq!(run.code, 2);
     assert!(detail(&run, "manifest").contains("cannot read"));
 }
 
 #[test]
 fn the_text_report_names_each_fix_and_the_count() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("spec.toml", &spec(false));
     let mut cmd = assert_cmd::Command::cargo_bin("okstra").unwrap();
     let out = cmd
         .current_dir(fx.p.root())
         .env_clear()
-        .env("PATH", format!("{}:/usr/bin:/bin", fx.bin.path().display()))
-        .env("HOME", fx.home.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", fx.bin().display()))
+        .env("HOME", fx.home())
         .args(["doctor", "spec.toml", "--manifest", "run/run-manifest.json"])
         .output()
         .unwrap();

@@ -6,8 +6,7 @@
 //! validate judge a plan's format before its digest, and refuse integers
 //! canonical JSON cannot keep exact.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn jcs_digest(v: &Value) -> String {

@@ -4,8 +4,7 @@
 //! secret-looking one as a short digest). An edited plan shows what it
 //! would run, not what its `providerCommand` claims.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn settings(p: &Project) -> insta::Settings {

@@ -2,10 +2,9 @@
 //! run through the real binary on fixture projects: each refusal code
 //! triggered beside a near miss, and roster and translator runs end to end
 //! (plan, then exec with `command` workers). `okstra doctor` is in
-//! tests/doctor.rs.
+//! tests/it/doctor.rs.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn edit_json(p: &Project, rel: &str, f: impl FnOnce(&mut Value)) {

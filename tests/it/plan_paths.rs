@@ -3,8 +3,7 @@
 //! spec JSON, roster rows, the manifest, metadata and translator
 //! reservations; each refusal beside a near miss that must plan.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::symlink;
 use std::path::Path;

@@ -5,8 +5,7 @@
 //! the run completes. After each: no recorded row lost, no attempt started
 //! twice, every state file parseable, and the run completed.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;

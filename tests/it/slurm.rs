@@ -8,15 +8,14 @@
 //! REQUIRE_SLURM is set (`.ci/run` starts the cluster and sets it): then it
 //! fails.
 //!
-//! As in tests/exec.rs, workers talk to the test through a scratch
+//! As in tests/it/exec.rs, workers talk to the test through a scratch
 //! directory outside the project, and tests wait on marker files with a
 //! deadline, never on fixed sleeps.
 
-mod common;
-use common::*;
+use crate::common::*;
 use rustix::process::Signal;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -65,143 +64,74 @@ fn wait_in_sh(file: &str, secs: u32) -> String {
 /// A worker of a fixture: its id, its script, and more spec lines.
 type Worker<'a> = (&'a str, String, &'a str);
 
-/// A project of `command` workers on Slurm, a scratch directory outside it,
-/// and the cluster to run on.
-struct Fx {
-    p: Project,
-    scratch: tempfile::TempDir,
-    conf: PathBuf,
+/// A project of `command` workers on Slurm (the cluster of `conf`), in
+/// stages of `(id, script, extra spec lines)` workers. Workers report
+/// through a scratch directory outside the project, which the debug build's
+/// test seam lets a confined worker write.
+fn fixture(conf: &Path, stages: &[(&str, Vec<Worker>)]) -> Fx {
+    let fx = Fx::new();
+    fx.mkdir("results")
+        .v1()
+        .commands()
+        .defaults("backend = \"slurm\"")
+        .defaults("slurm = { timeLimit = \"5\" }")
+        .scratch_env()
+        .prelude(PRELUDE)
+        .run_env("SLURM_CONF", conf);
+    for (name, jobs) in stages {
+        fx.stage(
+            name,
+            jobs.iter()
+                .map(|(id, script, extra)| job(id, script.as_str()).with(extra)),
+        );
+    }
+    fx
 }
 
-impl Fx {
-    /// Stages of `(id, script, extra spec lines)` workers, all on Slurm.
-    fn new(conf: PathBuf, stages: &[(&str, Vec<Worker>)]) -> Fx {
-        let fx = Fx {
-            p: Project::new(),
-            scratch: tempfile::tempdir().expect("scratch dir"),
-            conf,
-        };
-        std::fs::create_dir_all(fx.p.path("results")).unwrap();
-        fx.p.write_json("run/run-manifest.json", &v1_manifest());
-        // Workers report through a scratch directory outside the project,
-        // which the debug build's test seam lets a confined worker write.
-        let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nbackend = \"slurm\"\nslurm = {{ timeLimit = \"5\" }}\n{}\n\n",
-            scratch_env(fx.scratch.path())
-        );
-        for (name, jobs) in stages {
-            spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));
-            for (id, script, extra) in jobs {
-                fx.p.write(&format!("prompts/{id}.md"), "# work\n");
-                spec.push_str(&format!(
-                    "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"results/{id}.md\"\ncommand = [\"sh\", \"-c\", '''\n{PRELUDE}{script}''']\n{extra}\n",
-                ));
-            }
-        }
-        fx.p.write("spec.toml", &spec);
-        fx
-    }
+/// `okstra exec plan.json` in the background, its output in `LOG.stdout`
+/// and `LOG.stderr` in scratch.
+fn spawn_exec(fx: &Fx, log: &str) -> Child {
+    fx.spawn(&["exec", "plan.json"], log)
+}
 
-    fn okstra(&self, args: &[&str]) -> Run {
-        let out = assert_cmd::Command::cargo_bin("okstra")
-            .unwrap()
-            .current_dir(self.p.root())
-            .env("SLURM_CONF", &self.conf)
-            .env("SOURCE_DATE_EPOCH", "1764460800")
-            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
-            .args(args)
-            .output()
-            .unwrap();
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
+fn touch(fx: &Fx, name: &str) {
+    std::fs::write(fx.scratch(name), "").unwrap();
+}
 
-    #[track_caller]
-    fn plan(&self) {
-        let run = self.okstra(&[
-            "plan",
-            "spec.toml",
-            "--manifest",
-            "run/run-manifest.json",
-            "--out",
-            "plan.json",
-            "--format",
-            "json",
-        ]);
-        assert_eq!(
-            run.code, 0,
-            "the fixture must plan:\n{}\n{}",
-            run.stdout, run.stderr
-        );
+/// The Slurm job ids the events log recorded for `key`, in order.
+fn job_ids(fx: &Fx, key: &str) -> Vec<u64> {
+    if !fx.p.exists("run/lead-events.jsonl") {
+        return Vec::new();
     }
+    fx.events_of("worker-dispatched", key)
+        .iter()
+        .map(|e| e["slurmJobId"].as_u64().expect("a Slurm job id"))
+        .collect()
+}
 
-    fn exec(&self) -> Run {
-        self.okstra(&["exec", "plan.json"])
-    }
+/// The cluster the fixture runs on.
+fn conf(fx: &Fx) -> std::ffi::OsString {
+    fx.run_env_of("SLURM_CONF").expect("a Slurm fixture")
+}
 
-    /// `okstra exec plan.json` in the background, output to `<name>.out` and
-    /// `<name>.err` in scratch.
-    fn spawn_exec(&self, name: &str) -> Child {
-        let out = std::fs::File::create(self.scratch(&format!("{name}.out"))).unwrap();
-        let err = std::fs::File::create(self.scratch(&format!("{name}.err"))).unwrap();
-        Command::new(env!("CARGO_BIN_EXE_okstra"))
-            .current_dir(self.p.root())
-            .env("SLURM_CONF", &self.conf)
-            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
-            .args(["exec", "plan.json"])
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap()
-    }
+/// Slurm's state of a job (`squeue -t all`), or "" once it forgot it.
+fn state(fx: &Fx, id: u64) -> String {
+    let out = Command::new("squeue")
+        .args(["-h", "-t", "all", "-j", &id.to_string(), "-o", "%T"])
+        .env("SLURM_CONF", conf(fx))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
 
-    fn scratch(&self, name: &str) -> PathBuf {
-        self.scratch.path().join(name)
-    }
-
-    fn touch(&self, name: &str) {
-        std::fs::write(self.scratch(name), "").unwrap();
-    }
-
-    fn runs(&self, id: &str) -> Vec<String> {
-        lines_of(&self.scratch(&format!("{id}.runs")))
-    }
-
-    /// The Slurm job ids the events log recorded for `key`, in order.
-    fn job_ids(&self, key: &str) -> Vec<u64> {
-        if !self.p.exists("run/lead-events.jsonl") {
-            return Vec::new();
-        }
-        self.p
-            .events_of("worker-dispatched", key)
-            .iter()
-            .map(|e| e["slurmJobId"].as_u64().expect("a Slurm job id"))
-            .collect()
-    }
-
-    /// Slurm's state of a job (`squeue -t all`), or "" once it forgot it.
-    fn state(&self, id: u64) -> String {
-        let out = Command::new("squeue")
-            .args(["-h", "-t", "all", "-j", &id.to_string(), "-o", "%T"])
-            .env("SLURM_CONF", &self.conf)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn scancel(&self, id: u64) {
-        let ok = Command::new("scancel")
-            .arg(id.to_string())
-            .env("SLURM_CONF", &self.conf)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "scancel {id}");
-    }
+fn scancel(fx: &Fx, id: u64) {
+    let ok = Command::new("scancel")
+        .arg(id.to_string())
+        .env("SLURM_CONF", conf(fx))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "scancel {id}");
 }
 
 /// Slurm states of jobs that no longer run.
@@ -280,15 +210,15 @@ fn the_demo_pipeline_runs_on_slurm_with_its_retry() {
 #[test]
 fn a_failing_job_settles_error_with_its_exit_code() {
     let Some(conf) = cluster() else { return };
-    let fx = Fx::new(
-        conf,
+    let fx = fixture(
+        &conf,
         &[(
             "main",
             vec![("bad", "echo broken >&2; exit 3\n".into(), "")],
         )],
     );
     fx.plan();
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_code(&run, 1);
     let rows = dispatch_rows(&fx.p, "bad");
     assert_eq!(rows.len(), 1, "a failure is not retried: {rows:?}");
@@ -300,14 +230,17 @@ fn a_failing_job_settles_error_with_its_exit_code() {
     let errors = fx.p.run_errors();
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0]["exitCode"], 3);
-    assert_eq!(fx.state(rows[0]["slurmJobId"].as_u64().unwrap()), "FAILED");
+    assert_eq!(
+        state(&fx, rows[0]["slurmJobId"].as_u64().unwrap()),
+        "FAILED"
+    );
 }
 
 #[test]
 fn an_idle_job_times_out_and_its_slurm_job_ends() {
     let Some(conf) = cluster() else { return };
-    let fx = Fx::new(
-        conf,
+    let fx = fixture(
+        &conf,
         &[(
             "main",
             vec![(
@@ -319,7 +252,7 @@ fn an_idle_job_times_out_and_its_slurm_job_ends() {
     );
     fx.plan();
     let started = Instant::now();
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_code(&run, 1);
     assert!(
         started.elapsed() < Duration::from_secs(60),
@@ -330,7 +263,7 @@ fn an_idle_job_times_out_and_its_slurm_job_ends() {
     assert_eq!(rows[0]["exitCode"], 124);
     assert_eq!(rows[0]["failureKind"], "timeout");
     let id = rows[0]["slurmJobId"].as_u64().unwrap();
-    assert!(ended(&fx.state(id)), "job {id} is {}", fx.state(id));
+    assert!(ended(&state(&fx, id)), "job {id} is {}", state(&fx, id));
 }
 
 #[test]
@@ -341,8 +274,8 @@ fn ctrl_c_cancels_every_slurm_job_and_the_next_exec_finishes() {
             "touch \"$S/{id}.started\"\nif [ ! -e \"$S/go\" ]; then sleep 120; fi\n{WRITE_RESULT}"
         )
     };
-    let fx = Fx::new(
-        conf,
+    let fx = fixture(
+        &conf,
         &[(
             "main",
             vec![
@@ -353,7 +286,7 @@ fn ctrl_c_cancels_every_slurm_job_and_the_next_exec_finishes() {
         )],
     );
     fx.plan();
-    let mut child = fx.spawn_exec("first");
+    let mut child = spawn_exec(&fx, "first");
     wait_for("every worker to start on its node", 60, || {
         ["a", "b", "c"]
             .iter()
@@ -363,7 +296,7 @@ fn ctrl_c_cancels_every_slurm_job_and_the_next_exec_finishes() {
     let status = fx.okstra(&["status", "--manifest", "run/run-manifest.json"]);
     assert_code(&status, 0);
     for k in ["a", "b", "c"] {
-        let id = fx.job_ids(k)[0];
+        let id = job_ids(&fx, k)[0];
         assert!(
             status.stdout.contains(&format!("{id} RUNNING")),
             "{k}: {}",
@@ -382,14 +315,18 @@ fn ctrl_c_cancels_every_slurm_job_and_the_next_exec_finishes() {
     signal(child.id(), Signal::INT);
     assert_eq!(wait_child(&mut child, 60), 130);
     for k in ["a", "b", "c"] {
-        let id = fx.job_ids(k)[0];
-        assert!(ended(&fx.state(id)), "{k}: job {id} is {}", fx.state(id));
+        let id = job_ids(&fx, k)[0];
+        assert!(
+            ended(&state(&fx, id)),
+            "{k}: job {id} is {}",
+            state(&fx, id)
+        );
         let row = &dispatch_rows(&fx.p, k)[0];
         assert_eq!(row["reason"], "interrupted");
         assert_eq!(row["resumable"], true);
     }
-    fx.touch("go");
-    let run = fx.exec();
+    touch(&fx, "go");
+    let run = fx.exec(&[]);
     assert_code(&run, 0);
     for k in ["a", "b", "c"] {
         assert_eq!(fx.runs(k), ["1", "2"], "{k}: the next exec ran attempt 2");
@@ -405,30 +342,30 @@ fn exec_killed_mid_stage_resumes_by_reattaching_and_runs_nothing_twice() {
             wait_in_sh("go", 60)
         )
     };
-    let fx = Fx::new(
-        conf,
+    let fx = fixture(
+        &conf,
         &[
             ("first", vec![("a", block("a"), ""), ("b", block("b"), "")]),
             ("second", vec![("c", WRITE_RESULT.into(), "")]),
         ],
     );
     fx.plan();
-    let mut child = fx.spawn_exec("first");
+    let mut child = spawn_exec(&fx, "first");
     wait_for("both workers to start", 60, || {
         fx.scratch("a.started").exists() && fx.scratch("b.started").exists()
     });
     signal(child.id(), Signal::KILL);
     wait_child(&mut child, 10);
-    let ids = [fx.job_ids("a")[0], fx.job_ids("b")[0]];
+    let ids = [job_ids(&fx, "a")[0], job_ids(&fx, "b")[0]];
     // The second exec finds both still running and watches them; only then
     // may they finish.
-    let mut child = fx.spawn_exec("second");
+    let mut child = spawn_exec(&fx, "second");
     wait_for("the second exec to re-attach", 30, || {
-        let err = std::fs::read_to_string(fx.scratch("second.err")).unwrap_or_default();
+        let err = std::fs::read_to_string(fx.scratch("second.stderr")).unwrap_or_default();
         ids.iter()
             .all(|id| err.contains(&format!("still runs (Slurm job {id}); watching it")))
     });
-    fx.touch("go");
+    touch(&fx, "go");
     assert_eq!(wait_child(&mut child, 60), 0);
     for k in ["a", "b", "c"] {
         assert_eq!(fx.runs(k), ["1"], "{k} ran once");
@@ -439,14 +376,17 @@ fn exec_killed_mid_stage_resumes_by_reattaching_and_runs_nothing_twice() {
         );
         assert_eq!(dispatch_rows(&fx.p, k)[0]["status"], "completed");
     }
-    assert_eq!(fx.job_ids("a"), [ids[0]], "re-attached to the recorded job");
+    assert_eq!(
+        job_ids(&fx, "a"),
+        [ids[0]],
+        "re-attached to the recorded job"
+    );
 }
 
 #[test]
 fn a_job_cancelled_from_outside_is_resumable_and_the_next_exec_completes() {
     let Some(conf) = cluster() else { return };
-    let fx = Fx::new(
-        conf,
+    let fx = fixture(&conf,
         &[(
             "main",
             vec![
@@ -464,12 +404,12 @@ fn a_job_cancelled_from_outside_is_resumable_and_the_next_exec_completes() {
     fx.plan();
     // (`|| exit 1`: Slurm signals every process of the job, not all at the
     // same instant; a shell whose sleep died first would go on and finish.)
-    let mut child = fx.spawn_exec("first");
+    let mut child = spawn_exec(&fx, "first");
     wait_for("the victim to start", 60, || {
         fx.scratch("victim.started").exists()
     });
-    let id = fx.job_ids("victim")[0];
-    fx.scancel(id);
+    let id = job_ids(&fx, "victim")[0];
+    scancel(&fx, id);
     assert_eq!(wait_child(&mut child, 60), 1);
     let row = &dispatch_rows(&fx.p, "victim")[0];
     assert_eq!(row["status"], "error");
@@ -483,8 +423,8 @@ fn a_job_cancelled_from_outside_is_resumable_and_the_next_exec_completes() {
         "{row}"
     );
     assert_eq!(dispatch_rows(&fx.p, "bystander")[0]["status"], "completed");
-    fx.touch("go");
-    let run = fx.exec();
+    touch(&fx, "go");
+    let run = fx.exec(&[]);
     assert_code(&run, 0);
     assert_eq!(fx.runs("victim"), ["1", "2"]);
     assert_eq!(fx.runs("bystander"), ["1"]);
@@ -496,8 +436,8 @@ fn a_job_cancelled_from_outside_is_resumable_and_the_next_exec_completes() {
 #[test]
 fn a_partition_that_does_not_exist_is_named_by_doctor_and_exec() {
     let Some(conf) = cluster() else { return };
-    let fx = Fx::new(
-        conf,
+    let fx = fixture(
+        &conf,
         &[(
             "main",
             vec![(
@@ -521,7 +461,7 @@ fn a_partition_that_does_not_exist_is_named_by_doctor_and_exec() {
         detail.contains("w (/stages/0/jobs/0/slurm/partition)"),
         "names the worker and where: {detail}"
     );
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_code(&run, 1);
     let row = &fx.p.worker_row("w");
     assert!(
@@ -537,7 +477,7 @@ fn a_partition_that_does_not_exist_is_named_by_doctor_and_exec() {
 #[test]
 fn doctor_probes_the_cluster_for_a_slurm_plan() {
     let Some(conf) = cluster() else { return };
-    let fx = Fx::new(conf, &[("main", vec![("w", WRITE_RESULT.into(), "")])]);
+    let fx = fixture(&conf, &[("main", vec![("w", WRITE_RESULT.into(), "")])]);
     fx.plan();
     let doctor = fx.okstra(&["doctor", "plan.json", "--format", "json"]);
     let checks = doctor.json()["checks"].as_array().unwrap().clone();
@@ -570,8 +510,8 @@ fn doctor_probes_the_cluster_for_a_slurm_plan() {
 fn exec_killed_at_each_launch_point_loses_nothing_runs_nothing_twice_and_leaves_no_held_job() {
     let Some(conf) = cluster() else { return };
     let make = || {
-        let fx = Fx::new(
-            conf.clone(),
+        let fx = fixture(
+            &conf,
             &[
                 (
                     "first",
@@ -593,7 +533,7 @@ fn exec_killed_at_each_launch_point_loses_nothing_runs_nothing_twice_and_leaves_
     let exec_with = |fx: &Fx, env: &[(&str, String)]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_okstra"));
         cmd.current_dir(fx.p.root())
-            .env("SLURM_CONF", &fx.conf)
+            .env("SLURM_CONF", &conf)
             .env("OKSTRA_STOP_GRACE_SECONDS", "1")
             .args(["exec", "plan.json"]);
         for (k, v) in env {
@@ -652,7 +592,7 @@ fn exec_killed_at_each_launch_point_loses_nothing_runs_nothing_twice_and_leaves_
             .to_string();
         let out = Command::new("squeue")
             .args(["--me", "-h", "-t", "PENDING", "-o", "%j"])
-            .env("SLURM_CONF", &fx.conf)
+            .env("SLURM_CONF", &conf)
             .output()
             .unwrap();
         let held: Vec<String> = String::from_utf8_lossy(&out.stdout)
@@ -669,8 +609,8 @@ fn time_in_the_queue_is_not_idleness() {
     let Some(conf) = cluster() else { return };
     // Slurm holds the job back 3 s (`--begin`), three times its idle
     // timeout; the idle clock starts when the job does.
-    let fx = Fx::new(
-        conf,
+    let fx = fixture(
+        &conf,
         &[(
             "main",
             vec![(
@@ -681,7 +621,7 @@ fn time_in_the_queue_is_not_idleness() {
         )],
     );
     fx.plan();
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_code(&run, 0);
     assert_eq!(fx.runs("late"), ["1"]);
 }

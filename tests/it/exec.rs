@@ -10,12 +10,11 @@
 //! Landlock where the kernel has it), the scratch directory granted them by
 //! a debug build's test seam; the few that must not be confined say why.
 
-mod common;
-use common::*;
+use crate::common::*;
 use rustix::process::{Pid, Signal};
 use serde_json::Value;
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -32,20 +31,6 @@ fn wait_in_sh(file: &str) -> String {
     )
 }
 
-struct Job<'a> {
-    id: &'a str,
-    script: String,
-    extra: &'a str,
-}
-
-fn job<'a>(id: &'a str, script: impl Into<String>) -> Job<'a> {
-    Job {
-        id,
-        script: script.into(),
-        extra: "",
-    }
-}
-
 const WRITE_RESULT: &str = "echo done > \"$R\"\n";
 
 /// The `extra` of a job that must run unconfined: workers here run under
@@ -53,101 +38,25 @@ const WRITE_RESULT: &str = "echo done > \"$R\"\n";
 /// confined worker cannot do says why it uses this.
 const UNCONFINED: &str = "confinement = \"none\"";
 
-/// A project plus a scratch directory outside it.
-struct Fx {
-    p: Project,
-    scratch: tempfile::TempDir,
+/// A v1 project whose spec has the given stages of `command` workers
+/// (under the default confinement, reporting through `$SCRATCH`).
+fn fixture<'a>(stages: impl IntoIterator<Item = (&'a str, Vec<Job>)>) -> Fx {
+    let fx = bare();
+    fx.v1()
+        .commands()
+        .scratch_env()
+        .prelude(PRELUDE)
+        .stages(stages);
+    fx
 }
 
-impl Fx {
-    /// A v1 project whose spec has the given stages of `command` workers.
-    fn new(stages: &[(&str, Vec<Job>)]) -> Fx {
-        let fx = Fx::bare();
-        fx.p.write_json("run/run-manifest.json", &v1_manifest());
-        let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\n{}\n\n",
-            scratch_env(fx.scratch.path())
-        );
-        for (name, jobs) in stages {
-            spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));
-            for j in jobs {
-                fx.p.write(&format!("prompts/{}.md", j.id), "# work\n");
-                spec.push_str(&format!(
-                    "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"results/{id}.md\"\ncommand = [\"sh\", \"-c\", '''\n{PRELUDE}{script}''']\n{extra}\n",
-                    id = j.id,
-                    script = j.script,
-                    extra = j.extra
-                ));
-            }
-        }
-        fx.p.write("spec.toml", &spec);
-        fx
-    }
-
-    fn bare() -> Fx {
-        let fx = Fx {
-            p: Project::new(),
-            scratch: tempfile::tempdir().expect("scratch dir"),
-        };
-        // Made before the run so the scripts need no `mkdir` (tests/audit.rs
-        // covers workers that make it themselves).
-        std::fs::create_dir_all(fx.p.path("results")).unwrap();
-        fx
-    }
-
-    #[track_caller]
-    fn plan(&self) {
-        let run = plan_json(&self.p, "spec.toml");
-        assert_eq!(
-            run.code, 0,
-            "the fixture must plan cleanly:\n{}\n{}",
-            run.stdout, run.stderr
-        );
-    }
-
-    fn exec(&self, extra: &[&str]) -> Run {
-        let mut args = vec!["exec", "plan.json"];
-        args.extend_from_slice(extra);
-        self.p.okstra(&args)
-    }
-
-    /// `okstra exec plan.json` in the background, output to scratch files.
-    fn spawn_exec(&self, extra: &[&str]) -> Child {
-        self.p.spawn_exec(extra, self.scratch.path())
-    }
-
-    fn scratch(&self, name: &str) -> PathBuf {
-        self.scratch.path().join(name)
-    }
-
-    /// How many times worker `id` ran (each run appends its attempt number).
-    fn runs(&self, id: &str) -> Vec<String> {
-        lines_of(&self.scratch(&format!("{id}.runs")))
-    }
-
-    fn team(&self) -> Value {
-        self.p.team()
-    }
-
-    fn events(&self) -> Vec<Value> {
-        self.p.run_events()
-    }
-
-    fn events_of(&self, ty: &str, key: &str) -> Vec<Value> {
-        self.p.events_of(ty, key)
-    }
-
-    fn errors(&self) -> Vec<Value> {
-        self.p.run_errors()
-    }
-
-    fn worker_row(&self, key: &str) -> Value {
-        self.p.worker_row(key)
-    }
-
-    fn dispatch_rows(&self, key: &str) -> Vec<Value> {
-        self.p.dispatch_rows(key)
-    }
+/// An empty project with its `results/` directory, made before the run so
+/// the scripts need no `mkdir` (tests/it/audit.rs covers workers that make
+/// it themselves).
+fn bare() -> Fx {
+    let fx = Fx::new();
+    fx.mkdir("results");
+    fx
 }
 
 /// Whether a live (non-zombie) process is in group `pgid`.
@@ -190,7 +99,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 #[test]
 fn success() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     let run = fx.exec(&[]);
     assert_code(&run, 0);
@@ -237,13 +146,7 @@ fn the_wrapper_is_okstra_worker_beside_okstra_and_the_plan_keeps_the_wire_form()
     // Unconfined: Landlock refuses a confined worker a look at a process
     // outside its domain (`/proc/PID/exe` needs ptrace access).
     let script = format!("readlink /proc/$PPID/exe > \"$S/wrapper\"\n{WRITE_RESULT}");
-    let fx = Fx::new(&[(
-        "only",
-        vec![Job {
-            extra: UNCONFINED,
-            ..job("a", script)
-        }],
-    )]);
+    let fx = fixture([("only", vec![job("a", script).with(UNCONFINED)])]);
     fx.plan();
     let planned = fx.p.read_json("plan.json")["stages"][0]["jobs"][0]["command"].clone();
     assert_eq!(planned[0], "okstra");
@@ -261,7 +164,7 @@ fn the_wrapper_is_okstra_worker_beside_okstra_and_the_plan_keeps_the_wire_form()
 #[test]
 fn retry_after_a_missing_artifact() {
     let script = format!("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\nexit 0\n");
-    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    let fx = fixture([("only", vec![job("a", script)])]);
     fx.plan();
     let run = fx.exec(&[]);
     assert_code(&run, 0);
@@ -290,7 +193,7 @@ fn retry_after_a_missing_artifact() {
 
 #[test]
 fn missing_twice_is_an_error_after_two_attempts() {
-    let fx = Fx::new(&[("only", vec![job("a", "echo forgot >&2; exit 0\n")])]);
+    let fx = fixture([("only", vec![job("a", "echo forgot >&2; exit 0\n")])]);
     fx.plan();
     let run = fx.exec(&[]);
     assert_code(&run, 1);
@@ -312,7 +215,7 @@ fn nonzero_exit_with_a_valid_audit_sidecar_completes_and_is_logged() {
     let script = format!(
         "{WRITE_RESULT}printf '{{\"resultSha256\": \"{sha}\"}}' > \"$R.audit.json\"\necho 'wrapper trouble: the tail of stderr' >&2\nexit 3\n"
     );
-    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    let fx = fixture([("only", vec![job("a", script)])]);
     fx.plan();
     let run = fx.exec(&[]);
     assert_code(&run, 0);
@@ -359,7 +262,7 @@ fn nonzero_exit_with_a_bad_audit_sidecar_is_an_error() {
     let script = format!(
         "{WRITE_RESULT}printf '{{\"resultSha256\": \"{zeros}\"}}' > \"$R.audit.json\"\nexit 3\n"
     );
-    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    let fx = fixture([("only", vec![job("a", script)])]);
     fx.plan();
     let run = fx.exec(&[]);
     assert_code(&run, 1);
@@ -377,12 +280,11 @@ fn nonzero_exit_with_a_bad_audit_sidecar_is_an_error() {
 
 #[test]
 fn idle_timeout_stops_a_silent_worker() {
-    let mut j = job(
+    let j = job(
         "a",
         "echo $$ > \"$S/a.pid\"\necho 'waiting for the network'\nexec sleep 30\n",
     );
-    j.extra = "idleTimeoutSeconds = 1\n";
-    let fx = Fx::new(&[("only", vec![j])]);
+    let fx = fixture([("only", vec![j.with("idleTimeoutSeconds = 1")])]);
     fx.plan();
     let started = Instant::now();
     let run = fx.exec(&[]);
@@ -435,7 +337,7 @@ fn assert_nothing_written(fx: &Fx) {
 
 #[test]
 fn tampered_plan_is_refused() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     let text = fx.p.read("plan.json");
     let tampered = text.replacen(
@@ -453,7 +355,7 @@ fn tampered_plan_is_refused() {
 
 #[test]
 fn a_plan_of_another_format_version_is_refused() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     // Re-sealed, so only the version is wrong: the version is judged first.
     let mut plan: Value = fx.p.read_json("plan.json");
@@ -485,7 +387,7 @@ fn edited_plan(fx: &Fx, reseal: bool, edit: impl FnOnce(&mut Value)) {
 
 #[test]
 fn exec_show_and_validate_refuse_a_plan_alike_on_the_raw_document() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     let text = fx.p.read("plan.json");
     let newer = okstra::plan::FORMAT_VERSION + 1;
@@ -612,7 +514,7 @@ fn exec_show_and_validate_refuse_a_plan_alike_on_the_raw_document() {
 
 #[test]
 fn an_unreadable_plan_is_refused() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     let text = fx.p.read("plan.json");
     fx.p.write("plan.json", &text[..text.len() / 2]);
@@ -627,7 +529,7 @@ fn an_unreadable_plan_is_refused() {
 
 #[test]
 fn stale_input_is_refused_naming_the_file() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT), job("b", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT), job("b", WRITE_RESULT)])]);
     fx.plan();
     fx.p.write("prompts/b.md", "# work, edited after planning\n");
     let run = fx.exec(&["--format", "json"]);
@@ -648,7 +550,7 @@ fn stale_input_is_refused_naming_the_file() {
 
 #[test]
 fn an_unreadable_team_state_refuses_the_run_and_is_kept() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     fx.p.write("run/team-state.json", "{ not json");
     let run = fx.exec(&["--format", "json"]);
@@ -696,7 +598,7 @@ fn a_team_state_put_back_from_before_the_run_gets_its_rows_from_the_log() {
     // died before its last team-state write. Putting back the team-state of
     // before the run is that state; the next exec restores every row from
     // the log and runs nothing again.
-    let fx = Fx::new(&[
+    let fx = fixture([
         (
             "first",
             vec![job("a", WRITE_RESULT), job("b", WRITE_RESULT)],
@@ -734,7 +636,7 @@ fn workers_that_ignore_sigterm_stop_within_one_grace_period() {
     // Four workers trap SIGTERM; with a 2 s grace, stopping them one after
     // another would take 8 s. Together it takes about one grace period.
     let stubborn = "trap '' TERM\ntouch \"$S/$K.started\"\nwhile :; do sleep 0.05; done\n";
-    let fx = Fx::new(&[(
+    let fx = fixture([(
         "only",
         ["a", "b", "c", "d"]
             .iter()
@@ -783,10 +685,10 @@ fn what_a_worker_leaves_in_its_group_goes_when_its_wrapper_ends() {
     // One worker leaves a process behind in the background; the other's
     // wrapper is killed with kill -9 while the worker runs on. Neither is
     // left running once exec has seen its wrapper end. (A process that
-    // leaves the group, `setsid`, is the audit's: tests/fail_closed.rs.)
+    // leaves the group, `setsid`, is the audit's: tests/it/fail_closed.rs.)
     let left = "sleep 60 &\necho $! > \"$S/$K.bg\"\n".to_string() + WRITE_RESULT;
     let orphaned = "echo $$ > \"$S/$K.bg\"\nwhile :; do sleep 0.05; done\n";
-    let fx = Fx::new(&[("only", vec![job("a", left), job("b", orphaned)])]);
+    let fx = fixture([("only", vec![job("a", left), job("b", orphaned)])]);
     fx.plan();
     let mut child = fx.spawn_exec(&[]);
     // Its pid written, not just its file made: the kill that follows ends
@@ -807,7 +709,7 @@ fn what_a_worker_leaves_in_its_group_goes_when_its_wrapper_ends() {
 
 #[test]
 fn locked_run_is_refused() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     std::fs::create_dir_all(fx.p.path("run")).unwrap();
     let lock = std::fs::File::create(fx.p.path("run/team-state.json.exec.lock")).unwrap();
@@ -837,7 +739,7 @@ fn a_team_state_lock_held_too_long_stops_the_run_naming_the_holder() {
     // The lead (here: this test) holds the team-state lock and does not let
     // go: exec waits a bounded time, then stops, saying who holds it. Once
     // released, exec finishes the run.
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     std::fs::create_dir_all(fx.p.path("run")).unwrap();
     let lock = std::fs::File::create(fx.p.path("run/team-state.json.lock")).unwrap();
@@ -888,7 +790,7 @@ fn interrupt(fx: &Fx, child: &mut Child, jobs: usize) {
 #[test]
 fn sigterm_stops_every_worker_and_settles_them_interrupted() {
     // The first attempts block; the resumed run's write their results.
-    let fx = Fx::new(&[
+    let fx = fixture([
         (
             "first",
             vec![job("a", blocks_until_go()), job("b", blocks_until_go())],
@@ -937,7 +839,7 @@ fn attempts_waiting_at_their_gates_when_interrupted_start_as_the_same_attempts_n
     // at their gates for the slot. Interrupted, exec stops a and lets b and
     // c go without their workers ever running; the next exec starts them
     // as the attempts that were recorded, and resumes a as a new one.
-    let fx = Fx::new(&[(
+    let fx = fixture([(
         "only",
         vec![
             job("a", blocks_until_go()),
@@ -977,7 +879,7 @@ fn kill_9_then_resume_runs_nothing_twice() {
         "touch \"$S/b.started\"\n{}{WRITE_RESULT}",
         wait_in_sh("$S/release")
     );
-    let fx = Fx::new(&[
+    let fx = fixture([
         ("first", vec![job("a", WRITE_RESULT), job("b", blocked)]),
         ("second", vec![job("c", WRITE_RESULT)]),
     ]);
@@ -1070,7 +972,7 @@ fn v2_spec(fx: &Fx, impl_script: &str, ver_script: &str) -> String {
         "modelExecutionValue = \"model-a\"\n",
         &format!(
             "modelExecutionValue = \"model-a\"\n{}\n",
-            scratch_env(fx.scratch.path())
+            scratch_env(&fx.scratch_dir())
         ),
         1,
     );
@@ -1091,7 +993,7 @@ fn v2_spec(fx: &Fx, impl_script: &str, ver_script: &str) -> String {
 }
 
 fn v2_fx(impl_script: &str, ver_script: &str) -> Fx {
-    let fx = Fx::bare();
+    let fx = bare();
     let v2 = v2_project();
     for f in [
         "run/run-manifest.json",
@@ -1153,7 +1055,7 @@ fn v2_dispatch_ids_per_attempt() {
 
 #[test]
 fn a_failed_stage_stops_the_pipeline() {
-    let fx = Fx::new(&[
+    let fx = fixture([
         ("first", vec![job("a", "echo broken >&2; exit 1\n")]),
         ("second", vec![job("b", WRITE_RESULT)]),
     ]);
@@ -1185,7 +1087,7 @@ fn rendezvous(me: &str, other: &str) -> String {
 
 #[test]
 fn jobs_of_a_stage_run_concurrently() {
-    let fx = Fx::new(&[(
+    let fx = fixture([(
         "only",
         vec![
             job("a", rendezvous("a", "b")),
@@ -1210,7 +1112,7 @@ fn concurrency_1_runs_jobs_one_at_a_time() {
              {WRITE_RESULT}touch \"$S/{me}.done\"\necho \"end {me}\" >> \"$S/order\"\n"
         )
     };
-    let fx = Fx::new(&[(
+    let fx = fixture([(
         "only",
         vec![job("a", one("a", "b")), job("b", one("b", "a"))],
     )]);
@@ -1231,7 +1133,7 @@ fn concurrency_1_runs_jobs_one_at_a_time() {
 #[test]
 fn json_summary() {
     // Stage names out of alphabetical order: the summary keeps plan order.
-    let fx = Fx::new(&[
+    let fx = fixture([
         ("second", vec![job("a", WRITE_RESULT)]),
         (
             "first",
@@ -1270,12 +1172,9 @@ fn json_summary() {
 fn a_write_outside_the_policy_fails_the_audit_without_retry() {
     // Unconfined: the kernel would refuse the stray write, and this is
     // about what exec does with the audit's finding.
-    let fx = Fx::new(&[(
+    let fx = fixture([(
         "only",
-        vec![Job {
-            extra: UNCONFINED,
-            ..job("a", format!("echo sneaky > stray.txt\n{WRITE_RESULT}"))
-        }],
+        vec![job("a", format!("echo sneaky > stray.txt\n{WRITE_RESULT}")).with(UNCONFINED)],
     )]);
     fx.plan();
     let run = fx.exec(&[]);
@@ -1300,12 +1199,9 @@ fn a_stray_write_blocks_the_retry_of_a_missing_artifact() {
     // Without the stray file this attempt would be retried (exit 0, result
     // missing); the audit forbids it. Unconfined: the kernel would refuse
     // the stray write.
-    let fx = Fx::new(&[(
+    let fx = fixture([(
         "only",
-        vec![Job {
-            extra: UNCONFINED,
-            ..job("a", "echo sneaky > stray.txt\nexit 0\n")
-        }],
+        vec![job("a", "echo sneaky > stray.txt\nexit 0\n").with(UNCONFINED)],
     )]);
     fx.plan();
     let run = fx.exec(&[]);
@@ -1318,7 +1214,7 @@ fn a_stray_write_blocks_the_retry_of_a_missing_artifact() {
 
 #[test]
 fn run_plans_and_executes_in_one_command() {
-    let fx = Fx::new(&[
+    let fx = fixture([
         ("build", vec![job("a", WRITE_RESULT)]),
         ("check", vec![job("b", WRITE_RESULT)]),
     ]);
@@ -1343,14 +1239,13 @@ fn run_plans_and_executes_in_one_command() {
 #[test]
 fn a_worker_whose_log_grows_is_not_idle() {
     // Output every 0.2 s for ~1.6 s, past a 1 s idle timeout.
-    let mut j = job(
+    let j = job(
         "a",
         format!(
             "i=0; while [ $i -lt 8 ]; do echo tick $i; i=$((i+1)); sleep 0.2; done\n{WRITE_RESULT}"
         ),
     );
-    j.extra = "idleTimeoutSeconds = 1\n";
-    let fx = Fx::new(&[("only", vec![j])]);
+    let fx = fixture([("only", vec![j.with("idleTimeoutSeconds = 1")])]);
     fx.plan();
     let run = fx.exec(&[]);
     assert_code(&run, 0);
@@ -1367,7 +1262,7 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
         "touch \"$S/a.started\"\n{}{WRITE_RESULT}",
         wait_in_sh("$S/release")
     );
-    let fx = Fx::new(&[("only", vec![job("a", block)])]);
+    let fx = fixture([("only", vec![job("a", block)])]);
     fx.plan();
     let mut child = fx.spawn_exec(&[]);
     wait_for("a to start", 5, || fx.scratch("a.started").exists());
@@ -1405,7 +1300,7 @@ fn kill_9_of_executor_and_worker_then_resume_settles_the_orphan() {
 
 #[test]
 fn a_new_plan_of_the_same_workers_runs_afresh_and_keeps_the_old_records() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     assert_code(&fx.exec(&[]), 0);
     // A changed prompt makes a new plan; its attempt 1 is another record.
@@ -1424,7 +1319,7 @@ fn a_new_plan_of_the_same_workers_runs_afresh_and_keeps_the_old_records() {
 
 #[test]
 fn status_reads_team_state_and_names_an_unreadable_one() {
-    let fx = Fx::new(&[("only", vec![job("a", WRITE_RESULT)])]);
+    let fx = fixture([("only", vec![job("a", WRITE_RESULT)])]);
     fx.plan();
     assert_code(&fx.exec(&[]), 0);
     let run = fx.p.okstra(STATUS_JSON);
@@ -1464,14 +1359,11 @@ fn status_reads_team_state_and_names_an_unreadable_one() {
 /// may be recorded earlier, waiting at its gate for a slot: the report
 /// says "dispatched" when it is let through).
 fn settle_order(extra: &str) -> (usize, usize) {
-    let fx = Fx::new(&[(
+    let fx = fixture([(
         "only",
         ["a", "b", "c"]
             .into_iter()
-            .map(|id| Job {
-                extra,
-                ..job(id, WRITE_RESULT)
-            })
+            .map(|id| job(id, WRITE_RESULT).with(extra))
             .collect(),
     )]);
     fx.plan();
@@ -1533,7 +1425,7 @@ fn a_launch_failure_stops_and_settles_the_whole_batch() {
     }
     jobs.push(job("b", WRITE_RESULT));
     jobs.push(job("c", WRITE_RESULT));
-    let fx = Fx::new(&[("only", jobs)]);
+    let fx = fixture([("only", jobs)]);
     fx.plan();
     std::fs::create_dir_all(fx.p.path("prompts/b.md.log")).unwrap();
     let run = fx.exec(&["--concurrency", "2"]);
@@ -1575,7 +1467,7 @@ fn a_launch_failure_stops_and_settles_the_whole_batch() {
 #[test]
 fn a_launch_failure_in_a_batch_starts_none_of_it() {
     // a, b and c start as one batch: b cannot, so none of them is let go.
-    let fx = Fx::new(&[(
+    let fx = fixture([(
         "only",
         vec![
             job("a", WRITE_RESULT),
@@ -1602,43 +1494,26 @@ fn wrapper_slots_run_attempt_after_attempt_each_with_its_own_log_and_environment
     // own. Each log holds only its own attempt's output, each worker sees
     // only its job's environment, and what a worker leaves in its process
     // group is gone before the next attempt starts.
-    let fx = Fx::bare();
-    fx.p.write_json("run/run-manifest.json", &v1_manifest());
-    let scratch = fx.scratch.path().display().to_string();
+    let fx = bare();
+    fx.v1().commands().scratch_env().prelude(PRELUDE);
+    let scratch = fx.scratch_dir().display().to_string();
     let seam = okstra::confine::TEST_ALSO_WRITABLE_ENV;
     let script = |extra: &str| {
-        format!("{PRELUDE}echo \"output of $K\"\necho \"FOO=${{FOO:-unset}}\" > \"$S/$K.env\"\n{extra}{WRITE_RESULT}")
+        format!("echo \"output of $K\"\necho \"FOO=${{FOO:-unset}}\" > \"$S/$K.env\"\n{extra}{WRITE_RESULT}")
     };
     // Through /proc, not alive as a zombie (nobody may reap it at once): a
     // confined worker may not signal outside its domain, so `kill -0`
     // would say nothing.
     let check_a = "if [ -e \"$S/a.bg\" ]; then st=$(awk '{print $3}' \"/proc/$(cat \"$S/a.bg\")/stat\" 2>/dev/null); if [ -n \"$st\" ] && [ \"$st\" != Z ]; then echo \"$K\" >> \"$S/saw-a-leftover\"; fi; fi\n";
-    let mut spec = format!(
-        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\n{}\n\n[[stages]]\nname = \"only\"\n\n",
-        scratch_env(fx.scratch.path())
-    );
-    let mut jobs = vec![(
-        "a".to_string(),
-        script("sleep 60 &\necho $! > \"$S/$K.bg\"\n"),
-        String::new(),
-    )];
-    jobs.push((
-        "b".into(),
-        script(check_a),
-        format!("env = {{ SCRATCH = \"{scratch}\", {seam} = \"{scratch}\", FOO = \"only-b\" }}"),
-    ));
+    let mut jobs = vec![
+        job("a", script("sleep 60 &\necho $! > \"$S/$K.bg\"\n")),
+        job("b", script(check_a)).with(&format!(
+            "env = {{ SCRATCH = \"{scratch}\", {seam} = \"{scratch}\", FOO = \"only-b\" }}"
+        )),
+    ];
     let same: Vec<String> = (0..11).map(|i| format!("n{i:02}")).collect();
-    jobs.extend(
-        same.iter()
-            .map(|id| (id.clone(), script(check_a), String::new())),
-    );
-    for (id, script, extra) in &jobs {
-        fx.p.write(&format!("prompts/{id}.md"), "# work\n");
-        spec.push_str(&format!(
-            "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"results/{id}.md\"\ncommand = [\"sh\", \"-c\", '''\n{script}''']\n{extra}\n"
-        ));
-    }
-    fx.p.write("spec.toml", &spec);
+    jobs.extend(same.iter().map(|id| job(id, script(check_a))));
+    fx.stage("only", jobs);
     fx.plan();
     let run = fx.exec(&["--concurrency", "1"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
@@ -1660,7 +1535,10 @@ fn wrapper_slots_run_attempt_after_attempt_each_with_its_own_log_and_environment
         !slots.contains(&wrapper("b")),
         "b's environment is its own slot's"
     );
-    for (key, _, _) in &jobs {
+    for key in ["a", "b"]
+        .into_iter()
+        .chain(same.iter().map(String::as_str))
+    {
         let dispatched = fx.events_of("worker-dispatched", key);
         assert_eq!(
             dispatched[0]["pid"].as_u64().unwrap(),
@@ -1698,7 +1576,7 @@ fn a_wrapper_killed_mid_attempt_fails_that_attempt_and_a_new_one_runs_the_next()
     let mut jobs = vec![job("a", looping)];
     let ids: Vec<String> = (0..6).map(|i| format!("n{i}")).collect();
     jobs.extend(ids.iter().map(|id| job(id, WRITE_RESULT)));
-    let fx = Fx::new(&[("only", jobs)]);
+    let fx = fixture([("only", jobs)]);
     fx.plan();
     let mut child = fx.spawn_exec(&["--concurrency", "1"]);
     wait_for("a to start", 10, || {
@@ -1726,10 +1604,10 @@ fn a_worker_whose_slot_died_before_reporting_it_is_found_and_stopped() {
     // the worker and before reporting its pid: exec finds the worker by the
     // mark in its environment and stops its group, leftovers and all.
     let looping = "sleep 60 &\necho $! > \"$S/$K.left\"\necho $$ > \"$S/$K.bg\"\nwhile :; do sleep 0.05; done\n";
-    let fx = Fx::bare();
+    let fx = bare();
     fx.p.write_json("run/run-manifest.json", &v1_manifest());
     fx.p.write("prompts/a.md", "# work\n");
-    let env = scratch_env(fx.scratch.path())
+    let env = scratch_env(&fx.scratch_dir())
         .replace(" }", ", OKSTRA_FAULT_DIE = \"slot-before-pid-report\" }");
     fx.p.write(
         "spec.toml",
@@ -1743,7 +1621,7 @@ fn a_worker_whose_slot_died_before_reporting_it_is_found_and_stopped() {
     assert_eq!(fx.worker_row("a")["status"], "error");
     // Whatever of the attempt started (its scratch directory in its
     // environment marks it, however far it got) is gone.
-    let mark = format!("SCRATCH={}", fx.scratch.path().display());
+    let mark = format!("SCRATCH={}", fx.scratch_dir().display());
     let of_the_attempt = || -> Vec<u32> {
         std::fs::read_dir("/proc")
             .unwrap()
@@ -1840,7 +1718,7 @@ fn the_demo_run_twice_in_one_directory_judges_each_attempt_by_its_own_writes() {
 
 #[test]
 fn a_leftover_result_never_completes_an_attempt_that_did_not_write_it() {
-    let fx = Fx::new(&[("only", vec![job("a", "exit 0\n")])]);
+    let fx = fixture([("only", vec![job("a", "exit 0\n")])]);
     leave_old_result(&fx, "a");
     fx.plan();
     let run = fx.exec(&[]);
@@ -1875,7 +1753,7 @@ fn unchanged_bytes_put_back_under_their_old_mtime_are_still_missing() {
     // back: nothing tells its file from the one left before it.
     let script =
         "touch -r \"$R\" \"$S/ref\"; printf 'old\\n' > \"$R\"; touch -r \"$S/ref\" \"$R\"\n";
-    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    let fx = fixture([("only", vec![job("a", script)])]);
     leave_old_result(&fx, "a");
     fx.plan();
     assert_code(&fx.exec(&[]), 1);
@@ -1893,7 +1771,7 @@ fn an_identical_rewrite_or_a_rename_over_a_leftover_counts() {
     // same bytes renamed into place under the old mtime (a new inode).
     let rewrite = "printf 'old\\n' > \"$R\"\n";
     let rename = "printf 'old\\n' > \"$R.tmp\"; touch -r \"$R\" \"$R.tmp\"; mv \"$R.tmp\" \"$R\"\n";
-    let fx = Fx::new(&[("only", vec![job("a", rewrite), job("b", rename)])]);
+    let fx = fixture([("only", vec![job("a", rewrite), job("b", rename)])]);
     leave_old_result(&fx, "a");
     leave_old_result(&fx, "b");
     fx.plan();
@@ -1934,7 +1812,7 @@ fn a_resumed_exec_judges_a_leftover_by_the_record_made_before_the_kill() {
     // settles it after the fact compares with the recorded state, not with
     // what the path is when it looks: missing, and the retry writes it.
     let script = waits_then("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then echo new > \"$R\"; fi\n");
-    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    let fx = fixture([("only", vec![job("a", script)])]);
     leave_old_result(&fx, "a");
     let run = kill_exec_mid_attempt_then_resume(&fx);
     assert_code(&run, 0);
@@ -1951,7 +1829,7 @@ fn a_resumed_exec_judges_a_leftover_by_the_record_made_before_the_kill() {
 fn a_resumed_exec_counts_what_the_attempt_wrote_while_no_exec_watched() {
     // The near miss: the orphan writes the same bytes; that counts.
     let script = waits_then("printf 'old\\n' > \"$R\"\n");
-    let fx = Fx::new(&[("only", vec![job("a", script)])]);
+    let fx = fixture([("only", vec![job("a", script)])]);
     leave_old_result(&fx, "a");
     let run = kill_exec_mid_attempt_then_resume(&fx);
     assert_code(&run, 0);

@@ -4,8 +4,7 @@
 //! whole at the end, interrupted runs too; and `--format json` progress as
 //! JSON lines on stderr.
 
-mod common;
-use common::*;
+use crate::common::*;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus};
 use std::time::{Duration, Instant};
 
@@ -241,21 +240,22 @@ fn failures_reruns_and_skips_are_told_apart() {
 
 #[test]
 fn an_interrupted_run_still_writes_its_report_whole() {
-    let p = Project::new();
-    let scratch = tempfile::tempdir().unwrap();
-    p.write_json("run/run-manifest.json", &v1_manifest());
+    let fx = Fx::new();
+    let p = &fx.p;
+    let scratch = fx.scratch_dir();
+    fx.v1();
     p.write("prompts/slow.md", "# wait\n");
     p.write(
         "spec.toml",
         &format!(
             "[[workers]]\nworkerId = \"slow\"\nprovider = \"command\"\nconfinement = \"none\"\nrole = \"analyst\"\npromptPath = \"prompts/slow.md\"\nresultPath = \"out/slow.md\"\ncommand = [\"sh\", \"-c\", \"touch {0}/started; echo waiting; sleep 60\"]\n",
-            scratch.path().display()
+            scratch.display()
         ),
     );
-    assert_eq!(plan_json(&p, "spec.toml").code, 0);
-    let mut child = p.spawn_exec(&["--junit", "junit.xml"], scratch.path());
+    assert_eq!(plan_json(p, "spec.toml").code, 0);
+    let mut child = fx.spawn_exec(&["--junit", "junit.xml"]);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !scratch.path().join("started").exists() {
+    while !scratch.join("started").exists() {
         assert!(Instant::now() < deadline, "the worker never started");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -264,7 +264,7 @@ fn an_interrupted_run_still_writes_its_report_whole() {
     rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
-    let report = read_report(&p, "junit.xml");
+    let report = read_report(p, "junit.xml");
     let slow = case(&report, "main", "slow");
     let TestCaseStatus::NonSuccess { kind, ty, .. } = &slow.status else {
         panic!("{slow:?}")

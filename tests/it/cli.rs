@@ -5,7 +5,7 @@
 //! run as pasted, `run`'s kept plan, `status` before any exec, and a
 //! forgotten `--project-root`.
 
-mod common;
+use crate::common;
 use std::process::{Command, Stdio};
 
 #[test]
@@ -454,7 +454,7 @@ fn schema_lists_in_json_too() {
 /// `default-run` to know which to run (without it, the demo fails).
 #[test]
 fn cargo_run_runs_the_command_line() {
-    let manifest: toml::Table = toml::from_str(include_str!("../Cargo.toml")).unwrap();
+    let manifest: toml::Table = toml::from_str(include_str!("../../Cargo.toml")).unwrap();
     assert_eq!(
         manifest["package"]
             .get("default-run")
@@ -759,7 +759,7 @@ fn run_keeps_its_plan_and_its_exec_line_runs_it_again() {
 
 /// `okstra status` before any exec: team-state does not exist, and it says
 /// so with its path and the project root (`input/missing`, exit 2); a run
-/// makes it answer. (A blank team-state is a run not started: tests/exec.rs.)
+/// makes it answer. (A blank team-state is a run not started: tests/it/exec.rs.)
 #[test]
 fn status_without_team_state_says_where_it_looked() {
     let m = Machine::new(false);

@@ -2,8 +2,7 @@
 //! CLICOLOR_FORCE), secondary labels, wide characters, minified input, and
 //! inputs that once crashed the reader.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn run_env(p: &Project, env: &[(&str, &str)], args: &[&str]) -> Run {
     let mut cmd = assert_cmd::Command::cargo_bin("okstra").unwrap();

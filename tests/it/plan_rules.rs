@@ -1,8 +1,7 @@
 //! Every error code of docs/errors.md#error-codes, triggered by the real binary
 //! on a fixture project, each beside a near miss that must plan cleanly.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn edit_spec(p: &Project, from: &str, to: &str) {

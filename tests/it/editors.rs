@@ -12,7 +12,7 @@
 //!   unless REQUIRE_EDITOR_TOOLS is set. CI installs both and sets it:
 //!   `npm install --prefix target/editor-tools vscode-json-languageservice@5.7.2 @taplo/cli@0.7.0`.
 
-mod common;
+use crate::common;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -247,7 +247,7 @@ fn the_vscode_json_language_service_flags_each_entry_and_hovers_markdown() {
     let hover_key = key_at("\"permissionMode\"");
     let hover_value = key_at("\"plan\"");
     let out = Command::new("node")
-        .arg(root.join("tests/editors/vscode-json.js"))
+        .arg(root.join("tests/it/editors/vscode-json.js"))
         .arg(&modules)
         .arg(&schema_path)
         .arg(&doc)
@@ -509,7 +509,7 @@ fn the_vscode_json_service_accepts_the_spec_init_writes() {
         let doc = dir.path().join("spec.json");
         std::fs::write(&doc, json_text).unwrap();
         let out = Command::new("node")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/editors/vscode-json.js"))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/editors/vscode-json.js"))
             .arg(&modules)
             .arg(&schema_path)
             .arg(&doc)

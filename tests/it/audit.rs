@@ -8,17 +8,15 @@
 //!
 //! Workers run unconfined (`confinement = "none"`): what is tested here is
 //! the audit judging writes that happened, and these workers make the very
-//! writes Landlock refuses under the default `auto` (tests/confinement.rs
+//! writes Landlock refuses under the default `auto` (tests/it/confinement.rs
 //! shows each of them refused). Unconfined is where the audit alone stands:
 //! `none`, a kernel without Landlock, or a write done for a confined worker
 //! by a process outside its domain.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::PathBuf;
-use std::process::Child;
 
 /// Every worker script starts with this: counts the run, names the result.
 const PRELUDE: &str = r#"set -u
@@ -28,147 +26,24 @@ echo "$OKSTRA_ATTEMPT" >> "$S/$K.runs"
 
 const WRITE_RESULT: &str = "mkdir -p \"$(dirname \"$R\")\" && echo done > \"$R\"\n";
 
-struct Job<'a> {
-    id: &'a str,
-    script: String,
-    /// Extra TOML lines for the worker table (role, plannedPaths, ...).
-    extra: String,
-    result: String,
+/// A v1 project of unconfined `command` workers reporting through
+/// `$SCRATCH`. Unlike tests/it/exec.rs the project has no `results/`
+/// directory up front: workers make it.
+fn fixture() -> Fx {
+    let fx = Fx::new();
+    fx.v1()
+        .commands()
+        .scratch_env()
+        .defaults("confinement = \"none\"")
+        .prelude(PRELUDE);
+    fx
 }
 
-fn job<'a>(id: &'a str, script: impl Into<String>) -> Job<'a> {
-    Job {
-        id,
-        script: script.into(),
-        extra: String::new(),
-        result: format!("results/{id}.md"),
-    }
-}
-
-impl Job<'_> {
-    fn with(mut self, toml: &str) -> Self {
-        self.extra.push_str(toml);
-        self.extra.push('\n');
-        self
-    }
-
-    fn implementer(self, planned: &[&str]) -> Self {
-        let list: Vec<String> = planned.iter().map(|p| format!("\"{p}\"")).collect();
-        self.with("role = \"implementer\"")
-            .with(&format!("plannedPaths = [{}]", list.join(", ")))
-    }
-
-    fn result(mut self, path: &str) -> Self {
-        self.result = path.to_string();
-        self
-    }
-}
-
-/// A project plus a scratch directory outside it. Unlike tests/exec.rs the
-/// project has no `results/` directory up front: workers make it.
-struct Fx {
-    p: Project,
-    scratch: tempfile::TempDir,
-}
-
-impl Fx {
-    fn new() -> Fx {
-        let fx = Fx {
-            p: Project::new(),
-            scratch: tempfile::tempdir().expect("scratch dir"),
-        };
-        fx.p.write_json("run/run-manifest.json", &v1_manifest());
-        fx
-    }
-
-    /// Write `spec.toml` with these stages.
-    fn spec(&self, stages: &[(&str, Vec<Job>)]) -> &Self {
-        let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\n{}\nconfinement = \"none\"\n\n",
-            scratch_env(self.scratch.path())
-        );
-        for (name, jobs) in stages {
-            spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));
-            for j in jobs {
-                self.p.write(&format!("prompts/{}.md", j.id), "# work\n");
-                spec.push_str(&format!(
-                    "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"{result}\"\ncommand = [\"sh\", \"-c\", '''\n{PRELUDE}{script}''']\n{extra}\n",
-                    id = j.id,
-                    result = j.result,
-                    script = j.script,
-                    extra = j.extra
-                ));
-            }
-        }
-        self.p.write("spec.toml", &spec);
-        self
-    }
-
-    #[track_caller]
-    fn plan(&self) -> &Self {
-        let run = plan_json(&self.p, "spec.toml");
-        assert_eq!(
-            run.code, 0,
-            "the fixture must plan cleanly:\n{}\n{}",
-            run.stdout, run.stderr
-        );
-        self
-    }
-
-    fn exec(&self) -> Run {
-        self.p.okstra(&["exec", "plan.json"])
-    }
-
-    fn spawn_exec(&self) -> Child {
-        self.p.spawn_exec(&[], self.scratch.path())
-    }
-
-    fn scratch(&self, name: &str) -> PathBuf {
-        self.scratch.path().join(name)
-    }
-
-    fn runs(&self, id: &str) -> Vec<String> {
-        lines_of(&self.scratch(&format!("{id}.runs")))
-    }
-
-    fn team(&self) -> Value {
-        self.p.team()
-    }
-
-    fn events_of(&self, ty: &str, key: &str) -> Vec<Value> {
-        self.p.events_of(ty, key)
-    }
-
-    fn worker_row(&self, key: &str) -> Value {
-        self.p.worker_row(key)
-    }
-
-    fn reason(&self, key: &str) -> String {
-        self.worker_row(key)["reason"]
-            .as_str()
-            .unwrap_or("")
-            .to_string()
-    }
-
-    /// The attempt records of `key`, in attempt order.
-    fn attempts(&self, key: &str) -> Vec<Value> {
-        let mut rows: Vec<Value> = self.team()["attempts"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|a| a["key"] == key)
-            .collect();
-        rows.sort_by_key(|a| a["attempt"].as_u64());
-        rows
-    }
-
-    /// The settle event of `key`'s only attempt: its mutation audit.
-    fn audit_of(&self, key: &str, ty: &str) -> Value {
-        let ev = self.events_of(ty, key);
-        assert_eq!(ev.len(), 1, "one {ty} event for {key}: {ev:?}");
-        ev[0]["mutationAudit"].clone()
-    }
+/// The settle event of `key`'s only attempt: its mutation audit.
+fn audit_of(fx: &Fx, key: &str, ty: &str) -> Value {
+    let ev = fx.events_of(ty, key);
+    assert_eq!(ev.len(), 1, "one {ty} event for {key}: {ev:?}");
+    ev[0]["mutationAudit"].clone()
 }
 
 fn strs(v: &Value) -> Vec<String> {
@@ -202,7 +77,7 @@ fn assert_blocked(fx: &Fx, key: &str, status: &str, paths: &[&str]) -> Value {
         reason.contains(&format!("mutation audit {status}")),
         "{reason}"
     );
-    let audit = fx.audit_of(key, "worker-failed");
+    let audit = audit_of(fx, key, "worker-failed");
     assert_eq!(audit["mutationStatus"], status, "{audit}");
     assert_eq!(audit["retryAllowed"], false);
     let violations = strs(&audit["violations"]);
@@ -223,11 +98,11 @@ fn assert_blocked(fx: &Fx, key: &str, status: &str, paths: &[&str]) -> Value {
 
 #[test]
 fn outcome_ok_summary_on_event_and_attempt_record() {
-    let fx = Fx::new();
-    fx.spec(&[("only", vec![job("a", WRITE_RESULT)])]).plan();
-    let run = fx.exec();
+    let fx = fixture();
+    fx.stages([("only", vec![job("a", WRITE_RESULT)])]).plan();
+    let run = fx.exec(&[]);
     assert_code(&run, 0);
-    let audit = fx.audit_of("a", "worker-result-collected");
+    let audit = audit_of(&fx, "a", "worker-result-collected");
     for k in SUMMARY_KEYS {
         assert!(audit.get(k).is_some(), "{k} missing from {audit}");
     }
@@ -257,9 +132,9 @@ fn outcome_ok_summary_on_event_and_attempt_record() {
 fn outcome_failed_no_mutation_retries() {
     // Attempt 1 exits 0 without its result and without touching anything.
     let script = format!("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\nexit 0\n");
-    let fx = Fx::new();
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 0);
+    let fx = fixture();
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 0);
     assert_eq!(fx.runs("a"), ["1", "2"]);
     let failed = fx.events_of("worker-failed", "a");
     assert_eq!(failed.len(), 1);
@@ -280,10 +155,10 @@ fn a_failed_attempt_that_only_made_directories_may_retry() {
     let script = format!(
         "mkdir -p results/deeper\nif [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\nexit 0\n"
     );
-    let fx = Fx::new();
-    fx.spec(&[("only", vec![job("a", script).result("results/deeper/a.md")])])
+    let fx = fixture();
+    fx.stages([("only", vec![job("a", script).result("results/deeper/a.md")])])
         .plan();
-    assert_code(&fx.exec(), 0);
+    assert_code(&fx.exec(&[]), 0);
     assert_eq!(fx.runs("a"), ["1", "2"]);
     let audit = &fx.events_of("worker-failed", "a")[0]["mutationAudit"];
     assert_eq!(audit["mutationStatus"], "failed-no-mutation", "{audit}");
@@ -297,13 +172,13 @@ fn a_failed_attempt_that_only_made_directories_may_retry() {
 
 #[test]
 fn a_directory_made_outside_every_policy_is_still_a_violation() {
-    let fx = Fx::new();
-    fx.spec(&[(
+    let fx = fixture();
+    fx.stages([(
         "only",
         vec![job("a", format!("mkdir -p stray/dir\n{WRITE_RESULT}"))],
     )])
     .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(
         &fx,
         "a",
@@ -314,14 +189,14 @@ fn a_directory_made_outside_every_policy_is_still_a_violation() {
 
 #[test]
 fn outcome_contract_failed_unattributed() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("README.md", "readme\n");
-    fx.spec(&[(
+    fx.stages([(
         "only",
         vec![job("a", format!("echo owned >> README.md\n{WRITE_RESULT}"))],
     )])
     .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     let audit = assert_blocked(&fx, "a", "contract-failed-unattributed", &["README.md"]);
     assert!(
         audit["attribution"]
@@ -336,14 +211,14 @@ fn outcome_contract_failed_unattributed() {
 fn outcome_mutation_present_unresolved() {
     // An implementer edits a planned file, then exits 0 without its result:
     // a missing artifact would retry, but its changes are left behind.
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/lib.rs", "fn a() {}\n");
-    fx.spec(&[(
+    fx.stages([(
         "only",
         vec![job("impl", "echo 'fn b() {}' >> src/lib.rs\nexit 0\n").implementer(&["src/**"])],
     )])
     .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     let audit = assert_blocked(&fx, "impl", "mutation-present-unresolved", &["src/lib.rs"]);
     assert_eq!(audit["attribution"], "own");
     assert!(
@@ -356,10 +231,10 @@ fn outcome_mutation_present_unresolved() {
 fn another_jobs_writes_do_not_block_a_retry() {
     // `b` writes its result; `a` fails without changes and retries.
     let a = format!("if [ \"$OKSTRA_ATTEMPT\" = 2 ]; then {WRITE_RESULT}fi\n");
-    let fx = Fx::new();
-    fx.spec(&[("only", vec![job("a", a), job("b", WRITE_RESULT)])])
+    let fx = fixture();
+    fx.stages([("only", vec![job("a", a), job("b", WRITE_RESULT)])])
         .plan();
-    assert_code(&fx.exec(), 0);
+    assert_code(&fx.exec(&[]), 0);
     assert_eq!(fx.runs("a"), ["1", "2"]);
     let audit = &fx.events_of("worker-failed", "a")[0]["mutationAudit"];
     assert_eq!(audit["mutationStatus"], "failed-no-mutation", "{audit}");
@@ -369,7 +244,7 @@ fn another_jobs_writes_do_not_block_a_retry() {
 
 #[test]
 fn evasion_file_replaced_by_a_symlink_to_outside_the_allow_list() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/a.rs", "fn a() {}\n");
     fx.p.write("secret.txt", "secret\n");
     fx.p.write("src/b.rs", "fn b() {}\n");
@@ -378,9 +253,9 @@ fn evasion_file_replaced_by_a_symlink_to_outside_the_allow_list() {
     let script = format!(
         "rm src/a.rs && ln -s ../secret.txt src/a.rs\nrm src/b.rs && ln -s \"$S\" src/b.rs\n{WRITE_RESULT}"
     );
-    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+    fx.stages([("only", vec![job("impl", script).implementer(&["src/**"])])])
         .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(
         &fx,
         "impl",
@@ -391,15 +266,15 @@ fn evasion_file_replaced_by_a_symlink_to_outside_the_allow_list() {
 
 #[test]
 fn evasion_write_through_a_symlinked_directory() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("real/keep.txt", "keep\n");
     fx.p.write("src/x.rs", "x\n");
     symlink("../real", fx.p.path("src/link")).unwrap();
     let script =
         format!("echo sneaky > src/link/new.txt\necho changed > src/link/keep.txt\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+    fx.stages([("only", vec![job("impl", script).implementer(&["src/**"])])])
         .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(
         &fx,
         "impl",
@@ -410,12 +285,12 @@ fn evasion_write_through_a_symlinked_directory() {
 
 #[test]
 fn evasion_dot_dot_in_a_written_path() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/x.rs", "x\n");
     let script = format!("echo sneaky > src/../outside.txt\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+    fx.stages([("only", vec![job("impl", script).implementer(&["src/**"])])])
         .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(
         &fx,
         "impl",
@@ -429,27 +304,27 @@ fn evasion_dot_dot_in_planned_paths_does_not_widen_the_policy() {
     // `src/*/..` cannot be resolved without knowing what `*` matched. From
     // the manifest (read as is) the pattern allows nothing rather than
     // `secret.txt`...
-    let fx = Fx::new();
+    let fx = fixture();
     let mut manifest = v1_manifest();
     manifest["plannedPaths"] = serde_json::json!(["src/*/../../secret.txt", "../secret.txt"]);
     fx.p.write_json("run/run-manifest.json", &manifest);
     fx.p.write("src/sub/x.rs", "x\n");
     fx.p.write("secret.txt", "secret\n");
     let script = format!("echo owned > secret.txt\n{WRITE_RESULT}");
-    fx.spec(&[(
+    fx.stages([(
         "only",
         vec![job("impl", script).implementer(&["src/sub/*.rs"])],
     )])
     .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(&fx, "impl", "contract-failed-unattributed", &["secret.txt"]);
 }
 
 #[test]
 fn dot_dot_past_a_glob_in_spec_planned_paths_is_refused_at_plan_time() {
     // ...and in a spec it is refused outright, not folded to `secret.txt`.
-    let fx = Fx::new();
-    fx.spec(&[(
+    let fx = fixture();
+    fx.stages([(
         "only",
         vec![job("impl", WRITE_RESULT).implementer(&["src/*/../../secret.txt"])],
     )]);
@@ -465,8 +340,8 @@ fn dot_dot_past_a_glob_in_spec_planned_paths_is_refused_at_plan_time() {
 
 #[test]
 fn dot_dot_escaping_the_root_in_planned_paths_is_refused_at_plan_time() {
-    let fx = Fx::new();
-    fx.spec(&[(
+    let fx = fixture();
+    fx.stages([(
         "only",
         vec![job("impl", WRITE_RESULT).implementer(&["src/../../elsewhere/**"])],
     )]);
@@ -481,7 +356,7 @@ fn dot_dot_escaping_the_root_in_planned_paths_is_refused_at_plan_time() {
 
 #[test]
 fn evasion_dot_dot_in_an_out_of_plan_declaration_does_not_widen() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/x.rs", "x\n");
     fx.p.write("secret.txt", "secret\n");
     let root = fx.p.root().display().to_string();
@@ -498,24 +373,24 @@ fn evasion_dot_dot_in_an_out_of_plan_declaration_does_not_widen() {
     let script = format!(
         "echo owned > secret.txt\nmkdir -p results && cat > \"$R\" <<'EOF'\n{result}\nEOF\n"
     );
-    fx.spec(&[(
+    fx.stages([(
         "only",
         vec![job("impl", script)
             .implementer(&["src/**"])
             .result("results/impl.json")],
     )])
     .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     let audit = assert_blocked(&fx, "impl", "contract-failed-unattributed", &["secret.txt"]);
     assert!(strs(&audit["outOfPlanEdits"]).is_empty(), "{audit}");
 }
 
 #[test]
 fn evasion_new_file_in_a_new_directory() {
-    let fx = Fx::new();
+    let fx = fixture();
     let script = format!("mkdir -p hidden/deep && echo x > hidden/deep/f.txt\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 1);
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(
         &fx,
         "a",
@@ -526,12 +401,12 @@ fn evasion_new_file_in_a_new_directory() {
 
 #[test]
 fn evasion_deleted_file() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("keep.txt", "keep\n");
     fx.p.write("dir/inner.txt", "inner\n");
     let script = format!("rm keep.txt\nrm -r dir\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 1);
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 1);
     let audit = assert_blocked(
         &fx,
         "a",
@@ -544,11 +419,11 @@ fn evasion_deleted_file() {
 
 #[test]
 fn evasion_mode_change_made_executable() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("run.sh", "echo hi\n");
     let script = format!("chmod +x run.sh\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 1);
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(&fx, "a", "contract-failed-unattributed", &["run.sh"]);
     let mode = std::fs::metadata(fx.p.path("run.sh"))
         .unwrap()
@@ -560,12 +435,12 @@ fn evasion_mode_change_made_executable() {
 #[test]
 fn evasion_mode_change_of_an_old_file() {
     // Past the racy window the snapshot holds no hash: stat alone decides.
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("run.sh", "echo hi\n");
     set_times(&fx.p.path("run.sh"), 1_600_000_000);
     let script = format!("chmod +x run.sh\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 1);
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(&fx, "a", "contract-failed-unattributed", &["run.sh"]);
 }
 
@@ -578,12 +453,12 @@ fn set_times(p: &std::path::Path, secs: u64) {
 
 #[test]
 fn evasion_file_renamed_out_of_an_allowed_path() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/a.rs", "fn a() {}\n");
     let script = format!("mkdir -p elsewhere && mv src/a.rs elsewhere/a.rs\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+    fx.stages([("only", vec![job("impl", script).implementer(&["src/**"])])])
         .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     let audit = assert_blocked(
         &fx,
         "impl",
@@ -597,13 +472,13 @@ fn evasion_file_renamed_out_of_an_allowed_path() {
 
 #[test]
 fn evasion_touch_back_the_mtime_after_a_same_size_rewrite() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("config.txt", "value=1\n");
     set_times(&fx.p.path("config.txt"), 1_600_000_000);
     let script =
         format!("echo value=2 > config.txt && touch -d @1600000000 config.txt\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 1);
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(&fx, "a", "contract-failed-unattributed", &["config.txt"]);
 }
 
@@ -611,7 +486,7 @@ fn evasion_touch_back_the_mtime_after_a_same_size_rewrite() {
 
 #[test]
 fn declared_out_of_plan_edits_are_allowed_and_recorded() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/x.rs", "x\n");
     fx.p.write("docs/guide.md", "guide\n");
     let result =
@@ -619,15 +494,15 @@ fn declared_out_of_plan_edits_are_allowed_and_recorded() {
     let script = format!(
         "echo y >> src/x.rs\necho fixed >> docs/guide.md\nmkdir -p results && echo '{result}' > \"$R\"\n"
     );
-    fx.spec(&[(
+    fx.stages([(
         "only",
         vec![job("impl", script)
             .implementer(&["src/**"])
             .result("results/impl.json")],
     )])
     .plan();
-    assert_code(&fx.exec(), 0);
-    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_code(&fx.exec(&[]), 0);
+    let audit = audit_of(&fx, "impl", "worker-result-collected");
     assert_eq!(audit["mutationStatus"], "ok", "{audit}");
     assert_eq!(strs(&audit["outOfPlanEdits"]), ["docs/guide.md"]);
     assert!(
@@ -642,21 +517,21 @@ fn declared_out_of_plan_edits_are_allowed_and_recorded() {
 
 #[test]
 fn an_undeclared_edit_next_to_a_declared_one_is_a_violation() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("docs/guide.md", "guide\n");
     fx.p.write("docs/other.md", "other\n");
     let result = r#"{"implementation":{"outOfPlanEdits":[{"file":"docs/guide.md"}]}}"#;
     let script = format!(
         "echo a >> docs/guide.md\necho b >> docs/other.md\nmkdir -p results && echo '{result}' > \"$R\"\n"
     );
-    fx.spec(&[(
+    fx.stages([(
         "only",
         vec![job("impl", script)
             .implementer(&["src/**"])
             .result("results/impl.json")],
     )])
     .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     let audit = assert_blocked(
         &fx,
         "impl",
@@ -669,13 +544,13 @@ fn an_undeclared_edit_next_to_a_declared_one_is_a_violation() {
 
 #[test]
 fn only_implementers_may_declare_out_of_plan_edits() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("docs/guide.md", "guide\n");
     let result = r#"{"implementation":{"outOfPlanEdits":[{"file":"docs/guide.md"}]}}"#;
     let script = format!("echo a >> docs/guide.md\nmkdir -p results && echo '{result}' > \"$R\"\n");
-    fx.spec(&[("only", vec![job("a", script).result("results/a.json")])])
+    fx.stages([("only", vec![job("a", script).result("results/a.json")])])
         .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(&fx, "a", "contract-failed-unattributed", &["docs/guide.md"]);
 }
 
@@ -686,18 +561,18 @@ fn a_worktree_outside_the_project_is_audited_too() {
     let wt = tempfile::tempdir().unwrap();
     let wt_path = std::fs::canonicalize(wt.path()).unwrap();
     std::fs::write(wt_path.join("lib.rs"), "fn a() {}\n").unwrap();
-    let fx = Fx::new();
+    let fx = fixture();
     let w = wt_path.display().to_string();
     let script = format!("echo 'fn b() {{}}' >> \"{w}/lib.rs\"\n{WRITE_RESULT}");
-    fx.spec(&[(
+    fx.stages([(
         "only",
         vec![job("impl", script)
             .implementer(&[])
             .with(&format!("worktreePath = \"{w}\""))],
     )])
     .plan();
-    assert_code(&fx.exec(), 0);
-    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_code(&fx.exec(&[]), 0);
+    let audit = audit_of(&fx, "impl", "worker-result-collected");
     assert_eq!(audit["mutationStatus"], "ok", "{audit}");
     let changed = strs(&audit["changedPaths"]);
     assert!(changed.contains(&format!("{w}/lib.rs")), "{changed:?}");
@@ -708,10 +583,10 @@ fn a_later_stage_writing_an_earlier_worktree_is_caught() {
     let wt = tempfile::tempdir().unwrap();
     let wt_path = std::fs::canonicalize(wt.path()).unwrap();
     std::fs::write(wt_path.join("lib.rs"), "fn a() {}\n").unwrap();
-    let fx = Fx::new();
+    let fx = fixture();
     let w = wt_path.display().to_string();
     let analyst = format!("echo gone >> \"{w}/lib.rs\"\n{WRITE_RESULT}");
-    fx.spec(&[
+    fx.stages([
         (
             "implement",
             vec![job("impl", WRITE_RESULT)
@@ -721,7 +596,7 @@ fn a_later_stage_writing_an_earlier_worktree_is_caught() {
         ("review", vec![job("a", analyst)]),
     ])
     .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     assert_eq!(fx.worker_row("impl")["status"], "completed");
     assert_blocked(
         &fx,
@@ -771,7 +646,7 @@ fn perl_deep(depth: usize, name: &str, mkdir: bool, then: &str) -> String {
 
 #[test]
 fn evasion_a_path_past_path_max_under_an_allowed_directory_does_not_hide_an_outside_write() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/lib.rs", "fn a() {}\n");
     fx.p.write("README.md", "readme\n");
     let long = "x".repeat(250);
@@ -779,9 +654,9 @@ fn evasion_a_path_past_path_max_under_an_allowed_directory_does_not_hide_an_outs
         "echo owned >> README.md\ncd src && {}cd ..\n{WRITE_RESULT}",
         perl_deep(20, &long, true, "open F, \">f.rs\" or die; print F \"x\";")
     );
-    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+    fx.stages([("only", vec![job("impl", script).implementer(&["src/**"])])])
         .plan();
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_code(&run, 1);
     let audit = assert_blocked(&fx, "impl", "contract-failed-unattributed", &["README.md"]);
     assert_eq!(strs(&audit["violations"]), ["README.md"]);
@@ -797,51 +672,51 @@ fn evasion_a_path_past_path_max_under_an_allowed_directory_does_not_hide_an_outs
 
 #[test]
 fn near_miss_a_path_past_path_max_under_an_allowed_directory_alone_completes() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/lib.rs", "fn a() {}\n");
     let long = "x".repeat(250);
     let script = format!(
         "cd src && {}cd ..\n{WRITE_RESULT}",
         perl_deep(20, &long, true, "open F, \">f.rs\" or die; print F \"x\";")
     );
-    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+    fx.stages([("only", vec![job("impl", script).implementer(&["src/**"])])])
         .plan();
-    assert_code(&fx.exec(), 0);
-    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_code(&fx.exec(&[]), 0);
+    let audit = audit_of(&fx, "impl", "worker-result-collected");
     assert_eq!(audit["mutationStatus"], "ok", "{audit}");
     remove_deep(&fx.p.path("src"));
 }
 
 #[test]
 fn evasion_a_file_name_that_is_not_utf8_is_caught_and_shown_escaped() {
-    let fx = Fx::new();
+    let fx = fixture();
     let script = format!("echo x > \"$(printf 'bad\\377name')\"\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 1);
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(&fx, "a", "contract-failed-unattributed", &["bad\\xffname"]);
 }
 
 #[test]
 fn near_miss_a_file_name_that_is_not_utf8_inside_the_policy_is_allowed() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/lib.rs", "fn a() {}\n");
     let script = format!("echo x > \"src/$(printf 'ok\\376')\"\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("impl", script).implementer(&["src/**"])])])
+    fx.stages([("only", vec![job("impl", script).implementer(&["src/**"])])])
         .plan();
-    assert_code(&fx.exec(), 0);
-    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_code(&fx.exec(&[]), 0);
+    let audit = audit_of(&fx, "impl", "worker-result-collected");
     assert_eq!(audit["mutationStatus"], "ok", "{audit}");
     assert!(strs(&audit["changedPaths"]).contains(&"src/ok\\xfe".to_string()));
 }
 
 #[test]
 fn a_name_that_is_not_utf8_does_not_leave_the_next_stage_unaudited() {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("src/lib.rs", "fn a() {}\n");
     fx.p.write("README.md", "readme\n");
     let first = format!("echo x > \"src/$(printf 'n\\377')\"\n{WRITE_RESULT}");
     let second = format!("echo owned >> README.md\n{WRITE_RESULT}");
-    fx.spec(&[
+    fx.stages([
         (
             "implement",
             vec![job("impl", first).implementer(&["src/**"])],
@@ -849,7 +724,7 @@ fn a_name_that_is_not_utf8_does_not_leave_the_next_stage_unaudited() {
         ("review", vec![job("a", second)]),
     ])
     .plan();
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     assert_eq!(fx.worker_row("impl")["status"], "completed");
     assert_blocked(&fx, "a", "contract-failed-unattributed", &["README.md"]);
 }
@@ -858,7 +733,7 @@ fn a_name_that_is_not_utf8_does_not_leave_the_next_stage_unaudited() {
 fn evasion_a_change_inside_a_directory_whose_name_is_not_utf8() {
     use std::os::unix::ffi::OsStrExt;
     for (touch, code) in [(true, 1), (false, 0)] {
-        let fx = Fx::new();
+        let fx = fixture();
         let dir = fx.p.path("").join(std::ffi::OsStr::from_bytes(b"d\x80ir"));
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("inside.txt"), "old\n").unwrap();
@@ -868,9 +743,9 @@ fn evasion_a_change_inside_a_directory_whose_name_is_not_utf8() {
             // Near miss: read, not written.
             "cat \"$(printf 'd\\200ir')/inside.txt\" > /dev/null\n"
         };
-        fx.spec(&[("only", vec![job("a", format!("{edit}{WRITE_RESULT}"))])])
+        fx.stages([("only", vec![job("a", format!("{edit}{WRITE_RESULT}"))])])
             .plan();
-        assert_code(&fx.exec(), code);
+        assert_code(&fx.exec(&[]), code);
         if touch {
             assert_blocked(
                 &fx,
@@ -884,19 +759,19 @@ fn evasion_a_change_inside_a_directory_whose_name_is_not_utf8() {
 
 #[test]
 fn evasion_a_change_at_the_bottom_of_five_thousand_nested_directories() {
-    let fx = Fx::new();
+    let fx = fixture();
     make_deep(&fx.p.path("deep"), 5000, "d");
     let script = format!(
         "cd deep && {}cd ..\n{WRITE_RESULT}",
         perl_deep(5000, "d", false, "open F, \">f\" or die; print F \"x\";")
     );
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    let run = fx.exec();
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    let run = fx.exec(&[]);
     assert_code(&run, 1);
     let bottom = format!("deep/{}f", "d/".repeat(5000));
     assert_blocked(&fx, "a", "contract-failed-unattributed", &[&bottom]);
     // A later exec of the same plan does not crash on the tree either.
-    assert_code(&fx.exec(), 1);
+    assert_code(&fx.exec(&[]), 1);
     remove_deep(&fx.p.path("deep"));
 }
 
@@ -918,7 +793,7 @@ fn git_in(dir: &std::path::Path, args: &[&str]) {
 /// The fixture project as a git repository with one commit, a submodule's
 /// git directory and a linked worktree `w`.
 fn git_fixture() -> Fx {
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write("a.txt", "a\n");
     let root = fx.p.path("");
     git_in(&root, &["init", "-q", "-b", "main"]);
@@ -946,8 +821,8 @@ fn evasion_writes_to_what_git_executes_or_reads_as_configuration() {
         ));
     }
     script.push_str(WRITE_RESULT);
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 1);
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(&fx, "a", "contract-failed-unattributed", &writes);
 }
 
@@ -957,13 +832,13 @@ fn near_miss_a_plain_commit_by_a_worker_whose_policy_allows_it() {
     let script = format!(
         "echo more >> a.txt\ngit -c user.name=w -c user.email=w@w -c commit.gpgsign=false commit -qam two\ngit status --porcelain > /dev/null\n{WRITE_RESULT}"
     );
-    fx.spec(&[(
+    fx.stages([(
         "only",
         vec![job("impl", script).implementer(&["a.txt", ".git/refs/heads/**"])],
     )])
     .plan();
-    assert_code(&fx.exec(), 0);
-    let audit = fx.audit_of("impl", "worker-result-collected");
+    assert_code(&fx.exec(&[]), 0);
+    let audit = audit_of(&fx, "impl", "worker-result-collected");
     assert_eq!(audit["mutationStatus"], "ok", "{audit}");
     let changed = strs(&audit["changedPaths"]);
     assert!(
@@ -983,20 +858,20 @@ fn near_miss_a_plain_commit_by_a_worker_whose_policy_allows_it() {
 fn a_stale_temporary_of_an_own_file_does_not_fail_the_stage() {
     // What an exec killed between writing team-state's temporary and
     // renaming it leaves behind, appearing mid-stage.
-    let fx = Fx::new();
+    let fx = fixture();
     let script = format!("echo '{{half' > run/.team-state.json.123.abc.tmp\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 0);
-    let audit = fx.audit_of("a", "worker-result-collected");
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 0);
+    let audit = audit_of(&fx, "a", "worker-result-collected");
     assert_eq!(audit["mutationStatus"], "ok", "{audit}");
 }
 
 #[test]
 fn near_miss_a_file_shaped_almost_like_an_own_temporary_is_a_change() {
-    let fx = Fx::new();
+    let fx = fixture();
     let script = format!("echo evil > run/.team-state.json.123.abc.tmp.sh\n{WRITE_RESULT}");
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    assert_code(&fx.exec(), 1);
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    assert_code(&fx.exec(&[]), 1);
     assert_blocked(
         &fx,
         "a",
@@ -1013,12 +888,12 @@ fn a_resumed_exec_compares_against_the_stored_stage_snapshot() {
     // SIGKILL between the snapshot and the settle; the worker finishes on
     // its own. The resumed exec must judge against the snapshot taken before
     // the stray file existed, not a fresh one that would include it.
-    let fx = Fx::new();
+    let fx = fixture();
     let script = format!(
         "echo sneaky > stray.txt\n{WRITE_RESULT}touch \"$S/a.started\"\ni=0; while [ ! -e \"$S/release\" ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 1; sleep 0.01; done\n"
     );
-    fx.spec(&[("only", vec![job("a", script)])]).plan();
-    let mut child = fx.spawn_exec();
+    fx.stages([("only", vec![job("a", script)])]).plan();
+    let mut child = fx.spawn_exec(&[]);
     wait_for("a to write and block", 10, || {
         fx.scratch("a.started").exists()
     });
@@ -1040,7 +915,7 @@ fn a_resumed_exec_compares_against_the_stored_stage_snapshot() {
     child.kill().unwrap();
     let _ = child.wait();
     std::fs::write(fx.scratch("release"), "").unwrap();
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_code(&run, 1);
     assert_eq!(fx.runs("a"), ["1"], "adopted, not run again");
     let audit = assert_blocked(&fx, "a", "contract-failed-unattributed", &["stray.txt"]);
@@ -1065,8 +940,8 @@ fn plan_codes(fx: &Fx) -> (i32, Vec<String>, String) {
 
 #[test]
 fn overlapping_policies_in_one_stage_are_refused_at_plan_time() {
-    let fx = Fx::new();
-    fx.spec(&[(
+    let fx = fixture();
+    fx.stages([(
         "only",
         vec![
             job("one", WRITE_RESULT).implementer(&["src/**"]),
@@ -1083,8 +958,8 @@ fn overlapping_policies_in_one_stage_are_refused_at_plan_time() {
 
 #[test]
 fn a_shared_result_path_is_a_write_conflict() {
-    let fx = Fx::new();
-    fx.spec(&[(
+    let fx = fixture();
+    fx.stages([(
         "only",
         vec![
             job("one", WRITE_RESULT).result("results/shared.md"),
@@ -1104,8 +979,8 @@ fn a_shared_result_path_is_a_write_conflict() {
 fn near_misses_plan_cleanly() {
     // `src/**` and `srcx/**` share a byte prefix, not a directory; the same
     // overlapping policies in different stages never run together.
-    let fx = Fx::new();
-    fx.spec(&[
+    let fx = fixture();
+    fx.stages([
         (
             "first",
             vec![

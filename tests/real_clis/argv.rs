@@ -13,7 +13,7 @@
 //! it must get exactly as far, and its output must show no refused write
 //! (EACCES) on its own files.
 
-mod common;
+use crate::common;
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -6,39 +6,34 @@
 //! a worker forged in the events log are not believed by the next exec. Each
 //! beside a near miss that must pass.
 //!
-//! Workers run unconfined (`confinement = "none"`), as in tests/audit.rs:
+//! Workers run unconfined (`confinement = "none"`), as in tests/it/audit.rs:
 //! these hostile workers make the very writes Landlock refuses under the
 //! default `auto`; what is tested is that the audit and exec's own checks
 //! judge them where confinement does not stand (`none`, a kernel without
 //! Landlock, a write done by a process outside the worker's domain).
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-/// A one-stage (or two-stage) v1 project of `command` workers.
-fn project(stages: &[(&str, &[(&str, &str)])]) -> Project {
-    let p = Project::new();
-    p.write_json("run/run-manifest.json", &v1_manifest());
-    let mut spec = String::from(
-        "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nconfinement = \"none\"\n\n",
-    );
+/// A v1 project of unconfined `command` workers in these stages, planned.
+fn fixture(stages: &[(&str, &[(&str, &str)])]) -> Fx {
+    let fx = Fx::new();
+    fx.v1()
+        .commands()
+        .defaults("confinement = \"none\"")
+        .prelude("mkdir -p results\n");
     for (name, jobs) in stages {
-        spec.push_str(&format!("[[stages]]\nname = \"{name}\"\n\n"));
-        for (id, script) in *jobs {
-            p.write(&format!("prompts/{id}.md"), "# work\n");
-            spec.push_str(&format!(
-                "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"results/{id}.md\"\ncommand = [\"sh\", \"-c\", '''\nmkdir -p results\n{script}\n''']\n\n"
-            ));
-        }
+        fx.stage(
+            name,
+            jobs.iter()
+                .map(|(id, script)| job(id, format!("{script}\n"))),
+        );
     }
-    p.write("spec.toml", &spec);
-    let run = plan_json(&p, "spec.toml");
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    p
+    fx.plan();
+    fx
 }
 
 const WRITE: &str = "echo done > \"$OKSTRA_RESULT_PATH\"";
@@ -46,14 +41,15 @@ const WRITE: &str = "echo done > \"$OKSTRA_RESULT_PATH\"";
 /// `okstra exec plan.json --format json`, as root without the capabilities
 /// that let root read any directory (so a `chmod 000` directory is as
 /// unreadable to exec as it is to anyone else).
-fn exec_without_dac(p: &Project) -> Run {
-    let out = Command::new("setpriv")
-        .arg("--bounding-set=-dac_override,-dac_read_search")
-        .arg("--inh-caps=-dac_override,-dac_read_search")
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_okstra"))
-        .args(["exec", "plan.json", "--format", "json"])
-        .current_dir(p.root())
+fn exec_without_dac(fx: &Fx) -> Run {
+    let setpriv = [
+        "setpriv",
+        "--bounding-set=-dac_override,-dac_read_search",
+        "--inh-caps=-dac_override,-dac_read_search",
+        "--",
+    ];
+    let out = fx
+        .command_via(&setpriv, &["exec", "plan.json", "--format", "json"])
         .output()
         .expect("setpriv (util-linux)");
     Run {
@@ -69,16 +65,16 @@ fn is_root() -> bool {
 
 #[test]
 fn an_unreadable_directory_makes_the_audit_incomplete_and_nothing_starts() {
-    let p = project(&[("only", &[("a", WRITE)])]);
-    std::fs::create_dir_all(p.path("locked")).unwrap();
-    std::fs::write(p.path("locked/secret.txt"), "x").unwrap();
-    std::fs::set_permissions(p.path("locked"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    let fx = fixture(&[("only", &[("a", WRITE)])]);
+    std::fs::create_dir_all(fx.p.path("locked")).unwrap();
+    std::fs::write(fx.p.path("locked/secret.txt"), "x").unwrap();
+    std::fs::set_permissions(fx.p.path("locked"), std::fs::Permissions::from_mode(0o000)).unwrap();
     let run = if is_root() {
-        exec_without_dac(&p)
+        exec_without_dac(&fx)
     } else {
-        p.okstra(&["exec", "plan.json", "--format", "json"])
+        fx.okstra(&["exec", "plan.json", "--format", "json"])
     };
-    std::fs::set_permissions(p.path("locked"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(fx.p.path("locked"), std::fs::Permissions::from_mode(0o755)).unwrap();
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert!(
         run.codes().contains(&"audit/incomplete".to_string()),
@@ -93,11 +89,11 @@ fn an_unreadable_directory_makes_the_audit_incomplete_and_nothing_starts() {
         "{reason}"
     );
     assert!(
-        !p.exists("results/a.md"),
+        !fx.p.exists("results/a.md"),
         "a job started in a tree the audit cannot vouch for"
     );
     // Near miss: readable again, the run completes.
-    let again = p.okstra(&["exec", "plan.json"]);
+    let again = fx.okstra(&["exec", "plan.json"]);
     assert_eq!(again.code, 0, "{}\n{}", again.stdout, again.stderr);
 }
 
@@ -106,13 +102,13 @@ fn a_worker_that_hides_a_write_behind_an_unreadable_directory_is_never_completed
     let script = format!(
         "{WRITE}\necho sneaky > stray.txt\nmkdir -p hide && echo x > hide/y && chmod 000 hide"
     );
-    let p = project(&[("only", &[("a", script.as_str())])]);
+    let fx = fixture(&[("only", &[("a", script.as_str())])]);
     let run = if is_root() {
-        exec_without_dac(&p)
+        exec_without_dac(&fx)
     } else {
-        p.okstra(&["exec", "plan.json", "--format", "json"])
+        fx.okstra(&["exec", "plan.json", "--format", "json"])
     };
-    let _ = std::fs::set_permissions(p.path("hide"), std::fs::Permissions::from_mode(0o755));
+    let _ = std::fs::set_permissions(fx.p.path("hide"), std::fs::Permissions::from_mode(0o755));
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let job = &run.json()["jobs"][0];
     assert_eq!(job["status"], "error", "{job}");
@@ -127,16 +123,16 @@ fn a_baseline_that_does_not_read_back_is_never_replaced_by_a_fresh_walk() {
     // The first exec takes stage 1's baseline and is killed while its
     // worker runs; the baseline is then corrupted.
     let slow = "sleep 1; echo done > \"$OKSTRA_RESULT_PATH\"";
-    let p = project(&[("only", &[("a", slow)])]);
+    let fx = fixture(&[("only", &[("a", slow)])]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_okstra"))
-        .current_dir(p.root())
+        .current_dir(fx.p.root())
         .args(["exec", "plan.json"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     // Once the worker was dispatched, its stage's baseline is whole.
-    let events = p.path("run/lead-events.jsonl");
+    let events = fx.p.path("run/lead-events.jsonl");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !std::fs::read_to_string(&events)
         .unwrap_or_default()
@@ -147,14 +143,14 @@ fn a_baseline_that_does_not_read_back_is_never_replaced_by_a_fresh_walk() {
     }
     let _ = child.kill();
     let _ = child.wait();
-    let sidecar = std::fs::read_dir(p.path("run/snapshots"))
+    let sidecar = std::fs::read_dir(fx.p.path("run/snapshots"))
         .unwrap()
         .flatten()
         .map(|e| e.path())
         .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .expect("the stage's baseline");
     std::fs::write(&sidecar, "{\"version\": 1, \"broken\": true}").unwrap();
-    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert!(
         run.codes().contains(&"audit/incomplete".to_string()) || {
@@ -174,8 +170,8 @@ fn a_baseline_that_does_not_read_back_is_never_replaced_by_a_fresh_walk() {
 fn tamper_case(rel: &str, line: &str) {
     let script =
         format!("{WRITE}\nmkdir -p \"$(dirname {rel})\"\nprintf '%s\\n' '{line}' >> {rel}");
-    let p = project(&[("only", &[("a", script.as_str())])]);
-    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    let fx = fixture(&[("only", &[("a", script.as_str())])]);
+    let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 1, "{rel}: {}\n{}", run.stdout, run.stderr);
     let job = &run.json()["jobs"][0];
     assert_eq!(job["status"], "error", "{rel}: {job}");
@@ -202,8 +198,8 @@ fn a_worker_writing_okstras_own_files_is_a_violation_naming_the_file() {
 fn near_miss_a_worker_writing_beside_okstras_files_is_judged_by_its_policy() {
     // A file of the worker's own next to okstra's is a plain stray write.
     let script = format!("{WRITE}\necho x > run/notes.txt");
-    let p = project(&[("only", &[("a", script.as_str())])]);
-    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    let fx = fixture(&[("only", &[("a", script.as_str())])]);
+    let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 1);
     let reason = run.json()["jobs"][0]["reason"]
         .as_str()
@@ -211,8 +207,8 @@ fn near_miss_a_worker_writing_beside_okstras_files_is_judged_by_its_policy() {
         .to_string();
     assert!(reason.contains("run/notes.txt"), "{reason}");
     // And a worker that writes only its result completes.
-    let p = project(&[("only", &[("a", WRITE)])]);
-    assert_eq!(p.okstra(&["exec", "plan.json"]).code, 0);
+    let fx = fixture(&[("only", &[("a", WRITE)])]);
+    assert_eq!(fx.okstra(&["exec", "plan.json"]).code, 0);
 }
 
 #[test]
@@ -227,10 +223,10 @@ done
 echo done > "$OKSTRA_RESULT_PATH"
 touch "$SCRATCH_READY"
 sleep 2"#;
-    let p = project(&[("impl", &[("imp", forge)]), ("verify", &[("ver", WRITE)])]);
-    let ready = p.path("ready-marker");
+    let fx = fixture(&[("impl", &[("imp", forge)]), ("verify", &[("ver", WRITE)])]);
+    let ready = fx.p.path("ready-marker");
     let mut child = Command::new(env!("CARGO_BIN_EXE_okstra"))
-        .current_dir(p.root())
+        .current_dir(fx.p.root())
         .env("SCRATCH_READY", &ready)
         .env("OKSTRA_STOP_GRACE_SECONDS", "1")
         .args(["exec", "plan.json"])
@@ -246,7 +242,7 @@ sleep 2"#;
     let _ = child.kill();
     let _ = child.wait();
     std::fs::remove_file(&ready).unwrap();
-    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
     let jobs = run.json()["jobs"].as_array().unwrap().clone();
     let ver = jobs.iter().find(|j| j["key"] == "ver").unwrap();
     assert_ne!(ver["reason"], "completed by an earlier exec", "{ver}");
@@ -256,7 +252,7 @@ sleep 2"#;
     assert!(reason.contains("lead-events.jsonl"), "{reason}");
     assert_eq!(run.code, 1);
     assert!(
-        !p.exists("results/ver.md"),
+        !fx.p.exists("results/ver.md"),
         "the verifier must not have run after a forgery"
     );
     let _ = Value::Null;
@@ -276,11 +272,11 @@ fn a_write_landing_between_two_stages_is_caught_in_the_next() {
          i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done"
     );
     let wait = format!("sleep 1\n{WRITE}");
-    let p = project(&[
+    let fx = fixture(&[
         ("one", &[("a", leave.as_str())]),
         ("two", &[("b", wait.as_str())]),
     ]);
-    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let jobs = run.json()["jobs"].as_array().unwrap().clone();
     assert_eq!(jobs[0]["status"], "completed", "{jobs:?}");
@@ -295,12 +291,12 @@ fn a_write_landing_between_two_stages_is_caught_in_the_next() {
 fn okstra_never_writes_through_a_symlink_it_finds_in_the_project() {
     // A log planted as a link to a file outside: exec refuses to open it,
     // the job does not start, and the outside file is untouched.
-    let p = project(&[("only", &[("a", WRITE)])]);
+    let fx = fixture(&[("only", &[("a", WRITE)])]);
     let outside = tempfile::tempdir().unwrap();
     let target = outside.path().join("victim.txt");
     std::fs::write(&target, "keep\n").unwrap();
-    std::os::unix::fs::symlink(&target, p.path("prompts/a.md.log")).unwrap();
-    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    std::os::unix::fs::symlink(&target, fx.p.path("prompts/a.md.log")).unwrap();
+    let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let reason = run.json()["jobs"][0]["reason"]
         .as_str()
@@ -308,23 +304,23 @@ fn okstra_never_writes_through_a_symlink_it_finds_in_the_project() {
         .to_string();
     assert!(reason.contains("symlink"), "{reason}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep\n");
-    assert!(!p.exists("results/a.md"), "the job started");
+    assert!(!fx.p.exists("results/a.md"), "the job started");
     // Near miss: the same plan with a plain log runs.
-    std::fs::remove_file(p.path("prompts/a.md.log")).unwrap();
-    assert_eq!(p.okstra(&["exec", "plan.json"]).code, 0);
+    std::fs::remove_file(fx.p.path("prompts/a.md.log")).unwrap();
+    assert_eq!(fx.okstra(&["exec", "plan.json"]).code, 0);
 
     // The run directory swapped for a link to elsewhere after planning:
     // exec refuses the run before writing anything there.
-    let p = project(&[("only", &[("a", WRITE)])]);
+    let fx = fixture(&[("only", &[("a", WRITE)])]);
     let elsewhere = outside.path().join("run");
-    std::fs::rename(p.path("run"), &elsewhere).unwrap();
-    std::os::unix::fs::symlink(&elsewhere, p.path("run")).unwrap();
+    std::fs::rename(fx.p.path("run"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, fx.p.path("run")).unwrap();
     let before: Vec<_> = std::fs::read_dir(&elsewhere)
         .unwrap()
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_ne!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("symlink"), "{}", run.stdout);
     let after: Vec<_> = std::fs::read_dir(&elsewhere)
@@ -352,8 +348,8 @@ fn the_wrapper_never_writes_its_sidecar_through_a_symlink_planted_mid_run() {
         "rm -f prompts/a.md.status.json && ln -s '{}' prompts/a.md.status.json\n{WRITE}",
         victim.display()
     );
-    let p = project(&[("only", &[("a", swap.as_str())])]);
-    let run = p.okstra(&["exec", "plan.json", "--format", "json"]);
+    let fx = fixture(&[("only", &[("a", swap.as_str())])]);
+    let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
     let job = &run.json()["jobs"][0];
@@ -363,9 +359,9 @@ fn the_wrapper_never_writes_its_sidecar_through_a_symlink_planted_mid_run() {
         reason.contains("could not record how the worker ended"),
         "{reason}"
     );
-    let log = p.read("prompts/a.md.log");
+    let log = fx.p.read("prompts/a.md.log");
     assert!(log.contains("symlink"), "{log}");
     // Near miss: the same worker without the swap completes.
-    let p = project(&[("only", &[("a", WRITE)])]);
-    assert_eq!(p.okstra(&["exec", "plan.json"]).code, 0);
+    let fx = fixture(&[("only", &[("a", WRITE)])]);
+    assert_eq!(fx.okstra(&["exec", "plan.json"]).code, 0);
 }

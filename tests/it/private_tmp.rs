@@ -13,11 +13,10 @@
 //! directory stops it as it would stop anyone else. Skipped, saying so, on
 //! a kernel without Landlock ABI 6.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 fn is_root() -> bool {
@@ -42,130 +41,112 @@ ln -s "$VICTIM" "$TMPDIR/to-dir"
 touch "$D/ready"
 "#;
 
-struct Fx {
-    p: Project,
-    /// exec's `TMPDIR`: where the private TMPDIRs' root is made.
-    base: tempfile::TempDir,
-    /// Outside everything: what the symlinks in each TMPDIR point at.
-    victim: tempfile::TempDir,
-    /// Where the workers leave notes for the test (outside the project, so
-    /// the mutation audit has nothing to say about them).
-    scratch: tempfile::TempDir,
+/// One stage of `(id, script)` confined `command` workers, planned. exec's
+/// `TMPDIR` is `base/` beside the project, where the private TMPDIRs' root
+/// is made; what the symlinks in each TMPDIR point at is `victim/`, outside
+/// everything; the workers leave notes for the test in `scratch/` (outside
+/// the project, so the mutation audit has nothing to say about them).
+fn fixture(workers: &[(&str, String)]) -> Fx {
+    let fx = Fx::new();
+    let victim = fx.outside("victim");
+    std::fs::write(victim.join("file"), "keep\n").unwrap();
+    fx.v1()
+        .commands()
+        .defaults("confinement = \"required\"")
+        .worker_env("VICTIM", &victim)
+        .scratch_env()
+        .prelude(FILL)
+        .stage(
+            "only",
+            workers.iter().map(|(id, script)| {
+                job(id, script.as_str()).result(&format!("results/{id}/out.md"))
+            }),
+        )
+        .plan();
+    // exec's TMPDIR, not plan's.
+    fx.run_env("TMPDIR", fx.outside("base"));
+    fx
 }
 
-impl Fx {
-    /// One stage of `(id, script)` confined `command` workers.
-    fn new(workers: &[(&str, String)]) -> Fx {
-        let fx = Fx {
-            p: Project::new(),
-            base: tempfile::tempdir().unwrap(),
-            victim: tempfile::tempdir().unwrap(),
-            scratch: tempfile::tempdir().unwrap(),
-        };
-        std::fs::write(fx.victim.path().join("file"), "keep\n").unwrap();
-        fx.p.write_json("run/run-manifest.json", &v1_manifest());
-        let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nconfinement = \"required\"\nenv = {{ VICTIM = \"{}\", SCRATCH = \"{1}\", {2} = \"{1}\" }}\n\n[[stages]]\nname = \"only\"\n\n",
-            fx.victim.path().display(),
-            fx.scratch.path().display(),
-            okstra::confine::TEST_ALSO_WRITABLE_ENV,
+/// `okstra exec plan.json --format json` in the background; as root,
+/// without the capabilities to ignore permission bits or to change
+/// what is not its own.
+fn spawn_exec(fx: &Fx) -> Child {
+    let args = ["exec", "plan.json", "--format", "json"];
+    let mut cmd = if is_root() {
+        let setpriv = [
+            "setpriv",
+            "--bounding-set=-dac_override,-dac_read_search,-fowner",
+            "--inh-caps=-dac_override,-dac_read_search,-fowner",
+            "--",
+        ];
+        fx.command_via(&setpriv, &args)
+    } else {
+        fx.command(&args)
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("okstra (and setpriv, as root)")
+}
+
+/// Worker `id`'s note `name`.
+fn note(fx: &Fx, id: &str, name: &str) -> PathBuf {
+    fx.scratch(id).join(name)
+}
+
+fn wait_ready(fx: &Fx, id: &str) {
+    let ready = note(fx, id, "ready");
+    wait_for(&format!("{id} to fill its TMPDIR"), || ready.exists());
+}
+
+/// The TMPDIR worker `id` was given.
+fn tmpdir(fx: &Fx, id: &str) -> PathBuf {
+    let text = std::fs::read_to_string(note(fx, id, "tmpdir")).unwrap();
+    PathBuf::from(text.trim())
+}
+
+fn worker_pid(fx: &Fx, id: &str) -> u32 {
+    let text = std::fs::read_to_string(note(fx, id, "pid")).unwrap();
+    text.trim().parse().unwrap()
+}
+
+/// Every private TMPDIR's root under exec's `TMPDIR`, and what each holds.
+fn leftovers(fx: &Fx) -> Vec<String> {
+    let mut out = Vec::new();
+    for root in std::fs::read_dir(fx.outside("base")).unwrap() {
+        let root = root.unwrap().path();
+        for e in std::fs::read_dir(&root).unwrap() {
+            out.push(e.unwrap().path().display().to_string());
+        }
+    }
+    out
+}
+
+/// Nothing left of any TMPDIR; what they linked to is untouched.
+#[track_caller]
+fn assert_nothing_left(fx: &Fx, ids: &[&str]) {
+    for id in ids {
+        let dir = tmpdir(fx, id);
+        assert!(
+            dir.starts_with(fx.outside("base")),
+            "{} is not under exec's TMPDIR",
+            dir.display()
         );
-        for (id, script) in workers {
-            fx.p.write(&format!("prompts/{id}.md"), "# work\n");
-            spec.push_str(&format!(
-                "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"results/{id}/out.md\"\ncommand = [\"sh\", \"-c\", '''\n{FILL}{script}''']\n\n"
-            ));
-        }
-        fx.p.write("spec.toml", &spec);
-        let run = plan_json(&fx.p, "spec.toml");
-        assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-        fx
+        assert!(!dir.exists(), "{} is left", dir.display());
+        let recorded: Vec<Value> = fx
+            .events_of("worker-dispatched", id)
+            .into_iter()
+            .map(|e| e["tmpDir"].clone())
+            .collect();
+        assert_eq!(recorded, [Value::from(dir.display().to_string())]);
     }
-
-    /// `okstra exec plan.json --format json` in the background; as root,
-    /// without the capabilities to ignore permission bits or to change
-    /// what is not its own.
-    fn spawn_exec(&self) -> Child {
-        let mut cmd = if is_root() {
-            let mut c = Command::new("setpriv");
-            c.arg("--bounding-set=-dac_override,-dac_read_search,-fowner")
-                .arg("--inh-caps=-dac_override,-dac_read_search,-fowner")
-                .arg("--")
-                .arg(env!("CARGO_BIN_EXE_okstra"));
-            c
-        } else {
-            Command::new(env!("CARGO_BIN_EXE_okstra"))
-        };
-        cmd.args(["exec", "plan.json", "--format", "json"])
-            .current_dir(self.p.root())
-            .env("TMPDIR", self.base.path())
-            .env("SOURCE_DATE_EPOCH", "1764460800")
-            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("okstra (and setpriv, as root)")
-    }
-
-    /// Worker `id`'s note `name`.
-    fn note(&self, id: &str, name: &str) -> PathBuf {
-        self.scratch.path().join(id).join(name)
-    }
-
-    fn wait_ready(&self, id: &str) {
-        let ready = self.note(id, "ready");
-        wait_for(&format!("{id} to fill its TMPDIR"), || ready.exists());
-    }
-
-    /// The TMPDIR worker `id` was given.
-    fn tmpdir(&self, id: &str) -> PathBuf {
-        let text = std::fs::read_to_string(self.note(id, "tmpdir")).unwrap();
-        PathBuf::from(text.trim())
-    }
-
-    fn worker_pid(&self, id: &str) -> u32 {
-        let text = std::fs::read_to_string(self.note(id, "pid")).unwrap();
-        text.trim().parse().unwrap()
-    }
-
-    /// Every private TMPDIR's root under exec's `TMPDIR`, and what each holds.
-    fn leftovers(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for root in std::fs::read_dir(self.base.path()).unwrap() {
-            let root = root.unwrap().path();
-            for e in std::fs::read_dir(&root).unwrap() {
-                out.push(e.unwrap().path().display().to_string());
-            }
-        }
-        out
-    }
-
-    /// Nothing left of any TMPDIR; what they linked to is untouched.
-    #[track_caller]
-    fn assert_nothing_left(&self, ids: &[&str]) {
-        for id in ids {
-            let dir = self.tmpdir(id);
-            assert!(
-                dir.starts_with(self.base.path()),
-                "{} is not under exec's TMPDIR",
-                dir.display()
-            );
-            assert!(!dir.exists(), "{} is left", dir.display());
-            let recorded: Vec<Value> = self
-                .p
-                .events_of("worker-dispatched", id)
-                .into_iter()
-                .map(|e| e["tmpDir"].clone())
-                .collect();
-            assert_eq!(recorded, [Value::from(dir.display().to_string())]);
-        }
-        assert_eq!(self.leftovers(), Vec::<String>::new());
-        assert_eq!(
-            std::fs::read_to_string(self.victim.path().join("file")).unwrap(),
-            "keep\n"
-        );
-    }
+    assert_eq!(leftovers(fx), Vec::<String>::new());
+    assert_eq!(
+        std::fs::read_to_string(fx.outside("victim").join("file")).unwrap(),
+        "keep\n"
+    );
 }
 
 fn wait_for(what: &str, done: impl Fn() -> bool) {
@@ -196,19 +177,19 @@ fn a_wrapper_killed_with_kill_9_mid_attempt_leaves_no_tmpdir_and_no_worker() {
     if !landlock_here() {
         return;
     }
-    let fx = Fx::new(&[("a", "while :; do sleep 0.05; done\n".into())]);
-    let exec = fx.spawn_exec();
-    fx.wait_ready("a");
+    let fx = fixture(&[("a", "while :; do sleep 0.05; done\n".into())]);
+    let exec = spawn_exec(&fx);
+    wait_ready(&fx, "a");
     let status = fx.p.read_json("prompts/a.md.status.json");
     let wrapper = status["wrapperPid"].as_u64().unwrap() as u32;
-    let worker = fx.worker_pid("a");
-    assert!(fx.tmpdir("a").join("a/f199").exists());
+    let worker = worker_pid(&fx, "a");
+    assert!(tmpdir(&fx, "a").join("a/f199").exists());
     signal(wrapper, rustix::process::Signal::KILL);
     let (code, summary, stderr) = finish(exec);
     assert_eq!(code, 1, "{summary}\n{stderr}");
     assert_eq!(summary["jobs"][0]["status"], "error", "{summary}");
     assert_eq!(summary["errors"], Value::Array(vec![]), "{summary}");
-    fx.assert_nothing_left(&["a"]);
+    assert_nothing_left(&fx, &["a"]);
     // What the dead wrapper left running in its group is stopped with it.
     wait_for("the orphaned worker to go", || {
         !okstra::process::pid_alive(worker)
@@ -223,11 +204,11 @@ fn a_run_stopped_while_its_workers_ignore_sigterm_leaves_no_tmpdir() {
         return;
     }
     let stubborn = "trap '' TERM\nwhile :; do sleep 0.05; done\n".to_string();
-    let fx = Fx::new(&[("a", stubborn.clone()), ("b", stubborn)]);
-    let exec = fx.spawn_exec();
-    fx.wait_ready("a");
-    fx.wait_ready("b");
-    let workers = [fx.worker_pid("a"), fx.worker_pid("b")];
+    let fx = fixture(&[("a", stubborn.clone()), ("b", stubborn)]);
+    let exec = spawn_exec(&fx);
+    wait_ready(&fx, "a");
+    wait_ready(&fx, "b");
+    let workers = [worker_pid(&fx, "a"), worker_pid(&fx, "b")];
     signal(exec.id(), rustix::process::Signal::TERM);
     let (code, summary, stderr) = finish(exec);
     assert_eq!(code, 130, "{summary}\n{stderr}");
@@ -237,7 +218,7 @@ fn a_run_stopped_while_its_workers_ignore_sigterm_leaves_no_tmpdir() {
             "{summary}"
         );
     }
-    fx.assert_nothing_left(&["a", "b"]);
+    assert_nothing_left(&fx, &["a", "b"]);
     for pid in workers {
         assert!(!okstra::process::pid_alive(pid));
     }
@@ -248,10 +229,10 @@ fn a_finished_worker_leaves_no_tmpdir() {
     if !landlock_here() {
         return;
     }
-    let fx = Fx::new(&[("a", "echo done > \"$OKSTRA_RESULT_PATH\"\n".into())]);
-    let (code, summary, stderr) = finish(fx.spawn_exec());
+    let fx = fixture(&[("a", "echo done > \"$OKSTRA_RESULT_PATH\"\n".into())]);
+    let (code, summary, stderr) = finish(spawn_exec(&fx));
     assert_eq!(code, 0, "{summary}\n{stderr}");
-    fx.assert_nothing_left(&["a"]);
+    assert_nothing_left(&fx, &["a"]);
     assert!(
         !fx.p.read("prompts/a.md.log").contains("TMPDIR"),
         "the wrapper removed it without a word"
@@ -274,15 +255,15 @@ fn a_tmpdir_exec_cannot_remove_is_reported_and_fails_the_run() {
     let script = r#"while [ ! -e "$D/go" ]; do sleep 0.02; done
 echo done > "$OKSTRA_RESULT_PATH"
 "#;
-    let fx = Fx::new(&[("a", script.into())]);
-    let exec = fx.spawn_exec();
-    fx.wait_ready("a");
-    let planted = fx.tmpdir("a").join("theirs");
+    let fx = fixture(&[("a", script.into())]);
+    let exec = spawn_exec(&fx);
+    wait_ready(&fx, "a");
+    let planted = tmpdir(&fx, "a").join("theirs");
     std::fs::create_dir(&planted).unwrap();
     std::fs::write(planted.join("f"), "x").unwrap();
     std::os::unix::fs::chown(planted.join("f"), Some(65534), Some(65534)).unwrap();
     std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
-    std::fs::write(fx.note("a", "go"), "").unwrap();
+    std::fs::write(note(&fx, "a", "go"), "").unwrap();
     let (code, summary, stderr) = finish(exec);
     assert_eq!(code, 1, "{summary}\n{stderr}");
     assert_eq!(summary["ok"], false);
@@ -301,5 +282,5 @@ echo done > "$OKSTRA_RESULT_PATH"
     );
     assert!(planted.join("f").exists());
     // Root tidies up what the test planted.
-    std::fs::remove_dir_all(fx.tmpdir("a")).unwrap();
+    std::fs::remove_dir_all(tmpdir(&fx, "a")).unwrap();
 }

@@ -7,8 +7,7 @@
 //! Where mounting is refused the test says so and passes, unless
 //! `REQUIRE_SMALL_FS=1` (set by `.ci/run`) makes that a failure.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;

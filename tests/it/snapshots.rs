@@ -2,8 +2,7 @@
 //! errors. Paths of the temp project and digests (which cover the project
 //! root) are filtered out.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn settings(p: &Project) -> insta::Settings {
     let mut s = insta::Settings::clone_current();

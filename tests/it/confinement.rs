@@ -1,6 +1,6 @@
 //! Kernel confinement end to end (docs/confinement.md#kernel-confinement):
 //! `command` workers run by `okstra plan` + `okstra exec` under Landlock try
-//! every way tests/audit.rs knows of writing outside their policy. The kernel
+//! every way tests/it/audit.rs knows of writing outside their policy. The kernel
 //! refuses each one in the worker (EACCES; EXDEV for a hard link, Landlock's
 //! answer to linking a file in from outside), and the tree is left
 //! byte-identical. Where Landlock cannot stop a change (a mode change; a
@@ -11,8 +11,7 @@
 //! worker cannot write a scratch directory outside the project). Skipped,
 //! saying so, on a kernel without Landlock ABI 6.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{symlink, MetadataExt};
@@ -27,89 +26,81 @@ mkdir -p "$(dirname "$R")"
 t() { if out=$(sh -c "$2" 2>&1); then v=allowed; else v=refused; fi; printf '%s: %s: %s\n' "$1" "$v" "$out" | tr -d '\r' >> "$R"; }
 "#;
 
-struct Fx {
-    p: Project,
-    home: tempfile::TempDir,
+/// A project of files a worker might try to change, and a fake HOME.
+fn fixture() -> Fx {
+    let fx = Fx::new();
+    fx.v1();
+    fx.p.write("README.md", "readme\n");
+    fx.p.write("keep.txt", "keep\n");
+    fx.p.write("dir/inner.txt", "inner\n");
+    fx.p.write("secret.txt", "secret\n");
+    fx.p.write("src/a.rs", "fn a() {}\n");
+    fx.p.write("real/keep.txt", "keep\n");
+    fx.p.write("elsewhere/.keep", "");
+    fx.p.write(".git/hooks/pre-commit.sample", "#!/bin/sh\n");
+    fx.p.write(".git/config", "[core]\n");
+    fx.p.write(".okstra/state.json", "{}\n");
+    fx.p.write("run.sh", "echo hi\n");
+    fx.home_file(".profile", "# mine\n");
+    symlink("../real", fx.p.path("src/link")).unwrap();
+    fx
 }
 
-impl Fx {
-    fn new() -> Fx {
-        let fx = Fx {
-            p: Project::new(),
-            home: tempfile::tempdir().unwrap(),
-        };
-        fx.p.write_json("run/run-manifest.json", &v1_manifest());
-        fx.p.write("README.md", "readme\n");
-        fx.p.write("keep.txt", "keep\n");
-        fx.p.write("dir/inner.txt", "inner\n");
-        fx.p.write("secret.txt", "secret\n");
-        fx.p.write("src/a.rs", "fn a() {}\n");
-        fx.p.write("real/keep.txt", "keep\n");
-        fx.p.write("elsewhere/.keep", "");
-        fx.p.write(".git/hooks/pre-commit.sample", "#!/bin/sh\n");
-        fx.p.write(".git/config", "[core]\n");
-        fx.p.write(".okstra/state.json", "{}\n");
-        fx.p.write("run.sh", "echo hi\n");
-        std::fs::write(fx.home.path().join(".profile"), "# mine\n").unwrap();
-        symlink("../real", fx.p.path("src/link")).unwrap();
-        fx
-    }
+/// `spec.toml`, planned: one stage of `(id, extra TOML, script)` workers,
+/// all `confinement = "required"`, `HOME` the fake one, each writing its
+/// outcomes to `results/<id>/out.md`.
+fn spec(fx: &Fx, workers: &[(&str, &str, String)]) {
+    fx.commands()
+        .defaults("confinement = \"required\"")
+        .worker_env("HOME", fx.home())
+        .prelude(PRELUDE);
+    fx.stage(
+        "only",
+        workers.iter().map(|(id, extra, script)| {
+            job(id, script.as_str())
+                .with(extra)
+                .result(&format!("results/{id}/out.md"))
+        }),
+    );
+    fx.plan();
+}
 
-    /// `spec.toml`: one stage of `(id, extra TOML, script)` workers, all
-    /// `confinement = "required"`, `HOME` a directory of the test's.
-    fn spec(&self, workers: &[(&str, &str, String)]) {
-        let mut spec = format!(
-            "[defaults]\nprovider = \"command\"\nrole = \"analyst\"\nconfinement = \"required\"\nenv = {{ HOME = \"{}\" }}\n\n[[stages]]\nname = \"only\"\n\n",
-            self.home.path().display()
-        );
-        for (id, extra, script) in workers {
-            self.p.write(&format!("prompts/{id}.md"), "# work\n");
-            spec.push_str(&format!(
-                "[[stages.workers]]\nworkerId = \"{id}\"\npromptPath = \"prompts/{id}.md\"\nresultPath = \"results/{id}/out.md\"\ncommand = [\"sh\", \"-c\", '''\n{PRELUDE}{script}''']\n{extra}\n"
-            ));
-        }
-        self.p.write("spec.toml", &spec);
-        let run = plan_json(&self.p, "spec.toml");
-        assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    }
+/// `okstra exec plan.json --format json`.
+fn exec(fx: &Fx) -> Run {
+    fx.exec(&["--format", "json"])
+}
 
-    fn exec(&self) -> Run {
-        self.p.okstra(&["exec", "plan.json", "--format", "json"])
-    }
+/// The worker's lines: name -> (refused?, what it printed).
+fn outcomes(fx: &Fx, id: &str) -> BTreeMap<String, (bool, String)> {
+    fx.p.read(&format!("results/{id}/out.md"))
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(": ")?;
+            let (verdict, out) = rest.split_once(": ").unwrap_or((rest, ""));
+            Some((name.to_string(), (verdict == "refused", out.to_string())))
+        })
+        .collect()
+}
 
-    /// The worker's lines: name -> (refused?, what it printed).
-    fn outcomes(&self, id: &str) -> BTreeMap<String, (bool, String)> {
-        self.p
-            .read(&format!("results/{id}/out.md"))
-            .lines()
-            .filter_map(|l| {
-                let (name, rest) = l.split_once(": ")?;
-                let (verdict, out) = rest.split_once(": ").unwrap_or((rest, ""));
-                Some((name.to_string(), (verdict == "refused", out.to_string())))
-            })
-            .collect()
-    }
+fn dispatch(fx: &Fx, id: &str) -> Value {
+    fx.dispatch_rows(id).pop().expect("a dispatch row")
+}
 
-    fn dispatch(&self, id: &str) -> Value {
-        self.p.dispatch_rows(id).pop().expect("a dispatch row")
-    }
-
-    /// Every entry of the project and of `HOME` outside the places the
-    /// workers may write or okstra writes: type, mode, and content or link
-    /// target.
-    fn tree(&self) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        walk(self.p.root(), self.p.root(), &mut out);
-        walk(self.home.path(), self.home.path(), &mut out);
-        out.retain(|k, _| {
-            !(k.starts_with("results")
-                || k.starts_with("run/")
-                || k == "plan.json"
-                || k.ends_with(".log")
-                || k.ends_with(".status.json"))
-        });
-        out
-    }
+/// Every entry of the project and of `HOME` outside the places the
+/// workers may write or okstra writes: type, mode, and content or link
+/// target.
+fn tree(fx: &Fx) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    walk(fx.p.root(), fx.p.root(), &mut out);
+    walk(&fx.home(), &fx.home(), &mut out);
+    out.retain(|k, _| {
+        !(k.starts_with("results")
+            || k.starts_with("run/")
+            || k == "plan.json"
+            || k.ends_with(".log")
+            || k.ends_with(".status.json"))
+    });
+    out
 }
 
 fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
@@ -146,7 +137,7 @@ fn every_write_outside_the_policy_fails_with_eacces_and_the_tree_is_unchanged() 
     if !landlock_here() {
         return;
     }
-    let fx = Fx::new();
+    let fx = fixture();
     let script = r#"
 t outside-write 'echo owned >> README.md'
 t outside-new-file 'echo x > new.txt'
@@ -171,17 +162,20 @@ t tmpdir 'echo fine > "$TMPDIR/scratch" && cat "$TMPDIR/scratch"'
 t devnull 'echo fine > /dev/null && echo fine > /dev/stderr'
 t own-dir 'echo fine > src/b.rs && rm src/b.rs'
 "#;
-    fx.spec(&[(
-        "a",
-        "role = \"implementer\"\nplannedPaths = [\"src/**\"]",
-        script.to_string(),
-    )]);
+    spec(
+        &fx,
+        &[(
+            "a",
+            "role = \"implementer\"\nplannedPaths = [\"src/**\"]",
+            script.to_string(),
+        )],
+    );
     // b runs in a later stage in real life; here only its directory exists.
     std::fs::create_dir_all(fx.p.path("results/b")).unwrap();
-    let before = fx.tree();
-    let run = fx.exec();
+    let before = tree(&fx);
+    let run = exec(&fx);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let o = fx.outcomes("a");
+    let o = outcomes(&fx, "a");
     for name in [
         "outside-write",
         "outside-new-file",
@@ -209,11 +203,11 @@ t own-dir 'echo fine > src/b.rs && rm src/b.rs'
     for name in ["tmpdir", "devnull", "own-dir"] {
         assert!(!o[name].0, "{name} must work confined: {:?}", o[name]);
     }
-    assert_eq!(fx.tree(), before, "the tree is byte-identical");
+    assert_eq!(tree(&fx), before, "the tree is byte-identical");
     assert!(!fx.p.exists("results/b/out.md.audit.json"));
     // Nothing got through, so the audit has nothing to say.
     assert_eq!(fx.p.worker_row("a")["status"], "completed");
-    let row = fx.dispatch("a");
+    let row = dispatch(&fx, "a");
     assert_eq!(row["confinement"], "landlock-abi7", "{row}");
     assert_eq!(row["writeEnforcement"]["confinement"], "required");
     let status = fx.p.read_json("prompts/a.md.status.json");
@@ -228,19 +222,22 @@ fn a_symlink_swap_is_made_but_writes_through_it_fail_and_the_audit_catches_the_l
     if !landlock_here() {
         return;
     }
-    let fx = Fx::new();
+    let fx = fixture();
     let script = r#"
 t swap 'rm src/a.rs && ln -s ../secret.txt src/a.rs'
 t write-through 'echo owned > src/a.rs'
 "#;
-    fx.spec(&[(
-        "a",
-        "role = \"implementer\"\nplannedPaths = [\"src/**\"]",
-        script.to_string(),
-    )]);
-    let run = fx.exec();
+    spec(
+        &fx,
+        &[(
+            "a",
+            "role = \"implementer\"\nplannedPaths = [\"src/**\"]",
+            script.to_string(),
+        )],
+    );
+    let run = exec(&fx);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    let o = fx.outcomes("a");
+    let o = outcomes(&fx, "a");
     assert!(!o["swap"].0, "{:?}", o["swap"]);
     assert_refused(&o, "write-through", "Permission denied");
     assert_eq!(fx.p.read("secret.txt"), "secret\n");
@@ -258,11 +255,11 @@ fn landlock_cannot_stop_a_mode_change_and_the_audit_still_catches_it() {
     if !landlock_here() {
         return;
     }
-    let fx = Fx::new();
-    fx.spec(&[("a", "", "t chmod 'chmod +x run.sh'\n".to_string())]);
-    let run = fx.exec();
+    let fx = fixture();
+    spec(&fx, &[("a", "", "t chmod 'chmod +x run.sh'\n".to_string())]);
+    let run = exec(&fx);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    assert!(!fx.outcomes("a")["chmod"].0, "the kernel let it through");
+    assert!(!outcomes(&fx, "a")["chmod"].0, "the kernel let it through");
     let w = fx.p.worker_row("a");
     assert_eq!(w["status"], "error");
     let reason = w["reason"].as_str().unwrap();
@@ -277,7 +274,7 @@ fn a_worker_cannot_signal_or_look_into_exec_or_its_wrapper_and_exec_finishes() {
     if !landlock_here() {
         return;
     }
-    let fx = Fx::new();
+    let fx = fixture();
     let script = r#"
 exec_pid=$(awk '{print $4}' /proc/$PPID/stat)
 t kill-exec "kill -TERM $exec_pid"
@@ -288,14 +285,14 @@ t peek-wrapper "readlink -v /proc/$PPID/exe"
 t peek-exec "readlink -v /proc/$exec_pid/cwd"
 t peek-self "readlink -v /proc/self/exe"
 "#;
-    fx.spec(&[("a", "", script.to_string())]);
-    let run = fx.exec();
+    spec(&fx, &[("a", "", script.to_string())]);
+    let run = exec(&fx);
     assert_eq!(
         run.code, 0,
         "exec was not stopped: {}\n{}",
         run.stdout, run.stderr
     );
-    let o = fx.outcomes("a");
+    let o = outcomes(&fx, "a");
     for name in ["kill-exec", "kill-wrapper", "kill-exec-group"] {
         assert_refused(&o, name, "not permitted");
     }
@@ -323,7 +320,7 @@ fn a_confined_make_and_cc_build_inside_the_allowed_directories_completes() {
         missing("REQUIRE_LANDLOCK", "needs make and cc on PATH");
         return;
     }
-    let fx = Fx::new();
+    let fx = fixture();
     fx.p.write(
         "build/src/hello.c",
         "#include <stdio.h>\nint main(void){puts(\"hello\");return 0;}\n",
@@ -333,17 +330,20 @@ fn a_confined_make_and_cc_build_inside_the_allowed_directories_completes() {
         "out/hello: src/hello.c\n\tmkdir -p out\n\tcc -o $@ src/hello.c\n\nout/said.txt: out/hello\n\t./out/hello > $@\n",
     );
     let script = "t make 'make -C build out/said.txt && cat build/out/said.txt'\n";
-    fx.spec(&[(
-        "a",
-        "role = \"implementer\"\nplannedPaths = [\"build/out/**\"]",
-        script.to_string(),
-    )]);
-    let run = fx.exec();
+    spec(
+        &fx,
+        &[(
+            "a",
+            "role = \"implementer\"\nplannedPaths = [\"build/out/**\"]",
+            script.to_string(),
+        )],
+    );
+    let run = exec(&fx);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let o = fx.outcomes("a");
+    let o = outcomes(&fx, "a");
     assert!(!o["make"].0, "{:?}", o["make"]);
     assert_eq!(fx.p.read("build/out/said.txt"), "hello\n");
-    assert_eq!(fx.dispatch("a")["confinement"], "landlock-abi7");
+    assert_eq!(dispatch(&fx, "a")["confinement"], "landlock-abi7");
 }
 
 #[test]
@@ -351,9 +351,9 @@ fn a_refused_write_is_explained_in_the_log() {
     if !landlock_here() {
         return;
     }
-    let fx = Fx::new();
-    fx.spec(&[("a", "", "echo owned >> README.md\n".to_string())]);
-    let run = fx.exec();
+    let fx = fixture();
+    spec(&fx, &[("a", "", "echo owned >> README.md\n".to_string())]);
+    let run = exec(&fx);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let log = fx.p.read("prompts/a.md.log");
     assert!(log.contains("Permission denied"), "{log}");
@@ -388,8 +388,11 @@ fn listing(root: &Path) -> Vec<String> {
 
 #[test]
 fn required_confinement_without_landlock_is_refused_writing_nothing() {
-    let fx = Fx::new();
-    fx.spec(&[("a", "", "echo started > started.txt\n".to_string())]);
+    let fx = fixture();
+    spec(
+        &fx,
+        &[("a", "", "echo started > started.txt\n".to_string())],
+    );
     let before = listing(fx.p.root());
     let run = okstra_without_landlock(&fx.p, &["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
@@ -425,9 +428,9 @@ fn required_confinement_without_landlock_is_refused_writing_nothing() {
 #[test]
 fn auto_confinement_without_landlock_runs_unconfined_and_says_so() {
     // The near miss: `auto` on the same machine runs, and records `none`.
-    let fx = Fx::new();
+    let fx = fixture();
     let spec_script = "echo ran >> \"$R\"\n".to_string();
-    fx.spec(&[("a", "", spec_script)]);
+    spec(&fx, &[("a", "", spec_script)]);
     let text =
         fx.p.read("spec.toml")
             .replace("confinement = \"required\"", "confinement = \"auto\"");
@@ -436,7 +439,7 @@ fn auto_confinement_without_landlock_runs_unconfined_and_says_so() {
     assert_eq!(plan_json(&fx.p, "spec.toml").code, 0);
     let run = okstra_without_landlock(&fx.p, &["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let row = fx.dispatch("a");
+    let row = dispatch(&fx, "a");
     assert_eq!(row["confinement"], "none", "{row}");
     assert_eq!(row["writeEnforcement"]["confinement"], "auto");
 }
@@ -448,15 +451,15 @@ fn a_write_directory_behind_a_symlink_is_never_granted() {
     if !landlock_here() {
         return;
     }
-    let fx = Fx::new();
+    let fx = fixture();
     let outside = tempfile::tempdir().unwrap();
-    fx.spec(&[("a", "", "echo x > results/a/x.txt\n".to_string())]);
+    spec(&fx, &[("a", "", "echo x > results/a/x.txt\n".to_string())]);
     std::fs::create_dir_all(fx.p.path("results")).unwrap();
     symlink(outside.path(), fx.p.path("results/a")).unwrap();
-    let run = fx.exec();
+    let run = exec(&fx);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
-    let row = fx.dispatch("a");
+    let row = dispatch(&fx, "a");
     assert_eq!(row["failureKind"], "confinement-failed", "{row}");
     let log = fx.p.read("prompts/a.md.log");
     assert!(log.contains("symlink"), "{log}");
@@ -467,7 +470,7 @@ fn a_worktree_outside_the_project_is_writable_confined_and_its_neighbours_are_no
     if !landlock_here() {
         return;
     }
-    let fx = Fx::new();
+    let fx = fixture();
     let outside = tempfile::tempdir().unwrap();
     let outside = outside.path().canonicalize().unwrap();
     std::fs::create_dir_all(outside.join("wt")).unwrap();
@@ -478,14 +481,17 @@ fn a_worktree_outside_the_project_is_writable_confined_and_its_neighbours_are_no
         "t worktree 'echo \"fn b() {{}}\" >> {wt}/lib.rs'\nt neighbour 'echo x >> {}/neighbour.txt'\n",
         outside.display()
     );
-    fx.spec(&[(
-        "a",
-        &format!("role = \"implementer\"\nworktreePath = \"{wt}\""),
-        script,
-    )]);
-    let run = fx.exec();
+    spec(
+        &fx,
+        &[(
+            "a",
+            &format!("role = \"implementer\"\nworktreePath = \"{wt}\""),
+            script,
+        )],
+    );
+    let run = exec(&fx);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let o = fx.outcomes("a");
+    let o = outcomes(&fx, "a");
     assert!(!o["worktree"].0, "{:?}", o["worktree"]);
     assert_refused(&o, "neighbour", "Permission denied");
     assert_eq!(

@@ -9,7 +9,7 @@
 //! so, or fails where `REQUIRE_AGENT_CLIS=1`. Nothing reaches the network:
 //! there is none, and every case is judged before a CLI would use it.
 
-mod common;
+use crate::common;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -4,9 +4,7 @@
 //! (docs/exec.md#crash-safety-and-resume); and on a disk that cannot take its
 //! status file.
 
-mod common;
-
-use common::Project;
+use crate::common::Project;
 use okstra::process::{self, SpawnSpec};
 use serde_json::Value;
 use std::process::{Command, Stdio};

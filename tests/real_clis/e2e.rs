@@ -1,6 +1,6 @@
 //! The real agent CLIs end to end (issue 17), each through `okstra plan` and
 //! `okstra exec`, against a mock of its vendor's API on 127.0.0.1
-//! (`tests/mock_api`): the agent writes its result with its own tool, the
+//! (`tests/real_clis/mock_api.rs`): the agent writes its result with its own tool, the
 //! recorded usage is what the mock reported, a served model other than the
 //! pinned one is caught, an API error settles `error` with its kind and
 //! keeps the usage spent, a refused key settles `credentials-refused` at
@@ -13,13 +13,10 @@
 //! TMPDIR, and an environment holding nothing but PATH and what points it at
 //! the mock: no credentials, no network.
 
-mod common;
-mod mock_api;
-
-use mock_api::{MockApi, Script, Step, Tokens};
+use crate::common::{self, Fx, Job, Run};
+use crate::mock_api::{MockApi, Script, Step, Tokens};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The catalog entry each CLI's jobs are pinned to, and its model id.
@@ -89,22 +86,6 @@ fn write_result(provider: &str, path: &str) -> Step {
     }
 }
 
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// A project whose jobs run real CLIs against one mock API.
-struct Fx {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    home: PathBuf,
-    tmp: PathBuf,
-    path: std::ffi::OsString,
-    mock: MockApi,
-}
-
 /// A worker of the spec: state key, provider, extra TOML lines.
 struct Worker<'a> {
     key: &'a str,
@@ -113,181 +94,142 @@ struct Worker<'a> {
     extra: &'a str,
 }
 
-impl Fx {
-    /// One worker `w` of `provider`, its result `out/w.md`, the mock
-    /// answering with `steps` and naming `served` as the model that served.
-    fn one(provider: &str, steps: Vec<Step>, served: &str, extra: &str) -> Option<Fx> {
-        Fx::new(
-            &[Worker {
-                key: "w",
-                provider,
-                stage: "agents",
-                extra,
-            }],
-            |_| vec![(cli(provider), script(provider, steps, served))],
-        )
-    }
+/// One worker `w` of `provider`, its result `out/w.md`, the mock
+/// answering with `steps` and naming `served` as the model that served.
+fn one(provider: &str, steps: Vec<Step>, served: &str, extra: &str) -> Option<(Fx, MockApi)> {
+    setup(
+        &[Worker {
+            key: "w",
+            provider,
+            stage: "agents",
+            extra,
+        }],
+        |_| vec![(cli(provider), script(provider, steps, served))],
+    )
+}
 
-    fn new(
-        workers: &[Worker],
-        scripts: impl FnOnce(&Path) -> Vec<(&'static str, Script)>,
-    ) -> Option<Fx> {
-        let mut dirs = Vec::new();
-        for w in workers {
-            dirs.push(common::agent_cli(w.provider)?);
+/// A project whose jobs run real CLIs against one mock API, planned, and
+/// the mock (which stops when dropped). okstra runs with an environment of
+/// PATH, a fresh HOME and TMPDIR, and each CLI pointed at the mock. `None`
+/// (having said why) where a CLI is missing.
+fn setup(
+    workers: &[Worker],
+    scripts: impl FnOnce(&Path) -> Vec<(&'static str, Script)>,
+) -> Option<(Fx, MockApi)> {
+    let mut dirs = Vec::new();
+    for w in workers {
+        dirs.push(common::agent_cli(w.provider)?);
+    }
+    let fx = Fx::new();
+    let root = fx.root();
+    // gemini reads its auth type from its settings; the key and the
+    // API's address come from the environment.
+    fx.home_file(
+        ".gemini/settings.json",
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+    );
+    let mock = MockApi::per_cli(&root, scripts(&root));
+    let mut manifest = json!({
+        "taskKey": "e2e",
+        "teamStatePath": "run/team-state.json",
+        "terminalBackend": "cli-wrapper",
+        "workflow": {"currentPhase": "implementation"},
+        "recommendedWorkers": [],
+    });
+    manifest["models"] = catalog();
+    fx.manifest(&manifest).defaults("role = \"analyst\"");
+    let mut stages: Vec<(&str, Vec<Job>)> = Vec::new();
+    for w in workers {
+        if stages.last().is_none_or(|(name, _)| *name != w.stage) {
+            stages.push((w.stage, Vec::new()));
         }
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().canonicalize().unwrap();
-        let (root, home, tmp) = (base.join("project"), base.join("home"), base.join("tmp"));
-        for d in [&root, &home, &tmp, &home.join(".gemini")] {
-            std::fs::create_dir_all(d).unwrap();
-        }
-        // gemini reads its auth type from its settings; the key and the
-        // API's address come from the environment.
-        std::fs::write(
-            home.join(".gemini/settings.json"),
-            r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
-        )
-        .unwrap();
-        let mock = MockApi::per_cli(&root, scripts(&root));
-        let mut manifest = json!({
-            "taskKey": "e2e",
-            "teamStatePath": "run/team-state.json",
-            "terminalBackend": "cli-wrapper",
-            "workflow": {"currentPhase": "implementation"},
-            "recommendedWorkers": [],
-        });
-        manifest["models"] = catalog();
-        write(
-            &root.join("run/run-manifest.json"),
-            &serde_json::to_string_pretty(&manifest).unwrap(),
+        let (_, model) = pinned(w.provider);
+        let mut entry = format!(
+            "[[stages.workers]]\nworkerId = \"{key}\"\nprovider = \"{provider}\"\nmodelExecutionValue = \"{model}\"\npromptPath = \"prompts/{key}.md\"\nresultPath = \"out/{key}.md\"\n{extra}\n",
+            key = w.key,
+            provider = w.provider,
+            extra = w.extra,
         );
-        let mut spec = String::from("[defaults]\nrole = \"analyst\"\n");
-        let mut stage = "";
-        for w in workers {
-            if w.stage != stage {
-                stage = w.stage;
-                spec.push_str(&format!("\n[[stages]]\nname = \"{stage}\"\n"));
-            }
-            let (_, model) = pinned(w.provider);
-            write(
-                &root.join(format!("prompts/{}.md", w.key)),
-                &format!("Write out/{}.md with your file-writing tool.\n", w.key),
-            );
-            spec.push_str(&format!(
-                "\n[[stages.workers]]\nworkerId = \"{key}\"\nprovider = \"{provider}\"\nmodelExecutionValue = \"{model}\"\npromptPath = \"prompts/{key}.md\"\nresultPath = \"out/{key}.md\"\n{extra}\n",
-                key = w.key,
-                provider = w.provider,
-                extra = w.extra,
+        if w.provider == "codex" {
+            // codex is pointed at an API by its config (PROVIDERS.md).
+            entry.push_str(&format!(
+                "extraArgs = [\"-c\", \"model_provider=mock\", \"-c\", 'model_providers.mock={{name=\"mock\",base_url=\"{}/v1\",env_key=\"MOCK_KEY\",wire_api=\"responses\"}}']\n",
+                mock.url()
             ));
-            if w.provider == "codex" {
-                // codex is pointed at an API by its config (PROVIDERS.md).
-                spec.push_str(&format!(
-                    "extraArgs = [\"-c\", \"model_provider=mock\", \"-c\", 'model_providers.mock={{name=\"mock\",base_url=\"{}/v1\",env_key=\"MOCK_KEY\",wire_api=\"responses\"}}']\n",
-                    mock.url()
-                ));
-            }
         }
-        write(&root.join("spec.toml"), &spec);
-        let mut path: Vec<PathBuf> = dirs;
-        path.extend(std::env::split_paths(
-            &std::env::var_os("PATH").unwrap_or_default(),
-        ));
-        let fx = Fx {
-            _dir: dir,
-            root,
-            home,
-            tmp,
-            path: std::env::join_paths(path).unwrap(),
-            mock,
-        };
-        let plan = fx.okstra(&[
-            "plan",
-            "spec.toml",
-            "--manifest",
-            "run/run-manifest.json",
-            "--out",
-            "plan.json",
-        ]);
-        assert_eq!(plan.code, 0, "plan:\n{}\n{}", plan.stdout, plan.stderr);
-        Some(fx)
+        let prompt = format!("Write out/{}.md with your file-writing tool.\n", w.key);
+        let job = Job::entry(w.key, entry).prompt(&prompt);
+        stages.last_mut().expect("a stage").1.push(job);
     }
+    fx.stages(stages);
+    let mut path: Vec<PathBuf> = dirs;
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    let url = mock.url();
+    fx.clean_env()
+        .run_env("PATH", std::env::join_paths(path).unwrap())
+        .run_env("HOME", fx.home())
+        .run_env("TMPDIR", fx.outside("tmp"))
+        .run_env("SOURCE_DATE_EPOCH", "1764460800")
+        .run_env("OKSTRA_STOP_GRACE_SECONDS", "2")
+        .run_env("ANTHROPIC_BASE_URL", &url)
+        .run_env("ANTHROPIC_API_KEY", "mock-key")
+        .run_env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .run_env("MOCK_KEY", "mock-key")
+        .run_env("GEMINI_API_KEY", "mock-key")
+        .run_env("GOOGLE_GEMINI_BASE_URL", &url)
+        .plan();
+    Some((fx, mock))
+}
 
-    /// `okstra ARGS` in the project, with an environment of PATH, the fresh
-    /// HOME and TMPDIR, and each CLI pointed at the mock.
-    fn okstra(&self, args: &[&str]) -> Ran {
-        let url = self.mock.url();
-        let out = Command::new(env!("CARGO_BIN_EXE_okstra"))
-            .current_dir(&self.root)
-            .env_clear()
-            .env("PATH", &self.path)
-            .env("HOME", &self.home)
-            .env("TMPDIR", &self.tmp)
-            .env("SOURCE_DATE_EPOCH", "1764460800")
-            .env("OKSTRA_STOP_GRACE_SECONDS", "2")
-            .env("ANTHROPIC_BASE_URL", &url)
-            .env("ANTHROPIC_API_KEY", "mock-key")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("MOCK_KEY", "mock-key")
-            .env("GEMINI_API_KEY", "mock-key")
-            .env("GOOGLE_GEMINI_BASE_URL", &url)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        Ran {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
+/// `okstra exec plan.json`, its output shown.
+fn exec(fx: &Fx) -> Run {
+    let ran = fx.exec(&[]);
+    eprintln!(
+        "okstra exec exited {}\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    ran
+}
 
-    fn exec(&self) -> Ran {
-        let ran = self.okstra(&["exec", "plan.json"]);
-        eprintln!(
-            "okstra exec exited {}\n{}\n{}",
-            ran.code, ran.stdout, ran.stderr
-        );
-        ran
-    }
+/// A file of the project, "" where there is none (yet).
+fn read(fx: &Fx, rel: &str) -> String {
+    std::fs::read_to_string(fx.root().join(rel)).unwrap_or_default()
+}
 
-    fn read(&self, rel: &str) -> String {
-        std::fs::read_to_string(self.root.join(rel)).unwrap_or_default()
-    }
+fn json(fx: &Fx, rel: &str) -> Value {
+    serde_json::from_str(&read(fx, rel)).unwrap_or(Value::Null)
+}
 
-    fn json(&self, rel: &str) -> Value {
-        serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
-    }
+fn rows(fx: &Fx, key: &str) -> Vec<Value> {
+    json(fx, "run/team-state.json")["workerDispatches"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r["workerKey"] == key)
+        .collect()
+}
 
-    fn rows(&self, key: &str) -> Vec<Value> {
-        self.json("run/team-state.json")["workerDispatches"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|r| r["workerKey"] == key)
-            .collect()
-    }
+fn errors(fx: &Fx) -> Vec<Value> {
+    read(fx, "run/errors.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
 
-    fn errors(&self) -> Vec<Value> {
-        self.read("run/errors.jsonl")
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
+fn events(fx: &Fx, ty: &str, key: &str) -> Vec<Value> {
+    read(fx, "run/lead-events.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == ty && e["workerKey"] == key)
+        .collect()
+}
 
-    fn events(&self, ty: &str, key: &str) -> Vec<Value> {
-        self.read("run/lead-events.jsonl")
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["type"] == ty && e["workerKey"] == key)
-            .collect()
-    }
-
-    /// The worker's log, shown when an assertion needs it.
-    fn log(&self, key: &str) -> String {
-        self.read(&format!("prompts/{key}.md.log"))
-    }
+/// The worker's log, shown when an assertion needs it.
+fn log(fx: &Fx, key: &str) -> String {
+    read(fx, &format!("prompts/{key}.md.log"))
 }
 
 fn cli(provider: &str) -> &'static str {
@@ -297,11 +239,6 @@ fn cli(provider: &str) -> &'static str {
         "gemini" => "gemini",
         other => panic!("no such provider {other}"),
     }
-}
-
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
 }
 
 /// Every key of `expected` has its value in `usage`.
@@ -321,18 +258,18 @@ fn writes_its_result_with_its_own_tool(provider: &str, served: &str, tool_sign: 
         write_result(provider, "out/w.md"),
         Step::Answer("done".into()),
     ];
-    let Some(fx) = Fx::one(provider, steps, served, "") else {
+    let Some((fx, mock)) = one(provider, steps, served, "") else {
         return;
     };
-    let ran = fx.exec();
-    let log = fx.log("w");
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
     assert_eq!(ran.code, 0, "{log}");
-    let rows = fx.rows("w");
+    let rows = rows(&fx, "w");
     assert_eq!(rows.len(), 1, "{rows:?}");
     let row = &rows[0];
     assert_eq!(row["status"], "completed", "{row}\n{log}");
     assert_eq!(
-        fx.read("out/w.md"),
+        read(&fx, "out/w.md"),
         format!("written by {provider} through its own tool\n"),
         "the agent wrote its result"
     );
@@ -341,12 +278,12 @@ fn writes_its_result_with_its_own_tool(provider: &str, served: &str, tool_sign: 
         "the CLI ran its own tool ({tool_sign}):\n{log}"
     );
     assert_eq!(
-        fx.mock.model_requests(provider),
+        mock.model_requests(provider),
         2,
         "the tool's result went back to the API"
     );
 
-    let spent = fx.mock.spent(provider);
+    let spent = mock.spent(provider);
     let usage = &row["usage"];
     assert_tokens(usage, &spent.expected_usage(provider), provider);
     assert_eq!(usage["tokensFrom"], "cli-output");
@@ -380,17 +317,17 @@ fn writes_its_result_with_its_own_tool(provider: &str, served: &str, tool_sign: 
         assert_eq!(usage["model"], served, "{usage}");
         assert_eq!(row["servedModel"], served);
     }
-    let sidecar = fx.json("prompts/w.md.status.json");
+    let sidecar = json(&fx, "prompts/w.md.status.json");
     assert_eq!(&sidecar["usage"], usage, "the sidecar says the same");
     assert_eq!(sidecar["argv"][0], provider, "{sidecar}");
     assert_eq!(row["cliArgv"], sidecar["argv"]);
-    let collected = &fx.events("worker-result-collected", "w")[0];
+    let collected = &events(&fx, "worker-result-collected", "w")[0];
     assert_eq!(&collected["usage"], usage, "the event says the same");
     // Keys without a value are absent, not empty.
     if provider != "claude" {
         assert!(row.get("sessionId").is_none(), "{row}");
     }
-    let team = fx.json("run/team-state.json");
+    let team = json(&fx, "run/team-state.json");
     for a in team["attempts"].as_array().unwrap() {
         assert!(
             a.get("dispatchId").is_none(),
@@ -423,13 +360,13 @@ fn another_served_model_is_caught(provider: &str, served: &str) {
         write_result(provider, "out/w.md"),
         Step::Answer("done".into()),
     ];
-    let Some(fx) = Fx::one(provider, steps, served, "") else {
+    let Some((fx, _mock)) = one(provider, steps, served, "") else {
         return;
     };
-    let ran = fx.exec();
-    let log = fx.log("w");
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
     assert_eq!(ran.code, 1, "{log}");
-    let rows = fx.rows("w");
+    let rows = rows(&fx, "w");
     assert_eq!(rows.len(), 1, "a mismatch is not retried: {rows:?}");
     let row = &rows[0];
     assert_eq!(row["status"], "error", "{row}");
@@ -437,7 +374,7 @@ fn another_served_model_is_caught(provider: &str, served: &str) {
     assert_eq!(row["failureKind"], "served-model-mismatch", "{row}");
     assert_eq!(row["servedModel"], served, "{row}");
     let (model_ref, _) = pinned(provider);
-    let sidecar = fx.json("prompts/w.md.status.json");
+    let sidecar = json(&fx, "prompts/w.md.status.json");
     let error = sidecar["error"].as_str().unwrap_or_default();
     assert!(
         error.contains(model_ref) && error.contains(served),
@@ -462,14 +399,14 @@ fn gemini_served_by_another_model_is_caught() {
 fn an_api_error_keeps_the_usage_spent(provider: &str, exit_code: i64, tokens_from: &str) {
     let (_, model) = pinned(provider);
     let steps = vec![write_result(provider, "out/w.md"), Step::Fail(400)];
-    let Some(fx) = Fx::one(provider, steps, model, "") else {
+    let Some((fx, mock)) = one(provider, steps, model, "") else {
         return;
     };
-    let ran = fx.exec();
-    let log = fx.log("w");
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
     assert_eq!(ran.code, 1, "{log}");
-    assert_eq!(fx.mock.model_requests(provider), 2, "{log}");
-    let rows = fx.rows("w");
+    assert_eq!(mock.model_requests(provider), 2, "{log}");
+    let rows = rows(&fx, "w");
     let row = &rows[0];
     assert_eq!(row["status"], "error", "{row}\n{log}");
     assert_eq!(row["failureKind"], "api-error", "{row}\n{log}");
@@ -482,11 +419,11 @@ fn an_api_error_keeps_the_usage_spent(provider: &str, exit_code: i64, tokens_fro
         "{reason}"
     );
     // The first answer's tokens were spent; the refusal spent none.
-    let spent = fx.mock.spent(provider);
+    let spent = mock.spent(provider);
     assert_eq!(spent, tokens(provider));
     assert_tokens(&row["usage"], &spent.expected_usage(provider), provider);
     assert_eq!(row["usage"]["tokensFrom"], tokens_from, "{row}");
-    let errors = fx.errors();
+    let errors = errors(&fx);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0]["exitCode"], exit_code);
     assert!(
@@ -530,16 +467,16 @@ const REFUSED_WITHIN: Duration = Duration::from_secs(30);
 fn a_refused_key_is_said_at_once(provider: &str, step: Step, exit_code: i64, quoted: &str) {
     let (_, model) = pinned(provider);
     // Every request refused, however often the CLI asks.
-    let Some(fx) = Fx::one(provider, vec![step; 30], model, "") else {
+    let Some((fx, _mock)) = one(provider, vec![step; 30], model, "") else {
         return;
     };
     let started = Instant::now();
-    let ran = fx.exec();
+    let ran = exec(&fx);
     let took = started.elapsed();
-    let log = fx.log("w");
+    let log = log(&fx, "w");
     assert_eq!(ran.code, 1, "{log}");
     assert!(took < REFUSED_WITHIN, "settled after {took:?}:\n{log}");
-    let rows = fx.rows("w");
+    let rows = rows(&fx, "w");
     assert_eq!(rows.len(), 1, "a refused key is not retried: {rows:?}");
     let row = &rows[0];
     assert_eq!(row["status"], "error", "{row}\n{log}");
@@ -562,13 +499,13 @@ fn a_refused_key_is_said_at_once(provider: &str, step: Step, exit_code: i64, quo
         reason.contains(&format!("{provider} said: \"{quoted}")),
         "the CLI's own line: {reason}"
     );
-    let sidecar = fx.json("prompts/w.md.status.json");
+    let sidecar = json(&fx, "prompts/w.md.status.json");
     assert_eq!(sidecar["failureKind"], "credentials-refused", "{sidecar}");
     assert!(
         sidecar["duration_ms"].as_u64().unwrap() < REFUSED_WITHIN.as_millis() as u64,
         "{sidecar}"
     );
-    let errors = fx.errors();
+    let errors = errors(&fx);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0]["message"]
@@ -630,11 +567,11 @@ fn codex_without_its_key_says_which_variable_to_set() {
     // The near miss of a refused key: no key at all (its model provider's
     // variable unset) is `not-logged-in`, and says what to set.
     let (_, model) = pinned("codex");
-    let Some(fx) = Fx::one("codex", vec![], model, "") else {
+    let Some((fx, mock)) = one("codex", vec![], model, "") else {
         return;
     };
-    let spec = fx.read("spec.toml").replace("MOCK_KEY", "OKSTRA_UNSET_KEY");
-    write(&fx.root.join("spec.toml"), &spec);
+    let spec = read(&fx, "spec.toml").replace("MOCK_KEY", "OKSTRA_UNSET_KEY");
+    fx.p.write("spec.toml", &spec);
     let plan = fx.okstra(&[
         "plan",
         "spec.toml",
@@ -644,11 +581,11 @@ fn codex_without_its_key_says_which_variable_to_set() {
         "plan.json",
     ]);
     assert_eq!(plan.code, 0, "{}", plan.stderr);
-    let ran = fx.exec();
-    let log = fx.log("w");
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
     assert_eq!(ran.code, 1, "{log}");
-    assert_eq!(fx.mock.model_requests("codex"), 0, "{log}");
-    let row = &fx.rows("w")[0];
+    assert_eq!(mock.model_requests("codex"), 0, "{log}");
+    let row = &rows(&fx, "w")[0];
     assert_eq!(row["failureKind"], "not-logged-in", "{row}\n{log}");
     let reason = row["reason"].as_str().unwrap();
     assert!(
@@ -667,7 +604,7 @@ fn codex_without_its_key_says_which_variable_to_set() {
 
 fn a_stalled_api_ends_in_the_idle_timeout(provider: &str) {
     let (_, model) = pinned(provider);
-    let Some(fx) = Fx::one(
+    let Some((fx, mock)) = one(
         provider,
         vec![Step::Stall],
         model,
@@ -676,23 +613,23 @@ fn a_stalled_api_ends_in_the_idle_timeout(provider: &str) {
         return;
     };
     let started = Instant::now();
-    let ran = fx.exec();
-    let log = fx.log("w");
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
     assert!(started.elapsed() < Duration::from_secs(90), "{log}");
     assert_eq!(ran.code, 1, "{log}");
     assert_eq!(
-        fx.mock.model_requests(provider),
+        mock.model_requests(provider),
         1,
         "it stalled at the API: {log}"
     );
-    let row = &fx.rows("w")[0];
+    let row = &rows(&fx, "w")[0];
     assert_eq!(row["status"], "timeout", "{row}");
     assert_eq!(row["exitCode"], 124, "{row}");
     assert_eq!(row["failureKind"], "timeout", "{row}");
-    let sidecar = fx.json("prompts/w.md.status.json");
+    let sidecar = json(&fx, "prompts/w.md.status.json");
     assert_eq!(sidecar["exitCode"], 124, "{sidecar}");
     assert_eq!(sidecar["failureKind"], "timeout", "{sidecar}");
-    let errors = fx.errors();
+    let errors = errors(&fx);
     assert_eq!(errors[0]["exitCode"], 124, "{errors:?}");
 }
 
@@ -723,14 +660,13 @@ fn a_refused_argument_is_named(provider: &str, exit_code: i64, named: &str) {
     } else {
         "extraArgs = [\"--okstra-bogus-flag\"]"
     };
-    let Some(fx) = Fx::one(provider, vec![], model, extra) else {
+    let Some((fx, mock)) = one(provider, vec![], model, extra) else {
         return;
     };
     if provider == "codex" {
-        let spec = fx
-            .read("spec.toml")
+        let spec = read(&fx, "spec.toml")
             .replace("extraArgs = [", "extraArgs = [\"--okstra-bogus-flag\", ");
-        write(&fx.root.join("spec.toml"), &spec);
+        fx.p.write("spec.toml", &spec);
         let plan = fx.okstra(&[
             "plan",
             "spec.toml",
@@ -741,15 +677,15 @@ fn a_refused_argument_is_named(provider: &str, exit_code: i64, named: &str) {
         ]);
         assert_eq!(plan.code, 0, "{}", plan.stderr);
     }
-    let ran = fx.exec();
-    let log = fx.log("w");
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
     assert_eq!(ran.code, 1, "{log}");
     assert_eq!(
-        fx.mock.model_requests(provider),
+        mock.model_requests(provider),
         0,
         "refused before any request"
     );
-    let row = &fx.rows("w")[0];
+    let row = &rows(&fx, "w")[0];
     assert_eq!(row["failureKind"], "argument-error", "{row}\n{log}");
     assert_eq!(row["exitCode"], exit_code, "{row}");
     let reason = row["reason"].as_str().unwrap();
@@ -760,7 +696,7 @@ fn a_refused_argument_is_named(provider: &str, exit_code: i64, named: &str) {
     let ran_argv = row["cliArgv"].as_array().unwrap();
     assert_eq!(ran_argv[0], provider);
     assert!(ran_argv.contains(&json!("--okstra-bogus-flag")), "{row}");
-    let excerpt = fx.errors()[0]["stderrExcerpt"]
+    let excerpt = errors(&fx)[0]["stderrExcerpt"]
         .as_str()
         .unwrap()
         .to_string();
@@ -791,13 +727,13 @@ fn claude_bypass_permissions_as_root_unsandboxed_says_so() {
     }
     // Unconfined: a confined claude is told it runs in a sandbox.
     let extra = "permissionMode = \"bypassPermissions\"\nconfinement = \"none\"";
-    let Some(fx) = Fx::one("claude", vec![], "claude-sonnet-4-5", extra) else {
+    let Some((fx, _mock)) = one("claude", vec![], "claude-sonnet-4-5", extra) else {
         return;
     };
-    let ran = fx.exec();
-    let log = fx.log("w");
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
     assert_eq!(ran.code, 1, "{log}");
-    let row = &fx.rows("w")[0];
+    let row = &rows(&fx, "w")[0];
     assert_eq!(row["failureKind"], "argument-error", "{row}\n{log}");
     let reason = row["reason"].as_str().unwrap();
     assert!(reason.contains("cannot be used with root"), "{reason}");
@@ -830,7 +766,7 @@ fn a_three_provider_run_adds_up_in_okstra_status() {
             extra: "",
         },
     ];
-    let Some(fx) = Fx::new(&workers, |_| {
+    let Some((fx, mock)) = setup(&workers, |_| {
         workers
             .iter()
             .map(|w| {
@@ -845,12 +781,12 @@ fn a_three_provider_run_adds_up_in_okstra_status() {
     }) else {
         return;
     };
-    let ran = fx.exec();
+    let ran = exec(&fx);
     assert_eq!(
         ran.code,
         0,
         "{}",
-        fx.log("drafter") + &fx.log("reviewer") + &fx.log("checker")
+        log(&fx, "drafter") + &log(&fx, "reviewer") + &log(&fx, "checker")
     );
     assert!(
         ran.stdout.contains("tokens") && ran.stdout.contains("spent"),
@@ -867,7 +803,7 @@ fn a_three_provider_run_adds_up_in_okstra_status() {
     let sum = |ps: &[&str]| -> Tokens {
         let mut t = Tokens::default();
         for p in ps {
-            let s = fx.mock.spent(p);
+            let s = mock.spent(p);
             t.fresh_input += s.fresh_input;
             t.cache_read += s.cache_read;
             t.cache_write += s.cache_write;
@@ -913,7 +849,7 @@ fn a_three_provider_run_adds_up_in_okstra_status() {
     ] {
         assert_eq!(
             usage["workers"][key]["totalTokens"],
-            total(&fx.mock.spent(provider)),
+            total(&mock.spent(provider)),
             "{key}"
         );
     }
@@ -940,7 +876,7 @@ fn claude_confined_cannot_write_outside_its_policy() {
         write_result("claude", "out/w.md"),
         Step::Answer("done".into()),
     ];
-    let Some(fx) = Fx::one(
+    let Some((fx, mock)) = one(
         "claude",
         steps,
         "claude-sonnet-4-5",
@@ -948,15 +884,15 @@ fn claude_confined_cannot_write_outside_its_policy() {
     ) else {
         return;
     };
-    let ran = fx.exec();
-    let log = fx.log("w");
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
     assert_eq!(ran.code, 0, "{log}");
     assert!(
-        !fx.root.join("elsewhere").join("planted.md").exists(),
+        !fx.root().join("elsewhere").join("planted.md").exists(),
         "the tree is unchanged"
     );
     // The agent's tool reported the refusal back to the API.
-    let refused = fx.mock.requests().iter().any(|r| {
+    let refused = mock.requests().iter().any(|r| {
         r.body["messages"].as_array().is_some_and(|ms| {
             ms.iter().any(|m| {
                 m["content"].as_array().is_some_and(|cs| {
@@ -967,5 +903,5 @@ fn claude_confined_cannot_write_outside_its_policy() {
         })
     });
     assert!(refused, "the Write tool failed in the agent:\n{log}");
-    assert_eq!(fx.rows("w")[0]["status"], "completed");
+    assert_eq!(rows(&fx, "w")[0]["status"], "completed");
 }

@@ -8,10 +8,8 @@
 //! gemini's stream-json `init` and `result` with `stats`. The pane backend runs
 //! under a real tmux server started by the test.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -101,13 +99,6 @@ esac
 exit 0
 "#;
 
-struct Fx {
-    p: Project,
-    scratch: tempfile::TempDir,
-    bin: tempfile::TempDir,
-    home: tempfile::TempDir,
-}
-
 /// A catalog: a claude channel, a gemini pinned model, a codex pinned model.
 fn manifest(terminal_backend: &str) -> Value {
     let mut m = v1_manifest();
@@ -128,124 +119,74 @@ fn worker(id: &str, provider: &str, model: &str, extra: &str) -> String {
     )
 }
 
-impl Fx {
-    fn new(terminal_backend: &str, workers: &[String]) -> Fx {
-        let fx = Fx {
-            p: Project::new(),
-            scratch: tempfile::tempdir().unwrap(),
-            bin: tempfile::tempdir().unwrap(),
-            home: tempfile::tempdir().unwrap(),
-        };
-        let script = fx.bin.path().join("fake-cli");
-        std::fs::write(&script, FAKE_CLI).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        for name in ["claude", "codex", "gemini"] {
-            std::os::unix::fs::symlink(&script, fx.bin.path().join(name)).unwrap();
-        }
-        fx.p.write_json("run/run-manifest.json", &manifest(terminal_backend));
-        for d in ["results", "wt", "aux"] {
-            std::fs::create_dir_all(fx.p.path(d)).unwrap();
-        }
-        let mut spec =
-            String::from("[defaults]\nrole = \"analyst\"\n\n[[stages]]\nname = \"agents\"\n\n");
-        for w in workers {
-            let id = w
-                .lines()
-                .find_map(|l| l.strip_prefix("workerId = \""))
-                .unwrap()
-                .trim_end_matches('"');
-            fx.p.write(&format!("prompts/{id}.md"), &format!("# prompt of {id}\n"));
-            spec.push_str(w);
-        }
-        fx.p.write("spec.toml", &spec);
-        let run = plan_json(&fx.p, "spec.toml");
-        assert_eq!(run.code, 0, "plan:\n{}\n{}", run.stdout, run.stderr);
-        fx
+/// A project of `workers` (TOML entries) in one stage, planned, with fake
+/// `claude`, `codex` and `gemini` first on okstra's PATH, `SCRATCH` in its
+/// environment (reaching the fake CLIs through exec's environment, which a
+/// pane's launcher restores; confined, in a debug build, they may write it)
+/// and a fake HOME (the providers' state directories a confined worker may
+/// write, `~/.claude`, ..., are made there, not in the real home).
+fn fixture(terminal_backend: &str, workers: &[String]) -> Fx {
+    let fx = Fx::new();
+    fx.bin_script("fake-cli", FAKE_CLI);
+    for name in ["claude", "codex", "gemini"] {
+        std::os::unix::fs::symlink(fx.bin().join("fake-cli"), fx.bin().join(name)).unwrap();
     }
-
-    fn root(&self) -> PathBuf {
-        self.p.root().canonicalize().unwrap()
-    }
-
-    fn command(&self) -> Command {
-        let path = format!(
-            "{}:{}",
-            self.bin.path().display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_okstra"));
-        cmd.current_dir(self.p.root())
-            .env("PATH", path)
-            .env("SOURCE_DATE_EPOCH", "1764460800")
-            .env("OKSTRA_STOP_GRACE_SECONDS", "1")
-            // Reaches the fake CLIs through exec's environment (a pane's
-            // launcher restores it), and confined (debug builds) they may
-            // write it.
-            .env("SCRATCH", self.scratch.path())
-            .env(okstra::confine::TEST_ALSO_WRITABLE_ENV, self.scratch.path())
-            // The providers' state directories a confined worker may
-            // write (`~/.claude`, ...) are made here, not in the real home.
-            .env("HOME", self.home.path())
-            .env_remove("TMUX")
-            .env_remove("TMUX_PANE")
-            .env_remove("CMUX_WORKSPACE_ID")
-            .env_remove("CMUX_SOCKET_PATH")
-            .args(["exec", "plan.json"]);
-        cmd
-    }
-
-    fn exec(&self) -> Run {
-        run(self.command())
-    }
-
-    fn argv(&self, key: &str, n: u32) -> Vec<String> {
-        std::fs::read_to_string(self.scratch.path().join(format!("{key}.{n}.argv")))
-            .unwrap_or_else(|e| panic!("{key} run {n} recorded no argv: {e}"))
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-
-    fn stdin(&self, key: &str, n: u32) -> String {
-        std::fs::read_to_string(self.scratch.path().join(format!("{key}.{n}.stdin"))).unwrap()
-    }
-
-    fn rows(&self, key: &str) -> Vec<Value> {
-        self.p.dispatch_rows(key)
-    }
-
-    fn worker_status(&self, key: &str) -> Value {
-        self.p.worker_row(key)
-    }
-
-    fn events(&self, key: &str) -> Vec<Value> {
-        self.p
-            .events("run/lead-events.jsonl")
-            .into_iter()
-            .filter(|e| e["workerKey"] == key)
-            .collect()
-    }
-
-    fn errors(&self, key: &str) -> Vec<Value> {
-        if !self.p.exists("run/errors.jsonl") {
-            return Vec::new();
-        }
-        self.p
-            .events("run/errors.jsonl")
-            .into_iter()
-            .filter(|e| e["agent"] == format!("{key}-worker"))
-            .collect()
-    }
+    fx.manifest(&manifest(terminal_backend))
+        .mkdir("results")
+        .mkdir("wt")
+        .mkdir("aux")
+        .defaults("role = \"analyst\"")
+        .stage(
+            "agents",
+            workers.iter().map(|w| {
+                let id = w
+                    .lines()
+                    .find_map(|l| l.strip_prefix("workerId = \""))
+                    .unwrap()
+                    .trim_end_matches('"');
+                Job::entry(id, w.as_str()).prompt(&format!("# prompt of {id}\n"))
+            }),
+        )
+        .plan();
+    fx.bin_then(std::env::var_os("PATH").unwrap_or_default())
+        .run_env("SCRATCH", fx.scratch_dir())
+        .run_env(okstra::confine::TEST_ALSO_WRITABLE_ENV, fx.scratch_dir())
+        .run_env("HOME", fx.home())
+        .run_env_remove("TMUX")
+        .run_env_remove("TMUX_PANE")
+        .run_env_remove("CMUX_WORKSPACE_ID")
+        .run_env_remove("CMUX_SOCKET_PATH");
+    fx
 }
 
-fn run(mut cmd: Command) -> Run {
-    let out = cmd.output().unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+/// The argv of `key`'s `n`th run of a fake CLI.
+fn argv(fx: &Fx, key: &str, n: u32) -> Vec<String> {
+    std::fs::read_to_string(fx.scratch(&format!("{key}.{n}.argv")))
+        .unwrap_or_else(|e| panic!("{key} run {n} recorded no argv: {e}"))
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// What `key`'s `n`th run of a fake CLI read on its input.
+fn stdin(fx: &Fx, key: &str, n: u32) -> String {
+    std::fs::read_to_string(fx.scratch(&format!("{key}.{n}.stdin"))).unwrap()
+}
+
+/// `key`'s lead events.
+fn key_events(fx: &Fx, key: &str) -> Vec<Value> {
+    fx.events()
+        .into_iter()
+        .filter(|e| e["workerKey"] == key)
+        .collect()
+}
+
+/// `key`'s error-log records.
+fn key_errors(fx: &Fx, key: &str) -> Vec<Value> {
+    fx.errors()
+        .into_iter()
+        .filter(|e| e["agent"] == format!("{key}-worker"))
+        .collect()
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -259,7 +200,7 @@ fn has_pair(argv: &[String], flag: &str, value: &str) -> bool {
 
 #[test]
 fn claude_argv_prompt_and_a_fresh_session_id_per_attempt() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[worker(
             "cl",
@@ -268,12 +209,12 @@ fn claude_argv_prompt_and_a_fresh_session_id_per_attempt() {
             "worktreePath = \"wt\"\nauxiliaryRoots = [\"aux\"]\nenv = { FAKE_MODE = \"first-forgets\", FAKE_SERVED = \"claude-sonnet-4-5-20250929\" }",
         )],
     );
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let root = fx.root();
     let mut sessions = Vec::new();
     for n in [1, 2] {
-        let argv = fx.argv("cl", n);
+        let argv = argv(&fx, "cl", n);
         assert_eq!(argv[..1], strings(&["-p"]), "{argv:?}");
         assert!(has_pair(&argv, "--model", "sonnet"), "{argv:?}");
         assert!(has_pair(&argv, "--output-format", "stream-json"));
@@ -292,17 +233,21 @@ fn claude_argv_prompt_and_a_fresh_session_id_per_attempt() {
         let sid = argv[i + 1].clone();
         assert!(uuid::Uuid::parse_str(&sid).is_ok(), "{sid}");
         sessions.push(sid);
-        assert_eq!(fx.stdin("cl", n), "# prompt of cl\n", "the prompt on stdin");
+        assert_eq!(
+            stdin(&fx, "cl", n),
+            "# prompt of cl\n",
+            "the prompt on stdin"
+        );
     }
     assert_ne!(sessions[0], sessions[1], "a fresh session id per attempt");
     // Confined by default where the kernel offers Landlock: claude is told
     // it is in a sandbox, and may write its own state directory, made in
     // this test's HOME.
     let confined = okstra::confine::offer().applied() != "none";
-    let sandbox = std::fs::read_to_string(fx.scratch.path().join("cl.1.sandbox")).unwrap();
+    let sandbox = std::fs::read_to_string(fx.scratch_dir().join("cl.1.sandbox")).unwrap();
     assert_eq!(sandbox.trim() == "1", confined, "IS_SANDBOX={sandbox}");
-    assert_eq!(fx.home.path().join(".claude").is_dir(), confined);
-    let rows = fx.rows("cl");
+    assert_eq!(fx.home().join(".claude").is_dir(), confined);
+    let rows = fx.dispatch_rows("cl");
     assert_eq!(rows.len(), 2, "{rows:?}");
     for (row, sid) in rows.iter().zip(&sessions) {
         assert_eq!(&row["sessionId"], sid, "{row}");
@@ -311,8 +256,7 @@ fn claude_argv_prompt_and_a_fresh_session_id_per_attempt() {
         assert_eq!(row["servedModel"], "claude-sonnet-4-5-20250929");
     }
     assert_eq!(rows[1]["status"], "completed");
-    let collected: Vec<Value> = fx
-        .events("cl")
+    let collected: Vec<Value> = key_events(&fx, "cl")
         .into_iter()
         .filter(|e| e["type"] == "worker-result-collected")
         .collect();
@@ -323,14 +267,14 @@ fn claude_argv_prompt_and_a_fresh_session_id_per_attempt() {
 #[test]
 fn codex_and_gemini_argv_and_stdin() {
     let scope = "worktreePath = \"wt\"\nauxiliaryRoots = [\"aux\"]";
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             worker("cx", "codex", "gpt-5", scope),
             worker("gm", "gemini", "gemini-2.5-pro", scope),
         ],
     );
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let root = fx.root();
     let r = root.display().to_string();
@@ -348,7 +292,7 @@ fn codex_and_gemini_argv_and_stdin() {
     } else {
         "workspace-write"
     };
-    let codex = fx.argv("cx", 1);
+    let codex = argv(&fx, "cx", 1);
     assert_eq!(
         codex,
         strings(&[
@@ -368,8 +312,8 @@ fn codex_and_gemini_argv_and_stdin() {
             "-",
         ])
     );
-    assert_eq!(fx.stdin("cx", 1), "# prompt of cx\n");
-    let row = &fx.rows("cx")[0];
+    assert_eq!(stdin(&fx, "cx", 1), "# prompt of cx\n");
+    let row = &fx.dispatch_rows("cx")[0];
     assert_eq!(row["status"], "completed", "{row}");
     assert_eq!(row["cliSessionId"], "thread-cx-1");
     assert!(
@@ -378,7 +322,7 @@ fn codex_and_gemini_argv_and_stdin() {
     );
     assert!(row.get("servedModel").is_none(), "codex reports no model");
 
-    let gemini = fx.argv("gm", 1);
+    let gemini = argv(&fx, "gm", 1);
     assert_eq!(
         gemini,
         strings(&[
@@ -392,8 +336,8 @@ fn codex_and_gemini_argv_and_stdin() {
             &format!("--include-directories={wt},{aux}"),
         ])
     );
-    assert_eq!(fx.stdin("gm", 1), "# prompt of gm\n");
-    let row = &fx.rows("gm")[0];
+    assert_eq!(stdin(&fx, "gm", 1), "# prompt of gm\n");
+    let row = &fx.dispatch_rows("gm")[0];
     assert_eq!(row["status"], "completed", "{row}");
     // Pinned and served exactly: passes.
     assert_eq!(row["servedModel"], "gemini-2.5-pro");
@@ -402,7 +346,7 @@ fn codex_and_gemini_argv_and_stdin() {
 
 #[test]
 fn spec_options_reach_the_cli() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             worker(
@@ -422,20 +366,20 @@ fn spec_options_reach_the_cli() {
             worker("gm", "gemini", "gemini-2.5-pro", "approvalMode = \"yolo\""),
         ],
     );
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let cl = fx.argv("cl", 1);
+    let cl = argv(&fx, "cl", 1);
     assert!(has_pair(&cl, "--permission-mode", "plan"), "{cl:?}");
     assert!(has_pair(&cl, "--max-turns", "3"), "{cl:?}");
-    assert!(has_pair(&fx.argv("cx", 1), "--sandbox", "read-only"));
-    let gm = fx.argv("gm", 1);
+    assert!(has_pair(&argv(&fx, "cx", 1), "--sandbox", "read-only"));
+    let gm = argv(&fx, "gm", 1);
     assert!(has_pair(&gm, "--approval-mode", "yolo"), "{gm:?}");
     assert!(gm.contains(&"--skip-trust".to_string()));
 }
 
 #[test]
 fn served_model_mismatch_is_never_completed() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             // A channel selection served by another family.
@@ -454,10 +398,10 @@ fn served_model_mismatch_is_never_completed() {
             ),
         ],
     );
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     for (key, served) in [("cl", "claude-opus-4-1"), ("gm", "gemini-2.5-flash")] {
-        let rows = fx.rows(key);
+        let rows = fx.dispatch_rows(key);
         assert_eq!(rows.len(), 1, "a mismatch is not retried: {rows:?}");
         let row = &rows[0];
         assert_eq!(row["status"], "error", "{row}");
@@ -466,12 +410,11 @@ fn served_model_mismatch_is_never_completed() {
         assert_eq!(row["failureKind"], "served-model-mismatch");
         let reason = row["reason"].as_str().unwrap();
         assert!(reason.contains("served"), "{reason}");
-        assert_eq!(fx.worker_status(key)["status"], "error");
-        assert!(fx
-            .events(key)
+        assert_eq!(fx.worker_row(key)["status"], "error");
+        assert!(key_events(&fx, key)
             .iter()
             .all(|e| e["type"] != "worker-result-collected"));
-        let errors = fx.errors(key);
+        let errors = key_errors(&fx, key);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0]["exitCode"], 86);
         assert!(
@@ -493,7 +436,7 @@ fn served_model_mismatch_is_never_completed() {
 
 #[test]
 fn wall_clock_timeout_stops_a_cli_that_never_ends() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[worker(
             "cx",
@@ -503,18 +446,18 @@ fn wall_clock_timeout_stops_a_cli_that_never_ends() {
         )],
     );
     let started = Instant::now();
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    let row = &fx.rows("cx")[0];
+    let row = &fx.dispatch_rows("cx")[0];
     assert_eq!(row["status"], "timeout", "{row}");
     assert_eq!(row["exitCode"], 124);
     assert!(
         row["reason"].as_str().unwrap().contains("wall-clock"),
         "{row}"
     );
-    assert_eq!(fx.worker_status("cx")["status"], "timeout");
-    let errors = fx.errors("cx");
+    assert_eq!(fx.worker_row("cx")["status"], "timeout");
+    let errors = key_errors(&fx, "cx");
     assert_eq!(errors[0]["exitCode"], 124);
     assert!(errors[0]["message"]
         .as_str()
@@ -524,7 +467,7 @@ fn wall_clock_timeout_stops_a_cli_that_never_ends() {
 
 #[test]
 fn failure_kinds_are_told_apart_in_the_error_log() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             worker(
@@ -566,7 +509,7 @@ fn failure_kinds_are_told_apart_in_the_error_log() {
             ),
         ],
     );
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     for (key, code, kind) in [
         ("c1", 1, "not-logged-in"),
@@ -577,11 +520,11 @@ fn failure_kinds_are_told_apart_in_the_error_log() {
         ("g1", 41, "not-logged-in"),
         ("g2", 1, "argument-error"),
     ] {
-        let row = &fx.rows(key)[0];
+        let row = &fx.dispatch_rows(key)[0];
         assert_eq!(row["status"], "error", "{key}: {row}");
         assert_eq!(row["exitCode"], code, "{key}: {row}");
         assert_eq!(row["failureKind"], kind, "{key}: {row}");
-        let errors = fx.errors(key);
+        let errors = key_errors(&fx, key);
         assert_eq!(errors.len(), 1, "{key}: {errors:?}");
         let message = errors[0]["message"].as_str().unwrap();
         assert!(
@@ -606,7 +549,10 @@ fn failure_kinds_are_told_apart_in_the_error_log() {
         ),
         ("g1", "GEMINI_API_KEY", "Please set an Auth method"),
     ] {
-        let reason = fx.rows(key)[0]["reason"].as_str().unwrap().to_string();
+        let reason = fx.dispatch_rows(key)[0]["reason"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(reason.contains("is not logged in"), "{key}: {reason}");
         assert!(reason.contains(fix), "{key}: {reason}");
         assert!(
@@ -618,7 +564,7 @@ fn failure_kinds_are_told_apart_in_the_error_log() {
 
 #[test]
 fn a_refused_key_is_its_own_kind_and_a_retry_of_it_is_stopped() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             worker(
@@ -642,7 +588,7 @@ fn a_refused_key_is_its_own_kind_and_a_retry_of_it_is_stopped() {
         ],
     );
     let started = Instant::now();
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     // The fakes would retry for 30 s: stopped at their first retry report.
     assert!(
         started.elapsed() < Duration::from_secs(20),
@@ -663,7 +609,7 @@ fn a_refused_key_is_its_own_kind_and_a_retry_of_it_is_stopped() {
             "API key not valid. Please pass a valid API key. (400 INVALID_ARGUMENT, API_KEY_INVALID)",
         ),
     ] {
-        let row = &fx.rows(key)[0];
+        let row = &fx.dispatch_rows(key)[0];
         assert_eq!(row["status"], "error", "{key}: {row}");
         assert_eq!(row["exitCode"], code, "{key}: {row}");
         assert_eq!(row["failureKind"], "credentials-refused", "{key}: {row}");
@@ -673,7 +619,7 @@ fn a_refused_key_is_its_own_kind_and_a_retry_of_it_is_stopped() {
             "{key}: {reason}"
         );
         assert!(reason.contains(&format!("said: \"{said}")), "{key}: {reason}");
-        let errors = fx.errors(key);
+        let errors = key_errors(&fx, key);
         assert!(
             errors[0]["message"]
                 .as_str()
@@ -690,7 +636,7 @@ fn a_refused_key_is_its_own_kind_and_a_retry_of_it_is_stopped() {
 
 #[test]
 fn every_attempt_records_the_argv_it_ran() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             worker("cl", "claude", "sonnet", ""),
@@ -698,15 +644,15 @@ fn every_attempt_records_the_argv_it_ran() {
             worker("gm", "gemini", "gemini-2.5-pro", ""),
         ],
     );
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     for (key, program) in [("cl", "claude"), ("cx", "codex"), ("gm", "gemini")] {
         // What the CLI itself received, program name first.
         let mut ran = vec![program.to_string()];
-        ran.extend(fx.argv(key, 1));
+        ran.extend(argv(&fx, key, 1));
         let status = fx.p.read_json(&format!("prompts/{key}.md.status.json"));
         assert_eq!(status["argv"], json!(ran), "{key}: the sidecar");
-        let row = &fx.rows(key)[0];
+        let row = &fx.dispatch_rows(key)[0];
         assert_eq!(row["cliArgv"], json!(ran), "{key}: the dispatch row");
         assert!(
             row["argv"]
@@ -719,7 +665,7 @@ fn every_attempt_records_the_argv_it_ran() {
         assert_eq!(collected["cliArgv"], json!(ran), "{key}: the event");
     }
     // A failure records it as well (here the CLI refused it).
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[worker(
             "cx",
@@ -728,15 +674,15 @@ fn every_attempt_records_the_argv_it_ran() {
             "env = { FAKE_MODE = \"bad-args\" }",
         )],
     );
-    assert_eq!(fx.exec().code, 1);
-    let row = &fx.rows("cx")[0];
+    assert_eq!(fx.exec(&[]).code, 1);
+    let row = &fx.dispatch_rows("cx")[0];
     assert_eq!(row["cliArgv"][0], "codex", "{row}");
     assert_eq!(row["failureKind"], "argument-error");
 }
 
 #[test]
 fn usage_of_each_provider_on_the_sidecar_the_row_and_the_event() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             worker(
@@ -749,7 +695,7 @@ fn usage_of_each_provider_on_the_sidecar_the_row_and_the_event() {
             worker("gm", "gemini", "gemini-2.5-pro", ""),
         ],
     );
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let expected = [
         // claude: modelUsage, cache outside its input; its own estimate.
@@ -778,7 +724,7 @@ fn usage_of_each_provider_on_the_sidecar_the_row_and_the_event() {
     for (key, usage) in &expected {
         let status = fx.p.read_json(&format!("prompts/{key}.md.status.json"));
         assert_eq!(&status["usage"], usage, "{key}: the sidecar");
-        let row = &fx.rows(key)[0];
+        let row = &fx.dispatch_rows(key)[0];
         assert_eq!(&row["usage"], usage, "{key}: the dispatch row");
         assert_eq!(row["stage"], "agents", "{key}");
         let collected = &fx.p.events_of("worker-result-collected", key)[0];
@@ -820,7 +766,7 @@ fn usage_of_each_provider_on_the_sidecar_the_row_and_the_event() {
 
 #[test]
 fn the_exec_summary_carries_each_jobs_usage() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             worker("cx", "codex", "gpt-5", ""),
@@ -832,7 +778,7 @@ fn the_exec_summary_carries_each_jobs_usage() {
             ),
         ],
     );
-    let mut cmd = fx.command();
+    let mut cmd = fx.command(&["exec", "plan.json"]);
     cmd.args(["--format", "json"]);
     let run = run(cmd);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
@@ -851,7 +797,7 @@ fn the_exec_summary_carries_each_jobs_usage() {
     assert_eq!(job("cl")["usage"]["attempts"], 2, "{doc}");
     assert_eq!(job("cl")["usage"]["totalTokens"], 320, "{doc}");
     assert_eq!(doc["usage"]["totalTokens"], 560, "{doc}");
-    let text = fx.command().output().unwrap();
+    let text = fx.command(&["exec", "plan.json"]).output().unwrap();
     let out = String::from_utf8_lossy(&text.stdout);
     assert!(
         out.contains("tokens") && out.contains("spent 560 tokens"),
@@ -861,7 +807,7 @@ fn the_exec_summary_carries_each_jobs_usage() {
 
 #[test]
 fn an_idle_worker_reads_124_and_timeout_on_every_record() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[worker(
             "cl",
@@ -871,24 +817,24 @@ fn an_idle_worker_reads_124_and_timeout_on_every_record() {
         )],
     );
     let started = Instant::now();
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert!(started.elapsed() < Duration::from_secs(25));
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let status = fx.p.read_json("prompts/cl.md.status.json");
     assert_eq!(status["exitCode"], 124, "{status}");
     assert_eq!(status["failureKind"], "timeout", "{status}");
-    let row = &fx.rows("cl")[0];
+    let row = &fx.dispatch_rows("cl")[0];
     assert_eq!(row["status"], "timeout", "{row}");
     assert_eq!(row["exitCode"], 124, "{row}");
     assert_eq!(row["failureKind"], "timeout", "{row}");
-    let errors = fx.errors("cl");
+    let errors = key_errors(&fx, "cl");
     assert_eq!(errors[0]["exitCode"], 124, "{errors:?}");
     assert!(errors[0]["message"].as_str().unwrap().contains("idle"));
 }
 
 #[test]
 fn an_argument_error_names_the_argument_and_the_excerpt_keeps_both_ends() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             worker(
@@ -906,20 +852,20 @@ fn an_argument_error_names_the_argument_and_the_excerpt_keeps_both_ends() {
             worker("cx", "codex", "gpt-5", "env = { FAKE_MODE = \"bad-args\" }"),
         ],
     );
-    assert_eq!(fx.exec().code, 1);
+    assert_eq!(fx.exec(&[]).code, 1);
     for (key, refused) in [
         ("gm", "Unknown arguments: bogus, also-bogus"),
         ("cl", "error: unknown option '--bogus'"),
         ("cx", "error: unexpected argument '--bogus' found"),
     ] {
-        let row = &fx.rows(key)[0];
+        let row = &fx.dispatch_rows(key)[0];
         assert_eq!(row["failureKind"], "argument-error", "{key}: {row}");
         let reason = row["reason"].as_str().unwrap();
         assert!(
             reason.contains(&format!("refused its arguments: {refused}")),
             "{key}: {reason}"
         );
-        let errors = fx.errors(key);
+        let errors = key_errors(&fx, key);
         assert!(
             errors[0]["message"].as_str().unwrap().contains(refused),
             "{key}"
@@ -927,7 +873,7 @@ fn an_argument_error_names_the_argument_and_the_excerpt_keeps_both_ends() {
     }
     // gemini's refusal comes before 4 KB of usage text: the excerpt keeps
     // the head that names it and the tail where the wrapper said why.
-    let excerpt = fx.errors("gm")[0]["stderrExcerpt"]
+    let excerpt = key_errors(&fx, "gm")[0]["stderrExcerpt"]
         .as_str()
         .unwrap()
         .to_string();
@@ -943,7 +889,7 @@ fn an_argument_error_names_the_argument_and_the_excerpt_keeps_both_ends() {
 
 #[test]
 fn claude_refusing_bypass_permissions_as_root_says_how_to_get_past_it() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[worker(
             "cl",
@@ -952,8 +898,8 @@ fn claude_refusing_bypass_permissions_as_root_says_how_to_get_past_it() {
             "permissionMode = \"bypassPermissions\"\nenv = { FAKE_MODE = \"root-bypass\" }",
         )],
     );
-    assert_eq!(fx.exec().code, 1);
-    let row = &fx.rows("cl")[0];
+    assert_eq!(fx.exec(&[]).code, 1);
+    let row = &fx.dispatch_rows("cl")[0];
     assert_eq!(row["failureKind"], "argument-error", "{row}");
     let reason = row["reason"].as_str().unwrap();
     assert!(reason.contains("cannot be used with root"), "{reason}");
@@ -963,14 +909,14 @@ fn claude_refusing_bypass_permissions_as_root_says_how_to_get_past_it() {
 
 #[test]
 fn keys_without_a_value_are_absent_not_empty() {
-    let fx = Fx::new(
+    let fx = fixture(
         "cli-wrapper",
         &[
             worker("cx", "codex", "gpt-5", ""),
             worker("gm", "gemini", "gemini-2.5-pro", ""),
         ],
     );
-    assert_eq!(fx.exec().code, 0);
+    assert_eq!(fx.exec(&[]).code, 0);
     let team = fx.p.team();
     for row in team["workerDispatches"].as_array().unwrap() {
         assert!(row.get("sessionId").is_none(), "{row}");
@@ -995,17 +941,17 @@ fn keys_without_a_value_are_absent_not_empty() {
 
 #[test]
 fn pane_jobs_degrade_to_cli_wrapper_outside_a_multiplexer() {
-    let fx = Fx::new("pane", &[worker("cl", "claude", "sonnet", "")]);
+    let fx = fixture("pane", &[worker("cl", "claude", "sonnet", "")]);
     let plan = fx.p.read_json("plan.json");
     assert_eq!(plan["stages"][0]["jobs"][0]["backend"], "pane");
-    let run = fx.exec();
+    let run = fx.exec(&[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(run.stderr.contains("degradedFrom"), "{}", run.stderr);
-    let row = &fx.rows("cl")[0];
+    let row = &fx.dispatch_rows("cl")[0];
     assert_eq!(row["backend"], "cli-wrapper", "{row}");
     assert_eq!(row["degradedFrom"], "pane", "{row}");
     assert_eq!(row["status"], "completed");
-    let events = fx.events("cl");
+    let events = key_events(&fx, "cl");
     assert!(!events.is_empty());
     for e in events {
         assert_eq!(e["dispatchMode"], "cli-wrapper", "{e}");
@@ -1070,7 +1016,7 @@ fn pane_jobs_run_in_a_tmux_window_titled_with_the_worker() {
         "#{socket_path},#{pid},#{session_id}",
     ]);
     let pane = tmux.out(&["display-message", "-p", "-t", "okstra", "#{pane_id}"]);
-    let fx = Fx::new(
+    let fx = fixture(
         "pane",
         &[worker(
             "cl",
@@ -1079,14 +1025,14 @@ fn pane_jobs_run_in_a_tmux_window_titled_with_the_worker() {
             "env = { FAKE_MODE = \"first-forgets\" }",
         )],
     );
-    let probe = fx.scratch.path().join("pane.txt");
-    let mut cmd = fx.command();
+    let probe = fx.scratch_dir().join("pane.txt");
+    let mut cmd = fx.command(&["exec", "plan.json"]);
     cmd.env("TMUX", &tmux_env).env("TMUX_PANE", &pane);
     let run = run(cmd);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(run.stderr.contains("tmux"), "{}", run.stderr);
 
-    let rows = fx.rows("cl");
+    let rows = fx.dispatch_rows("cl");
     assert_eq!(rows.len(), 2, "a retry in a pane too: {rows:?}");
     for row in &rows {
         assert_eq!(row["backend"], "pane", "{row}");
@@ -1095,7 +1041,7 @@ fn pane_jobs_run_in_a_tmux_window_titled_with_the_worker() {
     assert_eq!(rows[1]["status"], "completed");
     assert_ne!(rows[0]["sessionId"], rows[1]["sessionId"]);
     assert_eq!(rows[1]["cliSessionId"], rows[1]["sessionId"]);
-    for e in fx.events("cl") {
+    for e in key_events(&fx, "cl") {
         assert_eq!(e["dispatchMode"], "pane", "{e}");
     }
     // It ran in a pane of that tmux server, titled `<workerId>-worker`.
@@ -1110,7 +1056,7 @@ fn pane_jobs_run_in_a_tmux_window_titled_with_the_worker() {
         .p
         .read("prompts/cl.md.log")
         .contains("\"subtype\":\"init\""));
-    assert_eq!(fx.stdin("cl", 2), "# prompt of cl\n");
+    assert_eq!(stdin(&fx, "cl", 2), "# prompt of cl\n");
 }
 
 #[test]
@@ -1125,7 +1071,7 @@ fn a_pane_worker_that_never_ends_is_stopped_at_its_wall_clock() {
         "okstra",
         "#{socket_path},#{pid},#{session_id}",
     ]);
-    let fx = Fx::new(
+    let fx = fixture(
         "pane",
         &[worker(
             "cx",
@@ -1134,13 +1080,13 @@ fn a_pane_worker_that_never_ends_is_stopped_at_its_wall_clock() {
             "timeoutSeconds = 1\nenv = { FAKE_MODE = \"sleep\" }",
         )],
     );
-    let mut cmd = fx.command();
+    let mut cmd = fx.command(&["exec", "plan.json"]);
     cmd.env("TMUX", &tmux_env);
     let started = Instant::now();
     let run = run(cmd);
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    let row = &fx.rows("cx")[0];
+    let row = &fx.dispatch_rows("cx")[0];
     assert_eq!(row["backend"], "pane");
     assert_eq!(row["status"], "timeout", "{row}");
     // The pane is gone with its worker.

@@ -6,8 +6,7 @@
 //! must give the same verdict with the same codes; the schema may say less,
 //! never more.
 
-mod common;
-use common::*;
+use crate::common::*;
 use okstra::compile::{self, Ctx, Request};
 use okstra::schema::{self, SchemaKind};
 use okstra::source::Format;

@@ -1,0 +1,36 @@
+//! The integration tests: one binary, one module per suite. Each test binary
+//! links the whole library, and linking was most of `cargo test`'s time, so
+//! the suites share one (tests/real_clis/ is the only other, see there).
+//! Run one suite with `cargo test --test it exec::`, one test by its name.
+//!
+//! Nothing here changes process-wide state (environment, working directory,
+//! signal handlers): every suite runs okstra as a child process with its
+//! own environment, so the suites can share a process.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod audit;
+mod cli;
+mod confinement;
+mod crash;
+mod diagnostics;
+mod docs;
+mod doctor;
+mod editors;
+mod exec;
+mod fail_closed;
+mod full_disk;
+mod junit;
+mod plan_digest;
+mod plan_format;
+mod plan_paths;
+mod plan_rules;
+mod private_tmp;
+mod providers;
+mod review;
+mod roster;
+mod slurm;
+mod snapshots;
+mod validate_parity;
+mod worker;
