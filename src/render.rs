@@ -701,4 +701,48 @@ mod tests {
         say!(&mut out, "a · b\u{9b}2J");
         assert_eq!(out, "a · b\\u{9b}2J\n");
     }
+
+    /// A wrapper line of `--project-root /r`, a command job running
+    /// `true`, with `extra` before its `--`.
+    fn wrapper_line(extra: &[&str]) -> Vec<String> {
+        let head = [
+            "okstra",
+            "worker",
+            "--project-root",
+            "/r",
+            "--provider",
+            "command",
+        ];
+        let files = [
+            "--prompt",
+            "p.md",
+            "--result",
+            "r.md",
+            "--worker-result",
+            "r.md",
+        ];
+        let tail = ["--worker-key", "k", "--", "true"];
+        let words = head.iter().chain(&files).chain(extra).chain(&tail);
+        words.map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn a_line_the_wrapper_refuses_runs_nothing_and_the_next_line_reads_anew() {
+        let mut git = GitRepos::default();
+        let refused = wrapper_runs(wrapper_line(&["--bogus"]), &mut git, false).unwrap_err();
+        assert!(
+            refused.starts_with(
+                "the wrapper refuses this line, so it runs nothing: error: unexpected argument '--bogus'"
+            ),
+            "{refused}"
+        );
+        let (argv, takes_session_id, note) =
+            wrapper_runs(wrapper_line(&["--attempt", "2"]), &mut git, false).unwrap();
+        assert_eq!(
+            (argv, takes_session_id, note),
+            (vec!["true".to_string()], false, None)
+        );
+        let refused = wrapper_runs(wrapper_line(&["--attempt", "0"]), &mut git, false).unwrap_err();
+        assert!(refused.contains("--attempt"), "{refused}");
+    }
 }
