@@ -14,38 +14,56 @@ use crate::plan::{Identity, Job, Plan};
 use crate::provider::{self, ArgvRequest, Provider, ProviderOptions};
 use crate::vocab::Confinement;
 use std::ffi::OsString;
+use std::fmt::{self, Write as _};
 
 /// Quote one argv word the way a POSIX shell would need it. A word holding
 /// a control character (a newline, an escape) is written `$'...'` with the
 /// character escaped, so it can neither break a line of the review nor
 /// drive the terminal.
 pub fn shell_word(w: &str) -> String {
-    if !w.is_empty()
-        && w.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
-    {
-        w.to_string()
-    } else if w.chars().any(char::is_control) {
-        let mut out = String::from("$'");
-        for c in w.chars() {
-            match c {
-                '\\' => out.push_str("\\\\"),
-                '\'' => out.push_str("\\'"),
-                '\n' => out.push_str("\\n"),
-                '\t' => out.push_str("\\t"),
-                c if c.is_control() => {
-                    let mut buf = [0u8; 4];
-                    for b in c.encode_utf8(&mut buf).bytes() {
-                        out.push_str(&format!("\\x{b:02x}"));
+    ShellWord(w).to_string()
+}
+
+/// [`shell_word`], written where it is shown: the review quotes every word
+/// of every job's lines, and a string apiece was a measurable part of it.
+struct ShellWord<'a>(&'a str);
+
+impl fmt::Display for ShellWord<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w = self.0;
+        if !w.is_empty()
+            && w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+        {
+            f.write_str(w)
+        } else if w.chars().any(char::is_control) {
+            f.write_str("$'")?;
+            for c in w.chars() {
+                match c {
+                    '\\' => f.write_str("\\\\")?,
+                    '\'' => f.write_str("\\'")?,
+                    '\n' => f.write_str("\\n")?,
+                    '\t' => f.write_str("\\t")?,
+                    c if c.is_control() => {
+                        let mut buf = [0u8; 4];
+                        for b in c.encode_utf8(&mut buf).bytes() {
+                            write!(f, "\\x{b:02x}")?;
+                        }
                     }
+                    c => f.write_char(c)?,
                 }
-                c => out.push(c),
             }
+            f.write_char('\'')
+        } else {
+            f.write_char('\'')?;
+            for (i, part) in w.split('\'').enumerate() {
+                if i > 0 {
+                    f.write_str("'\\''")?;
+                }
+                f.write_str(part)?;
+            }
+            f.write_char('\'')
         }
-        out.push('\'');
-        out
-    } else {
-        format!("'{}'", w.replace('\'', "'\\''"))
     }
 }
 
@@ -64,11 +82,13 @@ macro_rules! say {
 /// End the line begun at `start`, escaping its control characters.
 fn end_line(out: &mut String, start: usize) {
     // C0 controls and DEL are single bytes; C1 controls start with 0xC2.
-    // Scanned without stopping early, which the compiler vectorises.
+    // Scanned without stopping early, which the compiler vectorises. 0xC2
+    // also starts `·`, which most lines hold: those are looked at again by
+    // character before being rewritten.
     let suspect = out.as_bytes()[start..].iter().fold(false, |hit, &b| {
         hit | (b < 0x20) | (b == 0x7f) | (b == 0xc2)
     });
-    if suspect {
+    if suspect && out[start..].contains(char::is_control) {
         let line = out.split_off(start);
         for c in line.chars() {
             if c.is_control() {
@@ -82,10 +102,22 @@ fn end_line(out: &mut String, start: usize) {
 }
 
 pub fn shell_line(argv: &[String]) -> String {
-    argv.iter()
-        .map(|w| shell_word(w))
-        .collect::<Vec<_>>()
-        .join(" ")
+    ShellLine(argv).to_string()
+}
+
+/// [`shell_line`], written where it is shown.
+struct ShellLine<'a>(&'a [String]);
+
+impl fmt::Display for ShellLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, w) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_char(' ')?;
+            }
+            ShellWord(w).fmt(f)?;
+        }
+        Ok(())
+    }
 }
 
 /// A plain text table: a header row and rows, columns padded to their widest
@@ -376,17 +408,17 @@ fn job_block(out: &mut String, job: &Job, git: &mut GitRepos, offer: &Offer, roo
     say!(
         out,
         "      wrapper   {}{}",
-        shell_line(&line),
+        ShellLine(&line),
         if job.takes_session_id { FRESH } else { "" }
     );
     let confined = crate::confine::decide(job.write_enforcement.confinement, offer) == Ok(true);
-    match wrapper_runs(&line, git, confined) {
+    match wrapper_runs(line, git, confined) {
         Ok((argv, takes_session_id, confined_note)) => {
             let fresh = job.takes_session_id && takes_session_id;
             say!(
                 out,
                 "      runs      {}{}",
-                shell_line(&argv),
+                ShellLine(&argv),
                 if fresh { FRESH } else { "" }
             );
             match confined_note {
@@ -429,10 +461,13 @@ struct GitRepos(std::collections::HashMap<std::path::PathBuf, bool>);
 
 impl GitRepos {
     fn holds(&mut self, root: &std::path::Path) -> bool {
-        *self
-            .0
-            .entry(root.to_path_buf())
-            .or_insert_with(|| root.ancestors().any(|d| d.join(".git").exists()))
+        // Looked up before a key is made: every job asks, few roots differ.
+        if let Some(&held) = self.0.get(root) {
+            return held;
+        }
+        let held = root.ancestors().any(|d| d.join(".git").exists());
+        self.0.insert(root.to_path_buf(), held);
+        held
     }
 }
 
@@ -445,7 +480,7 @@ impl GitRepos {
 /// may change the CLI's options (the note says how).
 type Runs = (Vec<String>, bool, Option<String>);
 
-fn wrapper_runs(line: &[String], git: &mut GitRepos, confined: bool) -> Result<Runs, String> {
+fn wrapper_runs(line: Vec<String>, git: &mut GitRepos, confined: bool) -> Result<Runs, String> {
     if line.first().map(String::as_str) != Some("okstra")
         || line.get(1).map(String::as_str) != Some("worker")
     {
@@ -453,7 +488,7 @@ fn wrapper_runs(line: &[String], git: &mut GitRepos, confined: bool) -> Result<R
             "not an `okstra worker` line: exec starts the wrapper line itself, as shown".into(),
         );
     }
-    let os: Vec<OsString> = line.iter().map(OsString::from).collect();
+    let os: Vec<OsString> = line.into_iter().map(OsString::from).collect();
     let args = crate::cli::worker_args(&os).map_err(|e| {
         let first = e.to_string().lines().next().unwrap_or_default().to_string();
         format!("the wrapper refuses this line, so it runs nothing: {first}")
@@ -663,5 +698,53 @@ mod tests {
         let mut out = String::new();
         say!(&mut out, "plain · é");
         assert_eq!(out, "plain · é\n");
+        // `·` and a C1 control share their first byte.
+        let mut out = String::new();
+        say!(&mut out, "a · b\u{9b}2J");
+        assert_eq!(out, "a · b\\u{9b}2J\n");
+    }
+
+    /// A wrapper line of `--project-root /r`, a command job running
+    /// `true`, with `extra` before its `--`.
+    fn wrapper_line(extra: &[&str]) -> Vec<String> {
+        let head = [
+            "okstra",
+            "worker",
+            "--project-root",
+            "/r",
+            "--provider",
+            "command",
+        ];
+        let files = [
+            "--prompt",
+            "p.md",
+            "--result",
+            "r.md",
+            "--worker-result",
+            "r.md",
+        ];
+        let tail = ["--worker-key", "k", "--", "true"];
+        let words = head.iter().chain(&files).chain(extra).chain(&tail);
+        words.map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn a_line_the_wrapper_refuses_runs_nothing_and_the_next_line_reads_anew() {
+        let mut git = GitRepos::default();
+        let refused = wrapper_runs(wrapper_line(&["--bogus"]), &mut git, false).unwrap_err();
+        assert!(
+            refused.starts_with(
+                "the wrapper refuses this line, so it runs nothing: error: unexpected argument '--bogus'"
+            ),
+            "{refused}"
+        );
+        let (argv, takes_session_id, note) =
+            wrapper_runs(wrapper_line(&["--attempt", "2"]), &mut git, false).unwrap();
+        assert_eq!(
+            (argv, takes_session_id, note),
+            (vec!["true".to_string()], false, None)
+        );
+        let refused = wrapper_runs(wrapper_line(&["--attempt", "0"]), &mut git, false).unwrap_err();
+        assert!(refused.contains("--attempt"), "{refused}");
     }
 }
