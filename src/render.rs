@@ -13,7 +13,6 @@ use crate::confine::Offer;
 use crate::plan::{Identity, Job, Plan};
 use crate::provider::{self, ArgvRequest, Provider, ProviderOptions};
 use crate::vocab::Confinement;
-use std::ffi::OsString;
 
 /// Quote one argv word the way a POSIX shell would need it. A word holding
 /// a control character (a newline, an escape) is written `$'...'` with the
@@ -453,8 +452,7 @@ fn wrapper_runs(line: &[String], git: &mut GitRepos, confined: bool) -> Result<R
             "not an `okstra worker` line: exec starts the wrapper line itself, as shown".into(),
         );
     }
-    let os: Vec<OsString> = line.iter().map(OsString::from).collect();
-    let args = crate::cli::worker_args(&os).map_err(|e| {
+    let args = crate::worker::args::parse("okstra worker", &line[2..]).map_err(|e| {
         let first = e.to_string().lines().next().unwrap_or_default().to_string();
         format!("the wrapper refuses this line, so it runs nothing: {first}")
     })?;

@@ -1,6 +1,7 @@
 //! The arguments of the wrapper (`okstra-worker`, `okstra worker`).
 
 use crate::vocab::Confinement;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,8 +113,74 @@ pub struct WorkerArgs {
     pub command: Vec<String>,
 }
 
-fn parse_session_id(value: &str) -> Result<String, String> {
+/// Read the wrapper's arguments `args` (without the program's name) as
+/// `bin_name` does: the one reading, shared by `okstra-worker`, a slot's
+/// requests and the plan review (`okstra worker` itself is a subcommand of
+/// `okstra`'s parser, with the same [`WorkerArgs`]).
+pub fn parse<I>(bin_name: &str, args: I) -> Result<WorkerArgs, clap::Error>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString> + Clone,
+{
+    use clap::{Args, FromArgMatches};
+    let command = WorkerArgs::augment_args(clap::Command::new(bin_name.to_string()))
+        .bin_name(bin_name.to_string())
+        .version(crate::VERSION)
+        .about(super::ABOUT)
+        .long_about(None);
+    let argv = std::iter::once(OsString::from(bin_name)).chain(args.into_iter().map(Into::into));
+    command
+        .try_get_matches_from(argv)
+        .and_then(|m| WorkerArgs::from_arg_matches(&m))
+}
+
+/// A `--session-id` that is no UUID.
+#[derive(Debug, thiserror::Error)]
+#[error("not a UUID: {0}")]
+struct NotAUuid(uuid::Error);
+
+fn parse_session_id(value: &str) -> Result<String, NotAUuid> {
     uuid::Uuid::parse_str(value)
         .map(|_| value.to_string())
-        .map_err(|e| format!("not a UUID: {e}"))
+        .map_err(NotAUuid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_rejects_bad_session_id_and_attempt_zero() {
+        let base = [
+            "--project-root",
+            ".",
+            "--provider",
+            "claude",
+            "--prompt",
+            "p",
+            "--result",
+            "r",
+            "--worker-result",
+            "r",
+            "--worker-key",
+            "k",
+        ];
+        let with = |extra: &[&str]| parse("w", base.iter().chain(extra.iter()).copied());
+        assert!(with(&["--session-id", "not-a-uuid"]).is_err());
+        assert!(with(&["--attempt", "0"]).is_err());
+        let ok = with(&[
+            "--extra-arg",
+            "--max-turns",
+            "--extra-arg=3",
+            "--write-dir",
+            "wt",
+            "--presentation",
+            "live",
+        ])
+        .unwrap();
+        assert_eq!(ok.extra_args, vec!["--max-turns", "3"]);
+        assert_eq!(ok.presentation, Presentation::Live);
+        assert_eq!(ok.model, "");
+        assert_eq!(ok.attempt, 1);
+    }
 }
