@@ -129,13 +129,13 @@ pub fn offer() -> Offer {
 }
 
 /// Whether a job asking for `wanted` is confined on a machine offering
-/// `offer`; `Err` for `required` where it cannot be.
-pub fn decide(wanted: Confinement, offer: &Offer) -> Result<bool, String> {
+/// `offer`; for `required` where it cannot be, why not (the offer's words).
+pub fn decide(wanted: Confinement, offer: &Offer) -> Result<bool, &str> {
     match (wanted, offer) {
         (Confinement::None, _) => Ok(false),
         (_, Offer::Landlock { .. }) => Ok(true),
         (Confinement::Auto, Offer::Unavailable(_)) => Ok(false),
-        (Confinement::Required, Offer::Unavailable(why)) => Err(why.clone()),
+        (Confinement::Required, Offer::Unavailable(why)) => Err(why),
     }
 }
 
@@ -189,6 +189,23 @@ fn literal_dir(pattern: &str) -> String {
     }
 }
 
+/// Why a worker's ruleset could not be made; nothing was restricted, and
+/// the worker does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesetError {
+    #[error("cannot build the Landlock ruleset: {0}")]
+    Landlock(landlock::RulesetError),
+    #[error("cannot open the project root: {0}")]
+    Root(io::Error),
+    /// A policy directory that cannot be made, or is reached through a
+    /// symlink.
+    #[error("cannot prepare the write directory {}: {source}", dir.display())]
+    WriteDir { dir: PathBuf, source: io::Error },
+    /// A directory outside the project (the TMPDIR, the provider's state).
+    #[error("cannot prepare the directory {}: {source}", dir.display())]
+    Outside { dir: PathBuf, source: io::Error },
+}
+
 /// A ruleset built ahead, applied through [`Prepared::restriction`].
 #[derive(Debug)]
 pub struct Prepared {
@@ -226,26 +243,27 @@ impl Begun {
     /// Begin the ruleset for Landlock ABI `abi`. A hard requirement: a
     /// kernel below ABI 6 fails here rather than confining less than it
     /// says.
-    pub fn new(abi: u8) -> Result<Begun, String> {
+    pub fn new(abi: u8) -> Result<Begun, RulesetError> {
         let (stdout, stderr) = (io::stdout(), io::stderr());
         let devices = devices();
         let files = inherited_outputs([stdout.as_fd(), stderr.as_fd()])
             .into_iter()
             .chain(devices.iter().map(|fd| fd.as_fd()));
-        let ruleset =
-            ruleset(abi, files).map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
+        let ruleset = ruleset(abi, files).map_err(RulesetError::Landlock)?;
         Ok(Begun { ruleset, abi })
     }
 
     /// Create and open every granted directory and add it to the ruleset.
     /// Nothing is restricted yet.
-    pub fn finish(self, grants: &Grants) -> Result<Prepared, String> {
-        let root = std::fs::File::open(grants.root)
-            .map_err(|e| format!("cannot open the project root: {e}"))?;
+    pub fn finish(self, grants: &Grants) -> Result<Prepared, RulesetError> {
+        let root = std::fs::File::open(grants.root).map_err(RulesetError::Root)?;
         let mut dirs: Vec<(PathBuf, OwnedFd)> = Vec::new();
         for d in grants.confine_dirs {
-            let fd = open_made_nofollow(root.as_fd(), d)
-                .map_err(|e| format!("cannot prepare the write directory {}: {e}", d.display()))?;
+            let fd =
+                open_made_nofollow(root.as_fd(), d).map_err(|source| RulesetError::WriteDir {
+                    dir: d.clone(),
+                    source,
+                })?;
             dirs.push((grants.root.join(d), fd));
         }
         for d in grants.outside {
@@ -256,7 +274,10 @@ impl Begun {
                 }
                 other => other,
             }
-            .map_err(|e| format!("cannot prepare the directory {}: {e}", d.display()))?;
+            .map_err(|source| RulesetError::Outside {
+                dir: d.clone(),
+                source,
+            })?;
             dirs.push((d.clone(), fd));
         }
         let ruleset = grant_dirs(
@@ -264,7 +285,7 @@ impl Begun {
             self.abi,
             dirs.iter().map(|(_, fd)| fd.as_fd()),
         )
-        .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
+        .map_err(RulesetError::Landlock)?;
         Ok(Prepared {
             ruleset,
             applied: if self.abi >= 7 {
@@ -279,7 +300,7 @@ impl Begun {
 
 impl Prepared {
     /// [`Begun::new`], then [`Begun::finish`].
-    pub fn build(grants: &Grants, abi: u8) -> Result<Prepared, String> {
+    pub fn build(grants: &Grants, abi: u8) -> Result<Prepared, RulesetError> {
         Begun::new(abi)?.finish(grants)
     }
 
@@ -495,7 +516,7 @@ mod tests {
         assert_eq!(decide(Confinement::None, &here), Ok(false));
         assert_eq!(decide(Confinement::Auto, &none), Ok(false));
         assert_eq!(decide(Confinement::None, &none), Ok(false));
-        assert_eq!(decide(Confinement::Required, &none), Err("no".into()));
+        assert_eq!(decide(Confinement::Required, &none), Err("no"));
         assert_eq!(here.applied(), "landlock-abi7");
         assert_eq!(Offer::Landlock { abi: 6 }.applied(), "landlock-abi6");
         assert_eq!(none.applied(), "none");

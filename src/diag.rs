@@ -210,6 +210,90 @@ impl From<ExitStatus> for ExitCode {
     }
 }
 
+/// The worker wrapper's own exit codes (docs/providers.md#the-worker-wrapper),
+/// beside its child's, which it passes through: a 1 or a 2 may be the
+/// child's. They are recorded as dispatch exit codes, so each value is wire.
+/// What a process killed by a signal exits with is the shell's 128 + signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrapperExit {
+    /// 1: the wrapper stopped its CLI at the first retry of a request the
+    /// API refused for its credentials (the code claude and codex exit with
+    /// when they give up on such a request themselves), or lost track of
+    /// its child.
+    Failed,
+    /// 2, as clap's: unusable arguments; nothing was started.
+    Usage,
+    /// 71 (sysexits' EX_OSERR): the confinement asked for could not be
+    /// applied; the child was not started.
+    ConfinementFailed,
+    /// 74 (sysexits' EX_IOERR): the child succeeded but the status sidecar
+    /// could not record it, or `running` could not be recorded before the
+    /// child started.
+    StatusWriteFailed,
+    /// 75 (sysexits' EX_TEMPFAIL): a gated wrapper read end-of-file where
+    /// exec's go should have been; it ran nothing and wrote nothing, and
+    /// the attempt may be started again.
+    NeverReleased,
+    /// 86: the provider served a model other than the one selected
+    /// (docs/providers.md#the-served-model); never settled `completed`. 86 is
+    /// outside everything else a worker may exit with: the agent CLIs' own
+    /// codes (1, 2, gemini's 41–53), the shell's 124–127 and 128 + signal.
+    ServedModelMismatch,
+    /// 124, as GNU `timeout`: stopped at its time limit.
+    Timeout,
+    /// 126, the shell's: the program could not be executed.
+    NotExecutable,
+    /// 127, the shell's: the program was not found.
+    NotFound,
+    /// 128 + the signal that ended it, the shell's convention.
+    Signal(i32),
+}
+
+impl WrapperExit {
+    /// Ended by SIGKILL: 137.
+    pub const KILLED: WrapperExit = WrapperExit::Signal(9);
+    /// Ended by SIGTERM: 143 (a wrapper stopped at its gate, say).
+    pub const TERMINATED: WrapperExit = WrapperExit::Signal(15);
+
+    pub const fn code(self) -> i32 {
+        match self {
+            WrapperExit::Failed => 1,
+            WrapperExit::Usage => 2,
+            WrapperExit::ConfinementFailed => 71,
+            WrapperExit::StatusWriteFailed => 74,
+            WrapperExit::NeverReleased => 75,
+            WrapperExit::ServedModelMismatch => 86,
+            WrapperExit::Timeout => 124,
+            WrapperExit::NotExecutable => 126,
+            WrapperExit::NotFound => 127,
+            WrapperExit::Signal(signal) => 128 + signal,
+        }
+    }
+
+    /// What `code` means by this protocol, were it the wrapper's own;
+    /// `None` for a code it never exits with of its own (a child's).
+    pub const fn from_code(code: i32) -> Option<WrapperExit> {
+        Some(match code {
+            1 => WrapperExit::Failed,
+            2 => WrapperExit::Usage,
+            71 => WrapperExit::ConfinementFailed,
+            74 => WrapperExit::StatusWriteFailed,
+            75 => WrapperExit::NeverReleased,
+            86 => WrapperExit::ServedModelMismatch,
+            124 => WrapperExit::Timeout,
+            126 => WrapperExit::NotExecutable,
+            127 => WrapperExit::NotFound,
+            129..=192 => WrapperExit::Signal(code - 128),
+            _ => return None,
+        })
+    }
+
+    /// Whether `code` is this exit (`code == self.code()`).
+    pub const fn is(self, code: i32) -> bool {
+        code == self.code()
+    }
+}
+
 impl std::fmt::Display for Code {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -483,6 +567,35 @@ mod tests {
     fn a_diagnostic_is_small() {
         assert!(std::mem::size_of::<Diagnostic>() <= 120);
         assert!(std::mem::size_of::<Location>() <= 24);
+    }
+
+    /// The wrapper's codes are recorded on every dispatch: each value is
+    /// the one earlier okstras wrote, and reads back as itself.
+    #[test]
+    fn the_wrapper_exit_protocol_keeps_its_numbers() {
+        use WrapperExit::*;
+        let table = [
+            (Failed, 1),
+            (Usage, 2),
+            (ConfinementFailed, 71),
+            (StatusWriteFailed, 74),
+            (NeverReleased, 75),
+            (ServedModelMismatch, 86),
+            (Timeout, 124),
+            (NotExecutable, 126),
+            (NotFound, 127),
+            (WrapperExit::KILLED, 137),
+            (WrapperExit::TERMINATED, 143),
+        ];
+        for (exit, code) in table {
+            assert_eq!(exit.code(), code, "{exit:?}");
+            assert_eq!(WrapperExit::from_code(code), Some(exit));
+            assert!(exit.is(code) && !exit.is(code + 1000));
+        }
+        assert_eq!(Signal(64).code(), 192);
+        for childs_own in [0, 3, 42, 128, 193, -1] {
+            assert_eq!(WrapperExit::from_code(childs_own), None, "{childs_own}");
+        }
     }
 
     #[test]

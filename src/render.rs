@@ -13,7 +13,6 @@ use crate::confine::Offer;
 use crate::plan::{Identity, Job, Plan};
 use crate::provider::{self, ArgvRequest, Provider, ProviderOptions};
 use crate::vocab::Confinement;
-use std::ffi::OsString;
 use std::fmt::{self, Write as _};
 
 /// Quote one argv word the way a POSIX shell would need it. A word holding
@@ -179,7 +178,7 @@ fn identity_line(job: &Job) -> String {
 /// closing `okstra exec` line.
 pub fn summary(plan: &Plan, plan_path: &str) -> String {
     let mut out = String::new();
-    let mut git = GitRepos::default();
+    let mut asked = Asked::default();
     let jobs = plan.jobs().count();
     say!(
         &mut out,
@@ -221,7 +220,7 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
             }
         );
         for job in &stage.jobs {
-            job_block(&mut out, job, &mut git, &offer, root);
+            job_block(&mut out, job, &mut asked, &offer, root);
         }
     }
     out.push('\n');
@@ -347,7 +346,7 @@ fn root_bypass_warning(job: &Job, offer: &Offer, root: bool) -> Option<String> {
     })
 }
 
-fn job_block(out: &mut String, job: &Job, git: &mut GitRepos, offer: &Offer, root: bool) {
+fn job_block(out: &mut String, job: &Job, asked: &mut Asked, offer: &Offer, root: bool) {
     say!(out, "  ● {} ({})", job.label(), job.key);
     say!(out, "      identity  {}", identity_line(job));
     let model = if job.model_execution_value.is_empty() {
@@ -412,7 +411,7 @@ fn job_block(out: &mut String, job: &Job, git: &mut GitRepos, offer: &Offer, roo
         if job.takes_session_id { FRESH } else { "" }
     );
     let confined = crate::confine::decide(job.write_enforcement.confinement, offer) == Ok(true);
-    match wrapper_runs(line, git, confined) {
+    match wrapper_runs(line, asked, confined) {
         Ok((argv, takes_session_id, confined_note)) => {
             let fresh = job.takes_session_id && takes_session_id;
             say!(
@@ -454,19 +453,31 @@ fn job_block(out: &mut String, job: &Job, git: &mut GitRepos, offer: &Offer, roo
     }
 }
 
-/// Whether a project root lies in a git repository (any ancestor holds
-/// `.git`, as the wrapper asks), asked once per root.
-#[derive(Default)]
-struct GitRepos(std::collections::HashMap<std::path::PathBuf, bool>);
+/// What the review asks once and uses for every job: whether a project
+/// root lies in a git repository (any ancestor holds `.git`, as the wrapper
+/// asks), per root; and the wrapper's parser, which reads each job's line.
+struct Asked {
+    git: std::collections::HashMap<std::path::PathBuf, bool>,
+    wrapper: crate::worker::args::Reader,
+}
 
-impl GitRepos {
-    fn holds(&mut self, root: &std::path::Path) -> bool {
+impl Default for Asked {
+    fn default() -> Asked {
+        Asked {
+            git: Default::default(),
+            wrapper: crate::worker::args::Reader::new("okstra worker"),
+        }
+    }
+}
+
+impl Asked {
+    fn in_git(&mut self, root: &std::path::Path) -> bool {
         // Looked up before a key is made: every job asks, few roots differ.
-        if let Some(&held) = self.0.get(root) {
+        if let Some(&held) = self.git.get(root) {
             return held;
         }
         let held = root.ancestors().any(|d| d.join(".git").exists());
-        self.0.insert(root.to_path_buf(), held);
+        self.git.insert(root.to_path_buf(), held);
         held
     }
 }
@@ -480,7 +491,7 @@ impl GitRepos {
 /// may change the CLI's options (the note says how).
 type Runs = (Vec<String>, bool, Option<String>);
 
-fn wrapper_runs(line: Vec<String>, git: &mut GitRepos, confined: bool) -> Result<Runs, String> {
+fn wrapper_runs(line: Vec<String>, asked: &mut Asked, confined: bool) -> Result<Runs, String> {
     if line.first().map(String::as_str) != Some("okstra")
         || line.get(1).map(String::as_str) != Some("worker")
     {
@@ -488,8 +499,7 @@ fn wrapper_runs(line: Vec<String>, git: &mut GitRepos, confined: bool) -> Result
             "not an `okstra worker` line: exec starts the wrapper line itself, as shown".into(),
         );
     }
-    let os: Vec<OsString> = line.into_iter().map(OsString::from).collect();
-    let args = crate::cli::worker_args(&os).map_err(|e| {
+    let args = asked.wrapper.read(&line[2..]).map_err(|e| {
         let first = e.to_string().lines().next().unwrap_or_default().to_string();
         format!("the wrapper refuses this line, so it runs nothing: {first}")
     })?;
@@ -521,7 +531,7 @@ fn wrapper_runs(line: Vec<String>, git: &mut GitRepos, confined: bool) -> Result
         options: &options,
         command: &args.command,
         session_id: None,
-        project_is_git_repo: git.holds(&root),
+        project_is_git_repo: asked.in_git(&root),
     });
     Ok((argv, provider.takes_session_id(), note))
 }
@@ -730,8 +740,8 @@ mod tests {
 
     #[test]
     fn a_line_the_wrapper_refuses_runs_nothing_and_the_next_line_reads_anew() {
-        let mut git = GitRepos::default();
-        let refused = wrapper_runs(wrapper_line(&["--bogus"]), &mut git, false).unwrap_err();
+        let mut asked = Asked::default();
+        let refused = wrapper_runs(wrapper_line(&["--bogus"]), &mut asked, false).unwrap_err();
         assert!(
             refused.starts_with(
                 "the wrapper refuses this line, so it runs nothing: error: unexpected argument '--bogus'"
@@ -739,12 +749,13 @@ mod tests {
             "{refused}"
         );
         let (argv, takes_session_id, note) =
-            wrapper_runs(wrapper_line(&["--attempt", "2"]), &mut git, false).unwrap();
+            wrapper_runs(wrapper_line(&["--attempt", "2"]), &mut asked, false).unwrap();
         assert_eq!(
             (argv, takes_session_id, note),
             (vec!["true".to_string()], false, None)
         );
-        let refused = wrapper_runs(wrapper_line(&["--attempt", "0"]), &mut git, false).unwrap_err();
+        let refused =
+            wrapper_runs(wrapper_line(&["--attempt", "0"]), &mut asked, false).unwrap_err();
         assert!(refused.contains("--attempt"), "{refused}");
     }
 }

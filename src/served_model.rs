@@ -3,10 +3,9 @@
 //! selected one — exactly for a pinned selection, by provider and channel
 //! family for a channel. Pure, over the manifest's model catalog, so the
 //! wrapper can call it with what it observed and exit
-//! `SERVED_MODEL_MISMATCH_EXIT_CODE` on `Err`.
+//! [`WrapperExit::ServedModelMismatch`](crate::diag::WrapperExit) on `Err`.
 
 use crate::model::{str_of, Manifest, VersionKind};
-use std::fmt;
 
 /// How precisely the provider told us what served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,40 +38,24 @@ pub struct Attestation {
 }
 
 /// Why a served model is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Mismatch {
     /// No selected model, no observed model, or either is not in the catalog.
+    #[error("served model differs from the selected model: {0}")]
     Unresolvable(String),
     /// The attestation claims a level the observed catalog entry cannot have
     /// (`exact` for a channel entry, `channel` for a pinned one).
+    #[error("served-model attestation level {claimed:?} is inconsistent with the observed model's versionKind `{observed_kind}`")]
     InconsistentLevel {
         claimed: AttestationLevel,
         observed_kind: String,
     },
     /// A pinned selection served by another model.
+    #[error("pinned model `{selected}` was selected but `{observed}` served")]
     PinnedDiffers { selected: String, observed: String },
     /// A channel selection served by another provider or channel family.
+    #[error("channel model `{selected}` was selected but `{observed}` served, from another provider or channel family")]
     ChannelDiffers { selected: String, observed: String },
-}
-
-impl fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Mismatch::Unresolvable(why) => write!(f, "served model differs from the selected model: {why}"),
-            Mismatch::InconsistentLevel { claimed, observed_kind } => write!(
-                f,
-                "served-model attestation level {claimed:?} is inconsistent with the observed model's versionKind `{observed_kind}`"
-            ),
-            Mismatch::PinnedDiffers { selected, observed } => write!(
-                f,
-                "pinned model `{selected}` was selected but `{observed}` served"
-            ),
-            Mismatch::ChannelDiffers { selected, observed } => write!(
-                f,
-                "channel model `{selected}` was selected but `{observed}` served, from another provider or channel family"
-            ),
-        }
-    }
 }
 
 /// Check an attempt's served model against its selection (`selected_ref`,

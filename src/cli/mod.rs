@@ -202,19 +202,6 @@ fn wrote(result: io::Result<()>, on_broken_pipe: ExitStatus) {
     }
 }
 
-/// How `okstra worker` reads its command line `argv` (program name first):
-/// the one reading, shared by the wrapper and the plan review.
-pub fn worker_args(argv: &[std::ffi::OsString]) -> Result<crate::worker::WorkerArgs, clap::Error> {
-    use clap::{Args, FromArgMatches};
-    let command = crate::worker::WorkerArgs::augment_args(clap::Command::new("worker"))
-        .bin_name("okstra worker")
-        .about(crate::worker::ABOUT)
-        .long_about(None);
-    command
-        .try_get_matches_from(argv.iter().skip(1))
-        .and_then(|m| crate::worker::WorkerArgs::from_arg_matches(&m))
-}
-
 /// Print diagnostics in the chosen format and return their exit status.
 pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
     match format {

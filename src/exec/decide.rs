@@ -5,7 +5,7 @@
 
 pub use super::artifacts::Missing;
 use crate::audit::Outcome as AuditOutcome;
-use crate::provider::{SERVED_MODEL_MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE};
+use crate::diag::WrapperExit;
 use crate::vocab::FailureKind;
 
 pub use crate::state::attempts::AttemptStatus as Status;
@@ -104,7 +104,7 @@ pub struct Decision {
 /// Whether settling needs the audit-sidecar contract checked: a non-zero
 /// exit that left every completion artifact, not the served-model mismatch.
 pub fn needs_audit_sidecar(end: &End, missing: &[Missing]) -> bool {
-    matches!(end, End::Exited(code) if *code != 0 && *code != SERVED_MODEL_MISMATCH_EXIT_CODE)
+    matches!(end, End::Exited(code) if *code != 0 && !WrapperExit::ServedModelMismatch.is(*code))
         && missing.is_empty()
 }
 
@@ -197,13 +197,13 @@ fn base(f: &Facts) -> Decision {
         }
         End::TimeLimit(why) => {
             d.status = Status::Timeout;
-            d.exit_code = Some(TIMEOUT_EXIT_CODE);
+            d.exit_code = Some(WrapperExit::Timeout.code());
             d.reason = why.clone();
             d.failure_kind = Some(FailureKind::Timeout);
         }
         End::Idle => {
             d.status = Status::Timeout;
-            d.exit_code = Some(TIMEOUT_EXIT_CODE);
+            d.exit_code = Some(WrapperExit::Timeout.code());
             d.reason = "worker went idle (its log stopped growing) and was stopped".into();
             if let Some(line) = &f.last_words {
                 d.reason.push_str(&format!("; its last line: \"{line}\""));
@@ -212,7 +212,7 @@ fn base(f: &Facts) -> Decision {
         }
         End::Exited(_) if f.sidecar.wall_clock => {
             d.status = Status::Timeout;
-            d.exit_code = Some(TIMEOUT_EXIT_CODE);
+            d.exit_code = Some(WrapperExit::Timeout.code());
             d.reason = f
                 .sidecar
                 .error
@@ -234,7 +234,7 @@ fn base(f: &Facts) -> Decision {
             d.failure_kind = Some(FailureKind::MissingArtifact);
             d.retry = true;
         }
-        End::Exited(code) if *code == SERVED_MODEL_MISMATCH_EXIT_CODE => {
+        End::Exited(code) if WrapperExit::ServedModelMismatch.is(*code) => {
             d.exit_code = Some(*code);
             d.reason = format!(
                 "the provider served a different model than the one selected (exit {code})"
@@ -324,7 +324,7 @@ mod tests {
         assert_eq!(d.reason, "Slurm job 7 was cancelled");
         let d = decide(&facts(End::TimeLimit("Slurm's time limit".into())));
         assert_eq!(d.status, Status::Timeout);
-        assert_eq!(d.exit_code, Some(TIMEOUT_EXIT_CODE));
+        assert_eq!(d.exit_code, Some(WrapperExit::Timeout.code()));
         assert!(!d.resumable && !d.retry);
         assert_eq!(d.failure_kind, Some(FailureKind::Timeout));
     }
@@ -417,7 +417,7 @@ mod tests {
 
     #[test]
     fn the_served_model_mismatch_is_never_promoted() {
-        let f = facts(End::Exited(SERVED_MODEL_MISMATCH_EXIT_CODE));
+        let f = facts(End::Exited(WrapperExit::ServedModelMismatch.code()));
         assert!(!needs_audit_sidecar(&f.end, &f.missing));
         let d = decide(&f);
         assert_eq!(d.status, Status::Error);

@@ -206,11 +206,12 @@ mod tests {
     use super::*;
     use crate::exec::event::Head;
 
-    /// The v2 implementer of tests/fixtures/plans/v2-pipeline.json.
+    /// The v2 implementer of tests/it/fixtures/plans/v2-pipeline.json.
     fn job() -> Job {
-        let doc: Value =
-            serde_json::from_str(include_str!("../../tests/fixtures/plans/v2-pipeline.json"))
-                .unwrap();
+        let doc: Value = serde_json::from_str(include_str!(
+            "../../tests/it/fixtures/plans/v2-pipeline.json"
+        ))
+        .unwrap();
         serde_json::from_value(doc["stages"][0]["jobs"][0].clone()).unwrap()
     }
 

@@ -50,7 +50,7 @@ const TICK: Duration = Duration::from_millis(100);
 /// run while later ones are still being submitted.
 const LAUNCH_SLICE: Duration = Duration::from_millis(200);
 
-use crate::worker::{NEVER_RELEASED_EXIT_CODE as NEVER_RELEASED, STATUS_WRITE_FAILED_EXIT_CODE};
+use crate::diag::WrapperExit;
 
 /// At most how many attempts beyond `--concurrency` a round keeps recorded
 /// and waiting at their gates, so that a freed slot is filled at once instead
@@ -1593,17 +1593,17 @@ fn audit_of(facts: &Facts, judge: Judge, own: &[String]) -> (Audit, Option<Value
 /// of the worker ran. 74 with a sidecar: the worker ran, but its end could
 /// not be recorded. All three are no fault of the worker: resumable.
 fn wrapper_end(code: i32, status: &Path) -> End {
-    match code {
-        NEVER_RELEASED => End::Lost(format!(
+    match WrapperExit::from_code(code) {
+        Some(WrapperExit::NeverReleased) => End::Lost(format!(
             "the worker wrapper exited {code} at its gate: nothing ran"
         )),
-        STATUS_WRITE_FAILED_EXIT_CODE if !status_exists(status) => End::Lost(format!(
+        Some(WrapperExit::StatusWriteFailed) if !status_exists(status) => End::Lost(format!(
             "the worker wrapper exited {code}: it could not record its start, so nothing ran"
         )),
-        STATUS_WRITE_FAILED_EXIT_CODE => End::Lost(format!(
+        Some(WrapperExit::StatusWriteFailed) => End::Lost(format!(
             "the worker wrapper exited {code}: it could not record how the worker ended"
         )),
-        code => End::Exited(code),
+        _ => End::Exited(code),
     }
 }
 

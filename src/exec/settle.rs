@@ -6,8 +6,9 @@
 
 use super::decide::{End, Sidecar};
 use crate::canonical::{is_sha256_hex, sha256_hex};
+use crate::diag::WrapperExit;
 use crate::provider::Usage;
-use crate::vocab::FailureKind;
+use crate::worker::StatusSidecar;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -65,11 +66,10 @@ pub fn audit_sidecar_failure(worker_result: &Path) -> Option<String> {
     None
 }
 
-/// The wrapper's status sidecar, when it holds a JSON document.
-pub fn read_status(path: &Path) -> Option<Value> {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
+/// The wrapper's status sidecar, when it holds a JSON document: how every
+/// reader reads it ([`StatusSidecar::read`]).
+pub fn read_status(path: &Path) -> Option<StatusSidecar> {
+    StatusSidecar::read(path)
 }
 
 /// What the wrapper's status sidecar says of an ended attempt, read once:
@@ -94,31 +94,25 @@ impl StatusReport {
     /// The report of sidecar `doc` (`None`: there was none, or it is not
     /// JSON) of an attempt that ended as `end`. A wall-clock timeout counts
     /// only where both say so: the timeout exit code, and `timedOut`.
-    pub fn of(doc: Option<&Value>, end: &End) -> StatusReport {
+    pub fn of(doc: Option<&StatusSidecar>, end: &End) -> StatusReport {
         let Some(doc) = doc else {
             return StatusReport::default();
         };
-        let text = |k: &str| {
-            doc.get(k)
-                .and_then(Value::as_str)
-                .filter(|v| !v.is_empty())
-                .map(str::to_string)
-        };
-        let timed_out = doc.get("timedOut").and_then(Value::as_bool) == Some(true);
+        let text = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
         StatusReport {
             sidecar: Sidecar {
-                failure_kind: text("failureKind").map(FailureKind::from),
-                error: text("error"),
-                wall_clock: timed_out
-                    && matches!(end, End::Exited(c) if *c == crate::provider::TIMEOUT_EXIT_CODE),
+                failure_kind: (doc.failure_kind.clone()).filter(|k| !k.as_str().is_empty()),
+                error: text(&doc.error),
+                wall_clock: doc.timed_out
+                    && matches!(end, End::Exited(c) if WrapperExit::Timeout.is(*c)),
             },
-            argv: typed(doc, "argv").unwrap_or_default(),
-            usage: typed(doc, "usage"),
-            log_offset: doc.get("logOffset").and_then(Value::as_u64),
-            duration_ms: doc.get("duration_ms").and_then(Value::as_i64),
-            served_model: text("servedModel"),
-            cli_session_id: text("cliSessionId"),
-            confinement: text("confinement"),
+            argv: doc.argv.clone(),
+            usage: doc.usage.clone(),
+            log_offset: doc.log_offset,
+            duration_ms: doc.duration_ms.and_then(|d| i64::try_from(d).ok()),
+            served_model: text(&doc.served_model),
+            cli_session_id: text(&doc.cli_session_id),
+            confinement: text(&doc.confinement),
         }
     }
 }
@@ -165,7 +159,7 @@ pub enum Left {
 /// more: Slurm signals the worker too when it cancels a job or stops it at
 /// its time limit, so it knows better than the sidecar).
 pub fn in_flight(
-    sidecar: Option<&Value>,
+    sidecar: Option<&StatusSidecar>,
     alive: bool,
     backend_end: impl FnOnce() -> Option<End>,
 ) -> Left {
@@ -174,15 +168,14 @@ pub fn in_flight(
             return Left::Ended(end);
         }
     }
-    let field = |k: &str| sidecar.and_then(|s| s.get(k));
-    if field("state").and_then(Value::as_str) == Some("exited") {
-        if field("stopped").and_then(Value::as_bool) == Some(true) {
+    match sidecar.and_then(|s| Some((s.exited_with()?, s.stopped))) {
+        Some((_, true)) => {
             return Left::Ended(End::Lost(
                 "the worker was stopped by an executor that died before recording why".into(),
-            ));
+            ))
         }
-        let code = field("exitCode").and_then(Value::as_i64).unwrap_or(1);
-        return Left::Ended(End::Exited(i32::try_from(code).unwrap_or(1)));
+        Some((code, false)) => return Left::Ended(End::Exited(code)),
+        None => {}
     }
     match (sidecar.is_some(), alive) {
         (_, true) => Left::Running,
@@ -194,41 +187,23 @@ pub fn in_flight(
     }
 }
 
-/// Field `k` of `doc` as a `T`, where it is one.
-fn typed<T: serde::de::DeserializeOwned>(doc: &Value, k: &str) -> Option<T> {
-    T::deserialize(doc.get(k)?).ok()
-}
-
 /// After exec stopped an idle worker: the sidecar says what every other
 /// record says, exit code 124 and failure kind `timeout`, keeping the code
 /// the stopped child itself ended with.
 pub fn mark_idle_timeout(own: &crate::beneath::Beneath, path: &Path) {
-    let Some(Value::Object(mut doc)) = read_status(path) else {
+    let Some(mut doc) = read_status(path) else {
         return;
     };
-    if let Some(code) = doc.get("exitCode").cloned() {
-        doc.insert("childExitCode".into(), code);
-    }
-    doc.insert(
-        "exitCode".into(),
-        Value::from(crate::provider::TIMEOUT_EXIT_CODE),
-    );
-    doc.insert(
-        "failureKind".into(),
-        Value::from(FailureKind::Timeout.as_str()),
-    );
-    doc.insert("idleTimedOut".into(), Value::from(true));
-    if let Ok(mut bytes) = serde_json::to_vec_pretty(&Value::Object(doc)) {
-        bytes.push(b'\n');
-        if let Ok(rel) = own.relative(path) {
-            let _ = own.write_atomic(rel, &bytes, crate::fsutil::Durability::NoFsync);
-        }
+    doc.mark_idle_timeout();
+    if let Ok(rel) = own.relative(path) {
+        let _ = own.write_atomic(rel, &doc.to_bytes(), crate::fsutil::Durability::NoFsync);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::FailureKind;
 
     fn tree() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
@@ -245,10 +220,15 @@ mod tests {
         .unwrap();
     }
 
+    /// A sidecar as exec reads it, from its JSON.
+    fn sidecar(doc: Value) -> StatusSidecar {
+        serde_json::from_value(doc).unwrap()
+    }
+
     #[test]
     fn a_status_report_takes_what_the_sidecar_says_and_leaves_out_the_rest() {
-        let timeout = End::Exited(crate::provider::TIMEOUT_EXIT_CODE);
-        let doc = serde_json::json!({
+        let timeout = End::Exited(WrapperExit::Timeout.code());
+        let doc = sidecar(serde_json::json!({
             "failureKind": "timeout",
             "error": "",
             "timedOut": true,
@@ -259,7 +239,7 @@ mod tests {
             "cliSessionId": 7,
             "confinement": "landlock-abi7",
             "usage": "not usage",
-        });
+        }));
         let report = StatusReport::of(Some(&doc), &timeout);
         assert_eq!(report.sidecar.failure_kind, Some(FailureKind::Timeout));
         assert_eq!(report.sidecar.error, None, "an empty text is no text");
@@ -277,7 +257,7 @@ mod tests {
                 .sidecar
                 .wall_clock
         );
-        let untimed = serde_json::json!({"timedOut": false});
+        let untimed = sidecar(serde_json::json!({"timedOut": false}));
         assert!(
             !StatusReport::of(Some(&untimed), &timeout)
                 .sidecar
@@ -288,9 +268,10 @@ mod tests {
 
     #[test]
     fn where_an_attempt_left_in_flight_stands() {
-        let running = serde_json::json!({"state": "running"});
-        let exited = serde_json::json!({"state": "exited", "exitCode": 3});
-        let stopped = serde_json::json!({"state": "exited", "exitCode": 143, "stopped": true});
+        let running = sidecar(serde_json::json!({"state": "running"}));
+        let exited = sidecar(serde_json::json!({"state": "exited", "exitCode": 3}));
+        let stopped =
+            sidecar(serde_json::json!({"state": "exited", "exitCode": 143, "stopped": true}));
         let none = || None;
         assert_eq!(in_flight(None, false, none), Left::NeverStarted);
         assert_eq!(
@@ -374,7 +355,7 @@ mod tests {
         std::fs::write(&path, r#"{"state":"exited","exitCode":143}"#).unwrap();
         let own = crate::beneath::Beneath::open(dir.path()).unwrap();
         mark_idle_timeout(&own, &path);
-        let doc = read_status(&path).unwrap();
+        let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(doc["exitCode"], 124);
         assert_eq!(doc["childExitCode"], 143);
         assert_eq!(doc["failureKind"], "timeout");

@@ -34,7 +34,7 @@ fn pid_of(pid: u32) -> Option<Pid> {
 pub fn exit_code_of(status: ExitStatus) -> i32 {
     match (status.code(), status.signal()) {
         (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
+        (None, Some(sig)) => crate::diag::WrapperExit::Signal(sig).code(),
         // Neither is possible for a reaped child on Linux; stay conservative.
         (None, None) => 1,
     }

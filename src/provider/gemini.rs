@@ -312,8 +312,9 @@ const LOGIN_FIX: &str = "log in once as the user who runs okstra: run `gemini` i
 
 /// The auth type gemini's settings select: system settings over the
 /// project's over the user's (`security.auth.selectedType`, or the older
-/// `selectedAuthType`); with the file that says it.
-fn selected_type(at: &Where, gemini_dir: &Path) -> Result<Option<(String, PathBuf)>, String> {
+/// `selectedAuthType`); with the file that says it. `Absent` where none
+/// selects one; `Broken` where a settings file cannot be read.
+fn selected_type(at: &Where, gemini_dir: &Path) -> Found<(String, PathBuf)> {
     let system = (at.var)("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/etc/gemini-cli/settings.json"));
@@ -328,14 +329,14 @@ fn selected_type(at: &Where, gemini_dir: &Path) -> Result<Option<(String, PathBu
                 let chosen = login::text_at(&doc, "/security/auth/selectedType")
                     .or_else(|| login::text_at(&doc, "/selectedAuthType"));
                 if let Some(t) = chosen {
-                    return Ok(Some((t.to_string(), file)));
+                    return Found::Read((t.to_string(), file));
                 }
             }
-            Found::Broken(why) => return Err(why),
+            Found::Broken(why) => return Found::Broken(why),
             Found::Absent => {}
         }
     }
-    Ok(None)
+    Found::Absent
 }
 
 /// A variable as gemini sees it: its environment, else the first `.env`
@@ -355,6 +356,43 @@ fn gemini_var(at: &Where, name: &str) -> Option<(String, String)> {
     Some((value, file.display().to_string()))
 }
 
+/// The auth type gemini runs with, and why: the one the settings select,
+/// else the one the environment implies; or, where there is none (or the
+/// settings cannot be read), the login's verdict.
+fn auth_type(at: &Where, gemini_dir: &Path) -> Result<(String, String), Login> {
+    let var = |name: &str| gemini_var(at, name);
+    let is_true = |name: &str| var(name).is_some_and(|(v, _)| v == "true");
+    let chosen = match selected_type(at, gemini_dir) {
+        Found::Broken(why) => return Err(Login::no(why, "fix the settings file's JSON")),
+        Found::Read((t, file)) => {
+            let why = format!("{} selects `{t}`", file.display());
+            (t, why)
+        }
+        Found::Absent if is_true("GOOGLE_GENAI_USE_GCA") => {
+            ("oauth-personal".into(), "GOOGLE_GENAI_USE_GCA=true".into())
+        }
+        Found::Absent if is_true("GOOGLE_GENAI_USE_VERTEXAI") => {
+            ("vertex-ai".into(), "GOOGLE_GENAI_USE_VERTEXAI=true".into())
+        }
+        Found::Absent if var("GOOGLE_GEMINI_BASE_URL").is_some() => {
+            ("gateway".into(), "GOOGLE_GEMINI_BASE_URL is set and no auth type is selected, so gemini picks `gateway`".into())
+        }
+        Found::Absent if var("GEMINI_API_KEY").is_some() => {
+            ("gemini-api-key".into(), "GEMINI_API_KEY is set".into())
+        }
+        Found::Absent if is_true("CLOUD_SHELL") || is_true("GEMINI_CLI_USE_COMPUTE_ADC") => {
+            ("compute-default-credentials".into(), "CLOUD_SHELL or GEMINI_CLI_USE_COMPUTE_ADC is true".into())
+        }
+        Found::Absent => {
+            return Err(Login::no(
+                "no auth type: settings select none, and none of GEMINI_API_KEY, GOOGLE_GENAI_USE_VERTEXAI, GOOGLE_GENAI_USE_GCA is set",
+                LOGIN_FIX,
+            ))
+        }
+    };
+    Ok(chosen)
+}
+
 /// Whether gemini passes its own auth check (exit 41 when not) and has a
 /// credential: the auth type the settings select, else the one the
 /// environment implies (`GOOGLE_GENAI_USE_GCA=true`: Google login;
@@ -372,36 +410,11 @@ fn login_of(at: &Where) -> Login {
     else {
         return Login::Unknown("HOME is not set, so gemini's files cannot be found".into());
     };
-    let var = |name: &str| gemini_var(at, name);
-    let is_true = |name: &str| var(name).is_some_and(|(v, _)| v == "true");
-    let (auth, why) = match selected_type(at, &dir) {
-        Err(why) => return Login::no(why, "fix the settings file's JSON"),
-        Ok(Some((t, file))) => {
-            let why = format!("{} selects `{t}`", file.display());
-            (t, why)
-        }
-        Ok(None) if is_true("GOOGLE_GENAI_USE_GCA") => {
-            ("oauth-personal".into(), "GOOGLE_GENAI_USE_GCA=true".into())
-        }
-        Ok(None) if is_true("GOOGLE_GENAI_USE_VERTEXAI") => {
-            ("vertex-ai".into(), "GOOGLE_GENAI_USE_VERTEXAI=true".into())
-        }
-        Ok(None) if var("GOOGLE_GEMINI_BASE_URL").is_some() => {
-            ("gateway".into(), "GOOGLE_GEMINI_BASE_URL is set and no auth type is selected, so gemini picks `gateway`".into())
-        }
-        Ok(None) if var("GEMINI_API_KEY").is_some() => {
-            ("gemini-api-key".into(), "GEMINI_API_KEY is set".into())
-        }
-        Ok(None) if is_true("CLOUD_SHELL") || is_true("GEMINI_CLI_USE_COMPUTE_ADC") => {
-            ("compute-default-credentials".into(), "CLOUD_SHELL or GEMINI_CLI_USE_COMPUTE_ADC is true".into())
-        }
-        Ok(None) => {
-            return Login::no(
-                "no auth type: settings select none, and none of GEMINI_API_KEY, GOOGLE_GENAI_USE_VERTEXAI, GOOGLE_GENAI_USE_GCA is set",
-                LOGIN_FIX,
-            )
-        }
+    let (auth, why) = match auth_type(at, &dir) {
+        Ok(chosen) => chosen,
+        Err(login) => return login,
     };
+    let var = |name: &str| gemini_var(at, name);
     match auth.as_str() {
         "gemini-api-key" => match var("GEMINI_API_KEY") {
             Some((_, from)) => Login::Yes(format!("{why}; GEMINI_API_KEY from {from}")),

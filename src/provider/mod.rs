@@ -35,16 +35,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-/// Exit code of a worker whose provider served a model other than the one
-/// selected (docs/providers.md#the-served-model). Settlement never promotes it
-/// to `completed`. 86 is outside everything else a worker may exit with: the
-/// agent CLIs' own codes (1, 2, gemini's 41–53), the shell's 124–127
-/// (timeout, not executable, not found) and 128 + signal numbers.
-pub const SERVED_MODEL_MISMATCH_EXIT_CODE: i32 = 86;
-
-/// Exit code recorded for a worker stopped by a timeout, as GNU `timeout`.
-pub const TIMEOUT_EXIT_CODE: i32 = 124;
-
 /// A provider okstra has an adapter for, serialised as its wire name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -1,6 +1,7 @@
 //! The arguments of the wrapper (`okstra-worker`, `okstra worker`).
 
 use crate::vocab::Confinement;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,8 +113,121 @@ pub struct WorkerArgs {
     pub command: Vec<String>,
 }
 
-fn parse_session_id(value: &str) -> Result<String, String> {
+/// Read the wrapper's arguments `args` (without the program's name) as
+/// `bin_name` does: the one reading, shared by `okstra-worker`, a slot's
+/// requests and the plan review (`okstra worker` itself is a subcommand of
+/// `okstra`'s parser, with the same [`WorkerArgs`]).
+pub fn parse<I>(bin_name: &str, args: I) -> Result<WorkerArgs, clap::Error>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString> + Clone,
+{
+    Reader::new(bin_name).read(args)
+}
+
+/// [`parse`] for many lines: the parser is built once and reads each line
+/// afresh (a slot's requests, the review's wrapper lines). Building it
+/// costs more than reading one line (benches/README.md, "where planning's
+/// time went since 403510e").
+pub struct Reader {
+    bin_name: String,
+    command: clap::Command,
+}
+
+impl Reader {
+    pub fn new(bin_name: &str) -> Reader {
+        use clap::Args;
+        let mut command = WorkerArgs::augment_args(clap::Command::new(bin_name.to_string()))
+            .bin_name(bin_name.to_string())
+            .version(crate::VERSION)
+            .about(super::ABOUT)
+            .long_about(None);
+        command.build();
+        Reader {
+            bin_name: bin_name.to_string(),
+            command,
+        }
+    }
+
+    /// Read one line's arguments `args` (without the program's name).
+    pub fn read<I>(&mut self, args: I) -> Result<WorkerArgs, clap::Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<OsString> + Clone,
+    {
+        use clap::FromArgMatches;
+        let argv =
+            std::iter::once(OsString::from(&self.bin_name)).chain(args.into_iter().map(Into::into));
+        self.command
+            .try_get_matches_from_mut(argv)
+            .and_then(|mut m| WorkerArgs::from_arg_matches_mut(&mut m))
+    }
+}
+
+/// A `--session-id` that is no UUID.
+#[derive(Debug, thiserror::Error)]
+#[error("not a UUID: {0}")]
+struct NotAUuid(uuid::Error);
+
+fn parse_session_id(value: &str) -> Result<String, NotAUuid> {
     uuid::Uuid::parse_str(value)
         .map(|_| value.to_string())
-        .map_err(|e| format!("not a UUID: {e}"))
+        .map_err(NotAUuid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_rejects_bad_session_id_and_attempt_zero() {
+        let base = [
+            "--project-root",
+            ".",
+            "--provider",
+            "claude",
+            "--prompt",
+            "p",
+            "--result",
+            "r",
+            "--worker-result",
+            "r",
+            "--worker-key",
+            "k",
+        ];
+        let with = |extra: &[&str]| parse("w", base.iter().chain(extra.iter()).copied());
+        assert!(with(&["--session-id", "not-a-uuid"]).is_err());
+        assert!(with(&["--attempt", "0"]).is_err());
+        let ok = with(&[
+            "--extra-arg",
+            "--max-turns",
+            "--extra-arg=3",
+            "--write-dir",
+            "wt",
+            "--presentation",
+            "live",
+        ])
+        .unwrap();
+        assert_eq!(ok.extra_args, vec!["--max-turns", "3"]);
+        assert_eq!(ok.presentation, Presentation::Live);
+        assert_eq!(ok.model, "");
+        assert_eq!(ok.attempt, 1);
+
+        // One reader, line after line, reads each as `parse` does: what an
+        // earlier line said does not carry over, nor does its refusal.
+        let mut reader = Reader::new("w");
+        let line =
+            |extra: &[&'static str]| base.iter().chain(extra.iter()).copied().collect::<Vec<_>>();
+        assert_eq!(reader.read(line(&["--attempt", "3"])).unwrap().attempt, 3);
+        assert!(reader.read(line(&["--attempt", "0"])).is_err());
+        let again = reader.read(line(&[])).unwrap();
+        assert_eq!((again.attempt, again.extra_args.len()), (1, 0));
+        assert_eq!(
+            reader
+                .read(line(&["--presentation", "live"]))
+                .unwrap()
+                .presentation,
+            Presentation::Live
+        );
+    }
 }

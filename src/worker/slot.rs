@@ -32,7 +32,8 @@
 //! stops the attempt under way (its worker's group: SIGTERM, grace,
 //! SIGKILL), answers, and ends the slot.
 
-use super::{execute, say, Ahead, SignalGuard, Timing, WorkerArgs, USAGE_EXIT_CODE};
+use super::{execute, say, Ahead, SignalGuard, Timing};
+use crate::diag::WrapperExit;
 use crate::vocab::Confinement;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
@@ -64,7 +65,7 @@ enum Next {
 pub fn serve(bin_name: &'static str, timing: Timing) -> i32 {
     let (stop, _signals) = match SignalGuard::stop_flag() {
         Ok(installed) => installed,
-        Err(code) => return code,
+        Err(exit) => return exit.code(),
     };
     let stdin = io::stdin();
     let control = stdin.as_fd();
@@ -72,6 +73,7 @@ pub fn serve(bin_name: &'static str, timing: Timing) -> i32 {
     // What confining a child needs, made while the slot waits: for the next
     // attempt, once the last was confined (a plan's jobs mostly are alike).
     let mut ready: Option<Ahead> = None;
+    let mut reader = super::args::Reader::new(bin_name);
     loop {
         let (argv, log, pids) = match next(control, &stop, &mut pending) {
             Next::Attempt(argv, log, pids) => (argv, log, pids),
@@ -81,12 +83,12 @@ pub fn serve(bin_name: &'static str, timing: Timing) -> i32 {
         // goes to its log, as a one-attempt wrapper's does.
         let pointed =
             rustix::stdio::dup2_stdout(&log).and_then(|()| rustix::stdio::dup2_stderr(&log));
-        let code = match (pointed, parse(bin_name, &argv)) {
+        let code = match (pointed, reader.read(&argv)) {
             (Err(err), _) => {
                 say(format_args!(
                     "cannot point the attempt's output at its log: {err}"
                 ));
-                USAGE_EXIT_CODE
+                WrapperExit::Usage.code()
             }
             (Ok(()), Ok(args)) => {
                 let mut pids = PidReport(pids);
@@ -102,22 +104,13 @@ pub fn serve(bin_name: &'static str, timing: Timing) -> i32 {
                 say(format_args!(
                     "exec sent arguments the wrapper refuses: {err}"
                 ));
-                USAGE_EXIT_CODE
+                WrapperExit::Usage.code()
             }
         };
         if answer(control, code).is_err() || stop.load(Ordering::Relaxed) {
             return code;
         }
     }
-}
-
-/// The wrapper's arguments as clap reads them from a request.
-fn parse(bin_name: &'static str, argv: &[String]) -> Result<WorkerArgs, clap::Error> {
-    use clap::{Args, FromArgMatches};
-    let command = WorkerArgs::augment_args(clap::Command::new(bin_name));
-    let matches = command
-        .try_get_matches_from(std::iter::once(bin_name.to_string()).chain(argv.iter().cloned()))?;
-    WorkerArgs::from_arg_matches(&matches)
 }
 
 /// `exit <code>` on the socket.

@@ -22,6 +22,7 @@
 //! then waits for its one order (the ruleset and what to start), answers
 //! with the started child, and ends; it ends as well when no order comes.
 
+use super::confined::ConfineFailure;
 use crate::confine::Restriction;
 use crate::process::{SpawnSpec, Spawned};
 use std::io;
@@ -31,7 +32,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 /// A child started by the thread, or why it was not: `Err` when the
 /// confinement could not be applied (nothing was started), else what the
 /// start gave.
-pub(super) type Started = Result<io::Result<Spawned>, String>;
+pub(super) type Started = Result<io::Result<Spawned>, ConfineFailure>;
 
 /// What the thread is to start, and under which ruleset.
 pub(super) struct Order {
@@ -71,9 +72,11 @@ impl Starter {
 
     /// Have the thread restrict itself and start `order`'s child.
     pub fn start(self, order: Order) -> Started {
-        let lost = || "the thread that confines the worker ended before it started it".to_string();
-        self.orders.send(order).map_err(|_| lost())?;
-        self.started.recv().unwrap_or_else(|_| Err(lost()))
+        let lost = ConfineFailure::ThreadLost;
+        self.orders
+            .send(order)
+            .map_err(|_| ConfineFailure::ThreadLost)?;
+        self.started.recv().unwrap_or(Err(lost))
     }
 }
 
@@ -82,7 +85,7 @@ impl Order {
     fn carry_out(self) -> Started {
         self.restriction
             .restrict_this_thread()
-            .map_err(|e| format!("cannot confine the worker: {e}"))?;
+            .map_err(ConfineFailure::Restrict)?;
         let spec = SpawnSpec {
             argv: &self.argv,
             cwd: &self.cwd,
@@ -90,6 +93,6 @@ impl Order {
             log: None,
             stdin: self.stdin.as_deref(),
         };
-        Ok(super::spawn_worker(&spec, self.own_group))
+        Ok(super::attempt::spawn_worker(&spec, self.own_group))
     }
 }

@@ -208,7 +208,7 @@ fn a_gated_wrapper_never_released_exits_75_having_done_nothing() {
     drop(gate);
     assert_eq!(
         child.wait().unwrap(),
-        okstra::worker::NEVER_RELEASED_EXIT_CODE
+        okstra::diag::WrapperExit::NeverReleased.code()
     );
     assert!(!p.exists("prompts/w.md.status.json"));
     assert!(!p.exists("results/w.md"), "the command never ran");

@@ -399,7 +399,7 @@ impl Dispatch for Local {
                 .zip(&codes)
                 .find(|(t, c)| t.pid() == pid && c.is_some())
                 .and_then(|(_, c)| *c)
-                .unwrap_or(137);
+                .unwrap_or(crate::diag::WrapperExit::KILLED.code());
             if self.slots.holds(pid) {
                 // Stopped, and gone: what it still says is stale.
                 self.slots.gone(pid);

@@ -21,7 +21,7 @@
 //! pid's process group.
 
 use crate::process;
-use serde_json::Value;
+use crate::worker::SidecarState;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -224,12 +224,9 @@ fn cmux_launch(spec: &PaneLaunch, script: &str) -> io::Result<u32> {
     // cmux names no process: the wrapper's pid comes from its status sidecar.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let pid = crate::exec::settle::read_status(spec.status)
-            .as_ref()
-            .and_then(|d| d.get("wrapperPid"))
-            .and_then(Value::as_u64);
+        let pid = crate::exec::settle::read_status(spec.status).and_then(|d| d.wrapper_pid);
         if let Some(pid) = pid {
-            return Ok(pid as u32);
+            return Ok(pid);
         }
         if Instant::now() >= deadline {
             return Err(other(
@@ -315,12 +312,14 @@ pub fn watch_foreign(pid: u32, pid_start: Option<u64>, status: &Path) -> i32 {
     while crate::process::same_process_alive(pid, pid_start) {
         std::thread::sleep(Duration::from_millis(100));
     }
+    recorded_exit(status)
+}
+
+/// The exit code the wrapper recorded in its status sidecar; 1 where it
+/// recorded none.
+fn recorded_exit(status: &Path) -> i32 {
     crate::exec::settle::read_status(status)
-        .as_ref()
-        .filter(|d| d.get("state").and_then(Value::as_str) == Some("exited"))
-        .and_then(|d| d.get("exitCode"))
-        .and_then(Value::as_i64)
-        .map(|c| c as i32)
+        .and_then(|d| d.exited_with())
         .unwrap_or(1)
 }
 
@@ -333,11 +332,7 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
     let mut exited_at: Option<Instant> = None;
     loop {
         let doc = crate::exec::settle::read_status(status);
-        let exited = doc
-            .as_ref()
-            .and_then(|d| d.get("state"))
-            .and_then(Value::as_str)
-            == Some("exited");
+        let exited = doc.is_some_and(|d| d.state == SidecarState::Exited);
         if exited && exited_at.is_none() {
             exited_at = Some(Instant::now());
         }
@@ -352,14 +347,7 @@ fn watch_pid(pid: u32, status: &Path) -> i32 {
         }
         let lingering = since > Duration::from_secs(5);
         if !process::pid_alive(pid) || lingering {
-            let doc = crate::exec::settle::read_status(status);
-            return doc
-                .as_ref()
-                .filter(|d| d.get("state").and_then(Value::as_str) == Some("exited"))
-                .and_then(|d| d.get("exitCode"))
-                .and_then(Value::as_i64)
-                .map(|c| c as i32)
-                .unwrap_or(1);
+            return recorded_exit(status);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -459,5 +447,18 @@ mod tests {
         assert_eq!(watch_pid(u32::MAX, &status), 7);
         std::fs::write(&status, r#"{"state":"running"}"#).unwrap();
         assert_eq!(watch_pid(u32::MAX, &status), 1);
+    }
+
+    /// An exit code no `i32` holds is no code: 1, as for one never
+    /// recorded, and not 2^32 wrapped to 0 (a success), on both watches.
+    #[test]
+    fn an_exit_code_out_of_range_reads_as_none_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let status = dir.path().join("s.json");
+        std::fs::write(&status, r#"{"state":"exited","exitCode":4294967296}"#).unwrap();
+        assert_eq!(watch_pid(u32::MAX, &status), 1);
+        assert_eq!(watch_foreign(u32::MAX, None, &status), 1);
+        std::fs::write(&status, r#"{"state":"exited","exitCode":-2147483648}"#).unwrap();
+        assert_eq!(watch_foreign(u32::MAX, None, &status), i32::MIN);
     }
 }

@@ -249,7 +249,7 @@ impl Slots {
 }
 
 /// The exit code of a wrapper stopped at its gate (SIGTERM).
-const STOPPED_AT_GATE: i32 = 143;
+const STOPPED_AT_GATE: i32 = crate::diag::WrapperExit::TERMINATED.code();
 
 impl Slot {
     /// Take the worker pids the slot reported since the last look.

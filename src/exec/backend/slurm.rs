@@ -38,6 +38,7 @@
 //! dispatch id.
 
 use super::{Dispatch, Found, Launch, Started, WorkerExe};
+use crate::diag::WrapperExit;
 use crate::exec::decide::End;
 use crate::exec::event::{Dispatched, Handle};
 use crate::plan::{Plan, SlurmOptions};
@@ -125,12 +126,16 @@ pub fn exit_code_of(text: &str) -> Option<i32> {
     let text = text.trim();
     if let Some((code, signal)) = text.split_once(':') {
         let (code, signal) = (code.parse::<i32>().ok()?, signal.parse::<i32>().ok()?);
-        return Some(if signal > 0 { 128 + signal } else { code });
+        return Some(if signal > 0 {
+            WrapperExit::Signal(signal).code()
+        } else {
+            code
+        });
     }
     let raw = text.parse::<i64>().ok()?;
     let signal = raw & 0x7f;
     Some(if signal != 0 {
-        128 + signal as i32
+        WrapperExit::Signal(signal as i32).code()
     } else {
         ((raw >> 8) & 0xff) as i32
     })
@@ -506,16 +511,12 @@ fn sidecar_end(status: &Path) -> SidecarEnd {
     let Some(doc) = crate::exec::settle::read_status(status) else {
         return SidecarEnd::Unrecorded;
     };
-    if doc.get("state").and_then(|s| s.as_str()) != Some("exited") {
-        return SidecarEnd::Unrecorded;
-    }
-    SidecarEnd::Exited {
-        code: doc
-            .get("exitCode")
-            .and_then(|c| c.as_i64())
-            .and_then(|c| i32::try_from(c).ok())
-            .unwrap_or(1),
-        stopped: doc.get("stopped").and_then(|s| s.as_bool()) == Some(true),
+    match doc.exited_with() {
+        Some(code) => SidecarEnd::Exited {
+            code,
+            stopped: doc.stopped,
+        },
+        None => SidecarEnd::Unrecorded,
     }
 }
 
@@ -565,7 +566,7 @@ pub fn conclude(id: u64, state: Option<&JobState>, sidecar: SidecarEnd) -> (i32,
         return (0, None);
     }
     let code = match slurm_ended {
-        End::TimeLimit(_) => crate::provider::TIMEOUT_EXIT_CODE,
+        End::TimeLimit(_) => WrapperExit::Timeout.code(),
         _ => code,
     };
     (code, Some(slurm_ended))
@@ -967,10 +968,10 @@ impl Dispatch for Slurm {
         ids.iter()
             .map(|id| {
                 let code = match last.get(id) {
-                    Some(Some(s)) => s.exit_code.unwrap_or(143),
-                    Some(None) => 143,
-                    None if never.contains(id) => 143,
-                    None => 137,
+                    Some(Some(s)) => s.exit_code.unwrap_or(WrapperExit::TERMINATED.code()),
+                    Some(None) => WrapperExit::TERMINATED.code(),
+                    None if never.contains(id) => WrapperExit::TERMINATED.code(),
+                    None => WrapperExit::KILLED.code(),
                 };
                 (Handle::Slurm { slurm_job_id: *id }, code)
             })
@@ -1128,7 +1129,7 @@ mod tests {
             "{end:?}"
         );
         let (code, end) = conclude(7, Some(&state("TIMEOUT", "TimeLimit", Some(143))), stopped);
-        assert_eq!(code, crate::provider::TIMEOUT_EXIT_CODE);
+        assert_eq!(code, WrapperExit::Timeout.code());
         assert!(matches!(end, Some(End::TimeLimit(_))));
         for s in ["NODE_FAIL", "PREEMPTED", "BOOT_FAIL"] {
             let (_, end) = conclude(7, Some(&state(s, "None", None)), none);

@@ -1,0 +1,212 @@
+//! A worker's confinement as the wrapper prepares and applies it
+//! (docs/confinement.md#kernel-confinement): the ruleset begun ahead while a
+//! gated wrapper waits, the private TMPDIR, the directories granted, and the
+//! start of the child from a thread that restricts itself (see `starter`).
+
+use super::starter::{Order, Starter};
+use super::{say, WorkerArgs};
+use crate::confine::{self, RulesetError};
+use crate::process::{SpawnSpec, Spawned};
+use crate::provider::Provider;
+use crate::tmpdir;
+use crate::vocab::Confinement;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Why a confined worker was not started
+/// ([`crate::diag::WrapperExit::ConfinementFailed`]).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ConfineFailure {
+    /// `required` where the kernel cannot confine: its words.
+    #[error("confinement is required, but {0}")]
+    Required(String),
+    #[error(transparent)]
+    Ruleset(#[from] RulesetError),
+    #[error("cannot make a private TMPDIR: {0}")]
+    Tmp(io::Error),
+    #[error("cannot start the thread that confines the worker: {0}")]
+    Thread(io::Error),
+    #[error("cannot confine the worker: {0}")]
+    Restrict(io::Error),
+    #[error("the thread that confines the worker ended before it started it")]
+    ThreadLost,
+}
+
+/// What confining the child needs and makes nothing on disk, done before a
+/// gated wrapper waits for its go, while exec records and syncs the
+/// dispatch: the thread that will start the child (see `starter`), and the
+/// ruleset's files. The TMPDIR and the write directories, which may have
+/// to be made, wait for the go.
+pub(super) struct Ahead {
+    starter: io::Result<Starter>,
+    rules: Result<confine::Begun, RulesetError>,
+}
+
+impl Ahead {
+    /// `None` when `args` ask for no confinement this kernel offers (which
+    /// [`prepare`] then decides again, and says).
+    pub fn make(args: &WorkerArgs) -> Option<Ahead> {
+        if args.confinement == Confinement::None {
+            return None;
+        }
+        match confine::offer() {
+            confine::Offer::Landlock { abi } => Some(Ahead {
+                starter: Starter::new(),
+                rules: confine::Begun::new(abi),
+            }),
+            confine::Offer::Unavailable(_) => None,
+        }
+    }
+}
+
+/// A worker's confinement, prepared in the wrapper.
+pub(super) struct Confined {
+    pub rules: confine::Prepared,
+    /// The private TMPDIR, removed when the attempt is over.
+    tmp: PrivateTmp,
+    /// The thread made ahead to start the child, where one was.
+    starter: Option<io::Result<Starter>>,
+}
+
+/// The confined worker's private TMPDIR (see [`crate::tmpdir`]): the one
+/// exec named (`--tmp-dir`), or one named here; removed when dropped, once
+/// the worker ended. exec removes one it named again once it settled the
+/// attempt, so a wrapper killed before this ran leaves nothing behind.
+struct PrivateTmp {
+    root: tmpdir::Root,
+    name: String,
+    path: PathBuf,
+}
+
+impl PrivateTmp {
+    fn make(args: &WorkerArgs, project: &Path) -> io::Result<PrivateTmp> {
+        let (root, name) = match &args.tmp_dir {
+            Some(dir) => tmpdir::Root::of(dir)?,
+            None => (tmpdir::Root::system(project)?, tmpdir::own_name()),
+        };
+        // A TMPDIR in the project would let the worker write there.
+        if root
+            .path()
+            .canonicalize()?
+            .starts_with(project.canonicalize()?)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is inside the project", root.path().display()),
+            ));
+        }
+        let path = root.create(&name)?;
+        Ok(PrivateTmp { root, name, path })
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        if let Err(err) = self.root.remove(&self.name) {
+            say(format_args!(
+                "cannot remove the worker's private TMPDIR {}: {err}",
+                self.path.display()
+            ));
+        }
+    }
+}
+
+impl Confined {
+    /// Start the child confined, from a thread of its own that restricts
+    /// itself (see `starter`): the one made ahead, or one made now. `Err`
+    /// when the confinement could not be applied (the child was not
+    /// started), else what the start gave.
+    pub fn spawn(
+        &mut self,
+        spec: &SpawnSpec,
+        own_group: bool,
+    ) -> Result<io::Result<Spawned>, ConfineFailure> {
+        // The wrapper hands its child no log of its own (exec points the
+        // wrapper's stdout and stderr at it), so none is carried over.
+        debug_assert!(spec.log.is_none(), "a confined start carries no log");
+        let starter = self
+            .starter
+            .take()
+            .unwrap_or_else(Starter::new)
+            .map_err(ConfineFailure::Thread)?;
+        let restriction = self.rules.restriction().map_err(ConfineFailure::Restrict)?;
+        starter.start(Order {
+            restriction,
+            argv: spec.argv.to_vec(),
+            cwd: spec.cwd.to_path_buf(),
+            env: spec.env.to_vec(),
+            stdin: spec.stdin.map(Path::to_path_buf),
+            own_group,
+        })
+    }
+
+    /// What the child's environment gains: its TMPDIR, and for claude
+    /// `IS_SANDBOX=1`, since it now is in one (so `bypassPermissions` runs
+    /// as root).
+    pub fn env(&self, provider: Provider) -> Vec<(String, String)> {
+        let mut env = vec![("TMPDIR".into(), self.tmp.path.display().to_string())];
+        if provider == Provider::Claude {
+            env.push(("IS_SANDBOX".into(), "1".into()));
+        }
+        env
+    }
+
+    /// A failed child whose output says a write was refused: say where it
+    /// may write, so the log explains its own EACCES.
+    pub fn explain_refusals(&self, output: &str) {
+        if output.contains("Permission denied") || output.contains("EACCES") {
+            let dirs: Vec<String> = self
+                .rules
+                .dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            say(format_args!(
+                "the worker is confined ({}): it may write only under {} and /dev/null-like devices; a write elsewhere fails with EACCES (Permission denied)",
+                self.rules.applied,
+                dirs.join(", ")
+            ));
+        }
+    }
+}
+
+/// The confinement `args` ask for, prepared (from what was made `ahead`,
+/// where it was): `None` when the child runs unconfined (`none`, or `auto`
+/// on a kernel without Landlock); `Err` when it must not start (`required`
+/// where the kernel cannot, or a directory that cannot be made or is
+/// reached through a symlink).
+pub(super) fn prepare(
+    args: &WorkerArgs,
+    root: &Path,
+    provider: Provider,
+    ahead: Option<Ahead>,
+) -> Result<Option<Confined>, ConfineFailure> {
+    let (starter, begun) = match ahead {
+        Some(ahead) => (Some(ahead.starter), ahead.rules?),
+        None => {
+            if args.confinement == Confinement::None {
+                return Ok(None);
+            }
+            let offer = confine::offer();
+            match (confine::decide(args.confinement, &offer), &offer) {
+                (Ok(true), confine::Offer::Landlock { abi }) => (None, confine::Begun::new(*abi)?),
+                (Err(why), _) => return Err(ConfineFailure::Required(why.to_string())),
+                _ => return Ok(None),
+            }
+        }
+    };
+    let tmp = PrivateTmp::make(args, root).map_err(ConfineFailure::Tmp)?;
+    let mut outside = vec![tmp.path.clone()];
+    outside.extend(provider.state_dirs());
+    outside.extend(confine::test_also_writable());
+    let rules = begun.finish(&confine::Grants {
+        root,
+        confine_dirs: &args.confine_dirs,
+        outside: &outside,
+    })?;
+    Ok(Some(Confined {
+        rules,
+        tmp,
+        starter,
+    }))
+}
