@@ -259,8 +259,11 @@ fn base(f: &Facts) -> Decision {
             }
         }
     }
-    // The wrapper's own word on why its CLI failed comes first.
-    if d.status != Status::Completed && !f.sidecar.wall_clock {
+    // The wrapper's own word on why its CLI failed comes first, where the
+    // CLI ended of itself: when exec or the scheduler ended it (an
+    // interrupt, an idle stop, a cancel), the CLI's last words are the
+    // stop's echo (Slurm's "CANCELLED" line), not why it failed.
+    if d.status != Status::Completed && !f.sidecar.wall_clock && matches!(f.end, End::Exited(_)) {
         if let Some(kind) = &f.sidecar.failure_kind {
             d.reason = match f.sidecar.error.as_deref().filter(|e| !e.is_empty()) {
                 Some(detail) => format!("{} [{kind}]: {detail}", d.reason),
@@ -456,6 +459,21 @@ mod tests {
             assert!(d.resumable && !d.retry && d.log_error, "{end:?}");
         }
         assert_eq!(decide(&facts(End::Interrupted)).reason, "interrupted");
+        // A CLI that saw the stop first (a Slurm cancel signals it before
+        // its wrapper) leaves an exit told as a failure on the sidecar:
+        // exec's word stands.
+        for end in [
+            End::Interrupted,
+            End::Idle,
+            End::Cancelled("Slurm job 7 was cancelled".into()),
+        ] {
+            let mut f = facts(end.clone());
+            f.sidecar.failure_kind = Some(FailureKind::Exit);
+            f.sidecar.error = Some("command said: \"*** JOB 6 CANCELLED ***\"".into());
+            let d = decide(&f);
+            assert!(!d.reason.contains("CANCELLED ***"), "{end:?}: {}", d.reason);
+            assert_ne!(d.failure_kind, Some(FailureKind::Exit), "{end:?}");
+        }
         let d = decide(&facts(End::LaunchFailed("launch failed for b".into())));
         assert!(d.resumable && !d.retry);
         assert_eq!(d.failure_kind, Some(FailureKind::LaunchFailed));
