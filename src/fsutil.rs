@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// The directory a file lives in; a bare file name lives in `.`.
 fn parent_dir(path: &Path) -> &Path {
@@ -394,17 +394,6 @@ fn ends_torn(file: &File, len: u64) -> io::Result<bool> {
     Ok(last[0] != b'\n')
 }
 
-/// The current UTC time as RFC 3339 with whole seconds: `2026-11-30T01:02:03Z`.
-pub fn utc_now() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
-}
-
-/// The current UTC time as RFC 3339 with milliseconds:
-/// `2026-11-30T01:02:03.456Z`.
-pub fn utc_now_millis() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,15 +544,5 @@ mod tests {
         let lines: Vec<_> = text.lines().collect();
         assert_eq!(lines.len(), 400);
         assert!(lines.iter().all(|l| l.ends_with(&"x".repeat(300))));
-    }
-
-    #[test]
-    fn utc_now_shapes() {
-        let s = utc_now();
-        assert_eq!(s.len(), 20, "{s}");
-        assert!(s.ends_with('Z') && s.as_bytes()[10] == b'T', "{s}");
-        let ms = utc_now_millis();
-        assert_eq!(ms.len(), 24, "{ms}");
-        assert!(ms.ends_with('Z') && ms.as_bytes()[19] == b'.', "{ms}");
     }
 }

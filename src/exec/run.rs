@@ -591,7 +591,7 @@ impl<'a> Runner<'a> {
     fn head(&self, i: usize, job: &Job, attempt: u64) -> Head {
         let (mode, degraded) = self.backend.local.mode_of(job);
         Head {
-            ts: crate::fsutil::utc_now(),
+            ts: crate::clock::now(),
             who: Who::from(&job.identity),
             attempt,
             dispatch_id: job.dispatch_id_for(attempt),
@@ -1539,7 +1539,7 @@ impl Runner<'_> {
 
     fn head_from(&self, d: &Dispatched) -> Head {
         Head {
-            ts: crate::fsutil::utc_now(),
+            ts: crate::clock::now(),
             ..d.head.clone()
         }
     }

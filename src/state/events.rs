@@ -29,7 +29,7 @@ impl EventLog {
     /// `type` or `ts` among `fields` is dropped in their favour.
     pub fn append(&mut self, event_type: &str, fields: Map<String, Value>) -> io::Result<()> {
         self.file
-            .append(&event_line(event_type, &fsutil::utc_now(), fields))
+            .append(&event_line(event_type, &crate::clock::now(), fields))
     }
 }
 
