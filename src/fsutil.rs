@@ -289,68 +289,24 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
 /// readers skip empty lines. Within this process appends are serialised so
 /// the check is exact.
 pub fn append_line(path: &Path, line: &str) -> io::Result<()> {
-    Appender::new(path).append(line)
+    let _serial = IN_PROCESS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    ensure_parent(path)?;
+    // Readable too, so the last byte can be checked for a torn tail.
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    write_line(&file, len, line, path)
 }
 
 /// Appends within this process are serialised, so the torn-tail check of one
 /// never races another's write.
 static IN_PROCESS: Mutex<()> = Mutex::new(());
-
-/// A file appended to line by line, as [`append_line`] does, that keeps its
-/// descriptor open between appends: for the event log, written several times
-/// per job. The file is opened again when the one the descriptor holds was
-/// removed or replaced meanwhile (its link count is 0), so a record always
-/// lands in the file at `path`.
-#[derive(Debug)]
-pub struct Appender {
-    path: PathBuf,
-    file: Option<File>,
-}
-
-impl Appender {
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        Appender {
-            path: path.into(),
-            file: None,
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Append `line` plus a newline: see [`append_line`].
-    pub fn append(&mut self, line: &str) -> io::Result<()> {
-        let _serial = IN_PROCESS
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let open = match self.file.take() {
-            Some(file) => {
-                let meta = file.metadata()?;
-                (meta.nlink() > 0).then_some((file, meta.len()))
-            }
-            None => None,
-        };
-        let (file, len) = match open {
-            Some(open) => open,
-            None => {
-                ensure_parent(&self.path)?;
-                // Readable too, so the last byte can be checked for a torn tail.
-                let file = OpenOptions::new()
-                    .read(true)
-                    .append(true)
-                    .create(true)
-                    .mode(0o644)
-                    .open(&self.path)?;
-                let len = file.metadata()?.len();
-                (file, len)
-            }
-        };
-        let written = write_line(&file, len, line, &self.path);
-        self.file = Some(file);
-        written
-    }
-}
 
 /// One write of `line` and a newline to `file` (`len` bytes long now),
 /// behind a newline if the file ends torn.
@@ -481,33 +437,6 @@ mod tests {
         append_line(&path, "a").unwrap();
         append_line(&path, "b").unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "a\nb\n");
-    }
-
-    #[test]
-    fn an_appender_follows_its_file_when_it_is_replaced_or_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("run/events.jsonl");
-        let mut log = Appender::new(&path);
-        log.append("a").unwrap();
-        // Replaced by rename (a rotation, an atomic rewrite by another tool).
-        let other = dir.path().join("run/new.jsonl");
-        fs::write(&other, "x\n").unwrap();
-        fs::rename(&other, &path).unwrap();
-        log.append("b").unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), "x\nb\n");
-        // Removed outright.
-        fs::remove_file(&path).unwrap();
-        log.append("c").unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), "c\n");
-        // Torn by another writer between two of ours: fenced off.
-        fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap()
-            .write_all(b"{\"torn")
-            .unwrap();
-        log.append("d").unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), "c\n{\"torn\nd\n");
     }
 
     #[test]
