@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// The directory a file lives in; a bare file name lives in `.`.
 fn parent_dir(path: &Path) -> &Path {
@@ -289,68 +289,24 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
 /// readers skip empty lines. Within this process appends are serialised so
 /// the check is exact.
 pub fn append_line(path: &Path, line: &str) -> io::Result<()> {
-    Appender::new(path).append(line)
+    let _serial = IN_PROCESS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    ensure_parent(path)?;
+    // Readable too, so the last byte can be checked for a torn tail.
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    write_line(&file, len, line, path)
 }
 
 /// Appends within this process are serialised, so the torn-tail check of one
 /// never races another's write.
 static IN_PROCESS: Mutex<()> = Mutex::new(());
-
-/// A file appended to line by line, as [`append_line`] does, that keeps its
-/// descriptor open between appends: for the event log, written several times
-/// per job. The file is opened again when the one the descriptor holds was
-/// removed or replaced meanwhile (its link count is 0), so a record always
-/// lands in the file at `path`.
-#[derive(Debug)]
-pub struct Appender {
-    path: PathBuf,
-    file: Option<File>,
-}
-
-impl Appender {
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        Appender {
-            path: path.into(),
-            file: None,
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Append `line` plus a newline: see [`append_line`].
-    pub fn append(&mut self, line: &str) -> io::Result<()> {
-        let _serial = IN_PROCESS
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let open = match self.file.take() {
-            Some(file) => {
-                let meta = file.metadata()?;
-                (meta.nlink() > 0).then_some((file, meta.len()))
-            }
-            None => None,
-        };
-        let (file, len) = match open {
-            Some(open) => open,
-            None => {
-                ensure_parent(&self.path)?;
-                // Readable too, so the last byte can be checked for a torn tail.
-                let file = OpenOptions::new()
-                    .read(true)
-                    .append(true)
-                    .create(true)
-                    .mode(0o644)
-                    .open(&self.path)?;
-                let len = file.metadata()?.len();
-                (file, len)
-            }
-        };
-        let written = write_line(&file, len, line, &self.path);
-        self.file = Some(file);
-        written
-    }
-}
 
 /// One write of `line` and a newline to `file` (`len` bytes long now),
 /// behind a newline if the file ends torn.
@@ -392,17 +348,6 @@ fn ends_torn(file: &File, len: u64) -> io::Result<bool> {
     let mut last = [0u8; 1];
     file.read_exact_at(&mut last, len - 1)?;
     Ok(last[0] != b'\n')
-}
-
-/// The current UTC time as RFC 3339 with whole seconds: `2026-11-30T01:02:03Z`.
-pub fn utc_now() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
-}
-
-/// The current UTC time as RFC 3339 with milliseconds:
-/// `2026-11-30T01:02:03.456Z`.
-pub fn utc_now_millis() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
 #[cfg(test)]
@@ -495,33 +440,6 @@ mod tests {
     }
 
     #[test]
-    fn an_appender_follows_its_file_when_it_is_replaced_or_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("run/events.jsonl");
-        let mut log = Appender::new(&path);
-        log.append("a").unwrap();
-        // Replaced by rename (a rotation, an atomic rewrite by another tool).
-        let other = dir.path().join("run/new.jsonl");
-        fs::write(&other, "x\n").unwrap();
-        fs::rename(&other, &path).unwrap();
-        log.append("b").unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), "x\nb\n");
-        // Removed outright.
-        fs::remove_file(&path).unwrap();
-        log.append("c").unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), "c\n");
-        // Torn by another writer between two of ours: fenced off.
-        fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap()
-            .write_all(b"{\"torn")
-            .unwrap();
-        log.append("d").unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), "c\n{\"torn\nd\n");
-    }
-
-    #[test]
     fn append_line_fences_off_a_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
@@ -555,15 +473,5 @@ mod tests {
         let lines: Vec<_> = text.lines().collect();
         assert_eq!(lines.len(), 400);
         assert!(lines.iter().all(|l| l.ends_with(&"x".repeat(300))));
-    }
-
-    #[test]
-    fn utc_now_shapes() {
-        let s = utc_now();
-        assert_eq!(s.len(), 20, "{s}");
-        assert!(s.ends_with('Z') && s.as_bytes()[10] == b'T', "{s}");
-        let ms = utc_now_millis();
-        assert_eq!(ms.len(), 24, "{ms}");
-        assert!(ms.ends_with('Z') && ms.as_bytes()[19] == b'.', "{ms}");
     }
 }

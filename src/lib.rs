@@ -8,6 +8,7 @@ pub mod audit;
 pub mod beneath;
 pub mod canonical;
 pub mod cli;
+pub mod clock;
 pub mod compile;
 pub mod confine;
 pub mod diag;

@@ -41,7 +41,6 @@ pub use own::{file_fingerprint, Fingerprint, RunningFingerprint};
 pub use snapshot::{Entry, Kind, Root, Snapshot, SNAPSHOT_VERSION};
 
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// What a snapshot and a compare walk, and what they leave out. The same
 /// options must be given to a snapshot and to every compare against it.
@@ -57,7 +56,7 @@ pub struct SnapshotOptions<'a> {
 
 /// Walk every root and record the tree.
 pub fn snapshot(opts: &SnapshotOptions) -> Result<Snapshot, AuditError> {
-    let taken_at_ns = now_ns();
+    let taken_at_ns = crate::clock::unix_nanos();
     let ctx = walk::Ctx::new(opts)?;
     let walked = walk::walk(&ctx, None, taken_at_ns)?;
     Ok(seal(taken_at_ns, walked.roots, walked.dirs))
@@ -74,7 +73,7 @@ pub fn compare(before: &Snapshot, opts: &SnapshotOptions) -> Result<Compared, Au
             std::io::Error::new(std::io::ErrorKind::InvalidData, why),
         )
     })?;
-    let taken_at_ns = now_ns();
+    let taken_at_ns = crate::clock::unix_nanos();
     let ctx = walk::Ctx::new(opts)?;
     let walked = walk::walk(&ctx, Some(before), taken_at_ns)?;
     Ok(Compared {
@@ -92,13 +91,6 @@ fn seal(taken_at_ns: i64, roots: Vec<Root>, dirs: Vec<Vec<Entry>>) -> Snapshot {
         dirs,
         digest,
     }
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use crate::policy;
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::process::Command;
+use std::time::UNIX_EPOCH;
 
 struct Tree {
     _tmp: tempfile::TempDir,

@@ -213,7 +213,7 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
                 "jobs": o.reports.iter().map(|r| {
                     let mut job = json!({
                         "stage": r.stage, "key": r.key, "label": r.label, "status": r.status,
-                        "attempts": r.attempts, "reason": r.reason, "durationMs": r.duration.as_millis() as u64,
+                        "attempts": r.attempts, "reason": r.reason, "durationMs": crate::clock::millis(r.duration),
                     });
                     if let Some(usage) = &r.usage {
                         job["usage"] = json!(usage);

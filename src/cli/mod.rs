@@ -225,14 +225,3 @@ pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
     }
     diags.exit_status()
 }
-
-/// The timestamp stamped on a new plan: SOURCE_DATE_EPOCH when set (for
-/// reproducible output), else now.
-pub fn now_rfc3339() -> String {
-    let time = std::env::var("SOURCE_DATE_EPOCH")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .map(|secs| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
-        .unwrap_or_else(std::time::SystemTime::now);
-    humantime::format_rfc3339_seconds(time).to_string()
-}

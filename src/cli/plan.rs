@@ -36,7 +36,7 @@ pub fn request(spec: Option<PathBuf>, target: &RunTarget) -> Request {
         manifest: target.manifest.clone(),
         spec,
         workers: target.workers.clone(),
-        created_at: super::now_rfc3339(),
+        created_at: crate::clock::plan_created_at(),
         records: &crate::state::team_state::RUN_RECORDS,
     }
 }

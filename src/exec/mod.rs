@@ -72,22 +72,6 @@ pub struct Verified {
     pub manifest_stamp: Option<(std::time::SystemTime, u64)>,
 }
 
-impl Verified {
-    /// A plan made or loaded in this process, checked against the world as
-    /// [`verify`] checks a plan file.
-    pub fn check(mut plan: Plan) -> Result<Verified, Diagnostics> {
-        let jobs = jobs::Jobs::take(&mut plan);
-        let root = PathBuf::from(&plan.project_root);
-        let manifest_stamp = preflight::verify(&plan, &jobs, &root)?;
-        Ok(Verified {
-            plan,
-            jobs,
-            root,
-            manifest_stamp,
-        })
-    }
-}
-
 /// Read and verify the plan at `path`: refused with every reason, nothing
 /// started and nothing written.
 pub fn verify(path: &Path) -> Result<Verified, Diagnostics> {

@@ -23,7 +23,7 @@ use super::team_state::{
     worker_status_change, TeamStateStore, WorkerChange, WorkerPatch, WorkerStatus,
 };
 use super::StateError;
-use crate::fsutil::utc_now;
+use crate::clock;
 
 /// Rows keyed for folding, in first-touched order so flushes are
 /// deterministic.
@@ -209,7 +209,7 @@ impl Ledger {
         reason: &str,
         extra: &Map<String, Value>,
     ) {
-        let change = worker_status_change(status, reason, extra, &utc_now());
+        let change = worker_status_change(status, reason, extra, &clock::now());
         self.pending
             .workers
             .entry(&key.to_string())
@@ -241,7 +241,7 @@ impl Ledger {
     pub fn start_attempt(&mut self, id: &AttemptId) {
         let patch = self.pending.attempts.entry(id);
         if patch.started_at.is_none() {
-            patch.started_at = Some(utc_now());
+            patch.started_at = Some(clock::now());
         }
     }
 
@@ -257,7 +257,7 @@ impl Ledger {
             return check_same_outcome(id, previous, &outcome).map(|()| false);
         }
         self.settled.insert(id.clone(), outcome.clone());
-        self.pending.attempts.entry(id).finish = Some((outcome, utc_now()));
+        self.pending.attempts.entry(id).finish = Some((outcome, clock::now()));
         Ok(true)
     }
 

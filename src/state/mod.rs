@@ -7,7 +7,6 @@
 
 pub mod attempts;
 pub mod error_log;
-pub mod events;
 pub mod journal;
 pub mod ledger;
 pub(crate) mod merge;
@@ -19,7 +18,6 @@ use std::path::PathBuf;
 
 pub use attempts::{AttemptId, AttemptOutcome, AttemptStatus};
 pub use error_log::{append_error, log_tail, ErrorRecord};
-pub use events::EventLog;
 pub use ledger::Ledger;
 pub use team_state::{Rows, TeamStateStore, WorkerStatus};
 

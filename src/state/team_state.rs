@@ -595,7 +595,7 @@ pub fn set_worker_status(
 ) {
     let patch = WorkerPatch {
         ensure: None,
-        change: worker_status_change(status, reason, extra, &fsutil::utc_now()),
+        change: worker_status_change(status, reason, extra, &crate::clock::now()),
     };
     apply_worker_patches(doc, [(key, &patch)]);
 }

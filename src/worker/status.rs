@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 /// Whether the attempt's wrapper recorded its end.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,7 +190,7 @@ impl StatusFile {
             status: StatusSidecar {
                 state: SidecarState::Running,
                 wrapper_pid: Some(std::process::id()),
-                started_at: now_rfc3339(),
+                started_at: crate::clock::now_millis(),
                 provider: who.provider.to_string(),
                 attempt: who.attempt,
                 dispatch_id: who.dispatch_id.map(str::to_string),
@@ -208,7 +208,7 @@ impl StatusFile {
     /// returned: a heartbeat may fail and the run go on without liveness,
     /// but the first and the last write are what exec relies on.
     pub fn write(&mut self) -> io::Result<()> {
-        self.status.heartbeat_at = now_rfc3339();
+        self.status.heartbeat_at = crate::clock::now_millis();
         let written = self.put(&self.status.to_bytes());
         self.written |= written.is_ok();
         if let Err(err) = &written {
@@ -255,7 +255,7 @@ impl StatusFile {
     pub fn finish(&mut self, exit_code: i32, error: Option<String>) -> i32 {
         self.status.state = SidecarState::Exited;
         self.status.exit_code = Some(exit_code);
-        self.status.duration_ms = Some(self.started.elapsed().as_millis() as u64);
+        self.status.duration_ms = Some(crate::clock::millis(self.started.elapsed()));
         self.status.error = error;
         match self.write() {
             Err(err) if exit_code == 0 => {
@@ -275,10 +275,6 @@ impl StatusFile {
         self.status.failure_kind = Some(kind);
         self.finish(exit.code(), Some(problem))
     }
-}
-
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
 #[cfg(test)]

@@ -140,7 +140,7 @@ pub fn plan_of(
                 manifest: manifest.to_path_buf(),
                 spec: Some(path.to_path_buf()),
                 workers: Vec::new(),
-                created_at: crate::cli::now_rfc3339(),
+                created_at: crate::clock::plan_created_at(),
                 records: &crate::state::team_state::RUN_RECORDS,
             })
         }

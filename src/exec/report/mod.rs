@@ -37,7 +37,7 @@ pub struct JobReport {
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(d.as_millis() as u64)
+    s.serialize_u64(crate::clock::millis(*d))
 }
 
 /// One thing the runner reports.

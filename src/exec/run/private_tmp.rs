@@ -1,0 +1,74 @@
+//! The private TMPDIR of a worker confined here
+//! (docs/confinement.md#its-private-tmpdir): named and cleared before its
+//! attempt starts, removed when it ended, whoever ended it.
+
+use super::Runner;
+use crate::diag::{Code, Diagnostic};
+use crate::exec::event::Dispatched;
+use crate::plan::Job;
+use crate::tmpdir;
+use crate::vocab::Backend;
+use std::path::{Path, PathBuf};
+
+impl Runner<'_> {
+    /// The private TMPDIR exec names for an attempt whose worker will be
+    /// confined here (docs/confinement.md#its-private-tmpdir,
+    /// [`crate::tmpdir`]), cleared of whatever an earlier start of the same
+    /// attempt left there. `None` for a worker that runs unconfined, or on
+    /// another machine (a Slurm node's temp directory is not exec's to reach:
+    /// there the wrapper names and removes its own).
+    pub(super) fn private_tmp(
+        &mut self,
+        job: &Job,
+        attempt: u64,
+    ) -> std::io::Result<Option<PathBuf>> {
+        let offer = self.offer.get_or_init(crate::confine::offer);
+        let confined = crate::confine::decide(job.write_enforcement.confinement, offer);
+        if job.backend == Backend::Slurm || confined != Ok(true) {
+            return Ok(None);
+        }
+        if self.tmp_root.is_none() {
+            self.tmp_root = Some(tmpdir::Root::system(&self.root)?);
+        }
+        let root = self.tmp_root.as_ref().expect("opened above");
+        let name = self.tmp_name(job, attempt);
+        root.remove(&name)?;
+        Ok(Some(root.path().join(name)))
+    }
+
+    pub(super) fn tmp_name(&self, job: &Job, attempt: u64) -> String {
+        tmpdir::attempt_name(&self.root, self.rec.store().path(), &job.key, attempt)
+    }
+
+    /// Remove an ended attempt's private TMPDIR, whoever ended it: the
+    /// wrapper removes it itself, but one killed first (the SIGKILL that
+    /// ends a stop, `kill -9`) cannot. Done before the settlement is
+    /// recorded, so an exec that dies in between leaves it to the next,
+    /// which settles the attempt again. One that cannot be removed is
+    /// reported (`exec/cleanup-incomplete`, exit 1), never passed over.
+    pub(super) fn remove_private_tmp(&mut self, job: &Job, d: &Dispatched) {
+        let Some(recorded) = &d.tmp_dir else {
+            return;
+        };
+        let expected = self.tmp_name(job, d.head.attempt);
+        // Through the root this exec opened, where the record lies in it:
+        // no path walk and no check again per attempt.
+        let removed = match &self.tmp_root {
+            Some(root) => root.remove_recorded(Path::new(recorded), &expected),
+            None => tmpdir::remove_recorded(Path::new(recorded), &expected),
+        };
+        if let Err(e) = removed {
+            let text = format!(
+                "{} (attempt {}): its private TMPDIR was not removed: {e}",
+                job.label(),
+                d.head.attempt
+            );
+            self.say(text.clone());
+            self.problems.push(
+                Diagnostic::new(Code::ExecCleanupIncomplete, text)
+                    .worker(job.label().to_string())
+                    .help("remove it by hand once nothing of the worker runs any more (`chmod -R u+rwx` first if it holds read-only directories)"),
+            );
+        }
+    }
+}

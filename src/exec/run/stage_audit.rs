@@ -1,0 +1,209 @@
+//! The mutation audit of a stage (docs/audit.md#the-mutation-audit): its
+//! baseline taken (or read back) before the first round, what every walk
+//! covers, and the verdict on each attempt after its round's compare.
+
+use super::Runner;
+use crate::audit;
+use crate::compile::paths;
+use crate::exec::decide;
+use crate::exec::decide::{Audit, Facts, Status};
+use crate::exec::jobs::Jobs;
+use crate::exec::record::Recorder;
+use crate::plan::Plan;
+use crate::vocab::MutationAudit;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// How one attempt is audited.
+pub(super) enum Judge<'v> {
+    Off,
+    Incomplete(String),
+    /// Its verdict comes from the round's attribution, as job `k` of it.
+    In(&'v audit::Attributed<'v>, usize),
+}
+
+/// A stage's audit baseline.
+pub(super) enum Baseline {
+    /// No job of the stage is audited.
+    Off,
+    Taken(audit::Snapshot),
+    /// It could not be taken or read back: why.
+    Broken(String),
+}
+
+/// What a round's audit found, for each attempt it settles.
+pub(super) enum RoundAudit {
+    /// No batch audit in this stage.
+    Off,
+    Compared(audit::Changes),
+    Incomplete(String),
+}
+
+impl Runner<'_> {
+    /// The stage's baseline for the mutation audit: taken before its first
+    /// round, or read back when an earlier exec took it. `Ok(None)`: no job
+    /// of the stage is audited. `Err`: the audit cannot vouch for the tree.
+    pub(super) fn stage_snapshot(
+        &mut self,
+        si: usize,
+        indices: &[usize],
+    ) -> Result<Option<audit::Snapshot>, String> {
+        if !indices
+            .iter()
+            .any(|&i| self.job(i).write_enforcement.mutation_audit == MutationAudit::Batch)
+        {
+            return Ok(None);
+        }
+        let path = self.snapshot_path(si);
+        match std::fs::read(&path) {
+            // An earlier exec's baseline, read back. One that does not read
+            // is never replaced by a fresh walk: that would take in whatever
+            // the workers already changed.
+            Ok(bytes) => {
+                let s = audit::Snapshot::from_json(&bytes).map_err(|e| {
+                    format!(
+                        "the stage's audit baseline {} cannot be read back: {e}",
+                        path.display()
+                    )
+                })?;
+                self.rec.wrote_snapshot(&path);
+                return Ok(Some(s));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot read the stage's audit baseline {}: {e}",
+                    path.display()
+                ))
+            }
+        }
+        // The previous stage's last compare walked the tree as it was when
+        // that stage ended: nothing ran since, so it is this stage's
+        // baseline (and anything written in between is caught here).
+        let taken = match self.last_after.take() {
+            Some(after) => after,
+            None => audit::snapshot(&self.audit_options()).map_err(|e| self.incomplete(&e))?,
+        };
+        let text = taken.to_json();
+        crate::fault::point("snapshot-write");
+        self.own
+            .relative(&path)
+            .and_then(|rel| {
+                self.own
+                    .write_atomic(rel, &text, crate::fsutil::Durability::Fsync)
+            })
+            .map_err(|e| format!("cannot store the audit snapshot {}: {e}", path.display()))?;
+        self.rec.wrote_snapshot(&path);
+        Ok(Some(taken))
+    }
+
+    /// The audit could not vouch for the tree: said once as `audit/incomplete`
+    /// (docs/audit.md#the-mutation-audit); what the jobs it covers settle with.
+    pub(super) fn incomplete(&mut self, e: &audit::AuditError) -> String {
+        self.problems.push(e.diagnostic());
+        e.to_string()
+    }
+
+    pub(super) fn snapshot_path(&self, si: usize) -> PathBuf {
+        let short = self.plan.digest.trim_start_matches("sha256:");
+        self.abs(&self.plan.run.team_state_path)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+            .join("snapshots")
+            .join(format!(
+                "{}-stage-{}.json",
+                &short[..short.len().min(16)],
+                si + 1
+            ))
+    }
+
+    pub(super) fn audit_options(&self) -> audit::SnapshotOptions<'_> {
+        audit::SnapshotOptions {
+            roots: &self.audit_roots,
+            project_root: &self.root,
+            exclude: &self.audit_exclude,
+        }
+    }
+}
+
+/// The audit's verdict on an attempt (docs/audit.md#the-mutation-audit), and
+/// the summary of its changes for the record, as `judge` says it is judged. It
+/// judges after docs/exec.md#settling-an-attempt: a non-zero exit rescued by
+/// the audit-sidecar contract is a success whose writes are its own. okstra's
+/// own files changed by someone else (`own`) fail every attempt the audit could
+/// judge.
+pub(super) fn audit_of(facts: &Facts, judge: Judge, own: &[String]) -> (Audit, Option<Value>) {
+    let (audit, summary) = match judge {
+        Judge::Off => (Audit::None, None),
+        Judge::Incomplete(why) => (Audit::Incomplete(why), None),
+        Judge::In(view, k) => {
+            // An attempt cut short through no fault of its own (exec
+            // interrupted or died) answers for writes outside its policy
+            // only: its partial work is its own, and the next attempt
+            // takes it over.
+            let before = decide::decide(facts);
+            let succeeded = before.status == Status::Completed || before.resumable;
+            let verdict = audit::judge_in(view, k, succeeded, facts.missing.is_empty());
+            let audit = Audit::Judged {
+                status: verdict.status,
+                violations: verdict.violations.clone(),
+                retry_allowed: verdict.retry_allowed,
+            };
+            (audit, Some(verdict.change_summary()))
+        }
+    };
+    if own.is_empty() || matches!(audit, Audit::Incomplete(_)) {
+        return (audit, summary);
+    }
+    let failed = Audit::Judged {
+        status: audit::Outcome::ContractFailedUnattributed,
+        violations: own.to_vec(),
+        retry_allowed: false,
+    };
+    (failed, summary)
+}
+
+/// What every audit walk of the run covers and leaves out: the project root
+/// and every worktree outside it, minus okstra's own files (which are
+/// checked against what exec wrote instead).
+pub(super) fn audit_walk(
+    root: &Path,
+    plan: &Plan,
+    jobs: &Jobs,
+    rec: &Recorder,
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let abs = |p: &str| paths::abs_of(root, p);
+    // Each implementer may have a worktree of its own outside the project:
+    // a set keeps the check linear in the number of jobs.
+    let mut roots = vec![root.to_path_buf()];
+    let mut outside = HashSet::new();
+    for (_, job) in jobs.each() {
+        if let Some(w) = &job.worktree_path {
+            let w = abs(w);
+            if !w.starts_with(root) && outside.insert(w.clone()) {
+                roots.push(w);
+            }
+        }
+    }
+    let store = rec.store();
+    let team = store.path().to_path_buf();
+    let events = abs(&plan.run.lead_events_path);
+    let mut exclude = vec![
+        abs(&plan.run.manifest_path),
+        store.lock_path(),
+        store.exec_lock_path(),
+        events.clone(),
+        abs(&plan.run.error_log_path),
+        team.parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+            .join("snapshots"),
+        team,
+    ];
+    if let (Some(dir), Some(name)) = (events.parent(), events.file_name()) {
+        exclude.push(dir.join(format!(".{}.lock", name.to_string_lossy())));
+    }
+    (roots, exclude)
+}
