@@ -67,7 +67,7 @@ const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 /// What this kernel offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Offer {
-    /// Landlock at this ABI (at least [`MIN_ABI`]).
+    /// Landlock at this ABI (at least `MIN_ABI`).
     Landlock { abi: u8 },
     /// No confinement here, and why.
     Unavailable(String),

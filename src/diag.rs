@@ -1,7 +1,7 @@
 //! Diagnostics: one user-facing problem each, with a stable code (listed in
 //! docs/errors.md#error-codes), a place in a file where there is one, and a
 //! hint. Rendered like rustc in text (through `annotate-snippets`, see
-//! [`render`]), or as the `{"ok": false, "errors": [...]}` document in JSON.
+//! `render`), or as the `{"ok": false, "errors": [...]}` document in JSON.
 
 mod location;
 mod render;

@@ -117,7 +117,7 @@ pub fn pid_alive(pid: u32) -> bool {
 /// stage's audit. Call it as soon as the leader was reaped: a group's id
 /// stays taken while any member lives, so it names no one else.
 ///
-/// Returns once they are gone (or after [`LEFTOVERS_WAIT`]): a killed
+/// Returns once they are gone (or after `LEFTOVERS_WAIT`): a killed
 /// process runs no more of its code, but is not gone until the kernel got
 /// to it, and whoever comes next (the next attempt, the audit) must not
 /// see it.

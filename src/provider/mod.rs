@@ -8,7 +8,7 @@
 //! its own session id, what the attempt spent (its usage, from the final
 //! usage event or, for a CLI stopped before printing one, its session file),
 //! whether it takes okstra's session id — lives in that provider's module,
-//! behind the [`Adapter`] trait, so a fact about claude is written in
+//! behind the `Adapter` trait, so a fact about claude is written in
 //! `claude.rs` and nowhere else. [`usage`] is the one vocabulary the three
 //! CLIs' token counts are translated into.
 //!
@@ -280,7 +280,7 @@ trait Adapter: Sync {
 /// An agent CLI's executable, for `okstra doctor`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Program {
-    /// The name looked for on PATH (and argv[0]).
+    /// The name looked for on PATH (and `argv[0]`).
     pub name: &'static str,
     /// How to get it.
     pub install: &'static str,

@@ -336,7 +336,7 @@ impl Ledger {
     }
 
     /// Flush if something is pending and the interval since the last flush
-    /// has passed: `flush_interval`, or [`FLUSH_SPACING`] times what the last
+    /// has passed: `flush_interval`, or `FLUSH_SPACING` times what the last
     /// flush took when that is longer, so that at most about a thirtieth of the
     /// time goes to rewriting the file however large it grew. Returns whether
     /// it flushed.
@@ -348,7 +348,7 @@ impl Ledger {
     }
 
     /// Whether [`Self::maybe_flush`] would write now: something is pending
-    /// and the interval passed, or [`PENDING_CAP`] rows are held.
+    /// and the interval passed, or `PENDING_CAP` rows are held.
     pub fn flush_due(&self) -> bool {
         if !self.is_dirty() {
             return false;

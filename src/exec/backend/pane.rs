@@ -1,7 +1,7 @@
 //! How a worker is started (docs/exec.md#running-a-stage): `cli-wrapper` runs
 //! the wrapper as exec's child in its own process group; `pane` runs it in a
 //! pane of the terminal multiplexer okstra itself runs in, so a person can
-//! watch it. Both start the same wrapper executable ([`WorkerExe`]):
+//! watch it. Both start the same wrapper executable ([`super::WorkerExe`]):
 //! `okstra-worker` beside the running okstra, or `okstra worker` where there is
 //! none.
 //!
