@@ -10,6 +10,11 @@
 //!   power cut or `kill -9` would stop it: no destructor, no flush, no exit
 //!   handler.
 //!
+//! - `OKSTRA_FAULT_PAUSE=<name>@<k>` with `OKSTRA_FAULT_PAUSE_DIR=<dir>`: the
+//!   k-th time the point `name` is reached, exec creates `<dir>/reached` and
+//!   waits (at most a minute) until `<dir>/go` exists, so a test acts at
+//!   that instant of the run without racing a clock.
+//!
 //! A third, `OKSTRA_FAULT_FAIL=<name>`, makes every [`fails`] of that name
 //! answer an I/O error, as a failing disk would (`EIO`), so a test sees
 //! what exec does with an error no full disk produces.
@@ -40,6 +45,7 @@ pub fn point(name: &'static str) {
     struct Setting {
         at: Option<u64>,
         trace: Option<std::path::PathBuf>,
+        pause: Option<(String, u64, std::path::PathBuf)>,
     }
     static SETTING: OnceLock<Setting> = OnceLock::new();
     static REACHED: AtomicU64 = AtomicU64::new(0);
@@ -49,7 +55,14 @@ pub fn point(name: &'static str) {
             .ok()
             .and_then(|v| v.parse().ok()),
         trace: std::env::var_os("OKSTRA_FAULT_TRACE").map(Into::into),
+        pause: pause_setting(),
     });
+    if let Some((at, k, dir)) = &setting.pause {
+        static PAUSE_REACHED: AtomicU64 = AtomicU64::new(0);
+        if at == name && PAUSE_REACHED.fetch_add(1, Ordering::SeqCst) + 1 == *k {
+            pause(dir);
+        }
+    }
     if setting.at.is_none() && setting.trace.is_none() {
         return;
     }
@@ -68,6 +81,26 @@ pub fn point(name: &'static str) {
         let _ =
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         std::process::abort();
+    }
+}
+
+/// `OKSTRA_FAULT_PAUSE=<name>@<k>` and `OKSTRA_FAULT_PAUSE_DIR`, when both
+/// are set and read.
+#[cfg(debug_assertions)]
+fn pause_setting() -> Option<(String, u64, std::path::PathBuf)> {
+    let spec = std::env::var("OKSTRA_FAULT_PAUSE").ok()?;
+    let (name, k) = spec.rsplit_once('@')?;
+    let dir = std::env::var_os("OKSTRA_FAULT_PAUSE_DIR")?;
+    Some((name.to_string(), k.parse().ok()?, dir.into()))
+}
+
+/// Say the pause point was reached, and wait for the test's go.
+#[cfg(debug_assertions)]
+fn pause(dir: &std::path::Path) {
+    let _ = std::fs::write(dir.join("reached"), b"");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !dir.join("go").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

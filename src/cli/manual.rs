@@ -76,6 +76,10 @@ pub const ENVIRONMENT: &[Var] = &[
         what: "debug builds only (the crash tests): the named fault point answers an I/O error. A release build ignores it.",
     },
     Var {
+        name: "OKSTRA_FAULT_PAUSE",
+        what: "debug builds only (the tests): NAME@K holds exec the K-th time it reaches the named point, until the file go appears in OKSTRA_FAULT_PAUSE_DIR (it creates reached there first). A release build ignores it.",
+    },
+    Var {
         name: "OKSTRA_FAULT_DIE",
         what: "debug builds only (the tests): a wrapper reaching the named point kills itself with SIGKILL. A release build ignores it.",
     },

@@ -280,6 +280,7 @@ impl<'a> Runner<'a> {
     }
 
     fn run_stage(&mut self, si: usize, indices: &[usize]) {
+        crate::fault::point("stage-start");
         let mut pending: Vec<(usize, u64)> = Vec::new();
         let mut adopted: Vec<Running> = Vec::new();
         let mut ended: Vec<Ended> = Vec::new();

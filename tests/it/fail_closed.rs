@@ -260,25 +260,33 @@ sleep 2"#;
 
 #[test]
 fn a_write_landing_between_two_stages_is_caught_in_the_next() {
-    // Stage 1's worker leaves a background writer behind; its write lands
-    // after stage 1 settled. Stage 2's baseline is stage 1's last walk, so
-    // the write is seen there, not taken in as part of the baseline. The
-    // writer leaves the worker's process group (what stays in it is killed
-    // once the wrapper ended), and the worker waits until it has.
-    let leave = format!(
-        "{WRITE}\nsetsid sh -c 'sleep 0.3; echo late > late.txt' </dev/null >/dev/null 2>&1 &\n\
-         bg=$!; i=0\n\
-         while [ \"$(cut -d' ' -f5 /proc/$bg/stat)\" = \"$(cut -d' ' -f5 /proc/$$/stat)\" ]; do\n\
-         i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done"
-    );
-    let wait = format!("sleep 1\n{WRITE}");
-    let fx = fixture(&[
-        ("one", &[("a", leave.as_str())]),
-        ("two", &[("b", wait.as_str())]),
-    ]);
-    let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
-    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    let jobs = run.json()["jobs"].as_array().unwrap().clone();
+    // A write lands after stage 1 settled and before stage 2 starts (a
+    // background writer some worker left behind would land there): exec is
+    // held at the start of stage 2 (a debug build's pause point) while the
+    // test writes. Stage 2's baseline is stage 1's last walk, so the write
+    // is seen there, not taken in as part of a fresh baseline.
+    let fx = fixture(&[("one", &[("a", WRITE)]), ("two", &[("b", WRITE)])]);
+    let pause = tempfile::tempdir().unwrap();
+    fx.run_env("OKSTRA_FAULT_PAUSE", "stage-start@2")
+        .run_env("OKSTRA_FAULT_PAUSE_DIR", pause.path());
+    let mut exec = fx
+        .command(&["exec", "plan.json", "--format", "json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("exec to reach stage 2", 60, || {
+        pause.path().join("reached").exists()
+    });
+    assert!(fx.p.exists("results/a.md"), "stage 1 ran");
+    assert!(!fx.p.exists("results/b.md"), "stage 2 has not started");
+    std::fs::write(fx.p.path("late.txt"), "late\n").unwrap();
+    std::fs::write(pause.path().join("go"), "").unwrap();
+    let out = exec.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let jobs = report["jobs"].as_array().unwrap();
     assert_eq!(jobs[0]["status"], "completed", "{jobs:?}");
     assert_eq!(jobs[1]["status"], "error", "{jobs:?}");
     assert!(
