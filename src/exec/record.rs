@@ -3,7 +3,7 @@
 //! The events log is the write-ahead record: every [`Event`] goes to its
 //! [`Journal`] first, and a dispatch is committed with `fdatasync` before the
 //! attempt's command may start. Team-state is a projection of the events:
-//! [`rows`] turns an event of a job into the rows it implies, the same way
+//! `rows` turns an event of a job into the rows it implies, the same way
 //! whether the event happens now or is replayed by a later exec to fill rows
 //! a dead executor never wrote ([`Recorder::reconcile`]). The rows go to a
 //! [`Ledger`], written whole at bounded intervals.

@@ -14,7 +14,7 @@
 //!   locally, and a later exec tells an attempt that started from one that
 //!   never did by that sidecar alone.
 //! - Watching: every job of the run in one `squeue` call per poll (at most
-//!   every [`POLL`]). Time a job spends queued is not idleness: the runner
+//!   every `POLL`). Time a job spends queued is not idleness: the runner
 //!   asks [`Dispatch::queued`] and starts the idle clock when the job does.
 //! - Ending: the wrapper's sidecar speaks first. A job Slurm ended without
 //!   it is resumable ([`End::Lost`] for a node failure or preemption, which
@@ -221,7 +221,7 @@ impl Output {
     }
 }
 
-/// Run a Slurm client with `stdin`, within [`CLIENT_TIMEOUT`]. It runs in a
+/// Run a Slurm client with `stdin`, within `CLIENT_TIMEOUT`. It runs in a
 /// process group of its own, so a Ctrl-C meant for exec does not cut an
 /// `sbatch` between submitting and printing the job's id.
 pub fn client(tool: &str, args: &[&str], stdin: Option<&[u8]>) -> Result<Output, String> {
