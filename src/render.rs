@@ -346,7 +346,19 @@ fn root_bypass_warning(job: &Job, offer: &Offer, root: bool) -> Option<String> {
     })
 }
 
+/// One job of the review: what runs it, where its files are, the lines exec
+/// and the wrapper will run, its environment, and what it may write.
 fn job_block(out: &mut String, job: &Job, asked: &mut Asked, offer: &Offer, root: bool) {
+    job_runner_lines(out, job);
+    job_path_lines(out, job);
+    job_command_lines(out, job, asked, offer);
+    job_env_lines(out, job);
+    job_write_lines(out, job, offer, root);
+}
+
+/// The job's name and identity, and who runs it how: provider, model,
+/// backend and limits, Slurm options, pricing, role and dispatch.
+fn job_runner_lines(out: &mut String, job: &Job) {
     say!(out, "  ● {} ({})", job.label(), job.key);
     say!(out, "      identity  {}", identity_line(job));
     let model = if job.model_execution_value.is_empty() {
@@ -384,6 +396,11 @@ fn job_block(out: &mut String, job: &Job, asked: &mut Asked, offer: &Offer, root
             .map(|d| format!(" · id {d}"))
             .unwrap_or_default()
     );
+}
+
+/// The files the job reads and writes: prompt, metadata, result, the
+/// completion paths, its worktree.
+fn job_path_lines(out: &mut String, job: &Job) {
     say!(out, "      prompt    {}", job.prompt_path);
     if let Some(m) = &job.metadata_path {
         say!(out, "      metadata  {m}");
@@ -402,6 +419,13 @@ fn job_block(out: &mut String, job: &Job, asked: &mut Asked, offer: &Offer, root
     if let Some(w) = &job.worktree_path {
         say!(out, "      worktree  {w}");
     }
+}
+
+/// The wrapper line exec starts, and the provider argv that line makes the
+/// wrapper run, read back with the wrapper's own parser (never from the
+/// plan's `providerCommand`), with a note where confinement or the plan
+/// says otherwise.
+fn job_command_lines(out: &mut String, job: &Job, asked: &mut Asked, offer: &Offer) {
     const FRESH: &str = "  (+ a fresh --session-id per attempt)";
     let line = job.worker_argv(job.first_attempt(), None);
     say!(
@@ -432,6 +456,11 @@ fn job_block(out: &mut String, job: &Job, asked: &mut Asked, offer: &Offer, root
             say!(out, "      runs      ({why})");
         }
     }
+}
+
+/// Every `env` entry with its value, a secret-looking one as a short
+/// digest.
+fn job_env_lines(out: &mut String, job: &Job) {
     for (i, (key, value)) in job.env.iter().enumerate() {
         say!(
             out,
@@ -440,6 +469,11 @@ fn job_block(out: &mut String, job: &Job, asked: &mut Asked, offer: &Offer, root
             env_value(key, value)
         );
     }
+}
+
+/// What the job may write, whether it is confined here, and the warning
+/// for a claude job that bypasses permissions as root unconfined.
+fn job_write_lines(out: &mut String, job: &Job, offer: &Offer, root: bool) {
     say!(
         out,
         "      may write {} (policy {}, audit {})",

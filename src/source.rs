@@ -642,82 +642,33 @@ impl Scanner<'_, '_> {
         escaped
     }
 
+    /// Records the value at the cursor (under `key`, named `name`) and all
+    /// it holds, folding a small container into one node; its node's id.
     fn value(&mut self, key: Option<Range<usize>>, name: Name) -> u32 {
         self.ws();
         let start = self.pos;
         let id = self.index.open(start..start, key, name);
         let mark = self.index.pending.len();
         let (children, names) = (self.index.children.len(), self.index.names.len());
-        let mut is_array = false;
-        match self.bytes.get(self.pos) {
+        let is_array = match self.bytes.get(self.pos) {
             Some(b'{') => {
-                self.pos += 1;
-                loop {
-                    self.ws();
-                    match self.bytes.get(self.pos) {
-                        Some(b'}') => {
-                            self.pos += 1;
-                            break;
-                        }
-                        Some(b',') => {
-                            self.pos += 1;
-                            continue;
-                        }
-                        Some(b'"') => {}
-                        _ => break,
-                    }
-                    let key_start = self.pos;
-                    let escaped = self.string();
-                    let key_span = key_start..self.pos;
-                    let name = if escaped {
-                        let decoded: String =
-                            serde_json::from_str(&self.text[key_span.clone()]).unwrap_or_default();
-                        self.index.name(self.text, &decoded)
-                    } else {
-                        Name::Text(key_span.start + 1..key_span.end - 1)
-                    };
-                    self.ws();
-                    if self.bytes.get(self.pos) == Some(&b':') {
-                        self.pos += 1;
-                    }
-                    let child = self.value(Some(key_span), name);
-                    self.index.pending.push(child);
-                }
+                self.members();
+                false
             }
             Some(b'[') => {
-                is_array = true;
-                self.pos += 1;
-                loop {
-                    self.ws();
-                    match self.bytes.get(self.pos) {
-                        Some(b']') => {
-                            self.pos += 1;
-                            break;
-                        }
-                        Some(b',') => {
-                            self.pos += 1;
-                            continue;
-                        }
-                        None => break,
-                        _ => {}
-                    }
-                    let child = self.value(None, Name::None);
-                    self.index.pending.push(child);
-                }
+                self.elements();
+                true
             }
             Some(b'"') => {
                 self.string();
+                false
             }
             Some(_) => {
-                while let Some(&b) = self.bytes.get(self.pos) {
-                    if matches!(b, b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r') {
-                        break;
-                    }
-                    self.pos += 1;
-                }
+                self.scalar();
+                false
             }
-            None => {}
-        }
+            None => false,
+        };
         let container = matches!(self.bytes.get(start), Some(b'{' | b'['));
         let folded = self.fold && container && self.pos - start <= FOLDED;
         if folded {
@@ -730,6 +681,82 @@ impl Scanner<'_, '_> {
         self.index.close(id, mark, Some(self.pos), is_array);
         self.index.nodes[id as usize].folded = folded;
         id
+    }
+
+    /// Records each member of the object whose `{` is at the cursor, and
+    /// moves past its `}`.
+    fn members(&mut self) {
+        self.pos += 1;
+        loop {
+            self.ws();
+            match self.bytes.get(self.pos) {
+                Some(b'}') => {
+                    self.pos += 1;
+                    break;
+                }
+                Some(b',') => {
+                    self.pos += 1;
+                    continue;
+                }
+                Some(b'"') => {}
+                _ => break,
+            }
+            let key_start = self.pos;
+            let escaped = self.string();
+            let key_span = key_start..self.pos;
+            let name = self.key_name(&key_span, escaped);
+            self.ws();
+            if self.bytes.get(self.pos) == Some(&b':') {
+                self.pos += 1;
+            }
+            let child = self.value(Some(key_span), name);
+            self.index.pending.push(child);
+        }
+    }
+
+    /// The name of a key spanning `key_span` (quotes included): the text
+    /// between its quotes, or, where it holds an escape, the key decoded.
+    fn key_name(&mut self, key_span: &Range<usize>, escaped: bool) -> Name {
+        if escaped {
+            let decoded: String =
+                serde_json::from_str(&self.text[key_span.clone()]).unwrap_or_default();
+            self.index.name(self.text, &decoded)
+        } else {
+            Name::Text(key_span.start + 1..key_span.end - 1)
+        }
+    }
+
+    /// Records each element of the array whose `[` is at the cursor, and
+    /// moves past its `]`.
+    fn elements(&mut self) {
+        self.pos += 1;
+        loop {
+            self.ws();
+            match self.bytes.get(self.pos) {
+                Some(b']') => {
+                    self.pos += 1;
+                    break;
+                }
+                Some(b',') => {
+                    self.pos += 1;
+                    continue;
+                }
+                None => break,
+                _ => {}
+            }
+            let child = self.value(None, Name::None);
+            self.index.pending.push(child);
+        }
+    }
+
+    /// Skips a number, `true`, `false` or `null` at the cursor.
+    fn scalar(&mut self) {
+        while let Some(&b) = self.bytes.get(self.pos) {
+            if matches!(b, b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r') {
+                break;
+            }
+            self.pos += 1;
+        }
     }
 }
 

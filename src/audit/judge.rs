@@ -3,7 +3,7 @@
 //! policies that allow it, then each job's attempt gets its verdict from that
 //! one attribution.
 
-use super::compare::{ChangeKind, Changes};
+use super::compare::{ChangeKind, ChangedPath, Changes};
 use crate::plan::{sidecar, WritePolicy};
 use crate::policy::{self, Matcher};
 use serde::{Deserialize, Serialize};
@@ -139,46 +139,8 @@ pub fn attribute<'a>(
     batch: &'a [WritePolicy],
     declared: &[(usize, Vec<String>)],
 ) -> Attributed<'a> {
-    // A policy that does not compile allows nothing: its changes show up.
-    let matchers: Vec<Option<Matcher>> = batch.iter().map(|p| Matcher::new(p).ok()).collect();
-    let mut literal: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut ancestors: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut globbed: Vec<usize> = Vec::new();
-    for (i, p) in batch.iter().enumerate() {
-        let mut has_glob = false;
-        for entry in &p.allow {
-            if policy::is_glob(entry) {
-                has_glob = true;
-            } else if let Some(n) = policy::normalise(entry) {
-                literal.entry(n).or_default().push(i);
-            }
-            // `out/result.md` (or `out/**`) may create `out/`.
-            let mut dir = entry.as_str();
-            while let Some(cut) = dir.rfind('/') {
-                dir = &dir[..cut];
-                let list = ancestors.entry(dir.to_string()).or_default();
-                if list.last() != Some(&i) {
-                    list.push(i);
-                }
-            }
-        }
-        if has_glob {
-            globbed.push(i);
-        }
-    }
-    let implementer_present = batch.iter().any(|p| p.role == "implementer");
-    let mut declarations: HashMap<String, Vec<usize>> = HashMap::new();
-    if implementer_present {
-        for (i, paths) in declared {
-            for p in paths
-                .iter()
-                .filter_map(|p| policy::normalise(p))
-                .filter(|p| !p.is_empty())
-            {
-                declarations.entry(p).or_default().push(*i);
-            }
-        }
-    }
+    let index = PolicyIndex::new(batch);
+    let declarations = declarations(batch, declared);
     let mut view = Attributed {
         changes,
         batch,
@@ -190,63 +152,194 @@ pub fn attribute<'a>(
         covered: 0,
     };
     for (ci, c) in changes.changed.iter().enumerate() {
+        let key = policy::normalise(&c.path).unwrap_or_default();
+        let owners = index.owners(c, &key);
+        // No declaration covers a symlink: a link is only as allowed as its
+        // target (docs/audit.md#the-mutation-audit).
+        let declared_by = declarations.get(&key).filter(|_| c.resolved.is_none());
+        view.place(ci, owners, declared_by);
+    }
+    view
+}
+
+/// The batch's policies indexed so that a change is tried only against the
+/// policies that may allow it: literal entries are looked up, glob
+/// policies are tried one by one.
+struct PolicyIndex {
+    /// Each policy compiled; one that does not compile allows nothing, so
+    /// its changes show up.
+    matchers: Vec<Option<Matcher>>,
+    /// The policies listing each normalised literal entry.
+    literal: HashMap<String, Vec<usize>>,
+    /// The policies that may create each directory above one of their
+    /// entries (`out/result.md`, or `out/**`, may create `out/`).
+    ancestors: HashMap<String, Vec<usize>>,
+    /// The policies with at least one glob entry.
+    globbed: Vec<usize>,
+}
+
+impl PolicyIndex {
+    /// Index every entry of every policy of `batch`.
+    fn new(batch: &[WritePolicy]) -> Self {
+        let mut index = PolicyIndex {
+            matchers: batch.iter().map(|p| Matcher::new(p).ok()).collect(),
+            literal: HashMap::new(),
+            ancestors: HashMap::new(),
+            globbed: Vec::new(),
+        };
+        for (i, p) in batch.iter().enumerate() {
+            let mut has_glob = false;
+            for entry in &p.allow {
+                if policy::is_glob(entry) {
+                    has_glob = true;
+                } else if let Some(n) = policy::normalise(entry) {
+                    index.literal.entry(n).or_default().push(i);
+                }
+                index.add_ancestors(entry, i);
+            }
+            if has_glob {
+                index.globbed.push(i);
+            }
+        }
+        index
+    }
+
+    /// Record that policy `i` may create every directory above `entry`.
+    fn add_ancestors(&mut self, entry: &str, i: usize) {
+        let mut dir = entry;
+        while let Some(cut) = dir.rfind('/') {
+            dir = &dir[..cut];
+            let list = self.ancestors.entry(dir.to_string()).or_default();
+            if list.last() != Some(&i) {
+                list.push(i);
+            }
+        }
+    }
+
+    /// The policies that allow change `c` (its path normalised to `key`),
+    /// in index order; an atomic write's leftover temporary that none
+    /// allows goes to whoever may write what it stands in for.
+    fn owners(&self, c: &ChangedPath, key: &str) -> Vec<usize> {
         let p = c.path.as_str();
-        let key = policy::normalise(p).unwrap_or_default();
-        let mut candidates: Vec<usize> = literal.get(&key).cloned().unwrap_or_default();
-        candidates.extend(globbed.iter().copied());
+        let mut candidates: Vec<usize> = self.literal.get(key).cloned().unwrap_or_default();
+        candidates.extend(self.globbed.iter().copied());
         if c.is_dir {
-            candidates.extend(ancestors.get(p).into_iter().flatten().copied());
+            candidates.extend(self.ancestors.get(p).into_iter().flatten().copied());
         }
         candidates.sort_unstable();
         candidates.dedup();
-        // A symlink is allowed where both it and what it points at are; a
-        // directory where something below it may be written.
         let probe = format!("{p}/_");
-        let mut owners: Vec<usize> = candidates
+        let owners: Vec<usize> = candidates
             .into_iter()
-            .filter(|&i| {
-                let Some(m) = &matchers[i] else { return false };
-                let here = m.allows(p)
-                    || (c.is_dir
-                        && (m.allows(&probe) || ancestors.get(p).is_some_and(|l| l.contains(&i))));
-                here && c.resolved.as_deref().is_none_or(|t| m.allows(t))
-            })
+            .filter(|&i| self.allows(i, c, &probe))
             .collect();
-        // A regular file `.<name>.<pid>.<hex>.tmp` is what an atomic write
-        // of `name` (the wrapper's status sidecar) leaves when it is killed
-        // between writing and renaming: it belongs to whoever may write
-        // `name` itself.
         if owners.is_empty() && !c.is_dir && c.resolved.is_none() {
             if let Some(stand) = temp_stand_in(p) {
-                let key = policy::normalise(&stand).unwrap_or_default();
-                owners = literal
-                    .get(&key)
-                    .into_iter()
-                    .flatten()
-                    .copied()
-                    .filter(|&i| matchers[i].as_ref().is_some_and(|m| m.allows(&stand)))
-                    .collect();
+                return self.literal_owners(&stand);
             }
         }
+        owners
+    }
+
+    /// Whether policy `i` allows change `c`: a symlink where both it and
+    /// what it points at are allowed, a directory where something below it
+    /// (`probe`, the path with `/_` added) may be written.
+    fn allows(&self, i: usize, c: &ChangedPath, probe: &str) -> bool {
+        let Some(m) = &self.matchers[i] else {
+            return false;
+        };
+        let p = c.path.as_str();
+        let here = m.allows(p)
+            || (c.is_dir
+                && (m.allows(probe) || self.ancestors.get(p).is_some_and(|l| l.contains(&i))));
+        here && c.resolved.as_deref().is_none_or(|t| m.allows(t))
+    }
+
+    /// The policies that list `path` literally and allow it. A regular file
+    /// `.<name>.<pid>.<hex>.tmp` is what an atomic write of `name` (the
+    /// wrapper's status sidecar) leaves when it is killed between writing
+    /// and renaming: it belongs to whoever may write `name` itself.
+    fn literal_owners(&self, path: &str) -> Vec<usize> {
+        let key = policy::normalise(path).unwrap_or_default();
+        self.literal
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|&i| self.matchers[i].as_ref().is_some_and(|m| m.allows(path)))
+            .collect()
+    }
+}
+
+/// The declared out-of-plan edits, normalised, each with the implementers
+/// that declared it; none count unless an implementer is in the batch.
+fn declarations(
+    batch: &[WritePolicy],
+    declared: &[(usize, Vec<String>)],
+) -> HashMap<String, Vec<usize>> {
+    let mut declarations: HashMap<String, Vec<usize>> = HashMap::new();
+    if !batch.iter().any(|p| p.role == "implementer") {
+        return declarations;
+    }
+    for (i, paths) in declared {
+        for p in paths
+            .iter()
+            .filter_map(|p| policy::normalise(p))
+            .filter(|p| !p.is_empty())
+        {
+            declarations.entry(p).or_default().push(*i);
+        }
+    }
+    declarations
+}
+
+impl Attributed<'_> {
+    /// Record change `ci` under the policies that own it; one that no
+    /// policy covers belongs to the implementers that declared it
+    /// (`declared_by`), or else to no one: unattributed.
+    fn place(&mut self, ci: usize, owners: Vec<usize>, declared_by: Option<&Vec<usize>>) {
         if owners.is_empty() {
-            match declarations.get(&key).filter(|_| c.resolved.is_none()) {
+            match declared_by {
                 Some(by) => {
                     for &i in by {
-                        view.declared_of[i].push(ci);
+                        self.declared_of[i].push(ci);
                     }
-                    view.declared_by.insert(ci, by.clone());
+                    self.declared_by.insert(ci, by.clone());
                 }
-                None => view.unattributed.push(ci),
+                None => self.unattributed.push(ci),
             }
         } else {
-            view.covered += 1;
+            self.covered += 1;
             for &i in &owners {
-                view.by_policy[i].push(ci);
+                self.by_policy[i].push(ci);
             }
         }
-        view.owners.push(owners);
+        self.owners.push(owners);
     }
-    view
+
+    /// Who the changes job `own` sees belong to, as its summary names them:
+    /// `none`, or the `+`-joined parts in name order.
+    fn attribution(&self, own: usize) -> String {
+        let mine = &self.by_policy[own];
+        let mut parts: BTreeSet<&str> = BTreeSet::new();
+        if !mine.is_empty() {
+            parts.insert("own");
+        }
+        if self.covered > mine.len() || mine.iter().any(|&ci| self.owners[ci].len() > 1) {
+            parts.insert("batch");
+        }
+        if !self.declared_by.is_empty() {
+            parts.insert("out-of-plan");
+        }
+        if !self.unattributed.is_empty() {
+            parts.insert("unattributed");
+        }
+        if parts.is_empty() {
+            "none".to_string()
+        } else {
+            parts.into_iter().collect::<Vec<_>>().join("+")
+        }
+    }
 }
 
 /// The path an atomic write's leftover temporary `dir/.<name>.<pid>.<hex>.tmp`
@@ -270,46 +363,10 @@ pub fn judge_in(
     result_present: bool,
 ) -> AuditResult {
     let policy = &view.batch[own];
-    // The wrapper writes the log and status sidecar of every attempt, failed
-    // or not: they are no sign the worker did anything.
-    let bookkeeping: HashSet<&str> = policy
-        .allow
-        .iter()
-        .filter(|p| p.ends_with(sidecar::LOG) || p.ends_with(sidecar::STATUS))
-        .map(String::as_str)
-        .collect();
     let changed = &view.changes.changed;
-    let mut parts: BTreeSet<&str> = BTreeSet::new();
-    let mut own_mutations = Vec::new();
-    let mut mine: Vec<usize> = Vec::new();
-    for &ci in &view.by_policy[own] {
-        let c = &changed[ci];
-        parts.insert("own");
-        mine.push(ci);
-        // A directory that appeared holds no content of its own: making the
-        // ancestors of an allowed path (`mkdir -p out`) is no sign a failed
-        // attempt left work behind. Files below it are reported in their own
-        // right, and a directory outside every policy is still a violation.
-        let bare_dir = c.is_dir && c.kind == ChangeKind::Added;
-        // So is the temporary of a sidecar write the wrapper was killed in.
-        let kept_book = bookkeeping.contains(c.path.as_str())
-            || (!c.is_dir
-                && temp_stand_in(&c.path).is_some_and(|s| bookkeeping.contains(s.as_str())));
-        if !kept_book && !bare_dir {
-            own_mutations.push(c.path.clone());
-        }
-    }
-    if view.covered > view.by_policy[own].len()
-        || view.by_policy[own]
-            .iter()
-            .any(|&ci| view.owners[ci].len() > 1)
-    {
-        parts.insert("batch");
-    }
+    let mut own_mutations = own_work(view, own);
+    let mut mine: Vec<usize> = view.by_policy[own].clone();
     let mut out_of_plan = Vec::new();
-    if !view.declared_by.is_empty() {
-        parts.insert("out-of-plan");
-    }
     for &ci in &view.declared_of[own] {
         out_of_plan.push(changed[ci].path.clone());
         mine.push(ci);
@@ -317,42 +374,74 @@ pub fn judge_in(
             own_mutations.push(changed[ci].path.clone());
         }
     }
-    let mut violations: Vec<String> = view
+    let violations: Vec<String> = view
         .unattributed
         .iter()
         .map(|&ci| changed[ci].path.clone())
         .collect();
-    if !violations.is_empty() {
-        parts.insert("unattributed");
-        mine.extend(view.unattributed.iter().copied());
-    }
+    mine.extend(view.unattributed.iter().copied());
     mine.sort_unstable();
     mine.dedup();
     let failed = !attempt_succeeded || !result_present;
-    let status = if !violations.is_empty() {
-        Outcome::ContractFailedUnattributed
-    } else if failed && !own_mutations.is_empty() {
-        violations = own_mutations;
-        Outcome::MutationPresentUnresolved
-    } else if failed {
-        Outcome::FailedNoMutation
-    } else {
-        Outcome::Ok
-    };
-    let attribution = if parts.is_empty() {
-        "none".to_string()
-    } else {
-        parts.into_iter().collect::<Vec<_>>().join("+")
-    };
+    let (status, violations) = outcome(violations, own_mutations, failed);
     AuditResult {
         status,
         changed_paths: mine.iter().map(|&ci| changed[ci].path.clone()).collect(),
-        attribution,
+        attribution: view.attribution(own),
         retry_allowed: status == Outcome::FailedNoMutation,
         violations,
         out_of_plan_edits: out_of_plan,
         before_digest: view.changes.before_digest.clone(),
         after_digest: view.changes.after_digest.clone(),
+    }
+}
+
+/// The paths among job `own`'s covered changes that show its worker did
+/// something: not the log and status sidecar the wrapper writes for every
+/// attempt (nor the temporary of a sidecar write it was killed in), and not
+/// a directory that merely appeared.
+fn own_work(view: &Attributed, own: usize) -> Vec<String> {
+    let bookkeeping: HashSet<&str> = view.batch[own]
+        .allow
+        .iter()
+        .filter(|p| p.ends_with(sidecar::LOG) || p.ends_with(sidecar::STATUS))
+        .map(String::as_str)
+        .collect();
+    let mut work = Vec::new();
+    for &ci in &view.by_policy[own] {
+        let c = &view.changes.changed[ci];
+        // A directory that appeared holds no content of its own: making the
+        // ancestors of an allowed path (`mkdir -p out`) is no sign a failed
+        // attempt left work behind. Files below it are reported in their own
+        // right, and a directory outside every policy is still a violation.
+        let bare_dir = c.is_dir && c.kind == ChangeKind::Added;
+        let kept_book = bookkeeping.contains(c.path.as_str())
+            || (!c.is_dir
+                && temp_stand_in(&c.path).is_some_and(|s| bookkeeping.contains(s.as_str())));
+        if !kept_book && !bare_dir {
+            work.push(c.path.clone());
+        }
+    }
+    work
+}
+
+/// The verdict (docs/audit.md#the-mutation-audit), with the paths that make
+/// it: any change outside every policy fails the contract; otherwise a
+/// failed attempt that left work of its own is unresolved, and one that
+/// left none may retry.
+fn outcome(
+    unattributed: Vec<String>,
+    own_mutations: Vec<String>,
+    failed: bool,
+) -> (Outcome, Vec<String>) {
+    if !unattributed.is_empty() {
+        (Outcome::ContractFailedUnattributed, unattributed)
+    } else if failed && !own_mutations.is_empty() {
+        (Outcome::MutationPresentUnresolved, own_mutations)
+    } else if failed {
+        (Outcome::FailedNoMutation, unattributed)
+    } else {
+        (Outcome::Ok, unattributed)
     }
 }
 

@@ -141,19 +141,7 @@ pub(crate) fn walk(
     before: Option<&Snapshot>,
     taken_at_ns: i64,
 ) -> Result<Walked, AuditError> {
-    let w = Walker {
-        ctx,
-        before,
-        racy_from: taken_at_ns - RACY_WINDOW_NS,
-        next: AtomicU32::new(0),
-        listings: Mutex::new(Vec::new()),
-        changes: Mutex::new(Vec::new()),
-        reported: AtomicUsize::new(0),
-        failure: Mutex::new(None),
-        failed: AtomicBool::new(false),
-    };
-    let mut roots = Vec::with_capacity(ctx.roots.len());
-    let mut jobs = Vec::with_capacity(ctx.roots.len());
+    let w = Walker::new(ctx, before, taken_at_ns);
     // Roots gone since the snapshot: everything they held is deleted.
     let mut gone = Reporter {
         dir: "",
@@ -161,72 +149,15 @@ pub(crate) fn walk(
         out: Vec::new(),
         spent: &w.reported,
     };
-    for spec in &ctx.roots {
-        let old = before.and_then(|b| b.roots.iter().find(|r| r.path == spec.disp));
-        let shown = name::escape(&spec.disp).into_owned();
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match rfs::openat(CWD, &spec.abs, flags, Mode::empty()) {
-            Ok(fd) => {
-                let index = w.index()?;
-                roots.push(Root {
-                    path: spec.disp.clone(),
-                    dir: Some(index),
-                });
-                jobs.push(Job {
-                    at: At::Open(fd),
-                    path: Arc::new(PathNode {
-                        parent: None,
-                        name: spec.disp.clone(),
-                    }),
-                    index,
-                    before: old.and_then(|r| r.dir),
-                    area: Area::Tree,
-                    excluded: Some(&spec.excluded),
-                });
-            }
-            // Gone (or never made): what it held is reported deleted.
-            Err(rustix::io::Errno::NOENT) => {
-                roots.push(Root {
-                    path: spec.disp.clone(),
-                    dir: None,
-                });
-                if let (Some(b), Some(d)) = (before, old.and_then(|r| r.dir)) {
-                    gone.deleted_below(b, d, shown)?;
-                }
-            }
-            Err(e) => {
-                let at = name::escape(spec.abs.as_os_str().as_bytes()).into_owned();
-                return Err(AuditError::new(Step::OpenRoot, at, e.into()));
-            }
-        }
-    }
-    // A root the snapshot walked that this walk does not: all of it gone.
-    if let Some(b) = before {
-        for r in &b.roots {
-            if let Some(d) = r
-                .dir
-                .filter(|_| !ctx.roots.iter().any(|s| s.disp == r.path))
-            {
-                gone.deleted_below(b, d, name::escape(&r.path).into_owned())?;
-            }
-        }
-    }
+    let (mut roots, jobs) = w.open_roots(&mut gone)?;
+    w.report_dropped_roots(&mut gone)?;
     let w = &w;
     rayon::scope(|s| {
         for job in jobs {
             s.spawn(move |s| w.visit(s, job));
         }
     });
-    if let Some(e) = w.failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return Err(e);
-    }
-    let listings = std::mem::take(&mut *w.listings.lock().unwrap_or_else(|p| p.into_inner()));
-    let mut numbered: Vec<Option<Vec<Entry>>> = Vec::new();
-    numbered.resize_with(w.next.load(Ordering::Relaxed) as usize, || None);
-    for (i, entries) in listings {
-        numbered[i as usize] = Some(entries);
-    }
-    let dirs = snapshot::into_preorder(&mut roots, numbered);
+    let dirs = w.preorder(&mut roots)?;
     let mut changes = gone.out;
     changes.append(&mut w.changes.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(Walked {
@@ -303,6 +234,32 @@ enum At {
     Under { parent: Arc<OwnedFd>, ino: u64 },
 }
 
+impl At {
+    /// The directory `path` open, refused where another directory took the
+    /// place of the one its parent's listing saw.
+    fn open(self, path: &PathNode) -> Result<OwnedFd, AuditError> {
+        let (parent, ino) = match self {
+            At::Open(fd) => return Ok(fd),
+            At::Under { parent, ino } => (parent, ino),
+        };
+        seam::hit(seam::Point::BeforeOpen, &path.name);
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rfs::openat(&*parent, path.name.as_slice(), flags, Mode::empty())
+            .map_err(|e| AuditError::new(Step::OpenDir, path.shown(), e.into()))?;
+        drop(parent);
+        let st =
+            rfs::fstat(&fd).map_err(|e| AuditError::new(Step::OpenDir, path.shown(), e.into()))?;
+        if st.st_ino as u64 != ino {
+            return Err(AuditError::new(
+                Step::Changed,
+                path.shown(),
+                io::Error::other("another directory took its place"),
+            ));
+        }
+        Ok(fd)
+    }
+}
+
 struct Job<'a> {
     at: At,
     path: Arc<PathNode>,
@@ -327,6 +284,111 @@ struct Walker<'a> {
 }
 
 impl<'a> Walker<'a> {
+    /// A walker of `ctx` that has numbered no directory yet; files changed
+    /// within [`RACY_WINDOW_NS`] of `taken_at_ns` count as racily clean.
+    fn new(ctx: &'a Ctx, before: Option<&'a Snapshot>, taken_at_ns: i64) -> Self {
+        Walker {
+            ctx,
+            before,
+            racy_from: taken_at_ns - RACY_WINDOW_NS,
+            next: AtomicU32::new(0),
+            listings: Mutex::new(Vec::new()),
+            changes: Mutex::new(Vec::new()),
+            reported: AtomicUsize::new(0),
+            failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Open every root: a numbered root and a job for each that is there; a
+    /// root without a listing for each that is gone (or was never made),
+    /// what the snapshot saw in it reported deleted to `gone`.
+    fn open_roots(&self, gone: &mut Reporter) -> Result<(Vec<Root>, Vec<Job<'a>>), AuditError> {
+        let ctx: &'a Ctx = self.ctx;
+        let mut roots = Vec::with_capacity(ctx.roots.len());
+        let mut jobs = Vec::with_capacity(ctx.roots.len());
+        for spec in &ctx.roots {
+            let old = self
+                .before
+                .and_then(|b| b.roots.iter().find(|r| r.path == spec.disp))
+                .and_then(|r| r.dir);
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            match rfs::openat(CWD, &spec.abs, flags, Mode::empty()) {
+                Ok(fd) => {
+                    let index = self.index()?;
+                    roots.push(Root {
+                        path: spec.disp.clone(),
+                        dir: Some(index),
+                    });
+                    jobs.push(Job {
+                        at: At::Open(fd),
+                        path: Arc::new(PathNode {
+                            parent: None,
+                            name: spec.disp.clone(),
+                        }),
+                        index,
+                        before: old,
+                        area: Area::Tree,
+                        excluded: Some(&spec.excluded),
+                    });
+                }
+                // Gone (or never made): what it held is reported deleted.
+                Err(rustix::io::Errno::NOENT) => {
+                    roots.push(Root {
+                        path: spec.disp.clone(),
+                        dir: None,
+                    });
+                    if let (Some(b), Some(d)) = (self.before, old) {
+                        gone.deleted_below(b, d, name::escape(&spec.disp).into_owned())?;
+                    }
+                }
+                Err(e) => {
+                    let at = name::escape(spec.abs.as_os_str().as_bytes()).into_owned();
+                    return Err(AuditError::new(Step::OpenRoot, at, e.into()));
+                }
+            }
+        }
+        Ok((roots, jobs))
+    }
+
+    /// Report to `gone` everything under a root the snapshot walked and
+    /// this walk does not: all of it is deleted.
+    fn report_dropped_roots(&self, gone: &mut Reporter) -> Result<(), AuditError> {
+        let Some(b) = self.before else {
+            return Ok(());
+        };
+        for r in &b.roots {
+            if let Some(d) = r
+                .dir
+                .filter(|_| !self.ctx.roots.iter().any(|s| s.disp == r.path))
+            {
+                gone.deleted_below(b, d, name::escape(&r.path).into_owned())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Once every job has run: the first failure, or the listings, numbered
+    /// as they came, put in preorder under `roots`.
+    fn preorder(&self, roots: &mut [Root]) -> Result<Vec<Vec<Entry>>, AuditError> {
+        if let Some(e) = self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            return Err(e);
+        }
+        let listings =
+            std::mem::take(&mut *self.listings.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut numbered: Vec<Option<Vec<Entry>>> = Vec::new();
+        numbered.resize_with(self.next.load(Ordering::Relaxed) as usize, || None);
+        for (i, entries) in listings {
+            numbered[i as usize] = Some(entries);
+        }
+        Ok(snapshot::into_preorder(roots, numbered))
+    }
+
     fn index(&self) -> Result<u32, AuditError> {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         if i == u32::MAX {
@@ -371,26 +433,7 @@ impl<'a> Walker<'a> {
             area,
             excluded,
         } = job;
-        let fd = match at {
-            At::Open(fd) => fd,
-            At::Under { parent, ino } => {
-                seam::hit(seam::Point::BeforeOpen, &path.name);
-                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                let fd = rfs::openat(&*parent, path.name.as_slice(), flags, Mode::empty())
-                    .map_err(|e| AuditError::new(Step::OpenDir, path.shown(), e.into()))?;
-                drop(parent);
-                let st = rfs::fstat(&fd)
-                    .map_err(|e| AuditError::new(Step::OpenDir, path.shown(), e.into()))?;
-                if st.st_ino as u64 != ino {
-                    return Err(AuditError::new(
-                        Step::Changed,
-                        path.shown(),
-                        io::Error::other("another directory took its place"),
-                    ));
-                }
-                fd
-            }
-        };
+        let fd = at.open(&path)?;
         seam::hit(seam::Point::Opened, &path.name);
         let mut entries = self.list(fd.as_fd(), &path, area, excluded)?;
         let area = area.settle(|name| {
@@ -400,50 +443,8 @@ impl<'a> Walker<'a> {
         if area == Area::GitDir {
             entries.retain(|e| area.keeps(&e.name));
         }
-
-        let hash = |e: &Entry| {
-            hash_at(fd.as_fd(), &e.name, e.ino)
-                .map_err(|(step, err)| AuditError::new(step, path.child_display(&e.name), err))
-        };
-        let mut old_dirs = vec![None; entries.len()];
-        if let Some(before) = self.before {
-            let old_entries: &[Entry] = old.map_or(&[], |d| &before.dirs[d as usize]);
-            if !same_listing(old_entries, &entries) {
-                let dir = path.display();
-                let mut rep = Reporter {
-                    dir: &dir,
-                    project: &self.ctx.project,
-                    out: Vec::new(),
-                    spent: &self.reported,
-                };
-                old_dirs =
-                    compare::diff_listing(before, old_entries, &mut entries, &mut rep, &hash)?;
-                if !rep.out.is_empty() {
-                    self.changes
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .append(&mut rep.out);
-                }
-            } else {
-                for (slot, e) in old_dirs.iter_mut().zip(old_entries) {
-                    *slot = e.dir;
-                }
-            }
-        }
-        // The new listing is a snapshot too: racily clean files get their
-        // hash, and only they (a hash makes the next compare read the file).
-        for e in entries.iter_mut() {
-            if e.kind == Kind::File
-                && (e.mtime_ns >= self.racy_from || e.ctime_ns >= self.racy_from)
-            {
-                if e.hash.is_none() {
-                    e.hash = Some(hash(e)?);
-                }
-            } else {
-                e.hash = None;
-            }
-        }
-
+        let old_dirs = self.diff(fd.as_fd(), &path, old, &mut entries)?;
+        self.hash_racy(fd.as_fd(), &path, &mut entries)?;
         let mut children = Vec::new();
         let parent = Arc::new(fd);
         for (k, e) in entries.iter_mut().enumerate() {
@@ -472,6 +473,65 @@ impl<'a> Walker<'a> {
             .unwrap_or_else(|p| p.into_inner())
             .push((index, entries));
         Ok(children)
+    }
+
+    /// For a compare, report what changed in the directory `path` (open as
+    /// `fd`) since the snapshot's listing of it (`old`), and return, per
+    /// entry, the snapshot's listing of the directory of that name. A
+    /// listing exactly as before reports nothing and builds no path.
+    fn diff(
+        &self,
+        fd: BorrowedFd,
+        path: &PathNode,
+        old: Option<u32>,
+        entries: &mut [Entry],
+    ) -> Result<Vec<Option<u32>>, AuditError> {
+        let Some(before) = self.before else {
+            return Ok(vec![None; entries.len()]);
+        };
+        let old_entries: &[Entry] = old.map_or(&[], |d| &before.dirs[d as usize]);
+        if same_listing(old_entries, entries) {
+            return Ok(old_entries.iter().map(|e| e.dir).collect());
+        }
+        let dir = path.display();
+        let mut rep = Reporter {
+            dir: &dir,
+            project: &self.ctx.project,
+            out: Vec::new(),
+            spent: &self.reported,
+        };
+        let old_dirs = compare::diff_listing(before, old_entries, entries, &mut rep, |e| {
+            hash_entry(fd, path, e)
+        })?;
+        if !rep.out.is_empty() {
+            self.changes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .append(&mut rep.out);
+        }
+        Ok(old_dirs)
+    }
+
+    /// The new listing is a snapshot too: racily clean files get their
+    /// hash, and only they (a hash makes the next compare read the file).
+    fn hash_racy(
+        &self,
+        fd: BorrowedFd,
+        path: &PathNode,
+        entries: &mut [Entry],
+    ) -> Result<(), AuditError> {
+        for e in entries.iter_mut() {
+            if e.kind == Kind::File
+                && (e.mtime_ns >= self.racy_from || e.ctime_ns >= self.racy_from)
+            {
+                if e.hash.is_none() {
+                    e.hash = Some(hash_entry(fd, path, e)?);
+                }
+            } else {
+                e.hash = None;
+            }
+        }
+        Ok(())
     }
 
     /// The audited entries of one directory, sorted by name.
@@ -558,6 +618,13 @@ fn same_listing(old: &[Entry], now: &[Entry]) -> bool {
                 && b.mode == a.mode
                 && b.target == a.target
         })
+}
+
+/// sha256 of the regular file `e` in the directory `path` (open as `fd`),
+/// an error naming it.
+fn hash_entry(fd: BorrowedFd, path: &PathNode, e: &Entry) -> Result<[u8; 32], AuditError> {
+    hash_at(fd, &e.name, e.ino)
+        .map_err(|(step, err)| AuditError::new(step, path.child_display(&e.name), err))
 }
 
 /// sha256 of the regular file `name` in `dir`, which must still be the file

@@ -5,7 +5,7 @@
 
 use super::paths::{self, Field};
 use super::{raw, with_worker, Ctx, Entry, Loaded};
-use crate::diag::Code;
+use crate::diag::{Code, Diagnostic};
 use crate::model::{self, binding_problem, metadata_version, str_of, Manifest, MetaVersion};
 use crate::plan::{Identity, Invocation, V2Identity};
 use crate::schema::SchemaKind;
@@ -121,11 +121,23 @@ pub fn invocation_of(meta: &Meta) -> Option<Invocation> {
     })
 }
 
-/// Checks of the metadata on its own (any manifest version).
+/// Checks of the metadata on its own (any manifest version), each problem
+/// naming the claiming job's worker.
 pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, claim: &Claim) {
     let doc = &meta.loaded.doc;
     let src = &meta.loaded.src;
     let mut out = Vec::new();
+    incomplete(ctx, doc, src, &mut out);
+    out.extend(host_model_problem(ctx, doc, src));
+    out.extend(version_problem(ctx, manifest, doc, src));
+    for d in out {
+        ctx.push(d.worker(claim.identity.label().to_string()));
+    }
+}
+
+/// `metadata/incomplete`: no `digests` or `modelAssignment` object, or no
+/// `invocationId` (docs/manifest.md#invocation-metadata-and-authority).
+fn incomplete(ctx: &Ctx, doc: &Value, src: &SourceFile, out: &mut Vec<Diagnostic>) {
     for key in ["digests", "modelAssignment"] {
         if !doc.get(key).is_some_and(Value::is_object) {
             out.push(
@@ -150,24 +162,38 @@ pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, claim: &C
             .help("every invocation is named by a non-empty invocationId"),
         );
     }
-    if let Some(host) = doc
+}
+
+/// `metadata/invalid`: a `hostModelValue` that is neither a string nor null.
+fn host_model_problem(ctx: &Ctx, doc: &Value, src: &SourceFile) -> Option<Diagnostic> {
+    let host = doc
         .get("modelAssignment")
-        .and_then(|m| m.get("hostModelValue"))
-    {
-        if !(host.is_string() || host.is_null()) {
-            out.push(
-                ctx.at(
-                    src,
-                    Code::MetadataInvalid,
-                    format!("`hostModelValue` must be a string or null, found {host}"),
-                    "/modelAssignment/hostModelValue",
-                )
-                .help("write the host's model name as a string, or null when there is none"),
-            );
-        }
+        .and_then(|m| m.get("hostModelValue"))?;
+    if host.is_string() || host.is_null() {
+        return None;
     }
+    Some(
+        ctx.at(
+            src,
+            Code::MetadataInvalid,
+            format!("`hostModelValue` must be a string or null, found {host}"),
+            "/modelAssignment/hostModelValue",
+        )
+        .help("write the host's model name as a string, or null when there is none"),
+    )
+}
+
+/// Metadata of neither identity version, or v2 metadata whose
+/// `roleExecutionRef` names no role execution of the manifest with the
+/// same participant and label.
+fn version_problem(
+    ctx: &Ctx,
+    manifest: &Manifest,
+    doc: &Value,
+    src: &SourceFile,
+) -> Option<Diagnostic> {
     match metadata_version(doc) {
-        MetaVersion::Mixed => out.push(
+        MetaVersion::Mixed => Some(
             ctx.at(
                 src,
                 Code::IdentityMixedVersions,
@@ -180,38 +206,45 @@ pub fn check_metadata(ctx: &mut Ctx, manifest: &Manifest, meta: &Meta, claim: &C
             )
             .help("the lead writes one consistent identity version into the metadata"),
         ),
-        MetaVersion::V2 => {
-            let re_ref = str_of(doc, "roleExecutionRef");
-            let matches = manifest.role_execution(re_ref).is_some_and(|re| {
-                str_of(re, "participantRef") == str_of(doc, "participantRef")
-                    && str_of(re, "executionLabel") == str_of(doc, "executionLabel")
-            });
-            if !matches {
-                out.push(
-                    ctx.at(
-                        src,
-                        Code::AuthorityRoleExecution,
-                        format!(
-                            "metadata names role execution `{re_ref}`, which the manifest {} ",
-                            if manifest.role_execution(re_ref).is_some() {
-                                "holds with a different participantRef or executionLabel"
-                            } else {
-                                "does not hold"
-                            }
-                        )
-                        .trim_end()
-                        .to_string(),
-                        "/roleExecutionRef",
-                    )
-                    .help("the metadata's roleExecutionRef, participantRef and executionLabel must name one roleExecutions[] row of the manifest"),
-                );
-            }
-        }
-        MetaVersion::V1 => {}
+        MetaVersion::V2 => unknown_role_execution(ctx, manifest, doc, src),
+        MetaVersion::V1 => None,
     }
-    for d in out {
-        ctx.push(d.worker(claim.identity.label().to_string()));
+}
+
+/// `authority/role-execution` for v2 metadata: the role execution its
+/// `roleExecutionRef` names must exist with the same participant and label.
+fn unknown_role_execution(
+    ctx: &Ctx,
+    manifest: &Manifest,
+    doc: &Value,
+    src: &SourceFile,
+) -> Option<Diagnostic> {
+    let re_ref = str_of(doc, "roleExecutionRef");
+    let matches = manifest.role_execution(re_ref).is_some_and(|re| {
+        str_of(re, "participantRef") == str_of(doc, "participantRef")
+            && str_of(re, "executionLabel") == str_of(doc, "executionLabel")
+    });
+    if matches {
+        return None;
     }
+    Some(
+        ctx.at(
+            src,
+            Code::AuthorityRoleExecution,
+            format!(
+                "metadata names role execution `{re_ref}`, which the manifest {} ",
+                if manifest.role_execution(re_ref).is_some() {
+                    "holds with a different participantRef or executionLabel"
+                } else {
+                    "does not hold"
+                }
+            )
+            .trim_end()
+            .to_string(),
+            "/roleExecutionRef",
+        )
+        .help("the metadata's roleExecutionRef, participantRef and executionLabel must name one roleExecutions[] row of the manifest"),
+    )
 }
 
 fn show(v: Option<&Value>) -> String {

@@ -158,121 +158,146 @@ pub fn decide(f: &Facts) -> Decision {
 
 /// The decision before the audit and the policy digest have their say.
 fn base(f: &Facts) -> Decision {
-    let mut d = Decision {
-        status: Status::Error,
-        reason: String::new(),
-        failure_kind: None,
-        exit_code: None,
-        log_error: true,
-        retry: false,
-        resumable: false,
-    };
-    let missing = |d: &mut Decision, prefix: String| {
-        d.reason = if f.missing.is_empty() {
-            prefix
-        } else {
-            format!("{prefix}; missing {}", listed(&f.missing))
-        };
-    };
-    match &f.end {
-        End::Interrupted => {
-            d.reason = "interrupted".into();
-            d.failure_kind = Some(FailureKind::Interrupted);
-            d.resumable = true;
-        }
-        End::Lost(why) => {
-            d.reason = why.clone();
-            d.failure_kind = Some(FailureKind::Lost);
-            d.resumable = true;
-        }
-        End::LaunchFailed(why) => {
-            d.reason = why.clone();
-            d.failure_kind = Some(FailureKind::LaunchFailed);
-            d.resumable = true;
-        }
-        End::Cancelled(why) => {
-            d.reason = why.clone();
-            d.failure_kind = Some(FailureKind::Cancelled);
-            d.resumable = true;
-        }
-        End::TimeLimit(why) => {
-            d.status = Status::Timeout;
-            d.exit_code = Some(WrapperExit::Timeout.code());
-            d.reason = why.clone();
-            d.failure_kind = Some(FailureKind::Timeout);
-        }
-        End::Idle => {
-            d.status = Status::Timeout;
-            d.exit_code = Some(WrapperExit::Timeout.code());
-            d.reason = "worker went idle (its log stopped growing) and was stopped".into();
-            if let Some(line) = &f.last_words {
-                d.reason.push_str(&format!("; its last line: \"{line}\""));
-            }
-            d.failure_kind = Some(FailureKind::Timeout);
-        }
-        End::Exited(_) if f.sidecar.wall_clock => {
-            d.status = Status::Timeout;
-            d.exit_code = Some(WrapperExit::Timeout.code());
-            d.reason = f
-                .sidecar
+    let mut d = match &f.end {
+        End::Interrupted => Decision::no_fault("interrupted".into(), FailureKind::Interrupted),
+        End::Lost(why) => Decision::no_fault(why.clone(), FailureKind::Lost),
+        End::LaunchFailed(why) => Decision::no_fault(why.clone(), FailureKind::LaunchFailed),
+        End::Cancelled(why) => Decision::no_fault(why.clone(), FailureKind::Cancelled),
+        End::TimeLimit(why) => Decision::timed_out(why.clone()),
+        End::Idle => Decision::timed_out(idle_reason(f.last_words.as_deref())),
+        End::Exited(_) if f.sidecar.wall_clock => Decision::timed_out(
+            f.sidecar
                 .error
                 .clone()
-                .unwrap_or_else(|| "wall-clock limit reached".into());
-            d.failure_kind = Some(FailureKind::Timeout);
-        }
-        End::Exited(0) if f.missing.is_empty() => {
-            d.status = Status::Completed;
-            d.exit_code = Some(0);
-            d.log_error = false;
-        }
-        End::Exited(0) => {
-            d.exit_code = Some(0);
-            d.reason = format!(
-                "required worker artifact was not produced: {}",
-                listed(&f.missing)
-            );
-            d.failure_kind = Some(FailureKind::MissingArtifact);
-            d.retry = true;
-        }
-        End::Exited(code) if WrapperExit::ServedModelMismatch.is(*code) => {
-            d.exit_code = Some(*code);
-            d.reason = format!(
-                "the provider served a different model than the one selected (exit {code})"
-            );
-            d.failure_kind = Some(FailureKind::ServedModelMismatch);
-        }
-        End::Exited(code) => {
-            d.exit_code = Some(*code);
-            match (&f.audit_sidecar, f.missing.is_empty()) {
-                (Some(None), true) => {
-                    d.status = Status::Completed;
-                    d.reason = format!("worker wrapper exited {code}, but every completion artifact was written and passed the audit-sidecar contract");
-                }
-                (Some(Some(why)), true) => {
-                    d.reason = format!("worker wrapper exited {code}; the artifacts failed the audit-sidecar contract: {why}");
-                    d.failure_kind = Some(FailureKind::AuditSidecar);
-                }
-                _ => {
-                    missing(&mut d, format!("worker wrapper exited {code}"));
-                    d.failure_kind = Some(FailureKind::Exit);
-                }
-            }
-        }
-    }
-    // The wrapper's own word on why its CLI failed comes first, where the
-    // CLI ended of itself: when exec or the scheduler ended it (an
-    // interrupt, an idle stop, a cancel), the CLI's last words are the
-    // stop's echo (Slurm's "CANCELLED" line), not why it failed.
-    if d.status != Status::Completed && !f.sidecar.wall_clock && matches!(f.end, End::Exited(_)) {
-        if let Some(kind) = &f.sidecar.failure_kind {
-            d.reason = match f.sidecar.error.as_deref().filter(|e| !e.is_empty()) {
-                Some(detail) => format!("{} [{kind}]: {detail}", d.reason),
-                None => format!("{} [{kind}]", d.reason),
-            };
-            d.failure_kind = Some(kind.clone());
-        }
-    }
+                .unwrap_or_else(|| "wall-clock limit reached".into()),
+        ),
+        End::Exited(code) => exited(f, *code),
+    };
+    lead_with_wrappers_word(f, &mut d);
     d
+}
+
+impl Decision {
+    /// An attempt settled as `status` for `reason`: it goes to the error log,
+    /// with no retry and no resume, unless the caller's rule says otherwise.
+    fn settled(status: Status, reason: String, kind: Option<FailureKind>) -> Self {
+        Decision {
+            status,
+            reason,
+            failure_kind: kind,
+            exit_code: None,
+            log_error: true,
+            retry: false,
+            resumable: false,
+        }
+    }
+
+    /// Ended by exec, the machine or an operator, not by its own doing: the
+    /// next exec starts it again outside the retry limit
+    /// (docs/exec.md#crash-safety-and-resume).
+    fn no_fault(reason: String, kind: FailureKind) -> Self {
+        Decision {
+            resumable: true,
+            ..Decision::settled(Status::Error, reason, Some(kind))
+        }
+    }
+
+    /// Stopped by a time limit (the wrapper's wall clock, exec's idle stop,
+    /// the backend's own limit): a `timeout` with the timeout exit code.
+    fn timed_out(reason: String) -> Self {
+        Decision {
+            exit_code: Some(WrapperExit::Timeout.code()),
+            ..Decision::settled(Status::Timeout, reason, Some(FailureKind::Timeout))
+        }
+    }
+}
+
+/// Why exec stopped an idle worker, quoting its last line where it left one.
+fn idle_reason(last_words: Option<&str>) -> String {
+    let mut reason = String::from("worker went idle (its log stopped growing) and was stopped");
+    if let Some(line) = last_words {
+        reason.push_str(&format!("; its last line: \"{line}\""));
+    }
+    reason
+}
+
+/// A wrapper that exited of itself with `code`: completed only where every
+/// completion path was written (docs/exec.md#settling-an-attempt); a
+/// missing path after exit 0 is the one failure that retries
+/// (docs/exec.md#retries).
+fn exited(f: &Facts, code: i32) -> Decision {
+    let mut d = if code == 0 && f.missing.is_empty() {
+        Decision {
+            log_error: false,
+            ..Decision::settled(Status::Completed, String::new(), None)
+        }
+    } else if code == 0 {
+        let reason = format!(
+            "required worker artifact was not produced: {}",
+            listed(&f.missing)
+        );
+        Decision {
+            retry: true,
+            ..Decision::settled(Status::Error, reason, Some(FailureKind::MissingArtifact))
+        }
+    } else if WrapperExit::ServedModelMismatch.is(code) {
+        let reason =
+            format!("the provider served a different model than the one selected (exit {code})");
+        Decision::settled(
+            Status::Error,
+            reason,
+            Some(FailureKind::ServedModelMismatch),
+        )
+    } else {
+        exited_non_zero(f, code)
+    };
+    d.exit_code = Some(code);
+    d
+}
+
+/// A non-zero exit (not the served-model mismatch): rescued as a completion
+/// with a note where every completion path was written and the
+/// audit-sidecar contract holds (docs/exec.md#settling-an-attempt).
+fn exited_non_zero(f: &Facts, code: i32) -> Decision {
+    match (&f.audit_sidecar, f.missing.is_empty()) {
+        (Some(None), true) => Decision::settled(
+            Status::Completed,
+            format!("worker wrapper exited {code}, but every completion artifact was written and passed the audit-sidecar contract"),
+            None,
+        ),
+        (Some(Some(why)), true) => Decision::settled(
+            Status::Error,
+            format!("worker wrapper exited {code}; the artifacts failed the audit-sidecar contract: {why}"),
+            Some(FailureKind::AuditSidecar),
+        ),
+        _ => {
+            let prefix = format!("worker wrapper exited {code}");
+            let reason = if f.missing.is_empty() {
+                prefix
+            } else {
+                format!("{prefix}; missing {}", listed(&f.missing))
+            };
+            Decision::settled(Status::Error, reason, Some(FailureKind::Exit))
+        }
+    }
+}
+
+/// The wrapper's own word on why its CLI failed leads the reason (and names
+/// the kind), but only where the CLI ended of itself: when exec or the
+/// scheduler ended it (an interrupt, an idle stop, a cancel, the wall
+/// clock), the CLI's last words are the stop's echo (Slurm's "CANCELLED"
+/// line), not why it failed.
+fn lead_with_wrappers_word(f: &Facts, d: &mut Decision) {
+    if d.status == Status::Completed || f.sidecar.wall_clock || !matches!(f.end, End::Exited(_)) {
+        return;
+    }
+    if let Some(kind) = &f.sidecar.failure_kind {
+        d.reason = match f.sidecar.error.as_deref().filter(|e| !e.is_empty()) {
+            Some(detail) => format!("{} [{kind}]: {detail}", d.reason),
+            None => format!("{} [{kind}]", d.reason),
+        };
+        d.failure_kind = Some(kind.clone());
+    }
 }
 
 /// The missing paths as a reason lists them, each with why it does not count.

@@ -154,24 +154,7 @@ pub struct Replay {
 /// Fold `events` (the whole log, any plan) into the histories of `plan`'s
 /// jobs.
 pub fn replay(plan: &Plan, jobs: &Jobs, events: impl IntoIterator<Item = Event>) -> Replay {
-    // A state key is unique within a stage; across stages the same key may
-    // appear again, so events are matched to the stage being worked on.
-    let mut index_of: HashMap<&str, Vec<usize>> = HashMap::new();
-    for i in 0..jobs.len() {
-        index_of.entry(jobs.key(i)).or_default().push(i);
-    }
-    let stage_of: Vec<usize> = (0..jobs.len()).map(|i| jobs.stage_of(i)).collect();
-    let mut stage_sizes: Vec<usize> = vec![0; plan.stages.len()];
-    for &s in &stage_of {
-        stage_sizes[s] += 1;
-    }
-    let mut replay = Replay {
-        histories: vec![History::default(); jobs.len()],
-        forged: Vec::new(),
-    };
-    // How many jobs of each stage have completed, in log order.
-    let mut completed_in: Vec<usize> = vec![0; plan.stages.len()];
-    let mut counted: Vec<bool> = vec![false; jobs.len()];
+    let mut fold = Fold::new(plan, jobs);
     let mut n = 0;
     for event in events {
         let head = event.head();
@@ -180,61 +163,127 @@ pub fn replay(plan: &Plan, jobs: &Jobs, events: impl IntoIterator<Item = Event>)
         }
         n += 1;
         let (key, attempt) = (head.worker_key.clone(), head.attempt);
-        let Some(candidates) = index_of.get(key.as_str()) else {
+        let Some(i) = fold.job_of(&key) else {
             continue;
         };
-        // The job of that key in the earliest stage not yet complete.
-        let Some(&i) = candidates
-            .iter()
-            .find(|&&i| !counted[i])
-            .or_else(|| candidates.last())
-        else {
-            continue;
-        };
-        let stage = stage_of[i];
-        // The stage being worked on: the first one not complete yet.
-        let current = (0..plan.stages.len())
-            .find(|&s| completed_in[s] < stage_sizes[s])
-            .unwrap_or(stage);
-        let mut forge = |why: String| {
-            replay.forged.push(Forged {
+        let believed = fold
+            .in_order(i, attempt)
+            .and_then(|()| fold.record(i, event));
+        if let Err(why) = believed {
+            let stage = fold.stage_of[i];
+            fold.replay.forged.push(Forged {
                 index: n,
-                stage: current,
-                worker_key: key.clone(),
+                // The stage being worked on: the first one not complete yet.
+                stage: fold.first_incomplete(plan.stages.len()).unwrap_or(stage),
+                worker_key: key,
                 attempt,
                 why,
             });
-        };
-        if let Some(earlier) = (0..stage).find(|&s| completed_in[s] < stage_sizes[s]) {
-            forge(format!(
+        }
+    }
+    fold.replay
+}
+
+/// A replay under way: the histories so far, and how far each stage got.
+struct Fold<'j> {
+    /// The jobs of each state key, in plan order. A state key is unique
+    /// within a stage; across stages the same key may appear again, so
+    /// events are matched to the stage being worked on.
+    index_of: HashMap<&'j str, Vec<usize>>,
+    /// Each job's stage.
+    stage_of: Vec<usize>,
+    /// How many jobs each stage has.
+    stage_sizes: Vec<usize>,
+    /// How many jobs of each stage have completed, in log order.
+    completed_in: Vec<usize>,
+    /// The jobs counted in `completed_in`.
+    counted: Vec<bool>,
+    replay: Replay,
+}
+
+impl<'j> Fold<'j> {
+    /// Nothing folded yet: every job without a history.
+    fn new(plan: &Plan, jobs: &'j Jobs) -> Self {
+        let mut index_of: HashMap<&str, Vec<usize>> = HashMap::new();
+        for i in 0..jobs.len() {
+            index_of.entry(jobs.key(i)).or_default().push(i);
+        }
+        let stage_of: Vec<usize> = (0..jobs.len()).map(|i| jobs.stage_of(i)).collect();
+        let mut stage_sizes: Vec<usize> = vec![0; plan.stages.len()];
+        for &s in &stage_of {
+            stage_sizes[s] += 1;
+        }
+        Fold {
+            index_of,
+            stage_of,
+            stage_sizes,
+            completed_in: vec![0; plan.stages.len()],
+            counted: vec![false; jobs.len()],
+            replay: Replay {
+                histories: vec![History::default(); jobs.len()],
+                forged: Vec::new(),
+            },
+        }
+    }
+
+    /// The job a record of state key `key` is about: the job of that key in
+    /// the earliest stage not yet complete.
+    fn job_of(&self, key: &str) -> Option<usize> {
+        let candidates = self.index_of.get(key)?;
+        candidates
+            .iter()
+            .find(|&&i| !self.counted[i])
+            .or_else(|| candidates.last())
+            .copied()
+    }
+
+    /// The first of the stages before `end` that has not completed.
+    fn first_incomplete(&self, end: usize) -> Option<usize> {
+        (0..end).find(|&s| self.completed_in[s] < self.stage_sizes[s])
+    }
+
+    /// Whether an executor could have written a record of job `i`'s
+    /// `attempt` now: not while an earlier stage is incomplete, and not for
+    /// an attempt before the latest recorded. `Err` says why not.
+    fn in_order(&self, i: usize, attempt: u64) -> Result<(), String> {
+        let stage = self.stage_of[i];
+        if let Some(earlier) = self.first_incomplete(stage) {
+            return Err(format!(
                 "a record of stage {} while stage {} had not completed",
                 stage + 1,
                 earlier + 1
             ));
-            continue;
         }
-        let history = &mut replay.histories[i];
-        let latest = history.attempts.last().map(|a| a.attempt).unwrap_or(0);
+        let latest = self.replay.histories[i]
+            .attempts
+            .last()
+            .map(|a| a.attempt)
+            .unwrap_or(0);
         if attempt < latest {
-            forge(format!("attempt {attempt} recorded after attempt {latest}"));
-            continue;
+            return Err(format!("attempt {attempt} recorded after attempt {latest}"));
         }
-        let record = history.entry(attempt);
+        Ok(())
+    }
+
+    /// Add `event` to its attempt of job `i`, unless it contradicts what is
+    /// recorded of that attempt: a dispatch after it settled, a settling
+    /// without a dispatch, a retry before it settled. `Err` says which.
+    fn record(&mut self, i: usize, event: Event) -> Result<(), String> {
+        let record = self.replay.histories[i].entry(event.head().attempt);
         match event {
             Event::WorkerDispatched(d) => {
                 if record.settled.is_some() || record.completed {
-                    forge(format!(
+                    return Err(format!(
                         "attempt {} dispatched again after it settled",
                         d.head.attempt
                     ));
-                    continue;
                 }
                 record.dispatched = Some(d);
             }
             Event::WorkerResultCollected(s) | Event::WorkerFailed(s)
                 if record.dispatched.is_none() =>
             {
-                forge(format!(
+                return Err(format!(
                     "attempt {} settled but never dispatched",
                     s.head.attempt
                 ));
@@ -242,25 +291,24 @@ pub fn replay(plan: &Plan, jobs: &Jobs, events: impl IntoIterator<Item = Event>)
             Event::WorkerResultCollected(s) => {
                 record.completed = true;
                 record.settled = Some(s);
-                if !counted[i] {
-                    counted[i] = true;
-                    completed_in[stage] += 1;
+                if !self.counted[i] {
+                    self.counted[i] = true;
+                    self.completed_in[self.stage_of[i]] += 1;
                 }
             }
             Event::WorkerFailed(s) => record.settled = Some(s),
             Event::WorkerRetryScheduled(r) => {
                 if record.settled.is_none() {
-                    forge(format!(
+                    return Err(format!(
                         "a retry of attempt {} before it settled",
                         r.head.attempt
                     ));
-                    continue;
                 }
                 record.retry_scheduled = true;
             }
         }
+        Ok(())
     }
-    replay
 }
 
 #[cfg(test)]

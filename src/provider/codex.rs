@@ -293,52 +293,79 @@ fn login_of(at: &Where) -> Login {
         return Login::Unknown("HOME is not set, so codex's files cannot be found".into());
     };
     let config_path = dir.join("config.toml");
-    let config = match login::toml_file(&config_path) {
-        Found::Read(t) => t,
-        _ => toml::Table::new(),
+    let settings = Settings {
+        cli: overrides(at.argv),
+        config: match login::toml_file(&config_path) {
+            Found::Read(t) => t,
+            _ => toml::Table::new(),
+        },
     };
-    let cli = overrides(at.argv);
-    let setting = |key: &str| -> Option<toml::Value> {
-        match cli.iter().rev().find(|(k, _)| *k == key) {
-            Some((_, v)) => Some(toml_value(v)),
-            None => {
-                let mut parts = key.split('.');
-                let mut here = config.get(parts.next()?)?;
-                for p in parts {
-                    here = here.get(p)?;
-                }
-                Some(here.clone())
-            }
-        }
-    };
-    let provider = setting("model_provider")
+    let provider = settings
+        .get("model_provider")
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_else(|| "openai".into());
     if provider != "openai" {
-        let table = setting(&format!("model_providers.{provider}"));
-        let env_key = table
-            .as_ref()
-            .and_then(|t| t.get("env_key"))
-            .and_then(|k| k.as_str().map(str::to_string))
-            .or_else(|| {
-                setting(&format!("model_providers.{provider}.env_key"))
-                    .and_then(|k| k.as_str().map(str::to_string))
-            });
-        return match env_key {
-            Some(key) if (at.var)(&key).is_some() => Login::Yes(format!(
-                "model provider `{provider}` reads its key from {key}, which is set"
-            )),
-            Some(key) => Login::no(
-                format!("model provider `{provider}` reads its key from {key}, which is not set"),
-                format!("set {key} in the environment okstra runs in"),
-            ),
-            None => Login::Unknown(format!(
-                "model provider `{provider}` names no env_key; whether it needs a login cannot be told"
-            )),
-        };
+        return provider_login(at, &settings, &provider);
     }
-    let auth = dir.join("auth.json");
-    let mut looked = match login::json_file(&auth) {
+    openai_login(at, &dir.join("auth.json"), &config_path, &settings)
+}
+
+/// codex's settings: its `-c` overrides, then its `config.toml`.
+struct Settings<'a> {
+    cli: Vec<(&'a str, &'a str)>,
+    config: toml::Table,
+}
+
+impl Settings<'_> {
+    /// The setting at dotted `key` as codex reads it: the last `-c`
+    /// override of it, else the value in `config.toml`.
+    fn get(&self, key: &str) -> Option<toml::Value> {
+        if let Some((_, v)) = self.cli.iter().rev().find(|(k, _)| *k == key) {
+            return Some(toml_value(v));
+        }
+        let mut parts = key.split('.');
+        let mut here = self.config.get(parts.next()?)?;
+        for p in parts {
+            here = here.get(p)?;
+        }
+        Some(here.clone())
+    }
+}
+
+/// The credential of a model provider other than OpenAI's: whether the
+/// variable its `env_key` names is set.
+fn provider_login(at: &Where, settings: &Settings, provider: &str) -> Login {
+    let table = settings.get(&format!("model_providers.{provider}"));
+    let env_key = table
+        .as_ref()
+        .and_then(|t| t.get("env_key"))
+        .and_then(|k| k.as_str().map(str::to_string))
+        .or_else(|| {
+            settings
+                .get(&format!("model_providers.{provider}.env_key"))
+                .and_then(|k| k.as_str().map(str::to_string))
+        });
+    match env_key {
+        Some(key) if (at.var)(&key).is_some() => Login::Yes(format!(
+            "model provider `{provider}` reads its key from {key}, which is set"
+        )),
+        Some(key) => Login::no(
+            format!("model provider `{provider}` reads its key from {key}, which is not set"),
+            format!("set {key} in the environment okstra runs in"),
+        ),
+        None => Login::Unknown(format!(
+            "model provider `{provider}` names no env_key; whether it needs a login cannot be told"
+        )),
+    }
+}
+
+/// OpenAI's credential, from `auth` (`auth.json`): an API key or ChatGPT
+/// tokens. Where it holds none, why not, with a word on an
+/// `OPENAI_API_KEY` that `codex exec` will not read; where it is absent and
+/// `config.toml` (`config_path`) keeps the login in the system keyring,
+/// unknown.
+fn openai_login(at: &Where, auth: &Path, config_path: &Path, settings: &Settings) -> Login {
+    let mut looked = match login::json_file(auth) {
         Found::Read(doc) => {
             if login::text_at(&doc, "/OPENAI_API_KEY").is_some() {
                 return Login::Yes(format!("API key in {}", auth.display()));
@@ -351,7 +378,7 @@ fn login_of(at: &Where) -> Login {
         }
         Found::Broken(why) => why,
         Found::Absent => {
-            let store = setting("cli_auth_credentials_store");
+            let store = settings.get("cli_auth_credentials_store");
             if let Some(store @ ("keyring" | "auto")) = store.as_ref().and_then(|s| s.as_str()) {
                 return Login::Unknown(format!(
                     "{} keeps codex's login in the system keyring (cli_auth_credentials_store = \"{store}\"), which okstra does not read",

@@ -265,71 +265,137 @@ pub fn merge(
     changes: &Changes,
     out: &mut dyn Write,
 ) -> Result<Result<(), StateError>, StateError> {
+    let io = |e: io::Error| StateError::io(path, e);
     let mut merger = Merger::new(changes);
-    let mut scan = Scan::new(old);
-    let bad = |why: &str| StateError::Parse {
+    let mut doc = Members { out, first: true };
+    doc.out.write_all(b"{").map_err(io)?;
+    let seen = merge_members(path, &mut Scan::new(old), &mut merger, &mut doc)?;
+    add_missing_lists(path, &seen, &mut merger, &mut doc)?;
+    doc.out.write_all(b"\n}\n").map_err(io)?;
+    Ok(merger.drift)
+}
+
+/// The merged document's top-level members as they are written.
+struct Members<'o> {
+    out: &'o mut dyn Write,
+    /// No member written yet: the next key line takes no comma.
+    first: bool,
+}
+
+impl Members<'_> {
+    /// Start the member `key`: its key line, ready for the value.
+    fn key(&mut self, key: &str) -> io::Result<()> {
+        self.out
+            .write_all(if self.first { b"\n  " } else { b",\n  " })?;
+        self.first = false;
+        serde_json::to_writer(&mut *self.out, key)?;
+        self.out.write_all(b": ")
+    }
+}
+
+/// The error for team-state text that is not the document it should be.
+fn not_team_state(path: &Path, why: &str) -> StateError {
+    StateError::Parse {
         path: path.to_path_buf(),
         source: serde::de::Error::custom(why),
-    };
+    }
+}
+
+/// Copy the old text's members to `doc` in their order, merging the lists
+/// that have pending rows; the keys seen. An empty or blank text has none.
+fn merge_members(
+    path: &Path,
+    scan: &mut Scan<impl BufRead>,
+    merger: &mut Merger,
+    doc: &mut Members,
+) -> Result<Vec<String>, StateError> {
     let io = |e: io::Error| StateError::io(path, e);
     let mut seen: Vec<String> = Vec::new();
-    out.write_all(b"{").map_err(io)?;
-    let mut first_key = true;
-    let mut key_line = |out: &mut dyn Write, key: &str| -> io::Result<()> {
-        out.write_all(if first_key { b"\n  " } else { b",\n  " })?;
-        first_key = false;
-        serde_json::to_writer(&mut *out, key)?;
-        out.write_all(b": ")
-    };
     match scan.peek().map_err(io)? {
-        None => {}
-        Some(b'{') => {
-            scan.bump();
-            let mut buf = Vec::new();
-            loop {
-                match scan.peek().map_err(io)? {
-                    Some(b'}') => {
-                        scan.bump();
-                        break;
-                    }
-                    Some(b',') if !seen.is_empty() => scan.bump(),
-                    Some(b'"') => {}
-                    _ => return Err(bad("team-state is not a JSON object")),
-                }
-                buf.clear();
-                scan.value(&mut buf).map_err(io)?;
-                let key: String =
-                    serde_json::from_slice(&buf).map_err(|_| bad("a key that is not a string"))?;
-                if scan.peek().map_err(io)? != Some(b':') {
-                    return Err(bad("a key without a value"));
-                }
-                scan.bump();
-                key_line(out, &key).map_err(io)?;
-                match List::of(&key) {
-                    Some(list) => merge_list(&mut scan, &mut merger, list, out, path)?,
-                    None if ARRAY_KEYS.contains(&key.as_str()) => {
-                        buf.clear();
-                        scan.value(&mut buf).map_err(io)?;
-                        if buf.first() != Some(&b'[') {
-                            return Err(StateError::NotAnArray {
-                                path: path.to_path_buf(),
-                                key,
-                            });
-                        }
-                        out.write_all(&buf).map_err(io)?;
-                    }
-                    None => scan.copy_value(out).map_err(io)?,
-                }
-                seen.push(key);
-            }
-            if scan.peek().map_err(io)?.is_some() {
-                return Err(bad("text after the team-state object"));
-            }
-        }
-        Some(_) => return Err(bad("team-state is not a JSON object")),
+        None => return Ok(seen),
+        Some(b'{') => scan.bump(),
+        Some(_) => return Err(not_team_state(path, "team-state is not a JSON object")),
     }
-    // Lists the file did not have: the well-known ones always, the merged
-    // ones when they have rows.
+    let mut buf = Vec::new();
+    loop {
+        match scan.peek().map_err(io)? {
+            Some(b'}') => {
+                scan.bump();
+                break;
+            }
+            Some(b',') if !seen.is_empty() => scan.bump(),
+            Some(b'"') => {}
+            _ => return Err(not_team_state(path, "team-state is not a JSON object")),
+        }
+        let key = read_key(path, scan, &mut buf)?;
+        doc.key(&key).map_err(io)?;
+        merge_value(path, scan, merger, &key, &mut buf, doc.out)?;
+        seen.push(key);
+    }
+    if scan.peek().map_err(io)?.is_some() {
+        return Err(not_team_state(path, "text after the team-state object"));
+    }
+    Ok(seen)
+}
+
+/// The next member's key, read past the `:` that must follow it (`buf` is
+/// scratch).
+fn read_key(
+    path: &Path,
+    scan: &mut Scan<impl BufRead>,
+    buf: &mut Vec<u8>,
+) -> Result<String, StateError> {
+    let io = |e: io::Error| StateError::io(path, e);
+    buf.clear();
+    scan.value(buf).map_err(io)?;
+    let key: String = serde_json::from_slice(buf)
+        .map_err(|_| not_team_state(path, "a key that is not a string"))?;
+    if scan.peek().map_err(io)? != Some(b':') {
+        return Err(not_team_state(path, "a key without a value"));
+    }
+    scan.bump();
+    Ok(key)
+}
+
+/// Pass the value of member `key` from `scan` to `out`: a list with rows to
+/// merge is merged, another well-known list must be an array, anything
+/// else is copied as it is (`buf` is scratch).
+fn merge_value(
+    path: &Path,
+    scan: &mut Scan<impl BufRead>,
+    merger: &mut Merger,
+    key: &str,
+    buf: &mut Vec<u8>,
+    out: &mut dyn Write,
+) -> Result<(), StateError> {
+    let io = |e: io::Error| StateError::io(path, e);
+    match List::of(key) {
+        Some(list) => merge_list(scan, merger, list, out, path),
+        None if ARRAY_KEYS.contains(&key) => {
+            buf.clear();
+            scan.value(buf).map_err(io)?;
+            if buf.first() != Some(&b'[') {
+                return Err(StateError::NotAnArray {
+                    path: path.to_path_buf(),
+                    key: key.to_string(),
+                });
+            }
+            out.write_all(buf).map_err(io)
+        }
+        None => scan.copy_value(out).map_err(io),
+    }
+}
+
+/// Add the lists the file did not have (`seen` are the keys it had): the
+/// well-known ones always, the merged ones when they have rows, and
+/// `attempts` only then.
+fn add_missing_lists(
+    path: &Path,
+    seen: &[String],
+    merger: &mut Merger,
+    doc: &mut Members,
+) -> Result<(), StateError> {
+    let io = |e: io::Error| StateError::io(path, e);
     for key in ARRAY_KEYS {
         if seen.iter().any(|k| k == key) {
             continue;
@@ -341,14 +407,14 @@ pub fn merge(
         if key == ATTEMPTS && rows.is_empty() {
             continue;
         }
-        key_line(out, key).map_err(io)?;
-        out.write_all(b"[").map_err(io)?;
-        write_rows(out, rows.iter().map(Row::New), false).map_err(io)?;
-        out.write_all(if rows.is_empty() { b"]" } else { b"\n  ]" })
+        doc.key(key).map_err(io)?;
+        doc.out.write_all(b"[").map_err(io)?;
+        write_rows(doc.out, rows.iter().map(Row::New), false).map_err(io)?;
+        doc.out
+            .write_all(if rows.is_empty() { b"]" } else { b"\n  ]" })
             .map_err(io)?;
     }
-    out.write_all(b"\n}\n").map_err(io)?;
-    Ok(merger.drift)
+    Ok(())
 }
 
 /// What team-state's rows say of each dispatch and worker: the status of

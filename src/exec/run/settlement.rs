@@ -8,13 +8,15 @@ use super::{Ended, Runner};
 use crate::audit;
 use crate::diag::WrapperExit;
 use crate::exec::decide;
-use crate::exec::decide::{Audit, End, Facts, Status};
+use crate::exec::decide::{Audit, Decision, End, Facts, Status};
 use crate::exec::event::{Dispatched, Event, Head, RetryScheduled, Settled};
 use crate::exec::record::Then;
 use crate::exec::report::Notice;
+use crate::exec::settle::StatusReport;
 use crate::plan::Job;
 use crate::state::journal::Sync;
 use crate::vocab::{MutationAudit, Role};
+use serde_json::Value;
 use std::path::Path;
 
 impl Runner<'_> {
@@ -111,6 +113,35 @@ impl Runner<'_> {
         let summary;
         (facts.audit, summary) = audit_of(&facts, judge, own);
         let d = decide::decide(&facts);
+        let settled = self.settled(&job, &e, &facts, &d, report, summary);
+        self.usages[i].extend(settled.usage.clone());
+        // A lost attempt found by this exec resumes at once; an interrupted
+        // one is for the next exec.
+        let resume_now = d.resumable && !self.interrupted && matches!(e.end, End::Lost(_));
+        let next = (d.retry || resume_now).then_some(attempt + 1);
+        if !self.record_settlement(&job, &e, &facts, &d, settled, next.is_some()) {
+            return None;
+        }
+        if next.is_none() {
+            let attempts = attempt + 1 - first;
+            self.report(i, d.status.into(), attempts, &d.reason, e.started.elapsed());
+        }
+        next.map(|a| (i, a))
+    }
+
+    /// The settlement record of attempt `e` as `d` decided it, with what
+    /// its status sidecar `report`ed and its audit `summary`. An attempt
+    /// that goes to the error log is appended there first, and the record
+    /// says where.
+    fn settled(
+        &mut self,
+        job: &Job,
+        e: &Ended,
+        facts: &Facts,
+        d: &Decision,
+        report: StatusReport,
+        summary: Option<Value>,
+    ) -> Settled {
         let wrapper_code = match e.end {
             End::Exited(c) => Some(c),
             _ => None,
@@ -119,15 +150,15 @@ impl Runner<'_> {
             let code = d.exit_code.or(wrapper_code).unwrap_or(1);
             let log = self.abs(&job.log_path());
             self.rec.error_log(
-                &job,
-                attempt,
+                job,
+                e.dispatched.head.attempt,
                 i64::from(code),
                 report.duration_ms,
                 &d.reason,
                 (&log, report.log_offset),
             )
         });
-        let settled = Settled {
+        Settled {
             head: self.head_from(&e.dispatched),
             status: d.status,
             reason: d.reason.clone(),
@@ -138,65 +169,63 @@ impl Runner<'_> {
             cli_session_id: report.cli_session_id,
             failure_kind: d.failure_kind.clone(),
             cli_argv: report.argv,
-            usage: report.usage.clone(),
+            usage: report.usage,
             confinement: report.confinement,
             resumable: d.resumable,
             mutation_audit: summary,
             error_log_append,
-        };
-        self.usages[i].extend(report.usage);
-        // A lost attempt found by this exec resumes at once; an interrupted
-        // one is for the next exec.
-        let resume_now = d.resumable && !self.interrupted && matches!(e.end, End::Lost(_));
-        let next = (d.retry || resume_now).then_some(attempt + 1);
+        }
+    }
+
+    /// Record the settlement (to be followed by another attempt where
+    /// `follows`) and the retry `d` schedules, and make them durable before
+    /// anything follows from them (docs/exec.md#crash-safety-and-resume);
+    /// false where they could not be, which ends the run.
+    fn record_settlement(
+        &mut self,
+        job: &Job,
+        e: &Ended,
+        facts: &Facts,
+        d: &Decision,
+        settled: Settled,
+        follows: bool,
+    ) -> bool {
         let event = if d.status == Status::Completed {
             Event::WorkerResultCollected(settled)
         } else {
             Event::WorkerFailed(settled)
         };
-        let then = if next.is_some() {
-            Then::Retry
-        } else {
-            Then::End
-        };
-        self.rec.record_settled(&job, &e.dispatched, &event, then);
+        let then = if follows { Then::Retry } else { Then::End };
+        self.rec.record_settled(job, &e.dispatched, &event, then);
         self.tell(Notice::Recorded { event: &event });
         if d.retry {
             let retry = Event::WorkerRetryScheduled(RetryScheduled {
                 head: self.head_from(&e.dispatched),
                 missing_completion_paths: facts.missing.iter().map(|m| m.path.clone()).collect(),
                 reason: d.reason.clone(),
-                next_attempt: attempt + 1,
+                next_attempt: e.dispatched.head.attempt + 1,
             });
-            self.rec.record(&job, &retry, Then::Retry);
+            self.rec.record(job, &retry, Then::Retry);
             self.tell(Notice::Recorded { event: &retry });
         }
         if d.resumable {
-            self.histories[i].note_resumable();
+            self.histories[e.job].note_resumable();
         }
         crate::fault::point("settle-commit");
         if let Err(err) = self.rec.commit(Sync::None) {
             self.fatal
                 .get_or_insert(format!("cannot record a settlement: {err}"));
-            return None;
+            return false;
         }
-        if next.is_none() {
-            let attempts = attempt + 1 - first;
-            self.report(i, d.status.into(), attempts, &d.reason, e.started.elapsed());
-        }
-        next.map(|a| (i, a))
+        true
     }
 
     /// What an ended attempt's settlement weighs
     /// (docs/exec.md#settling-an-attempt), read from disk, its audit not yet
     /// judged; and what its status sidecar says.
-    pub(super) fn facts_of(
-        &self,
-        job: &Job,
-        e: &Ended,
-    ) -> (Facts, crate::exec::settle::StatusReport) {
+    pub(super) fn facts_of(&self, job: &Job, e: &Ended) -> (Facts, StatusReport) {
         let status_doc = crate::exec::settle::read_status(&self.abs(&job.status_path()));
-        let report = crate::exec::settle::StatusReport::of(status_doc.as_ref(), &e.end);
+        let report = StatusReport::of(status_doc.as_ref(), &e.end);
         let missing = crate::exec::artifacts::judge(
             &self.root,
             &job.completion_paths,
