@@ -269,7 +269,7 @@ fn a_write_landing_between_two_stages_is_caught_in_the_next() {
     let pause = tempfile::tempdir().unwrap();
     fx.run_env("OKSTRA_FAULT_PAUSE", "stage-start@2")
         .run_env("OKSTRA_FAULT_PAUSE_DIR", pause.path());
-    let mut exec = fx
+    let exec = fx
         .command(&["exec", "plan.json", "--format", "json"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
