@@ -392,15 +392,17 @@ impl Recorder {
             identity,
         };
         let path = self.errors.display().to_string();
-        let appended = error_log::fit_record(record.to_map()).and_then(|line| {
-            crate::fault::point("error-log-append");
-            let mut j =
-                Journal::open_with(&self.errors, self.opener.clone()).map_err(|e| e.to_string())?;
-            j.push(&line);
-            j.commit(Sync::None).map_err(|e| e.to_string())?;
-            self.errors_stamp = Some(j.stamp());
-            Ok(())
-        });
+        let appended = error_log::fit_record(record.to_map())
+            .map_err(|e| e.to_string())
+            .and_then(|line| {
+                crate::fault::point("error-log-append");
+                let mut j = Journal::open_with(&self.errors, self.opener.clone())
+                    .map_err(|e| e.to_string())?;
+                j.push(&line);
+                j.commit(Sync::None).map_err(|e| e.to_string())?;
+                self.errors_stamp = Some(j.stamp());
+                Ok(())
+            });
         match appended {
             Ok(()) => json!({"ok": true, "path": path}),
             Err(reason) => json!({"ok": false, "path": path, "reason": reason}),
