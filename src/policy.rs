@@ -131,12 +131,30 @@ pub fn is_glob(s: &str) -> bool {
     s.contains(['*', '?', '[', ']', '{', '}', '\\'])
 }
 
-fn compile(pattern: &str) -> Result<Glob, String> {
+/// Why a write policy's patterns do not compile
+/// (docs/audit.md#write-policies).
+#[derive(Debug, thiserror::Error)]
+pub enum PatternError {
+    /// One pattern, as normalised, that globset cannot parse.
+    #[error("write policy pattern `{pattern}`: {source}")]
+    Pattern {
+        pattern: String,
+        source: globset::Error,
+    },
+    /// The patterns, each parsed, that globset cannot build into one set.
+    #[error("write policy: {0}")]
+    Set(globset::Error),
+}
+
+fn compile(pattern: &str) -> Result<Glob, PatternError> {
     GlobBuilder::new(pattern)
         .literal_separator(true)
         .backslash_escape(true)
         .build()
-        .map_err(|e| format!("write policy pattern `{pattern}`: {e}"))
+        .map_err(|source| PatternError::Pattern {
+            pattern: pattern.to_string(),
+            source,
+        })
 }
 
 /// A compiled policy. `*` stays within one directory, `**` crosses them.
@@ -149,11 +167,11 @@ impl Matcher {
     /// Compile every pattern. A pattern that escapes (see [`normalise`])
     /// matches nothing rather than something wider than written; a pattern
     /// globset cannot parse is an error.
-    pub fn new(p: &WritePolicy) -> Result<Matcher, String> {
+    pub fn new(p: &WritePolicy) -> Result<Matcher, PatternError> {
         Self::from_patterns(&p.allow)
     }
 
-    pub(crate) fn from_patterns(patterns: &[String]) -> Result<Matcher, String> {
+    pub(crate) fn from_patterns(patterns: &[String]) -> Result<Matcher, PatternError> {
         let mut b = GlobSetBuilder::new();
         for pattern in patterns {
             match normalise(pattern) {
@@ -163,7 +181,7 @@ impl Matcher {
                 _ => {}
             }
         }
-        let set = b.build().map_err(|e| format!("write policy: {e}"))?;
+        let set = b.build().map_err(PatternError::Set)?;
         Ok(Matcher { set })
     }
 
@@ -376,6 +394,23 @@ mod tests {
         assert!(m.allows("wt/./a"));
         assert_eq!(normalise("/a/../../x"), None);
         assert_eq!(normalise("a/./b//c/.."), Some("a/b".into()));
+    }
+
+    #[test]
+    fn a_pattern_error_reads_as_it_always_did() {
+        let e = Matcher::new(&policy("x", &["ok/**", "src/[a"])).unwrap_err();
+        assert!(matches!(e, PatternError::Pattern { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "write policy pattern `src/[a`: error parsing glob 'src/[a': \
+             unclosed character class; missing ']'"
+        );
+        // globset's own text after the prefix, whatever made the set fail.
+        let set = PatternError::Set(Glob::new("[a").unwrap_err());
+        assert_eq!(
+            set.to_string(),
+            "write policy: error parsing glob '[a': unclosed character class; missing ']'"
+        );
     }
 
     proptest::proptest! {

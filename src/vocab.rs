@@ -101,9 +101,9 @@ impl fmt::Display for Confinement {
 }
 
 impl FromStr for Confinement {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        from_wire(s).ok_or_else(|| format!("unknown confinement `{s}`"))
+    type Err = UnknownWord;
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
+        from_wire(s).ok_or_else(|| UnknownWord::closed("confinement", s))
     }
 }
 
@@ -126,16 +126,42 @@ fn from_wire<T: serde::de::DeserializeOwned>(s: &str) -> Option<T> {
 }
 
 impl FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        from_wire(s).ok_or_else(|| format!("unknown backend `{s}`"))
+    type Err = UnknownWord;
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
+        from_wire(s).ok_or_else(|| UnknownWord::closed("backend", s))
     }
 }
 
 impl FromStr for MutationAudit {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        from_wire(s).ok_or_else(|| format!("unknown mutation audit `{s}`"))
+    type Err = UnknownWord;
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
+        from_wire(s).ok_or_else(|| UnknownWord::closed("mutation audit", s))
+    }
+}
+
+/// A word a vocabulary does not hold: a closed vocabulary's unknown word, or
+/// a `dispatchKind` that starts `reverify-r` without a round
+/// (`rules/reverify-kind`, docs/spec-format.md#batch-rules). It names the word as written
+/// and what was expected in its place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnknownWord {
+    /// Not a wire name of the closed vocabulary `vocabulary`.
+    #[error("unknown {vocabulary} `{word}`")]
+    Closed {
+        vocabulary: &'static str,
+        word: String,
+    },
+    /// A `reverify-r...` kind whose round is not digits making N >= 1.
+    #[error("dispatchKind `{0}` is not reverify-r<N> with a round N >= 1")]
+    ReverifyKind(String),
+}
+
+impl UnknownWord {
+    fn closed(vocabulary: &'static str, word: &str) -> Self {
+        UnknownWord::Closed {
+            vocabulary,
+            word: word.to_string(),
+        }
     }
 }
 
@@ -163,7 +189,7 @@ impl DispatchKind {
     /// Any kind but a malformed `reverify-r...` (`rules/reverify-kind`,
     /// whose message this returns): `reverify-r<N>` needs N >= 1, digits
     /// only.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, UnknownWord> {
         let round = match text.strip_prefix("reverify-r") {
             None => 1,
             Some(rest) => rest
@@ -172,9 +198,7 @@ impl DispatchKind {
                 .then(|| rest.parse::<u64>().ok())
                 .flatten()
                 .filter(|n| *n >= 1)
-                .ok_or_else(|| {
-                    format!("dispatchKind `{text}` is not reverify-r<N> with a round N >= 1")
-                })?,
+                .ok_or_else(|| UnknownWord::ReverifyKind(text.to_string()))?,
         };
         Ok(DispatchKind {
             text: text.to_string(),
@@ -415,6 +439,27 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_word_reads_as_it_always_did() {
+        let said = |e: UnknownWord| e.to_string();
+        assert_eq!(
+            said("tmux".parse::<Backend>().unwrap_err()),
+            "unknown backend `tmux`"
+        );
+        assert_eq!(
+            said("Batch".parse::<MutationAudit>().unwrap_err()),
+            "unknown mutation audit `Batch`"
+        );
+        assert_eq!(
+            said("strict".parse::<Confinement>().unwrap_err()),
+            "unknown confinement `strict`"
+        );
+        assert_eq!(
+            said(DispatchKind::parse("reverify-rx").unwrap_err()),
+            "dispatchKind `reverify-rx` is not reverify-r<N> with a round N >= 1"
+        );
+    }
+
+    #[test]
     fn terminal_backends_that_mean_panes() {
         for t in ["pane", "tmux-pane", "cmux-pane"] {
             assert_eq!(Backend::for_terminal(t), Backend::Pane);
@@ -443,7 +488,7 @@ mod tests {
             assert!(DispatchKind::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(
-            DispatchKind::parse("reverify-r0").unwrap_err(),
+            DispatchKind::parse("reverify-r0").unwrap_err().to_string(),
             "dispatchKind `reverify-r0` is not reverify-r<N> with a round N >= 1"
         );
     }

@@ -119,10 +119,32 @@ struct Unchecked {
     digest: String,
 }
 
-impl TryFrom<Unchecked> for Snapshot {
-    type Error = String;
+/// Why a stored snapshot cannot be used: another version, or a tree that
+/// does not hold together. Refused, never followed nor replaced by a fresh
+/// one (docs/audit.md#the-audit-fails-closed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BrokenSnapshot {
+    /// Written by an okstra of another sidecar version.
+    #[error("snapshot version {0} (this okstra reads version {SNAPSHOT_VERSION})")]
+    Version(u32),
+    /// A listing referenced out of range, backwards, or twice.
+    #[error("snapshot listing {0} is out of place")]
+    OutOfPlace(u32),
+    /// A listing whose names are not in strictly increasing byte order.
+    #[error("snapshot listing {0} is not sorted")]
+    Unsorted(usize),
+    /// A listing holding an empty name, or one with `/` or NUL in it.
+    #[error("snapshot listing {0} holds an impossible name")]
+    ImpossibleName(usize),
+    /// A listing where an entry that is not a directory points at a listing.
+    #[error("snapshot listing {0}: a non-directory has a listing")]
+    NonDirectoryListed(usize),
+}
 
-    fn try_from(u: Unchecked) -> Result<Self, String> {
+impl TryFrom<Unchecked> for Snapshot {
+    type Error = BrokenSnapshot;
+
+    fn try_from(u: Unchecked) -> Result<Self, BrokenSnapshot> {
         let s = Snapshot {
             version: u.version,
             taken_at_ns: u.taken_at_ns,
@@ -159,18 +181,15 @@ impl Snapshot {
     /// sidecar must be refused, not followed out of bounds or round a loop.
     /// Listings are in preorder, so every reference points forward, and
     /// each listing belongs to one entry or root.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), BrokenSnapshot> {
         if self.version != SNAPSHOT_VERSION {
-            return Err(format!(
-                "snapshot version {} (this okstra reads version {SNAPSHOT_VERSION})",
-                self.version
-            ));
+            return Err(BrokenSnapshot::Version(self.version));
         }
         let mut owned = vec![false; self.dirs.len()];
-        let mut claim = |d: u32, after: Option<usize>| -> Result<(), String> {
+        let mut claim = |d: u32, after: Option<usize>| {
             let i = d as usize;
             if i >= owned.len() || owned[i] || after.is_some_and(|p| i <= p) {
-                return Err(format!("snapshot listing {d} is out of place"));
+                return Err(BrokenSnapshot::OutOfPlace(d));
             }
             owned[i] = true;
             Ok(())
@@ -183,18 +202,16 @@ impl Snapshot {
         for (i, entries) in self.dirs.iter().enumerate() {
             for pair in entries.windows(2) {
                 if pair[0].name >= pair[1].name {
-                    return Err(format!("snapshot listing {i} is not sorted"));
+                    return Err(BrokenSnapshot::Unsorted(i));
                 }
             }
             for e in entries {
                 if e.name.is_empty() || e.name.contains(&b'/') || e.name.contains(&0) {
-                    return Err(format!("snapshot listing {i} holds an impossible name"));
+                    return Err(BrokenSnapshot::ImpossibleName(i));
                 }
                 if let Some(d) = e.dir {
                     if e.kind != Kind::Dir {
-                        return Err(format!(
-                            "snapshot listing {i}: a non-directory has a listing"
-                        ));
+                        return Err(BrokenSnapshot::NonDirectoryListed(i));
                     }
                     claim(d, Some(i))?;
                 }
@@ -370,5 +387,50 @@ mod hex_hash {
             out[i] = u8::from_str_radix(s, 16).map_err(de::Error::custom)?;
         }
         Ok(Some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_snapshot_reads_as_it_always_did() {
+        let said = [
+            BrokenSnapshot::Version(1),
+            BrokenSnapshot::OutOfPlace(7),
+            BrokenSnapshot::Unsorted(0),
+            BrokenSnapshot::ImpossibleName(2),
+            BrokenSnapshot::NonDirectoryListed(3),
+        ]
+        .map(|e| e.to_string());
+        assert_eq!(
+            said,
+            [
+                "snapshot version 1 (this okstra reads version 2)",
+                "snapshot listing 7 is out of place",
+                "snapshot listing 0 is not sorted",
+                "snapshot listing 2 holds an impossible name",
+                "snapshot listing 3: a non-directory has a listing",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_sidecar_of_another_version_is_refused_by_its_check() {
+        let old = Snapshot {
+            version: 1,
+            taken_at_ns: 0,
+            roots: vec![],
+            dirs: vec![],
+            digest: String::new(),
+        };
+        assert_eq!(old.check(), Err(BrokenSnapshot::Version(1)));
+        let e = Snapshot::from_json(&old.to_json()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("snapshot version 1 (this okstra reads version 2)"),
+            "{e}"
+        );
     }
 }

@@ -96,7 +96,7 @@ pub struct WorkerFields {
     #[serde(default, deserialize_with = "texts")]
     pub command: Vec<String>,
     #[serde(default, deserialize_with = "text_map")]
-    pub env: BTreeMap<String, String>,
+    pub env: TextMap,
     #[serde(default, deserialize_with = "texts")]
     pub planned_paths: Vec<String>,
     #[serde(default, deserialize_with = "texts")]
@@ -325,7 +325,12 @@ fn texts_if_present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String
     Value::deserialize(d).map(|v| Some(strings_of(v)))
 }
 
-fn text_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+/// Names to texts, as a worker's `env` is written.
+pub type TextMap = BTreeMap<String, String>;
+
+/// The string members of an object (any other member, or any other value,
+/// reads as absent).
+fn text_map<'de, D: Deserializer<'de>>(d: D) -> Result<TextMap, D::Error> {
     Ok(match Value::deserialize(d)? {
         Value::Object(m) => m
             .into_iter()

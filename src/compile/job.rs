@@ -426,7 +426,7 @@ fn resolve_dispatch_kind(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) -> Opti
     match DispatchKind::parse(text) {
         Ok(kind) => Some(kind),
         Err(msg) => {
-            report_reverify_kind(ctx, src, entry, msg);
+            report_reverify_kind(ctx, src, entry, msg.to_string());
             None
         }
     }

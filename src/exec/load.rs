@@ -35,6 +35,49 @@ pub struct Loaded {
     pub plan: Plan,
 }
 
+/// Why a plan document is not read as a plan
+/// (docs/exec.md#before-anything-starts): another format version
+/// (`plan/version`, the whole message), or a part without the plan's shape
+/// (`plan/unreadable`, after the plan's name).
+#[derive(Debug, thiserror::Error)]
+enum PlanError {
+    /// A `formatVersion` other than this okstra's, as written (`None`:
+    /// absent).
+    #[error(
+        "plan formatVersion {} is not supported by okstra {} (it reads format {})",
+        .0.as_deref().unwrap_or("(absent)"),
+        crate::VERSION,
+        plan::FORMAT_VERSION
+    )]
+    Version(Option<String>),
+    /// `stages` is not an array of objects: what it is instead.
+    #[error("`stages` must be an array of stage objects; it is {0}")]
+    Stages(&'static str),
+    /// A stage's `jobs` is not an array: what it is instead.
+    #[error("`stages[{si}].jobs` must be an array of jobs; it is {what}")]
+    Jobs { si: usize, what: &'static str },
+    /// A value of the head or of a stage's shell (named as in messages,
+    /// `stages[0].name`) that does not parse.
+    #[error("`{at}`: {why}")]
+    Value { at: String, why: String },
+    /// The head does not have the plan's typed shape.
+    #[error("{0}")]
+    Head(serde_json::Error),
+    /// A stage holds a key besides `name` and `jobs`.
+    #[error("a stage holds an unknown key `{0}`")]
+    StageKey(String),
+    /// A stage's `name` is absent or not a string.
+    #[error("a stage without a string `name`")]
+    StageName,
+    /// Job `ji` of stage `si` does not have the job shape.
+    #[error("`stages[{si}].jobs[{ji}]`: {source}")]
+    Job {
+        si: usize,
+        ji: usize,
+        source: serde_json::Error,
+    },
+}
+
 /// An object's keys (the plan's head, a stage's shell), each with its
 /// value as read.
 type RawObject = BTreeMap<String, Member>;
@@ -179,7 +222,7 @@ fn read_from<'de, R: serde_json::de::Read<'de>, U: Send>(
                 )
             }
         })?;
-    check_version(&doc.head).map_err(|m| refuse(Code::PlanVersion, m))?;
+    check_version(&doc.head).map_err(|m| refuse(Code::PlanVersion, m.to_string()))?;
     let recorded = doc
         .head
         .get("digest")
@@ -233,22 +276,17 @@ fn head_text(head: &RawObject) -> String {
     text
 }
 
-fn check_version(head: &RawObject) -> Result<(), String> {
+fn check_version(head: &RawObject) -> Result<(), PlanError> {
     let version = head.get("formatVersion").map(|m| m.raw.get());
     if version.and_then(|v| v.parse::<u64>().ok()) == Some(plan::FORMAT_VERSION) {
         return Ok(());
     }
-    Err(format!(
-        "plan formatVersion {} is not supported by okstra {} (it reads format {})",
-        version.unwrap_or("(absent)"),
-        crate::VERSION,
-        plan::FORMAT_VERSION
-    ))
+    Err(PlanError::Version(version.map(str::to_string)))
 }
 
 /// One job as read: its canonical text, and what the caller keeps of its
 /// typed form, or why it does not have the job shape.
-type ReadJob<U> = (Box<str>, Result<U, String>);
+type ReadJob<U> = (Box<str>, Result<U, PlanError>);
 
 /// The first integer canonical JSON cannot keep exact: its pointer and its
 /// text.
@@ -469,8 +507,8 @@ fn read_job<U>(
     let value: Value = match serde_json::from_str(raw.get()) {
         Ok(v) => v,
         // Text the reader took as one JSON value parses as one.
-        Err(e) => {
-            let why = format!("`stages[{si}].jobs[{ji}]`: {e}");
+        Err(source) => {
+            let why = PlanError::Job { si, ji, source };
             return ((raw.get().into(), Err(why)), None);
         }
     };
@@ -479,7 +517,7 @@ fn read_job<U>(
         .map(|(at, n)| (format!("/stages/{si}/jobs/{ji}{at}"), n.to_string()));
     let job = serde_json::from_value::<Job>(value)
         .map(keep)
-        .map_err(|e| format!("`stages[{si}].jobs[{ji}]`: {e}"));
+        .map_err(|source| PlanError::Job { si, ji, source });
     ((text, job), wide)
 }
 
@@ -503,17 +541,13 @@ struct Read<U> {
 ///
 /// The canonical text is never held whole: the head's and each stage's
 /// are made around the jobs' texts, which were kept, and hashed in turn.
-fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
+fn digest<U>(doc: Doc<U>) -> Result<Read<U>, PlanError> {
     use sha2::{Digest, Sha256};
     let mut inexact: Inexact = None;
     let stages_read = match doc.stages {
         None => None,
         Some(Ok(stages)) => Some(stages),
-        Some(Err(what)) => {
-            return Err(format!(
-                "`stages` must be an array of stage objects; it is {what}"
-            ))
-        }
+        Some(Err(what)) => return Err(PlanError::Stages(what)),
     };
     let place = Place {
         named: "",
@@ -532,11 +566,7 @@ fn digest<U>(doc: Doc<U>) -> Result<Read<U>, String> {
             let jobs = match stage.jobs {
                 None => None,
                 Some(Ok(jobs)) => Some(jobs),
-                Some(Err(what)) => {
-                    return Err(format!(
-                        "`stages[{si}].jobs` must be an array of jobs; it is {what}"
-                    ))
-                }
+                Some(Err(what)) => return Err(PlanError::Jobs { si, what }),
             };
             let (named, pointer) = (format!("stages[{si}]."), format!("/stages/{si}"));
             let place = Place {
@@ -602,12 +632,14 @@ fn shell(
     leave_out: Option<&str>,
     has_list: bool,
     inexact: &mut Inexact,
-) -> Result<(String, String), String> {
+) -> Result<(String, String), PlanError> {
     // Each key with its canonical value; `None` is the list's place.
     let mut members: Vec<(&str, Option<&str>)> = Vec::with_capacity(raw.len() + 1);
     for (k, m) in raw.iter().filter(|(k, _)| Some(k.as_str()) != leave_out) {
-        let (text, wide) =
-            (m.canonical.as_ref()).map_err(|e| format!("`{}{k}`: {e}", place.named))?;
+        let (text, wide) = (m.canonical.as_ref()).map_err(|e| PlanError::Value {
+            at: format!("{}{k}", place.named),
+            why: e.clone(),
+        })?;
         if inexact.is_none() {
             if let Some((at, n)) = wide {
                 let at = format!("{}/{}{at}", place.pointer, pointer_token(k));
@@ -647,17 +679,17 @@ fn pointer_token(key: &str) -> String {
 fn typed<U>(
     head: &str,
     stages: Vec<ParsedStage<U>>,
-) -> Result<(Plan, Vec<Vec<(Box<str>, U)>>), String> {
-    let mut plan: Plan = serde_json::from_str(head).map_err(|e| e.to_string())?;
+) -> Result<(Plan, Vec<Vec<(Box<str>, U)>>), PlanError> {
+    let mut plan: Plan = serde_json::from_str(head).map_err(PlanError::Head)?;
     let mut all = Vec::with_capacity(stages.len());
     for (name, extra, jobs) in stages {
         if let Some(k) = extra.first() {
-            return Err(format!("a stage holds an unknown key `{k}`"));
+            return Err(PlanError::StageKey(k.clone()));
         }
         let name = name
             .as_str()
             .map(str::to_string)
-            .ok_or("a stage without a string `name`")?;
+            .ok_or(PlanError::StageName)?;
         plan.stages.push(Stage {
             name,
             jobs: Vec::new(),
@@ -665,7 +697,7 @@ fn typed<U>(
         let jobs = jobs
             .into_iter()
             .map(|(text, job)| job.map(|job| (text, job)))
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, PlanError>>()?;
         all.push(jobs);
     }
     Ok((plan, all))
@@ -774,6 +806,48 @@ mod tests {
         // Near miss: stages of the plan's shape get as far as the digest.
         let d = refusal(&doc("[{\"name\": \"s\", \"jobs\": []}]"));
         assert_eq!(d.code, Code::PlanDigestMismatch, "{}", d.message);
+    }
+
+    #[test]
+    fn a_plan_error_reads_as_it_always_did() {
+        let json_error = || serde_json::from_str::<u8>("true").unwrap_err();
+        let said = [
+            PlanError::Version(Some("999".into())),
+            PlanError::Version(None),
+            PlanError::Stages("a boolean"),
+            PlanError::Jobs {
+                si: 1,
+                what: "a number",
+            },
+            PlanError::Value {
+                at: "stages[0].x".into(),
+                why: "number out of range".into(),
+            },
+            PlanError::Head(json_error()),
+            PlanError::StageKey("kind".into()),
+            PlanError::StageName,
+            PlanError::Job {
+                si: 0,
+                ji: 2,
+                source: json_error(),
+            },
+        ]
+        .map(|e| e.to_string());
+        let (okstra, format) = (crate::VERSION, plan::FORMAT_VERSION);
+        assert_eq!(
+            said,
+            [
+                format!("plan formatVersion 999 is not supported by okstra {okstra} (it reads format {format})"),
+                format!("plan formatVersion (absent) is not supported by okstra {okstra} (it reads format {format})"),
+                "`stages` must be an array of stage objects; it is a boolean".into(),
+                "`stages[1].jobs` must be an array of jobs; it is a number".into(),
+                "`stages[0].x`: number out of range".into(),
+                "invalid type: boolean `true`, expected u8 at line 1 column 4".into(),
+                "a stage holds an unknown key `kind`".into(),
+                "a stage without a string `name`".into(),
+                "`stages[0].jobs[2]`: invalid type: boolean `true`, expected u8 at line 1 column 4".into(),
+            ]
+        );
     }
 
     #[test]

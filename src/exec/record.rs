@@ -22,7 +22,7 @@ use crate::plan::{Job, Plan};
 use crate::state::attempts::{AttemptId, AttemptOutcome};
 use crate::state::error_log::{self, ErrorRecord};
 use crate::state::journal::{self, Journal, Opener, Stamp, Sync};
-use crate::state::syncer::{Syncer, Ticket, Wake};
+use crate::state::syncer::{RecordError, Syncer, Ticket, Wake};
 use crate::state::team_state::{TeamStateStore, WorkerStatus};
 use crate::state::{Ledger, StateError};
 use serde_json::{json, Map, Value};
@@ -164,7 +164,7 @@ impl Recorder {
     }
 
     /// Whether the commit of `ticket` is durable; why it never will be.
-    pub fn durable(&self, ticket: Ticket) -> Result<bool, String> {
+    pub fn durable(&self, ticket: Ticket) -> Result<bool, RecordError> {
         match &self.syncer {
             Some(syncer) => syncer.durable(ticket),
             None => Ok(true),
@@ -276,12 +276,15 @@ impl Recorder {
     /// Write team-state when it is due (its interval passed, or many rows
     /// are held), the events it reflects made durable first: team-state
     /// never runs ahead of the log it is a view of.
-    pub fn maybe_flush(&mut self) -> Result<(), String> {
+    pub fn maybe_flush(&mut self) -> Result<(), RecordError> {
         if !self.ledger.flush_due() {
             return Ok(());
         }
-        self.commit(Sync::Data).map_err(|e| e.to_string())?;
-        self.ledger.flush().map_err(|e| format!("team-state: {e}"))
+        self.commit(Sync::Data)
+            .map_err(|e| RecordError::Events(Arc::new(e)))?;
+        self.ledger
+            .flush()
+            .map_err(|e| RecordError::TeamState(Arc::new(e)))
     }
 
     pub fn flush(&mut self) -> Result<(), StateError> {
@@ -389,15 +392,17 @@ impl Recorder {
             identity,
         };
         let path = self.errors.display().to_string();
-        let appended = error_log::fit_record(record.to_map()).and_then(|line| {
-            crate::fault::point("error-log-append");
-            let mut j =
-                Journal::open_with(&self.errors, self.opener.clone()).map_err(|e| e.to_string())?;
-            j.push(&line);
-            j.commit(Sync::None).map_err(|e| e.to_string())?;
-            self.errors_stamp = Some(j.stamp());
-            Ok(())
-        });
+        let appended = error_log::fit_record(record.to_map())
+            .map_err(|e| e.to_string())
+            .and_then(|line| {
+                crate::fault::point("error-log-append");
+                let mut j = Journal::open_with(&self.errors, self.opener.clone())
+                    .map_err(|e| e.to_string())?;
+                j.push(&line);
+                j.commit(Sync::None).map_err(|e| e.to_string())?;
+                self.errors_stamp = Some(j.stamp());
+                Ok(())
+            });
         match appended {
             Ok(()) => json!({"ok": true, "path": path}),
             Err(reason) => json!({"ok": false, "path": path, "reason": reason}),

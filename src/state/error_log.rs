@@ -3,12 +3,12 @@
 //! concurrent appenders never interleave and readers never see half a record.
 //!
 //! Writing here is bookkeeping around a dispatch that has already settled, so
-//! nothing in this module fails loudly: problems come back as a string the
-//! caller puts on the event.
+//! nothing in this module fails loudly: problems come back as an
+//! [`ErrorLogError`], whose text the caller puts on the event.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
@@ -36,12 +36,33 @@ const GAP: &str = "\n…\n";
 /// Put in place of the text cut from a shortened string.
 const ELLIPSIS: &str = "…";
 
+/// Why a record was not appended to the error log
+/// (docs/exec.md#the-error-log): reported on the event, never failing the
+/// dispatch.
+#[derive(Debug, thiserror::Error)]
+pub enum ErrorLogError {
+    /// The record is not serialisable JSON.
+    #[error("cannot serialise error record: {0}")]
+    Serialise(serde_json::Error),
+    /// Even shortened, the record's line (newline included) is `bytes`
+    /// long, over [`MAX_RECORD_BYTES`].
+    #[error(
+        "error record is {bytes} bytes even with its text shortened; the limit is {MAX_RECORD_BYTES}"
+    )]
+    TooLong { bytes: usize },
+    /// The line could not be appended to the log at `path`.
+    #[error("cannot append to error log {}: {source}", path.display())]
+    Append { path: PathBuf, source: io::Error },
+}
+
 /// Append `record` to the error log at `path` as one line, shortened to fit
 /// [`MAX_RECORD_BYTES`] if need be (see [`fit_record`]).
-pub fn append_error(path: &Path, record: Map<String, Value>) -> Result<(), String> {
+pub fn append_error(path: &Path, record: Map<String, Value>) -> Result<(), ErrorLogError> {
     let line = fit_record(record)?;
-    fsutil::append_line(path, &line)
-        .map_err(|e| format!("cannot append to error log {}: {e}", path.display()))
+    fsutil::append_line(path, &line).map_err(|source| ErrorLogError::Append {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Serialise `record` into a line that, with its newline, fits in
@@ -53,7 +74,7 @@ pub fn append_error(path: &Path, record: Map<String, Value>) -> Result<(), Strin
 /// nothing; then the longest remaining string fields lose their ends, one at
 /// a time. A record that still does not fit (huge keys, or non-string
 /// values) is refused rather than split.
-pub fn fit_record(mut record: Map<String, Value>) -> Result<String, String> {
+pub fn fit_record(mut record: Map<String, Value>) -> Result<String, ErrorLogError> {
     let limit = MAX_RECORD_BYTES - 1;
     let mut line = serialise(&record)?;
 
@@ -76,16 +97,15 @@ pub fn fit_record(mut record: Map<String, Value>) -> Result<String, String> {
     }
 
     if line.len() > limit {
-        return Err(format!(
-            "error record is {} bytes even with its text shortened; the limit is {MAX_RECORD_BYTES}",
-            line.len() + 1
-        ));
+        return Err(ErrorLogError::TooLong {
+            bytes: line.len() + 1,
+        });
     }
     Ok(line)
 }
 
-fn serialise(record: &Map<String, Value>) -> Result<String, String> {
-    serde_json::to_string(record).map_err(|e| format!("cannot serialise error record: {e}"))
+fn serialise(record: &Map<String, Value>) -> Result<String, ErrorLogError> {
+    serde_json::to_string(record).map_err(ErrorLogError::Serialise)
 }
 
 #[derive(Clone, Copy)]
@@ -453,8 +473,32 @@ mod tests {
     fn write_failures_come_back_as_text() {
         let dir = tempfile::tempdir().unwrap();
         // The log path is a directory: appending fails.
-        let err = append_error(dir.path(), record("x", "y")).unwrap_err();
+        let err = append_error(dir.path(), record("x", "y"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("error log"), "{err}");
+    }
+
+    #[test]
+    fn an_error_log_error_reads_as_it_always_did() {
+        use serde::ser::Error as _;
+        let said = [
+            ErrorLogError::Serialise(serde_json::Error::custom("key must be a string")),
+            ErrorLogError::TooLong { bytes: 12001 },
+            ErrorLogError::Append {
+                path: "/p/errors.jsonl".into(),
+                source: io::Error::from_raw_os_error(21),
+            },
+        ]
+        .map(|e| e.to_string());
+        assert_eq!(
+            said,
+            [
+                "cannot serialise error record: key must be a string",
+                "error record is 12001 bytes even with its text shortened; the limit is 4096",
+                "cannot append to error log /p/errors.jsonl: Is a directory (os error 21)",
+            ]
+        );
     }
 
     #[test]

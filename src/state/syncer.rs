@@ -11,6 +11,7 @@
 //! The thread rings the executor's waker after every sync, so a free slot
 //! waits for the disk, never for the next tick of the loop.
 
+use super::StateError;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -27,6 +28,29 @@ impl Ticket {
     pub const DURABLE: Ticket = Ticket(0);
 }
 
+/// Why records exec wrote could not be made durable, or written: what
+/// they announce must not happen, and the run stops
+/// (docs/exec.md#crash-safety-and-resume). Cheap to clone, since one failed
+/// sync answers for every ticket after it: the sources are shared.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RecordError {
+    /// The sync thread's `fdatasync` of the events log failed.
+    #[error("cannot make {} durable: {source}", path.display())]
+    Sync {
+        path: PathBuf,
+        source: Arc<io::Error>,
+    },
+    /// The sync thread is gone (only after a failure it recorded).
+    #[error("the sync thread ended")]
+    SyncThreadEnded,
+    /// The events log could not be appended to or synced on this thread.
+    #[error(transparent)]
+    Events(Arc<io::Error>),
+    /// Team-state could not be written.
+    #[error("team-state: {0}")]
+    TeamState(Arc<StateError>),
+}
+
 /// Called by the thread after each sync (and on its failure).
 pub type Wake = Box<dyn Fn() + Send>;
 
@@ -34,13 +58,13 @@ struct Shared {
     /// The last ticket made durable.
     done: AtomicU64,
     /// Why a sync failed: no ticket from then on becomes durable.
-    failed: Mutex<Option<String>>,
+    failed: Mutex<Option<RecordError>>,
 }
 
 impl Shared {
     /// Why a sync failed, if one did (a panic elsewhere poisons nothing
     /// here: the reason is plain data).
-    fn failed(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+    fn failed(&self) -> std::sync::MutexGuard<'_, Option<RecordError>> {
         self.failed.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -79,13 +103,13 @@ impl Syncer {
             // The thread is gone: only after a failure it recorded.
             self.shared
                 .failed()
-                .get_or_insert_with(|| "the sync thread ended".into());
+                .get_or_insert(RecordError::SyncThreadEnded);
         }
         Ticket(self.issued)
     }
 
     /// Whether the commit of `ticket` is durable; why it never will be.
-    pub fn durable(&self, ticket: Ticket) -> Result<bool, String> {
+    pub fn durable(&self, ticket: Ticket) -> Result<bool, RecordError> {
         if ticket.0 <= self.shared.done.load(Ordering::Acquire) {
             return Ok(true);
         }
@@ -104,7 +128,10 @@ fn serve(rx: &mpsc::Receiver<(u64, File)>, shared: &Shared, path: &std::path::Pa
         match sync_each(&batch) {
             Ok(()) => shared.done.store(last, Ordering::Release),
             Err(e) => {
-                *shared.failed() = Some(format!("cannot make {} durable: {e}", path.display()));
+                *shared.failed() = Some(RecordError::Sync {
+                    path: path.to_path_buf(),
+                    source: Arc::new(e),
+                });
                 wake();
                 return;
             }
@@ -134,7 +161,7 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    fn wait_for(syncer: &Syncer, ticket: Ticket) -> Result<bool, String> {
+    fn wait_for(syncer: &Syncer, ticket: Ticket) -> Result<bool, RecordError> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match syncer.durable(ticket) {
@@ -154,12 +181,12 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let mut syncer =
             Syncer::start(path, Box::new(move || tx.send(()).unwrap_or_default())).unwrap();
-        assert_eq!(syncer.durable(Ticket::DURABLE), Ok(true));
+        assert!(syncer.durable(Ticket::DURABLE).unwrap());
         let first = syncer.request(file.try_clone().unwrap());
         let second = syncer.request(file.try_clone().unwrap());
         assert!(first < second);
-        assert_eq!(wait_for(&syncer, second), Ok(true));
-        assert_eq!(syncer.durable(first), Ok(true), "an earlier ticket too");
+        assert!(wait_for(&syncer, second).unwrap());
+        assert!(syncer.durable(first).unwrap(), "an earlier ticket too");
         rx.recv_timeout(Duration::from_secs(10))
             .expect("woken after a sync");
     }
@@ -172,12 +199,44 @@ mod tests {
         let bad = File::open("/dev/null").unwrap();
         let mut syncer = Syncer::start(dir.path().join("log"), Box::new(|| ())).unwrap();
         let ok = syncer.request(good.try_clone().unwrap());
-        assert_eq!(wait_for(&syncer, ok), Ok(true));
+        assert!(wait_for(&syncer, ok).unwrap());
         let failing = syncer.request(bad);
         let why = wait_for(&syncer, failing).unwrap_err();
+        assert!(matches!(why, RecordError::Sync { .. }), "{why:?}");
+        let why = why.to_string();
         assert!(why.contains("cannot make") && why.contains("log"), "{why}");
         let later = syncer.request(good);
-        assert_eq!(syncer.durable(later), Err(why), "never durable after");
-        assert_eq!(syncer.durable(ok), Ok(true), "what was durable stays so");
+        assert_eq!(
+            syncer.durable(later).unwrap_err().to_string(),
+            why,
+            "never durable after"
+        );
+        assert!(syncer.durable(ok).unwrap(), "what was durable stays so");
+    }
+
+    #[test]
+    fn a_record_error_reads_as_it_always_did() {
+        let einval = || Arc::new(io::Error::from_raw_os_error(22));
+        let said = [
+            RecordError::Sync {
+                path: "/p/events.jsonl".into(),
+                source: einval(),
+            },
+            RecordError::SyncThreadEnded,
+            RecordError::Events(einval()),
+            RecordError::TeamState(Arc::new(StateError::NotAnObject {
+                path: "/p/team-state.json".into(),
+            })),
+        ]
+        .map(|e| e.to_string());
+        assert_eq!(
+            said,
+            [
+                "cannot make /p/events.jsonl durable: Invalid argument (os error 22)",
+                "the sync thread ended",
+                "Invalid argument (os error 22)",
+                "team-state: /p/team-state.json does not hold a JSON object",
+            ]
+        );
     }
 }

@@ -281,8 +281,8 @@ fn case_of(report: &JobReport, attempts: &[Attempt]) -> TestCase {
 }
 
 impl JunitReport {
-    /// The report as XML.
-    pub fn to_xml(&self) -> Result<String, String> {
+    /// The report as XML; quick-junit's error where it cannot serialise it.
+    pub fn to_xml(&self) -> Result<String, quick_junit::SerializeError> {
         let state = self.state.borrow();
         let mut report = Report::new(self.name.as_str());
         report.set_time(self.started.elapsed());
@@ -305,7 +305,7 @@ impl JunitReport {
             suite.set_time(took);
             report.add_test_suite(suite);
         }
-        report.to_string().map_err(|e| e.to_string())
+        report.to_string()
     }
 
     /// Write the report, whole, through a temporary file renamed into place.
@@ -319,7 +319,7 @@ impl JunitReport {
             .in_file(shown.clone())
             .help("choose a writable --junit path; the run itself is recorded in its state files")
         };
-        let xml = self.to_xml().map_err(&fail)?;
+        let xml = self.to_xml().map_err(|e| fail(e.to_string()))?;
         crate::fsutil::write_atomic(&self.path, xml.as_bytes(), crate::fsutil::Durability::Fsync)
             .map_err(|e| fail(e.to_string()))
     }

@@ -79,7 +79,7 @@ impl Runner<'_> {
             retries.extend(self.settle_with(e, judge, &own));
         }
         if let Err(e) = self.rec.maybe_flush() {
-            self.fatal.get_or_insert(e);
+            self.fatal.get_or_insert(e.to_string());
         }
         retries
     }
@@ -91,7 +91,7 @@ impl Runner<'_> {
         own.extend(self.forged.remove(&si).unwrap_or_default());
         let next = self.settle_with(e, Judge::Off, &own);
         if let Err(e) = self.rec.maybe_flush() {
-            self.fatal.get_or_insert(e);
+            self.fatal.get_or_insert(e.to_string());
         }
         next
     }
