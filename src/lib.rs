@@ -16,6 +16,7 @@ pub mod fault;
 pub mod fsutil;
 pub(crate) mod json_past;
 pub mod model;
+pub mod paths;
 pub mod plan;
 pub mod policy;
 pub mod process;

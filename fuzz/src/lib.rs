@@ -131,7 +131,7 @@ pub fn validate(name: &str, data: &[u8], kind: DocumentKind) {
     let format = Format::for_path(Path::new(name));
     match SourceFile::from_bytes(name, data.to_vec(), format) {
         Ok((doc, src)) => {
-            let mut ctx = Ctx::new(compile::paths::canonical_root(project().root()));
+            let mut ctx = Ctx::new(okstra::paths::canonical_root(project().root()));
             let mut loaded = Loaded { doc, src };
             let path = project().write(name, data);
             check_document(&mut ctx, &mut loaded, kind, &path);

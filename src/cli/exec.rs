@@ -139,7 +139,7 @@ pub fn run(args: &RunArgs) -> ExitStatus {
 /// exec refuses this one with `exec/locked` anyway).
 fn keep_plan(plan: &crate::plan::Plan) -> Result<PathBuf, Diagnostics> {
     let root = Path::new(&plan.project_root);
-    let team = crate::compile::paths::abs_of(root, &plan.run.team_state_path);
+    let team = crate::paths::abs_of(root, &plan.run.team_state_path);
     let run_dir = team.parent().unwrap_or(root);
     let path = run_dir
         .join("plans")

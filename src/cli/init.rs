@@ -13,8 +13,8 @@
 use super::doctor;
 use super::report;
 use crate::beneath::Beneath;
-use crate::compile::paths;
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use crate::paths;
 use crate::provider::Provider;
 use crate::render::shell_word;
 use crate::schema::SchemaKind;

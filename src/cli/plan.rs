@@ -71,7 +71,7 @@ fn record_skips(
         return Ok(Vec::new());
     }
     let root = Path::new(&plan.project_root);
-    let path = compile::paths::abs_of(root, &plan.run.team_state_path);
+    let path = crate::paths::abs_of(root, &plan.run.team_state_path);
     let skips: Vec<(String, String)> = skips
         .iter()
         .map(|s| (s.worker.clone(), s.reason.clone()))

@@ -1,9 +1,9 @@
 //! `okstra status`: the run's workers and dispatches, from team-state.
 
 use super::{report, write_out_with};
-use crate::compile::paths;
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::exec;
+use crate::paths;
 use crate::provider::UsageTotal;
 use crate::render;
 use crate::state::{Rows, WorkerStatus};

@@ -88,7 +88,7 @@ fn guess(path: &Path, has: &dyn Fn(&str) -> bool) -> Kind {
 }
 
 pub fn validate(args: &ValidateArgs) -> ExitStatus {
-    let root = compile::paths::canonical_root(&args.project_root);
+    let root = crate::paths::canonical_root(&args.project_root);
     let mut all = Diagnostics::default();
     let mut checked = Vec::new();
     let mut stdin_read = false;
@@ -131,7 +131,7 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
                 "input",
                 &display,
                 file,
-                compile::paths::Base::CurrentDir,
+                crate::paths::Base::CurrentDir,
                 SourceFormat::for_path(file),
             )
         };

@@ -27,9 +27,9 @@ pub mod settle;
 
 pub use report::JobReport;
 
-use crate::compile::paths;
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::fsutil::FileLock;
+use crate::paths;
 use crate::plan::Plan;
 use crate::state::WorkerStatus;
 use std::path::{Path, PathBuf};

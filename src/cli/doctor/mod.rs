@@ -13,8 +13,8 @@ mod target;
 /// Whether an agent CLI is ready for a worker (`okstra init`).
 pub(super) use providers::ready;
 
-use crate::compile::paths;
 use crate::diag::{Diagnostics, ExitStatus, Format};
+use crate::paths;
 use crate::plan::Plan;
 use crate::provider::Provider;
 use serde::Serialize;

@@ -4,9 +4,9 @@
 //! name.
 
 use super::{check, Check, Level};
-use crate::compile::paths;
 use crate::fsutil::FileLock;
 use crate::model::{str_of, Manifest};
+use crate::paths;
 use crate::provider::Provider;
 use crate::schema::{self, SchemaKind};
 use crate::state::team_state::TeamStateStore;
