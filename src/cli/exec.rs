@@ -11,6 +11,8 @@ use serde_json::json;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -46,11 +48,17 @@ pub struct RunArgs {
     pub format: Format,
 }
 
-fn options(concurrency: Option<usize>, format: Format, junit: Option<PathBuf>) -> Options {
+fn options(
+    concurrency: Option<usize>,
+    format: Format,
+    junit: Option<PathBuf>,
+    interrupt: Arc<AtomicBool>,
+) -> Options {
     Options {
         concurrency,
         format,
         junit,
+        interrupt,
         worker: match std::env::current_exe() {
             Ok(okstra) => exec::backend::WorkerExe::beside(&okstra),
             Err(_) => exec::backend::WorkerExe::subcommand(Path::new("okstra")),
@@ -97,8 +105,24 @@ pub fn exec(args: &ExecArgs) -> ExitStatus {
     if let Err(d) = check_junit(args.junit.as_deref()) {
         return report(&Diagnostics::from(d), args.format);
     }
-    let opts = options(args.concurrency, args.format, args.junit.clone());
-    match exec::exec(&args.plan, &opts) {
+    let verified = match exec::verify(&args.plan) {
+        Ok(v) => v,
+        Err(diags) => return report(&diags, args.format),
+    };
+    // Ctrl-C and SIGTERM stop the run from here on, not the process: exec
+    // stops every worker and records it (docs/exec.md#running-a-stage).
+    let interrupt = match crate::process::interrupt_flag() {
+        Ok(flag) => flag,
+        Err(e) => {
+            let d = Diagnostic::new(
+                Code::ExecState,
+                format!("cannot install signal handlers: {e}"),
+            );
+            return report(&Diagnostics::from(d), args.format);
+        }
+    };
+    let opts = options(args.concurrency, args.format, args.junit.clone(), interrupt);
+    match exec::exec(&verified, &opts) {
         Ok(outcomes) => finish(&outcomes, args.format),
         Err(diags) => report(&diags, args.format),
     }
