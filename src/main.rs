@@ -8,5 +8,5 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    okstra::cli::main().into()
+    okstra::cli::main()
 }

@@ -2,7 +2,7 @@
 //! never drifts from them: shell completions (`okstra completions SHELL`)
 //! and the man pages (`okstra man [COMMAND]`, roff on stdout).
 
-use super::Cli;
+use super::{Cli, Ended};
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use clap::CommandFactory;
 
@@ -22,12 +22,12 @@ pub struct ManArgs {
     pub command: Option<String>,
 }
 
-pub fn completions(args: &CompletionsArgs) -> ExitStatus {
+pub fn completions(args: &CompletionsArgs) -> Ended {
     let mut cmd = Cli::command();
     let mut out = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, "okstra", &mut out);
-    out!("{}", String::from_utf8_lossy(&out));
-    ExitStatus::Success
+    out!("{}", String::from_utf8_lossy(&out))?;
+    Ok(ExitStatus::Success)
 }
 
 /// The top-level command, or the subcommand `name`, named as its man page
@@ -60,10 +60,10 @@ fn page_of(name: Option<&str>) -> Result<clap::Command, Diagnostic> {
         .version(version))
 }
 
-pub fn man(args: &ManArgs) -> ExitStatus {
+pub fn man(args: &ManArgs) -> Ended {
     let page = match page_of(args.command.as_deref()) {
         Ok(p) => p,
-        Err(d) => return super::report(&Diagnostics::from(d), Format::Text),
+        Err(d) => return Ok(super::report(&Diagnostics::from(d), Format::Text)),
     };
     let mut out = Vec::new();
     if let Err(e) = render(page, args.command.as_deref(), &mut out) {
@@ -71,10 +71,10 @@ pub fn man(args: &ManArgs) -> ExitStatus {
             Code::InputInvalid,
             format!("cannot render the man page: {e}"),
         );
-        return super::report(&Diagnostics::from(d), Format::Text);
+        return Ok(super::report(&Diagnostics::from(d), Format::Text));
     }
-    out!("{}", String::from_utf8_lossy(&out));
-    ExitStatus::Success
+    out!("{}", String::from_utf8_lossy(&out))?;
+    Ok(ExitStatus::Success)
 }
 
 /// The page of `page` (the command `command`, or okstra itself): clap's

@@ -11,7 +11,7 @@
 //! without any agent.
 
 use super::doctor;
-use super::report;
+use super::{report, Ended};
 use crate::beneath::Beneath;
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::paths;
@@ -435,7 +435,7 @@ struct Started {
     next: Vec<Vec<String>>,
 }
 
-pub fn init(args: &InitArgs) -> ExitStatus {
+pub fn init(args: &InitArgs) -> Ended {
     let root = paths::canonical_root(&args.project_root);
     if !root.is_dir() {
         let d = Diagnostic::new(
@@ -446,7 +446,7 @@ pub fn init(args: &InitArgs) -> ExitStatus {
             ),
         )
         .help("create it first, or pass --project-root the project's directory");
-        return report(&Diagnostics::from(d), args.format);
+        return Ok(report(&Diagnostics::from(d), args.format));
     }
     let name = root.file_name().map(|n| n.to_string_lossy());
     let key = task_key(&name.unwrap_or_default());
@@ -454,10 +454,10 @@ pub fn init(args: &InitArgs) -> ExitStatus {
     let targets = targets(&key, &workers);
     let refused = refusals(&root, &targets);
     if !refused.is_empty() {
-        return report(&refused, args.format);
+        return Ok(report(&refused, args.format));
     }
     if let Err(d) = write_all(&root, &targets) {
-        return report(&Diagnostics::from(d), args.format);
+        return Ok(report(&Diagnostics::from(d), args.format));
     }
     // The commands name the root only where it is not here.
     let here = std::env::current_dir().and_then(|d| d.canonicalize()).ok();
@@ -472,13 +472,13 @@ pub fn init(args: &InitArgs) -> ExitStatus {
         defaulted: args.providers.is_empty(),
     };
     match args.format {
-        Format::Text => out!("{}", started.text()),
+        Format::Text => out!("{}", started.text())?,
         Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&started.json()).unwrap_or_default()
-        ),
+        )?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }
 
 impl Started {

@@ -1,14 +1,14 @@
 //! The command line: clap definitions and one small handler per command.
 
-/// `println!` for a command's report: a reader that went away ends the
-/// command quietly (see [`write_out`]).
+/// `println!` for a command's report: `Err` (to pass on with `?`) when the
+/// command must end here (see [`write_out`]).
 macro_rules! outln {
     ($($arg:tt)*) => {
         $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*)))
     };
 }
 
-/// `print!` for a command's report (see [`write_out`]).
+/// `print!` for a command's report (see [`write_out`] and [`outln`]).
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::cli::write_out(format_args!($($arg)*))
@@ -32,6 +32,7 @@ use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};
 use std::io::{self, Write};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -137,16 +138,16 @@ pub struct RunTarget {
     pub project_root: PathBuf,
 }
 
-/// Parse the command line, run the command, and return the exit status.
-pub fn main() -> ExitStatus {
+/// Parse the command line, run the command, and return its exit code.
+pub fn main() -> ExitCode {
     let cli = Cli::parse();
     STDERR_COLOR.store(cli.color.for_stderr(), std::sync::atomic::Ordering::Relaxed);
-    match cli.command {
+    let ended = match cli.command {
         Command::Init(args) => init::init(&args),
         Command::Plan(args) => plan::plan(&args),
         Command::Show(args) => plan::show(&args),
-        Command::Exec(args) => exec::exec(&args),
-        Command::Run(args) => exec::run(&args),
+        Command::Exec(args) => Ok(exec::exec(&args)),
+        Command::Run(args) => Ok(exec::run(&args)),
         Command::Status(args) => status::status(&args),
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
@@ -154,12 +155,32 @@ pub fn main() -> ExitStatus {
         Command::Completions(args) => generated::completions(&args),
         Command::Man(args) => generated::man(&args),
         // The same wrapper as `okstra-worker`, for an okstra without it.
-        Command::Worker(args) => std::process::exit(crate::worker::run(&args)),
-        Command::WorkerSlot => std::process::exit(crate::worker::serve("okstra worker-slot")),
+        Command::Worker(args) => return wrapper_exit(crate::worker::run(&args)),
+        Command::WorkerSlot => return wrapper_exit(crate::worker::serve("okstra worker-slot")),
+    };
+    match ended {
+        Ok(status) => status.into(),
+        Err(Cut(code)) => code,
     }
 }
 
-/// Write part of a command's report to stdout, flushed at once.
+/// The wrapper's exit code as the process's: its low eight bits, as
+/// `exit(2)` keeps them.
+fn wrapper_exit(code: i32) -> ExitCode {
+    ExitCode::from(code as u8)
+}
+
+/// How a command ends: with its exit status, or cut short where stdout
+/// would not take its report (see [`write_out`]).
+pub(crate) type Ended = Result<ExitStatus, Cut>;
+
+/// A report stdout would not take: the command ends at once, with this
+/// exit code.
+#[derive(Debug)]
+pub(crate) struct Cut(ExitCode);
+
+/// Write part of a command's report to stdout, flushed at once; `Err` when
+/// the command must end here, with the code it carries.
 ///
 /// The Rust runtime ignores SIGPIPE, so a report piped into `head` gets an
 /// error once `head` has gone; that ends the command quietly, with success,
@@ -167,37 +188,29 @@ pub fn main() -> ExitStatus {
 /// own and let a failed write go: a closed pipe must not end a run half-way;
 /// only a refusal, before anything started, comes through here.) Any other
 /// failure to write is said on stderr and ends the command with exit code 1.
-pub(crate) fn write_out(text: std::fmt::Arguments) {
-    write_out_or(text, ExitStatus::Success)
-}
-
-/// [`write_out`], ending with `on_broken_pipe` when the reader went away.
-fn write_out_or(text: std::fmt::Arguments, on_broken_pipe: ExitStatus) {
+pub(crate) fn write_out(text: std::fmt::Arguments) -> Result<(), Cut> {
     let mut out = io::stdout().lock();
-    wrote(
-        out.write_fmt(text).and_then(|()| out.flush()),
-        on_broken_pipe,
-    )
+    wrote(out.write_fmt(text).and_then(|()| out.flush()))
 }
 
 /// [`write_out`] for a report written piece by piece, through a buffer:
 /// one too large to be held whole first.
-pub(crate) fn write_out_with(write: impl FnOnce(&mut dyn Write) -> io::Result<()>) {
+pub(crate) fn write_out_with(
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), Cut> {
     let mut out = io::BufWriter::new(io::stdout().lock());
     let result = write(&mut out).and_then(|()| out.flush());
-    wrote(result, ExitStatus::Success)
+    wrote(result)
 }
 
 /// How writing a report ended: see [`write_out`].
-fn wrote(result: io::Result<()>, on_broken_pipe: ExitStatus) {
+fn wrote(result: io::Result<()>) -> Result<(), Cut> {
     match result {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-            std::process::exit(on_broken_pipe.code().into())
-        }
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(Cut(ExitStatus::Success.into())),
         Err(e) => {
             let _ = writeln!(io::stderr(), "okstra: cannot write the report: {e}");
-            std::process::exit(1)
+            Err(Cut(ExitCode::from(1)))
         }
     }
 }
@@ -212,15 +225,11 @@ pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
                 .write_text(&mut err, stderr_color())
                 .and_then(|_| err.flush());
         }
-        // Refused input keeps its exit status when nobody reads the report.
+        // Refused input keeps its exit status when nobody reads the report
+        // (or stdout fails otherwise).
         Format::Json => {
             let mut out = io::BufWriter::new(io::stdout().lock());
-            match diags.write_json(&mut out).and_then(|_| out.flush()) {
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                    std::process::exit(diags.exit_status().code().into())
-                }
-                _ => {}
-            }
+            let _ = diags.write_json(&mut out).and_then(|_| out.flush());
         }
     }
     diags.exit_status()

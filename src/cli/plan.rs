@@ -1,6 +1,6 @@
 //! `okstra plan` and `okstra show`.
 
-use super::{report, RunTarget};
+use super::{report, Ended, RunTarget};
 use crate::compile::{self, Request};
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::plan::Plan;
@@ -79,14 +79,14 @@ fn record_skips(
     crate::state::team_state::record_skips(&path, &skips)
 }
 
-pub fn plan(args: &PlanArgs) -> ExitStatus {
+pub fn plan(args: &PlanArgs) -> Ended {
     let compiled = match compile::compile_full(&request(args.spec.clone(), &args.target)) {
         Ok(c) => c,
-        Err(diags) => return report(&diags, args.format),
+        Err(diags) => return Ok(report(&diags, args.format)),
     };
     let plan = compiled.plan;
     if let Err(d) = write_plan(&plan, &args.out) {
-        return report(&Diagnostics::from(d), args.format);
+        return Ok(report(&Diagnostics::from(d), args.format));
     }
     // Roster mode's one documented write besides the plan: pre-run skips on
     // pristine team-state rows (docs/manifest.md#roster-mode).
@@ -113,7 +113,7 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
     }
     let shown = args.out.display().to_string();
     match args.format {
-        Format::Text => out!("{}", render::summary(&plan, &shown)),
+        Format::Text => out!("{}", render::summary(&plan, &shown))?,
         Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
@@ -130,22 +130,22 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
                 "exec": ["okstra", "exec", shown],
             }))
             .unwrap_or_default()
-        ),
+        )?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }
 
-pub fn show(args: &ShowArgs) -> ExitStatus {
+pub fn show(args: &ShowArgs) -> Ended {
     let plan = match crate::exec::load::load(&args.plan) {
         Ok(loaded) => loaded.plan,
-        Err(d) => return report(&Diagnostics::from(d), args.format),
+        Err(d) => return Ok(report(&Diagnostics::from(d), args.format)),
     };
     match args.format {
         Format::Text => out!(
             "{}",
             render::summary(&plan, &args.plan.display().to_string())
-        ),
-        Format::Json => super::write_out(format_args!("{}", plan_text(&plan))),
+        )?,
+        Format::Json => super::write_out(format_args!("{}", plan_text(&plan)))?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }

@@ -1,6 +1,6 @@
 //! `okstra status`: the run's workers and dispatches, from team-state.
 
-use super::{report, write_out_with};
+use super::{report, write_out_with, Ended};
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::exec;
 use crate::paths;
@@ -164,11 +164,11 @@ fn usage_line(stage: &str, t: &UsageTotal) -> Vec<String> {
     ]
 }
 
-pub fn status(args: &StatusArgs) -> ExitStatus {
+pub fn status(args: &StatusArgs) -> Ended {
     let mut text = Vec::new();
     let (team, rows) = match team_state_of(args, &mut text) {
         Ok(found) => found,
-        Err(d) => return report(&Diagnostics::from(d), args.format),
+        Err(d) => return Ok(report(&Diagnostics::from(d), args.format)),
     };
     // One pass over the dispatches: what they spent, and which Slurm jobs
     // still run. Each row is a tree only while it is looked at.
@@ -201,11 +201,11 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
             write_out_with(|out| {
                 serde_json::to_writer_pretty(&mut *out, &report)?;
                 writeln!(out)
-            })
+            })?
         }
-        Format::Text => out!("{}", status_text(&team, &rows, slurm.as_ref(), &spent)),
+        Format::Text => out!("{}", status_text(&team, &rows, slurm.as_ref(), &spent))?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }
 
 /// `okstra status --format json`, written as it is made. Its keys in the

@@ -1,6 +1,6 @@
 //! `okstra validate` and `okstra schema`.
 
-use super::report;
+use super::{report, Ended};
 use crate::compile::{self, conformance, Ctx, Loaded};
 use crate::diag::{Code, Diagnostics, ExitStatus, Format};
 use crate::schema::SchemaKind;
@@ -87,7 +87,7 @@ fn guess(path: &Path, has: &dyn Fn(&str) -> bool) -> Kind {
     }
 }
 
-pub fn validate(args: &ValidateArgs) -> ExitStatus {
+pub fn validate(args: &ValidateArgs) -> Ended {
     let root = crate::paths::canonical_root(&args.project_root);
     let mut all = Diagnostics::default();
     let mut checked = Vec::new();
@@ -156,20 +156,20 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         ));
     }
     if !all.is_empty() {
-        return report(&all, args.format);
+        return Ok(report(&all, args.format));
     }
     match args.format {
         Format::Text => {
             for (file, kind) in &checked {
-                outln!("ok: {file} ({})", kind_name(*kind));
+                outln!("ok: {file} ({})", kind_name(*kind))?;
             }
         }
         Format::Json => outln!(
             "{}",
             serde_json::json!({"ok": true, "files": checked.iter().map(|(f, k)| serde_json::json!({"file": f, "kind": kind_name(*k)})).collect::<Vec<_>>()})
-        ),
+        )?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }
 
 /// Whether `file` is a plan (named so by `--kind`, or by its name and
@@ -312,7 +312,7 @@ fn kind_name(kind: Kind) -> &'static str {
     }
 }
 
-pub fn schema(args: &SchemaArgs) -> ExitStatus {
+pub fn schema(args: &SchemaArgs) -> Ended {
     let kinds: Vec<SchemaKind> = match &args.name {
         None => SchemaKind::ALL.to_vec(),
         Some(name) => match SchemaKind::from_name(name) {
@@ -324,7 +324,7 @@ pub fn schema(args: &SchemaArgs) -> ExitStatus {
                     format!("no schema named `{name}`"),
                 )
                 .help(format!("choose one of: {}", names.join(", ")));
-                return report(&Diagnostics::from(d), args.format);
+                return Ok(report(&Diagnostics::from(d), args.format));
             }
         },
     };
@@ -343,19 +343,19 @@ pub fn schema(args: &SchemaArgs) -> ExitStatus {
                     )
                     .in_file(path.display().to_string())
                     .help("choose a writable --out directory");
-                    return report(&Diagnostics::from(d), args.format);
+                    return Ok(report(&Diagnostics::from(d), args.format));
                 }
                 if args.format == Format::Text {
-                    outln!("wrote {}", path.display());
+                    outln!("wrote {}", path.display())?;
                 }
                 wrote.push(path.display().to_string());
             }
             if args.format == Format::Json {
-                outln!("{}", serde_json::json!({"ok": true, "wrote": wrote}));
+                outln!("{}", serde_json::json!({"ok": true, "wrote": wrote}))?;
             }
         }
         // A schema is JSON already: printed byte for byte in either format.
-        None if args.name.is_some() => out!("{}", kinds[0].text()),
+        None if args.name.is_some() => out!("{}", kinds[0].text())?,
         None => match args.format {
             Format::Json => outln!(
                 "{}",
@@ -364,14 +364,14 @@ pub fn schema(args: &SchemaArgs) -> ExitStatus {
                     "schemas": kinds.iter().map(entry).collect::<Vec<_>>(),
                 }))
                 .unwrap_or_default()
-            ),
+            )?,
             Format::Text => {
                 for k in &kinds {
-                    outln!("{:<11} {}", k.name(), k.file_name());
+                    outln!("{:<11} {}", k.name(), k.file_name())?;
                 }
-                outln!("\nPrint one with `okstra schema NAME`, or write them all with `okstra schema --out DIR`.");
+                outln!("\nPrint one with `okstra schema NAME`, or write them all with `okstra schema --out DIR`.")?;
             }
         },
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }

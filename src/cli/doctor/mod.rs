@@ -13,6 +13,7 @@ mod target;
 /// Whether an agent CLI is ready for a worker (`okstra init`).
 pub(super) use providers::ready;
 
+use super::{Cut, Ended};
 use crate::diag::{Diagnostics, ExitStatus, Format};
 use crate::paths;
 use crate::plan::Plan;
@@ -130,7 +131,7 @@ pub fn version_of(program: &Path, timeout: Duration) -> Result<String, String> {
 /// Check what a run needs, in this order: okstra's own schemas, the target
 /// (a plan, or a spec planned in memory), the run's manifest and its
 /// state, then the machine, backends and providers the jobs use.
-pub fn doctor(args: &DoctorArgs) -> ExitStatus {
+pub fn doctor(args: &DoctorArgs) -> Ended {
     let mut root = paths::canonical_root(&args.project_root);
     let mut manifest = args.manifest.as_deref().map(absolute);
     let mut checks = vec![machine::schemas()];
@@ -159,12 +160,12 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
     }
     checks.extend(used_checks(plan.as_ref(), named.as_deref(), &root));
     let failed = checks.iter().filter(|c| c.status == Level::Fail).count();
-    report(args, &checks, &errors, failed);
-    if failed == 0 {
+    report(args, &checks, &errors, failed)?;
+    Ok(if failed == 0 {
         ExitStatus::Success
     } else {
         ExitStatus::InvalidInput
-    }
+    })
 }
 
 /// `path` as given, taken from the current directory if relative.
@@ -268,14 +269,19 @@ fn plural(n: usize, word: &str) -> String {
     format!("{n} {word}{}", if n == 1 { "" } else { "s" })
 }
 
-fn report(args: &DoctorArgs, checks: &[Check], errors: &Diagnostics, failed: usize) {
+fn report(
+    args: &DoctorArgs,
+    checks: &[Check],
+    errors: &Diagnostics,
+    failed: usize,
+) -> Result<(), Cut> {
     match args.format {
         Format::Json => {
             let mut doc = json!({"ok": failed == 0, "checks": checks});
             if !errors.is_empty() {
                 doc["errors"] = errors.to_json()["errors"].clone();
             }
-            outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default())
+            outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default())?
         }
         Format::Text => {
             for c in checks {
@@ -284,9 +290,9 @@ fn report(args: &DoctorArgs, checks: &[Check], errors: &Diagnostics, failed: usi
                     Level::Warn => "warn",
                     Level::Fail => "FAIL",
                 };
-                outln!("{tag}  {}: {}", c.name, c.detail);
+                outln!("{tag}  {}: {}", c.name, c.detail)?;
                 if c.status != Level::Ok && !c.fix.is_empty() {
-                    outln!("      fix: {}", c.fix);
+                    outln!("      fix: {}", c.fix)?;
                 }
             }
             if !errors.is_empty() {
@@ -296,18 +302,19 @@ fn report(args: &DoctorArgs, checks: &[Check], errors: &Diagnostics, failed: usi
                 }
             }
             if args.manifest.is_none() && args.target.is_none() {
-                outln!("      (pass a PLAN or SPEC, or --manifest M, to check what a run needs: its manifest, team-state, lock, run directory, backends and logins)");
+                outln!("      (pass a PLAN or SPEC, or --manifest M, to check what a run needs: its manifest, team-state, lock, run directory, backends and logins)")?;
             }
             if failed == 0 {
-                outln!("all is well");
+                outln!("all is well")?;
             } else {
                 outln!(
                     "{failed} problem{} found",
                     if failed == 1 { "" } else { "s" }
-                );
+                )?;
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
