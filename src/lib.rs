@@ -7,10 +7,10 @@
 pub mod audit;
 pub mod beneath;
 pub mod canonical;
-pub mod cli;
 pub mod compile;
 pub mod confine;
 pub mod diag;
+pub mod document;
 pub mod exec;
 pub mod fault;
 pub mod fsutil;

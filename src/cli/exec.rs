@@ -1,12 +1,12 @@
 //! `okstra exec` and `okstra run`.
 
 use super::{plan as plan_cmd, report, RunTarget};
-use crate::compile;
-use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
-use crate::exec::{self, Options, Outcomes};
-use crate::provider::UsageTotal;
-use crate::render;
-use crate::state::WorkerStatus;
+use okstra::compile;
+use okstra::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use okstra::exec::{self, Options, Outcomes};
+use okstra::provider::UsageTotal;
+use okstra::render;
+use okstra::state::WorkerStatus;
 use serde_json::json;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -111,7 +111,7 @@ pub fn exec(args: &ExecArgs) -> ExitStatus {
     };
     // Ctrl-C and SIGTERM stop the run from here on, not the process: exec
     // stops every worker and records it (docs/exec.md#running-a-stage).
-    let interrupt = match crate::process::interrupt_flag() {
+    let interrupt = match okstra::process::interrupt_flag() {
         Ok(flag) => flag,
         Err(e) => {
             let d = Diagnostic::new(
@@ -161,9 +161,9 @@ pub fn run(args: &RunArgs) -> ExitStatus {
 /// project root without following a symlink, under the run's exec lock: a stage
 /// another exec is running would take the new file for a worker's write (that
 /// exec refuses this one with `exec/locked` anyway).
-fn keep_plan(plan: &crate::plan::Plan) -> Result<PathBuf, Diagnostics> {
+fn keep_plan(plan: &okstra::plan::Plan) -> Result<PathBuf, Diagnostics> {
     let root = Path::new(&plan.project_root);
-    let team = crate::paths::abs_of(root, &plan.run.team_state_path);
+    let team = okstra::paths::abs_of(root, &plan.run.team_state_path);
     let run_dir = team.parent().unwrap_or(root);
     let path = run_dir
         .join("plans")
@@ -178,18 +178,18 @@ fn keep_plan(plan: &crate::plan::Plan) -> Result<PathBuf, Diagnostics> {
             .help("the run directory (where the manifest's teamStatePath lives) must be writable; nothing was run"),
         )
     };
-    let own = crate::beneath::Beneath::open(root).map_err(|e| unwritable(&e))?;
+    let own = okstra::beneath::Beneath::open(root).map_err(|e| unwritable(&e))?;
     let _lock = exec::lock_run(
         plan,
         &own,
-        &crate::state::TeamStateStore::open(team.clone()),
+        &okstra::state::TeamStateStore::open(team.clone()),
     )?;
     own.relative(&path)
         .and_then(|rel| {
             own.write_atomic(
                 rel,
                 plan_cmd::plan_text(plan).as_bytes(),
-                crate::fsutil::Durability::Fsync,
+                okstra::fsutil::Durability::Fsync,
             )
         })
         .map_err(|e| unwritable(&e))?;

@@ -12,13 +12,13 @@
 
 use super::doctor;
 use super::{report, Ended};
-use crate::beneath::Beneath;
-use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
-use crate::paths;
-use crate::provider::Provider;
-use crate::render::shell_word;
-use crate::schema::SchemaKind;
 use clap::builder::TypedValueParser as _;
+use okstra::beneath::Beneath;
+use okstra::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use okstra::paths;
+use okstra::provider::Provider;
+use okstra::render::shell_word;
+use okstra::schema::SchemaKind;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -586,7 +586,7 @@ mod tests {
         );
         let doc: toml::Table = text.parse().unwrap();
         let value = serde_json::to_value(&doc).unwrap();
-        let errors = crate::schema::validate(SchemaKind::Jobs, &value);
+        let errors = okstra::schema::validate(SchemaKind::Jobs, &value);
         assert!(errors.is_empty(), "{errors:?}");
         let entries = value["workers"].as_array().unwrap();
         assert_eq!(entries.len(), 4);
@@ -628,7 +628,7 @@ mod tests {
     #[test]
     fn the_manifest_is_valid_and_keeps_state_under_okstra() {
         let doc: serde_json::Value = serde_json::from_str(&manifest_text("my-app")).unwrap();
-        assert!(crate::schema::validate(SchemaKind::Manifest, &doc).is_empty());
+        assert!(okstra::schema::validate(SchemaKind::Manifest, &doc).is_empty());
         assert_eq!(doc["taskKey"], "my-app");
         assert_eq!(doc["teamStatePath"], ".okstra/run/team-state.json");
         // `$schema` is relative to the manifest, as editors resolve it.

@@ -24,12 +24,8 @@ mod plan;
 mod status;
 mod validate;
 
-pub use generated::pages as man_pages;
-
-pub use validate::{check_document, Kind as DocumentKind};
-
-use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};
+use okstra::diag::{Diagnostics, ExitStatus, Format};
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -116,8 +112,8 @@ pub enum Command {
     Completions(generated::CompletionsArgs),
     /// Print the man page (roff) of okstra or of one command.
     Man(generated::ManArgs),
-    #[command(about = crate::worker::ABOUT)]
-    Worker(crate::worker::WorkerArgs),
+    #[command(about = okstra::worker::ABOUT)]
+    Worker(okstra::worker::WorkerArgs),
     /// The worker wrapper as a slot of exec's, attempt after attempt
     /// (started by `okstra exec` where `okstra-worker` is missing).
     #[command(hide = true)]
@@ -155,8 +151,8 @@ pub fn main() -> ExitCode {
         Command::Completions(args) => generated::completions(&args),
         Command::Man(args) => generated::man(&args),
         // The same wrapper as `okstra-worker`, for an okstra without it.
-        Command::Worker(args) => return wrapper_exit(crate::worker::run(&args)),
-        Command::WorkerSlot => return wrapper_exit(crate::worker::serve("okstra worker-slot")),
+        Command::Worker(args) => return wrapper_exit(okstra::worker::run(&args)),
+        Command::WorkerSlot => return wrapper_exit(okstra::worker::serve("okstra worker-slot")),
     };
     match ended {
         Ok(status) => status.into(),
@@ -244,4 +240,45 @@ pub fn now_rfc3339() -> String {
         .map(|secs| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
         .unwrap_or_else(std::time::SystemTime::now);
     humantime::format_rfc3339_seconds(time).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every flag and positional of every command says what it is for: the
+    /// text `--help`, the man pages and the zsh / fish completions show.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                let has = arg
+                    .get_help()
+                    .or(arg.get_long_help())
+                    .is_some_and(|h| !h.to_string().trim().is_empty());
+                if !has {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() == "help" {
+                    continue;
+                }
+                if sub.get_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        walk(&cmd, "okstra", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
+    }
 }

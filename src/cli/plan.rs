@@ -1,10 +1,10 @@
 //! `okstra plan` and `okstra show`.
 
 use super::{report, Ended, RunTarget};
-use crate::compile::{self, Request};
-use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
-use crate::plan::Plan;
-use crate::render;
+use okstra::compile::{self, Request};
+use okstra::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use okstra::plan::Plan;
+use okstra::render;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -37,7 +37,7 @@ pub fn request(spec: Option<PathBuf>, target: &RunTarget) -> Request {
         spec,
         workers: target.workers.clone(),
         created_at: super::now_rfc3339(),
-        records: &crate::state::team_state::RUN_RECORDS,
+        records: &okstra::state::team_state::RUN_RECORDS,
     }
 }
 
@@ -47,10 +47,10 @@ pub fn plan_text(plan: &Plan) -> String {
 }
 
 pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {
-    crate::fsutil::write_atomic(
+    okstra::fsutil::write_atomic(
         out,
         plan_text(plan).as_bytes(),
-        crate::fsutil::Durability::Fsync,
+        okstra::fsutil::Durability::Fsync,
     )
     .map_err(|e| {
         Diagnostic::new(
@@ -66,17 +66,17 @@ pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {
 fn record_skips(
     plan: &Plan,
     skips: &[compile::Skip],
-) -> Result<Vec<String>, crate::state::StateError> {
+) -> Result<Vec<String>, okstra::state::StateError> {
     if skips.is_empty() || plan.run.team_state_path.is_empty() {
         return Ok(Vec::new());
     }
     let root = Path::new(&plan.project_root);
-    let path = crate::paths::abs_of(root, &plan.run.team_state_path);
+    let path = okstra::paths::abs_of(root, &plan.run.team_state_path);
     let skips: Vec<(String, String)> = skips
         .iter()
         .map(|s| (s.worker.clone(), s.reason.clone()))
         .collect();
-    crate::state::team_state::record_skips(&path, &skips)
+    okstra::state::team_state::record_skips(&path, &skips)
 }
 
 pub fn plan(args: &PlanArgs) -> Ended {
@@ -136,7 +136,7 @@ pub fn plan(args: &PlanArgs) -> Ended {
 }
 
 pub fn show(args: &ShowArgs) -> Ended {
-    let plan = match crate::exec::load::load(&args.plan) {
+    let plan = match okstra::exec::load::load(&args.plan) {
         Ok(loaded) => loaded.plan,
         Err(d) => return Ok(report(&Diagnostics::from(d), args.format)),
     };

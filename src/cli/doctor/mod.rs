@@ -14,10 +14,10 @@ mod target;
 pub(super) use providers::ready;
 
 use super::{Cut, Ended};
-use crate::diag::{Diagnostics, ExitStatus, Format};
-use crate::paths;
-use crate::plan::Plan;
-use crate::provider::Provider;
+use okstra::diag::{Diagnostics, ExitStatus, Format};
+use okstra::paths;
+use okstra::plan::Plan;
+use okstra::provider::Provider;
 use serde::Serialize;
 use serde_json::json;
 use std::io::Write as _;
@@ -78,7 +78,7 @@ fn check(name: impl Into<String>, status: Level, detail: impl Into<String>, fix:
 
 /// The first executable named `name` on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
-    crate::process::find_program(name, &std::env::var_os("PATH")?).ok()
+    okstra::process::find_program(name, &std::env::var_os("PATH")?).ok()
 }
 
 /// `<program> --version`, first line of its output, within `timeout`.
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_target_that_does_not_plan_shows_its_first_problem_and_its_help_only_alone() {
-        use crate::diag::{Code, Diagnostic};
+        use okstra::diag::{Code, Diagnostic};
         let missing = || Diagnostic::new(Code::InputMissing, "`p.md` does not exist");
         let general = "fix what the errors say; `okstra validate FILE` shows each with its line";
         let one = unread_check("spec s".into(), &missing().help("create it").into());
