@@ -1,4 +1,9 @@
+//! `okstra`, the command line: the library's commands behind clap
+//! (src/cli/, this binary's own module, not the library's).
+
 #![forbid(unsafe_code)]
+
+mod cli;
 
 // Planning builds and drops millions of small strings and maps; mimalloc
 // does that about a quarter faster than glibc's malloc (benches/plan.sh).
@@ -8,5 +13,5 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    okstra::cli::main().into()
+    cli::main()
 }

@@ -31,6 +31,11 @@ pub const BUILTIN_DUTIES: &[(&str, &str)] = &[
     ("plan-verification", "verifier"),
 ];
 
+/// The translator's name (docs/manifest.md#translator-reservations): the
+/// worker `--workers` selects translator mode with, the manifest's
+/// `invocationAssignments` key, and the key of the one job planned for it.
+pub const TRANSLATOR: &str = "translator";
+
 /// The worker id of the report writer, which runs alone
 /// (docs/spec-format.md#batch-rules). The role of the same name is
 /// `vocab::Role::ReportWriter`.

@@ -2,7 +2,7 @@
 //! with it, for a spec and in roster mode (no spec).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use okstra::cli::DocumentKind;
+use okstra::document::Kind as DocumentKind;
 use okstra_fuzz::{project, validate};
 
 fuzz_target!(|data: &[u8]| {

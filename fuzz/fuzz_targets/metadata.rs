@@ -3,7 +3,7 @@
 //! manifest (the authority checks).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use okstra::cli::DocumentKind;
+use okstra::document::Kind as DocumentKind;
 use okstra_fuzz::{project, validate};
 
 fuzz_target!(|data: &[u8]| {

@@ -3,8 +3,8 @@
 //! `okstra validate --kind plan`.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use okstra::cli::DocumentKind;
 use okstra::diag::Diagnostics;
+use okstra::document::Kind as DocumentKind;
 use okstra_fuzz::{project, render, validate};
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! need no manifest) and `okstra plan` (all of it) on the fuzzed file.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use okstra::cli::DocumentKind;
+use okstra::document::Kind as DocumentKind;
 use okstra_fuzz::{project, validate};
 
 fuzz_target!(|data: &[u8]| {

@@ -3,8 +3,8 @@
 //! team-state`.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use okstra::cli::DocumentKind;
 use okstra::diag::{Code, Diagnostic, Diagnostics};
+use okstra::document::Kind as DocumentKind;
 use okstra::state::team_state::{dispatch_ids, find_worker, TeamStateStore};
 use okstra::state::StateError;
 use okstra_fuzz::{project, render, validate};

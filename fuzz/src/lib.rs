@@ -3,9 +3,9 @@
 //! file, and rendering every diagnostic found, in text (plain and coloured)
 //! and JSON, so that a panic anywhere from reading to rendering is found.
 
-use okstra::cli::{check_document, DocumentKind};
 use okstra::compile::{self, Ctx, Loaded, Request};
 use okstra::diag::{Diagnostic, Diagnostics};
+use okstra::document::{self, Kind as DocumentKind};
 use okstra::source::{Format, SourceFile};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -131,10 +131,10 @@ pub fn validate(name: &str, data: &[u8], kind: DocumentKind) {
     let format = Format::for_path(Path::new(name));
     match SourceFile::from_bytes(name, data.to_vec(), format) {
         Ok((doc, src)) => {
-            let mut ctx = Ctx::new(compile::paths::canonical_root(project().root()));
+            let mut ctx = Ctx::new(okstra::paths::canonical_root(project().root()));
             let mut loaded = Loaded { doc, src };
             let path = project().write(name, data);
-            check_document(&mut ctx, &mut loaded, kind, &path);
+            document::check(&mut ctx, &mut loaded, kind, &path);
             render(&ctx.diags);
         }
         Err(d) => render(&Diagnostics::from(d)),

@@ -1,16 +1,18 @@
 //! `okstra exec` and `okstra run`.
 
 use super::{plan as plan_cmd, report, RunTarget};
-use crate::compile;
-use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
-use crate::exec::{self, Options, Outcomes};
-use crate::provider::UsageTotal;
-use crate::render;
-use crate::state::WorkerStatus;
+use okstra::compile;
+use okstra::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use okstra::exec::{self, Options, Outcomes};
+use okstra::provider::UsageTotal;
+use okstra::render;
+use okstra::state::WorkerStatus;
 use serde_json::json;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -46,11 +48,17 @@ pub struct RunArgs {
     pub format: Format,
 }
 
-fn options(concurrency: Option<usize>, format: Format, junit: Option<PathBuf>) -> Options {
+fn options(
+    concurrency: Option<usize>,
+    format: Format,
+    junit: Option<PathBuf>,
+    interrupt: Arc<AtomicBool>,
+) -> Options {
     Options {
         concurrency,
         format,
         junit,
+        interrupt,
         worker: match std::env::current_exe() {
             Ok(okstra) => exec::backend::WorkerExe::beside(&okstra),
             Err(_) => exec::backend::WorkerExe::subcommand(Path::new("okstra")),
@@ -97,8 +105,24 @@ pub fn exec(args: &ExecArgs) -> ExitStatus {
     if let Err(d) = check_junit(args.junit.as_deref()) {
         return report(&Diagnostics::from(d), args.format);
     }
-    let opts = options(args.concurrency, args.format, args.junit.clone());
-    match exec::exec(&args.plan, &opts) {
+    let verified = match exec::verify(&args.plan) {
+        Ok(v) => v,
+        Err(diags) => return report(&diags, args.format),
+    };
+    // Ctrl-C and SIGTERM stop the run from here on, not the process: exec
+    // stops every worker and records it (docs/exec.md#running-a-stage).
+    let interrupt = match okstra::process::interrupt_flag() {
+        Ok(flag) => flag,
+        Err(e) => {
+            let d = Diagnostic::new(
+                Code::ExecState,
+                format!("cannot install signal handlers: {e}"),
+            );
+            return report(&Diagnostics::from(d), args.format);
+        }
+    };
+    let opts = options(args.concurrency, args.format, args.junit.clone(), interrupt);
+    match exec::exec(&verified, &opts) {
         Ok(outcomes) => finish(&outcomes, args.format),
         Err(diags) => report(&diags, args.format),
     }
@@ -137,9 +161,9 @@ pub fn run(args: &RunArgs) -> ExitStatus {
 /// project root without following a symlink, under the run's exec lock: a stage
 /// another exec is running would take the new file for a worker's write (that
 /// exec refuses this one with `exec/locked` anyway).
-fn keep_plan(plan: &crate::plan::Plan) -> Result<PathBuf, Diagnostics> {
+fn keep_plan(plan: &okstra::plan::Plan) -> Result<PathBuf, Diagnostics> {
     let root = Path::new(&plan.project_root);
-    let team = crate::compile::paths::abs_of(root, &plan.run.team_state_path);
+    let team = okstra::paths::abs_of(root, &plan.run.team_state_path);
     let run_dir = team.parent().unwrap_or(root);
     let path = run_dir
         .join("plans")
@@ -154,18 +178,18 @@ fn keep_plan(plan: &crate::plan::Plan) -> Result<PathBuf, Diagnostics> {
             .help("the run directory (where the manifest's teamStatePath lives) must be writable; nothing was run"),
         )
     };
-    let own = crate::beneath::Beneath::open(root).map_err(|e| unwritable(&e))?;
+    let own = okstra::beneath::Beneath::open(root).map_err(|e| unwritable(&e))?;
     let _lock = exec::lock_run(
         plan,
         &own,
-        &crate::state::TeamStateStore::open(team.clone()),
+        &okstra::state::TeamStateStore::open(team.clone()),
     )?;
     own.relative(&path)
         .and_then(|rel| {
             own.write_atomic(
                 rel,
                 plan_cmd::plan_text(plan).as_bytes(),
-                crate::fsutil::Durability::Fsync,
+                okstra::fsutil::Durability::Fsync,
             )
         })
         .map_err(|e| unwritable(&e))?;
@@ -213,7 +237,7 @@ fn finish(o: &Outcomes, format: Format) -> ExitStatus {
                 "jobs": o.reports.iter().map(|r| {
                     let mut job = json!({
                         "stage": r.stage, "key": r.key, "label": r.label, "status": r.status,
-                        "attempts": r.attempts, "reason": r.reason, "durationMs": crate::clock::millis(r.duration),
+                        "attempts": r.attempts, "reason": r.reason, "durationMs": okstra::clock::millis(r.duration),
                     });
                     if let Some(usage) = &r.usage {
                         job["usage"] = json!(usage);

@@ -11,14 +11,14 @@
 //! without any agent.
 
 use super::doctor;
-use super::report;
-use crate::beneath::Beneath;
-use crate::compile::paths;
-use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
-use crate::provider::Provider;
-use crate::render::shell_word;
-use crate::schema::SchemaKind;
+use super::{report, Ended};
 use clap::builder::TypedValueParser as _;
+use okstra::beneath::Beneath;
+use okstra::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use okstra::paths;
+use okstra::provider::Provider;
+use okstra::render::shell_word;
+use okstra::schema::SchemaKind;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -435,7 +435,7 @@ struct Started {
     next: Vec<Vec<String>>,
 }
 
-pub fn init(args: &InitArgs) -> ExitStatus {
+pub fn init(args: &InitArgs) -> Ended {
     let root = paths::canonical_root(&args.project_root);
     if !root.is_dir() {
         let d = Diagnostic::new(
@@ -446,7 +446,7 @@ pub fn init(args: &InitArgs) -> ExitStatus {
             ),
         )
         .help("create it first, or pass --project-root the project's directory");
-        return report(&Diagnostics::from(d), args.format);
+        return Ok(report(&Diagnostics::from(d), args.format));
     }
     let name = root.file_name().map(|n| n.to_string_lossy());
     let key = task_key(&name.unwrap_or_default());
@@ -454,10 +454,10 @@ pub fn init(args: &InitArgs) -> ExitStatus {
     let targets = targets(&key, &workers);
     let refused = refusals(&root, &targets);
     if !refused.is_empty() {
-        return report(&refused, args.format);
+        return Ok(report(&refused, args.format));
     }
     if let Err(d) = write_all(&root, &targets) {
-        return report(&Diagnostics::from(d), args.format);
+        return Ok(report(&Diagnostics::from(d), args.format));
     }
     // The commands name the root only where it is not here.
     let here = std::env::current_dir().and_then(|d| d.canonicalize()).ok();
@@ -472,13 +472,13 @@ pub fn init(args: &InitArgs) -> ExitStatus {
         defaulted: args.providers.is_empty(),
     };
     match args.format {
-        Format::Text => out!("{}", started.text()),
+        Format::Text => out!("{}", started.text())?,
         Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&started.json()).unwrap_or_default()
-        ),
+        )?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }
 
 impl Started {
@@ -586,7 +586,7 @@ mod tests {
         );
         let doc: toml::Table = text.parse().unwrap();
         let value = serde_json::to_value(&doc).unwrap();
-        let errors = crate::schema::validate(SchemaKind::Jobs, &value);
+        let errors = okstra::schema::validate(SchemaKind::Jobs, &value);
         assert!(errors.is_empty(), "{errors:?}");
         let entries = value["workers"].as_array().unwrap();
         assert_eq!(entries.len(), 4);
@@ -628,7 +628,7 @@ mod tests {
     #[test]
     fn the_manifest_is_valid_and_keeps_state_under_okstra() {
         let doc: serde_json::Value = serde_json::from_str(&manifest_text("my-app")).unwrap();
-        assert!(crate::schema::validate(SchemaKind::Manifest, &doc).is_empty());
+        assert!(okstra::schema::validate(SchemaKind::Manifest, &doc).is_empty());
         assert_eq!(doc["taskKey"], "my-app");
         assert_eq!(doc["teamStatePath"], ".okstra/run/team-state.json");
         // `$schema` is relative to the manifest, as editors resolve it.

@@ -3,7 +3,7 @@
 //! [`Code`], the table the README's is checked against), ENVIRONMENT (every
 //! `OKSTRA_*` variable) and EXAMPLES (per command).
 
-use crate::diag::{Code, ExitStatus};
+use okstra::diag::{Code, ExitStatus};
 use roff::{bold, italic, roman, Roff};
 
 /// A variable okstra reads or sets, and what it does.
@@ -60,7 +60,7 @@ pub const ENVIRONMENT: &[Var] = &[
         what: "set for every worker: its state key (the workerId, or the last segment of a v2 assignmentRef).",
     },
     Var {
-        name: crate::worker::SLOT_VAR,
+        name: okstra::worker::SLOT_VAR,
         what: "set for a cli-wrapper worker: the pid of the wrapper slot that started it, by which exec finds and stops the worker should the slot die before reporting the worker's pid.",
     },
     Var {
@@ -80,15 +80,19 @@ pub const ENVIRONMENT: &[Var] = &[
         what: "debug builds only (the tests): NAME@K holds exec the K-th time it reaches the named point, until the file go appears in OKSTRA_FAULT_PAUSE_DIR (it creates reached there first). A release build ignores it.",
     },
     Var {
+        name: "OKSTRA_FAULT_PAUSE_DIR",
+        what: "debug builds only (the tests): where OKSTRA_FAULT_PAUSE's reached and go files are. A release build ignores it.",
+    },
+    Var {
         name: "OKSTRA_FAULT_DIE",
         what: "debug builds only (the tests): a wrapper reaching the named point kills itself with SIGKILL. A release build ignores it.",
     },
     Var {
-        name: crate::confine::SIMULATE_UNAVAILABLE_ENV,
+        name: okstra::confine::SIMULATE_UNAVAILABLE_ENV,
         what: "debug builds only (the tests): the kernel looks as if it had no Landlock. A release build ignores it.",
     },
     Var {
-        name: crate::confine::TEST_ALSO_WRITABLE_ENV,
+        name: okstra::confine::TEST_ALSO_WRITABLE_ENV,
         what: "debug builds only (the tests): an absolute directory a confined worker may also write. A release build ignores it.",
     },
     Var {

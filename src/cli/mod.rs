@@ -1,14 +1,14 @@
 //! The command line: clap definitions and one small handler per command.
 
-/// `println!` for a command's report: a reader that went away ends the
-/// command quietly (see [`write_out`]).
+/// `println!` for a command's report: `Err` (to pass on with `?`) when the
+/// command must end here (see [`write_out`]).
 macro_rules! outln {
     ($($arg:tt)*) => {
         $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*)))
     };
 }
 
-/// `print!` for a command's report (see [`write_out`]).
+/// `print!` for a command's report (see [`write_out`] and [`outln`]).
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::cli::write_out(format_args!($($arg)*))
@@ -24,14 +24,11 @@ mod plan;
 mod status;
 mod validate;
 
-pub use generated::pages as man_pages;
-
-pub use validate::{check_document, Kind as DocumentKind};
-
-use crate::diag::{Diagnostics, ExitStatus, Format};
 use clap::{Parser, Subcommand};
+use okstra::diag::{Diagnostics, ExitStatus, Format};
 use std::io::{self, Write};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -115,8 +112,8 @@ pub enum Command {
     Completions(generated::CompletionsArgs),
     /// Print the man page (roff) of okstra or of one command.
     Man(generated::ManArgs),
-    #[command(about = crate::worker::ABOUT)]
-    Worker(crate::worker::WorkerArgs),
+    #[command(about = okstra::worker::ABOUT)]
+    Worker(okstra::worker::WorkerArgs),
     /// The worker wrapper as a slot of exec's, attempt after attempt
     /// (started by `okstra exec` where `okstra-worker` is missing).
     #[command(hide = true)]
@@ -137,16 +134,16 @@ pub struct RunTarget {
     pub project_root: PathBuf,
 }
 
-/// Parse the command line, run the command, and return the exit status.
-pub fn main() -> ExitStatus {
+/// Parse the command line, run the command, and return its exit code.
+pub fn main() -> ExitCode {
     let cli = Cli::parse();
     STDERR_COLOR.store(cli.color.for_stderr(), std::sync::atomic::Ordering::Relaxed);
-    match cli.command {
+    let ended = match cli.command {
         Command::Init(args) => init::init(&args),
         Command::Plan(args) => plan::plan(&args),
         Command::Show(args) => plan::show(&args),
-        Command::Exec(args) => exec::exec(&args),
-        Command::Run(args) => exec::run(&args),
+        Command::Exec(args) => Ok(exec::exec(&args)),
+        Command::Run(args) => Ok(exec::run(&args)),
         Command::Status(args) => status::status(&args),
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
@@ -154,12 +151,32 @@ pub fn main() -> ExitStatus {
         Command::Completions(args) => generated::completions(&args),
         Command::Man(args) => generated::man(&args),
         // The same wrapper as `okstra-worker`, for an okstra without it.
-        Command::Worker(args) => std::process::exit(crate::worker::run(&args)),
-        Command::WorkerSlot => std::process::exit(crate::worker::serve("okstra worker-slot")),
+        Command::Worker(args) => return wrapper_exit(okstra::worker::run(&args)),
+        Command::WorkerSlot => return wrapper_exit(okstra::worker::serve("okstra worker-slot")),
+    };
+    match ended {
+        Ok(status) => status.into(),
+        Err(Cut(code)) => code,
     }
 }
 
-/// Write part of a command's report to stdout, flushed at once.
+/// The wrapper's exit code as the process's: its low eight bits, as
+/// `exit(2)` keeps them.
+fn wrapper_exit(code: i32) -> ExitCode {
+    ExitCode::from(code as u8)
+}
+
+/// How a command ends: with its exit status, or cut short where stdout
+/// would not take its report (see [`write_out`]).
+pub(crate) type Ended = Result<ExitStatus, Cut>;
+
+/// A report stdout would not take: the command ends at once, with this
+/// exit code.
+#[derive(Debug)]
+pub(crate) struct Cut(ExitCode);
+
+/// Write part of a command's report to stdout, flushed at once; `Err` when
+/// the command must end here, with the code it carries.
 ///
 /// The Rust runtime ignores SIGPIPE, so a report piped into `head` gets an
 /// error once `head` has gone; that ends the command quietly, with success,
@@ -167,37 +184,29 @@ pub fn main() -> ExitStatus {
 /// own and let a failed write go: a closed pipe must not end a run half-way;
 /// only a refusal, before anything started, comes through here.) Any other
 /// failure to write is said on stderr and ends the command with exit code 1.
-pub(crate) fn write_out(text: std::fmt::Arguments) {
-    write_out_or(text, ExitStatus::Success)
-}
-
-/// [`write_out`], ending with `on_broken_pipe` when the reader went away.
-fn write_out_or(text: std::fmt::Arguments, on_broken_pipe: ExitStatus) {
+pub(crate) fn write_out(text: std::fmt::Arguments) -> Result<(), Cut> {
     let mut out = io::stdout().lock();
-    wrote(
-        out.write_fmt(text).and_then(|()| out.flush()),
-        on_broken_pipe,
-    )
+    wrote(out.write_fmt(text).and_then(|()| out.flush()))
 }
 
 /// [`write_out`] for a report written piece by piece, through a buffer:
 /// one too large to be held whole first.
-pub(crate) fn write_out_with(write: impl FnOnce(&mut dyn Write) -> io::Result<()>) {
+pub(crate) fn write_out_with(
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), Cut> {
     let mut out = io::BufWriter::new(io::stdout().lock());
     let result = write(&mut out).and_then(|()| out.flush());
-    wrote(result, ExitStatus::Success)
+    wrote(result)
 }
 
 /// How writing a report ended: see [`write_out`].
-fn wrote(result: io::Result<()>, on_broken_pipe: ExitStatus) {
+fn wrote(result: io::Result<()>) -> Result<(), Cut> {
     match result {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-            std::process::exit(on_broken_pipe.code().into())
-        }
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(Cut(ExitStatus::Success.into())),
         Err(e) => {
             let _ = writeln!(io::stderr(), "okstra: cannot write the report: {e}");
-            std::process::exit(1)
+            Err(Cut(ExitCode::from(1)))
         }
     }
 }
@@ -212,16 +221,53 @@ pub fn report(diags: &Diagnostics, format: Format) -> ExitStatus {
                 .write_text(&mut err, stderr_color())
                 .and_then(|_| err.flush());
         }
-        // Refused input keeps its exit status when nobody reads the report.
+        // Refused input keeps its exit status when nobody reads the report
+        // (or stdout fails otherwise).
         Format::Json => {
             let mut out = io::BufWriter::new(io::stdout().lock());
-            match diags.write_json(&mut out).and_then(|_| out.flush()) {
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                    std::process::exit(diags.exit_status().code().into())
-                }
-                _ => {}
-            }
+            let _ = diags.write_json(&mut out).and_then(|_| out.flush());
         }
     }
     diags.exit_status()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every flag and positional of every command says what it is for: the
+    /// text `--help`, the man pages and the zsh / fish completions show.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                let has = arg
+                    .get_help()
+                    .or(arg.get_long_help())
+                    .is_some_and(|h| !h.to_string().trim().is_empty());
+                if !has {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() == "help" {
+                    continue;
+                }
+                if sub.get_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        walk(&cmd, "okstra", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
+    }
 }

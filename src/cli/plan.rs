@@ -1,10 +1,10 @@
 //! `okstra plan` and `okstra show`.
 
-use super::{report, RunTarget};
-use crate::compile::{self, Request};
-use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
-use crate::plan::Plan;
-use crate::render;
+use super::{report, Ended, RunTarget};
+use okstra::compile::{self, Request};
+use okstra::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use okstra::plan::Plan;
+use okstra::render;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -36,8 +36,8 @@ pub fn request(spec: Option<PathBuf>, target: &RunTarget) -> Request {
         manifest: target.manifest.clone(),
         spec,
         workers: target.workers.clone(),
-        created_at: crate::clock::plan_created_at(),
-        records: &crate::state::team_state::RUN_RECORDS,
+        created_at: okstra::clock::plan_created_at(),
+        records: &okstra::state::team_state::RUN_RECORDS,
     }
 }
 
@@ -47,10 +47,10 @@ pub fn plan_text(plan: &Plan) -> String {
 }
 
 pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {
-    crate::fsutil::write_atomic(
+    okstra::fsutil::write_atomic(
         out,
         plan_text(plan).as_bytes(),
-        crate::fsutil::Durability::Fsync,
+        okstra::fsutil::Durability::Fsync,
     )
     .map_err(|e| {
         Diagnostic::new(
@@ -66,27 +66,27 @@ pub fn write_plan(plan: &Plan, out: &Path) -> Result<(), Diagnostic> {
 fn record_skips(
     plan: &Plan,
     skips: &[compile::Skip],
-) -> Result<Vec<String>, crate::state::StateError> {
+) -> Result<Vec<String>, okstra::state::StateError> {
     if skips.is_empty() || plan.run.team_state_path.is_empty() {
         return Ok(Vec::new());
     }
     let root = Path::new(&plan.project_root);
-    let path = compile::paths::abs_of(root, &plan.run.team_state_path);
+    let path = okstra::paths::abs_of(root, &plan.run.team_state_path);
     let skips: Vec<(String, String)> = skips
         .iter()
         .map(|s| (s.worker.clone(), s.reason.clone()))
         .collect();
-    crate::state::team_state::record_skips(&path, &skips)
+    okstra::state::team_state::record_skips(&path, &skips)
 }
 
-pub fn plan(args: &PlanArgs) -> ExitStatus {
+pub fn plan(args: &PlanArgs) -> Ended {
     let compiled = match compile::compile_full(&request(args.spec.clone(), &args.target)) {
         Ok(c) => c,
-        Err(diags) => return report(&diags, args.format),
+        Err(diags) => return Ok(report(&diags, args.format)),
     };
     let plan = compiled.plan;
     if let Err(d) = write_plan(&plan, &args.out) {
-        return report(&Diagnostics::from(d), args.format);
+        return Ok(report(&Diagnostics::from(d), args.format));
     }
     // Roster mode's one documented write besides the plan: pre-run skips on
     // pristine team-state rows (docs/manifest.md#roster-mode).
@@ -113,7 +113,7 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
     }
     let shown = args.out.display().to_string();
     match args.format {
-        Format::Text => out!("{}", render::summary(&plan, &shown)),
+        Format::Text => out!("{}", render::summary(&plan, &shown))?,
         Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
@@ -130,22 +130,22 @@ pub fn plan(args: &PlanArgs) -> ExitStatus {
                 "exec": ["okstra", "exec", shown],
             }))
             .unwrap_or_default()
-        ),
+        )?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }
 
-pub fn show(args: &ShowArgs) -> ExitStatus {
-    let plan = match crate::exec::load::load(&args.plan) {
+pub fn show(args: &ShowArgs) -> Ended {
+    let plan = match okstra::exec::load::load(&args.plan) {
         Ok(loaded) => loaded.plan,
-        Err(d) => return report(&Diagnostics::from(d), args.format),
+        Err(d) => return Ok(report(&Diagnostics::from(d), args.format)),
     };
     match args.format {
         Format::Text => out!(
             "{}",
             render::summary(&plan, &args.plan.display().to_string())
-        ),
-        Format::Json => super::write_out(format_args!("{}", plan_text(&plan))),
+        )?,
+        Format::Json => super::write_out(format_args!("{}", plan_text(&plan)))?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }

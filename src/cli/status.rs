@@ -1,12 +1,12 @@
 //! `okstra status`: the run's workers and dispatches, from team-state.
 
-use super::{report, write_out_with};
-use crate::compile::paths;
-use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
-use crate::exec;
-use crate::provider::UsageTotal;
-use crate::render;
-use crate::state::{Rows, WorkerStatus};
+use super::{report, write_out_with, Ended};
+use okstra::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
+use okstra::exec;
+use okstra::paths;
+use okstra::provider::UsageTotal;
+use okstra::render;
+use okstra::state::{Rows, WorkerStatus};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -55,7 +55,7 @@ impl SlurmJobs {
         };
         self.any = true;
         if row.get("status").and_then(Value::as_str)
-            == Some(crate::exec::row::DispatchStatus::Running.as_str())
+            == Some(okstra::exec::row::DispatchStatus::Running.as_str())
         {
             self.running.push(id);
         }
@@ -104,7 +104,7 @@ fn with_slurm_state(row: &mut Value, states: &SlurmStates) {
 }
 
 /// One attempt's usage, from its dispatch row.
-fn attempt_usage(row: &Value) -> Option<crate::provider::Usage> {
+fn attempt_usage(row: &Value) -> Option<okstra::provider::Usage> {
     serde_json::from_value(row.get("usage")?.clone()).ok()
 }
 
@@ -164,11 +164,11 @@ fn usage_line(stage: &str, t: &UsageTotal) -> Vec<String> {
     ]
 }
 
-pub fn status(args: &StatusArgs) -> ExitStatus {
+pub fn status(args: &StatusArgs) -> Ended {
     let mut text = Vec::new();
     let (team, rows) = match team_state_of(args, &mut text) {
         Ok(found) => found,
-        Err(d) => return report(&Diagnostics::from(d), args.format),
+        Err(d) => return Ok(report(&Diagnostics::from(d), args.format)),
     };
     // One pass over the dispatches: what they spent, and which Slurm jobs
     // still run. Each row is a tree only while it is looked at.
@@ -201,11 +201,11 @@ pub fn status(args: &StatusArgs) -> ExitStatus {
             write_out_with(|out| {
                 serde_json::to_writer_pretty(&mut *out, &report)?;
                 writeln!(out)
-            })
+            })?
         }
-        Format::Text => out!("{}", status_text(&team, &rows, slurm.as_ref(), &spent)),
+        Format::Text => out!("{}", status_text(&team, &rows, slurm.as_ref(), &spent))?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }
 
 /// `okstra status --format json`, written as it is made. Its keys in the
@@ -268,7 +268,7 @@ fn team_state_of<'a>(
                 .in_file(display)
             })?,
     };
-    let team = crate::model::str_of(&manifest, "teamStatePath").to_string();
+    let team = okstra::model::str_of(&manifest, "teamStatePath").to_string();
     let path = paths::abs_of(&root, &team);
     // No file is no run started yet, told apart from a blank one (a run
     // the lead prepared, which reads as no rows).
@@ -283,7 +283,7 @@ fn team_state_of<'a>(
         .help("run the plan (`okstra exec PLAN`), or check --manifest");
         return Err(paths::name_root(d, &root, paths::Base::Root));
     }
-    let store = crate::state::TeamStateStore::open(path);
+    let store = okstra::state::TeamStateStore::open(path);
     match store.read_rows(buf) {
         Ok(rows) => Ok((team, rows)),
         Err(e) => Err(

@@ -1,27 +1,12 @@
 //! `okstra validate` and `okstra schema`.
 
-use super::report;
-use crate::compile::{self, conformance, Ctx, Loaded};
-use crate::diag::{Code, Diagnostics, ExitStatus, Format};
-use crate::schema::SchemaKind;
-use crate::source::Format as SourceFormat;
+use super::{report, Ended};
+use okstra::compile::Ctx;
+use okstra::diag::{Code, Diagnostics, ExitStatus, Format};
+use okstra::document::{self, Kind};
+use okstra::schema::SchemaKind;
+use okstra::source::Format as SourceFormat;
 use std::path::{Path, PathBuf};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Kind {
-    /// A job spec (TOML or JSON).
-    Jobs,
-    /// A run manifest (run-manifest.json).
-    Manifest,
-    /// A prompt's invocation metadata (`<prompt>.meta.json`).
-    Metadata,
-    /// A plan written by `okstra plan`.
-    Plan,
-    /// A run's team-state.
-    TeamState,
-    /// An implementation plan with conformance declarations.
-    ImplementationPlan,
-}
 
 #[derive(clap::Args, Debug)]
 pub struct ValidateArgs {
@@ -58,37 +43,8 @@ pub struct SchemaArgs {
 /// How stdin is named in messages.
 pub const STDIN_NAME: &str = "<stdin>";
 
-/// What a file is, from its name and its top-level keys (`has`).
-fn guess(path: &Path, has: &dyn Fn(&str) -> bool) -> Kind {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    if name.ends_with(".meta.json") {
-        return Kind::Metadata;
-    }
-    if name.ends_with(".toml") {
-        return Kind::Jobs;
-    }
-    if has("formatVersion") && has("digest") {
-        Kind::Plan
-    } else if has("implementationPlanning") {
-        Kind::ImplementationPlan
-    } else if has("taskKey") {
-        Kind::Manifest
-    } else if has("workerDispatches")
-        || (has("workers") && !has("defaults") && name.contains("team"))
-    {
-        Kind::TeamState
-    } else if has("invocationId") {
-        Kind::Metadata
-    } else {
-        Kind::Jobs
-    }
-}
-
-pub fn validate(args: &ValidateArgs) -> ExitStatus {
-    let root = compile::paths::canonical_root(&args.project_root);
+pub fn validate(args: &ValidateArgs) -> Ended {
+    let root = okstra::paths::canonical_root(&args.project_root);
     let mut all = Diagnostics::default();
     let mut checked = Vec::new();
     let mut stdin_read = false;
@@ -107,7 +63,7 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         let loaded = if from_stdin {
             if std::mem::replace(&mut stdin_read, true) {
                 all.push(
-                    crate::diag::Diagnostic::new(
+                    okstra::diag::Diagnostic::new(
                         Code::InputInvalid,
                         "`-` is named twice: stdin holds one file",
                     )
@@ -131,7 +87,7 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
                 "input",
                 &display,
                 file,
-                compile::paths::Base::CurrentDir,
+                okstra::paths::Base::CurrentDir,
                 SourceFormat::for_path(file),
             )
         };
@@ -146,8 +102,8 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         };
         let kind = args
             .kind
-            .unwrap_or_else(|| guess(named, &|k| loaded.doc.get(k).is_some()));
-        check_document(&mut ctx, &mut loaded, kind, named);
+            .unwrap_or_else(|| Kind::guess(named, &|k| loaded.doc.get(k).is_some()));
+        document::check(&mut ctx, &mut loaded, kind, named);
         if ctx.diags.is_empty() {
             checked.push((display, kind));
         }
@@ -156,20 +112,20 @@ pub fn validate(args: &ValidateArgs) -> ExitStatus {
         ));
     }
     if !all.is_empty() {
-        return report(&all, args.format);
+        return Ok(report(&all, args.format));
     }
     match args.format {
         Format::Text => {
             for (file, kind) in &checked {
-                outln!("ok: {file} ({})", kind_name(*kind));
+                outln!("ok: {file} ({})", kind.name())?;
             }
         }
         Format::Json => outln!(
             "{}",
-            serde_json::json!({"ok": true, "files": checked.iter().map(|(f, k)| serde_json::json!({"file": f, "kind": kind_name(*k)})).collect::<Vec<_>>()})
-        ),
+            serde_json::json!({"ok": true, "files": checked.iter().map(|(f, k)| serde_json::json!({"file": f, "kind": k.name()})).collect::<Vec<_>>()})
+        )?,
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }
 
 /// Whether `file` is a plan (named so by `--kind`, or by its name and
@@ -181,9 +137,9 @@ fn plan_checked_as_exec_reads_it(kind: Option<Kind>, file: &Path) -> bool {
     let is_plan = match kind {
         Some(kind) => kind == Kind::Plan,
         None => top_level_keys(file)
-            .is_some_and(|keys| guess(file, &|k| keys.contains(k)) == Kind::Plan),
+            .is_some_and(|keys| Kind::guess(file, &|k| keys.contains(k)) == Kind::Plan),
     };
-    is_plan && crate::exec::load::check(file).is_ok()
+    is_plan && okstra::exec::load::check(file).is_ok()
 }
 
 /// The top-level keys of a JSON object file, its values skipped as they
@@ -215,14 +171,14 @@ fn top_level_keys(file: &Path) -> Option<std::collections::BTreeSet<String>> {
 }
 
 /// All of stdin, or the diagnostic saying why not.
-fn read_stdin() -> Result<Vec<u8>, crate::diag::Diagnostic> {
+fn read_stdin() -> Result<Vec<u8>, okstra::diag::Diagnostic> {
     use std::io::Read;
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
         .read_to_end(&mut bytes)
         .map_err(|e| {
-            crate::diag::Diagnostic::new(Code::InputUnreadable, format!("cannot read stdin: {e}"))
+            okstra::diag::Diagnostic::new(Code::InputUnreadable, format!("cannot read stdin: {e}"))
                 .in_file(STDIN_NAME)
                 .help("pipe the file in: okstra validate - < spec.toml")
         })?;
@@ -246,51 +202,10 @@ fn sniff(bytes: &[u8]) -> SourceFormat {
     }
 }
 
-/// The checks `okstra validate` runs on one parsed file of `kind`; problems
-/// go to `ctx`. (A jobs document's workers are moved out of `loaded.doc`;
-/// a plan is read again from its text, as exec reads it; `file` names it.)
-pub fn check_document(ctx: &mut Ctx, loaded: &mut Loaded, kind: Kind, file: &Path) {
-    match kind {
-        Kind::Jobs => compile::check_spec_alone(ctx, loaded),
-        Kind::Manifest => ctx.schema_check(SchemaKind::Manifest, loaded, &|_| false),
-        Kind::Metadata => ctx.schema_check(SchemaKind::Metadata, loaded, &|_| false),
-        Kind::TeamState => ctx.schema_check(SchemaKind::TeamState, loaded, &|_| false),
-        // The same reading as exec's, so both refuse a plan alike.
-        Kind::Plan => {
-            let shown = file.display().to_string();
-            if let Err(d) = crate::exec::load::load_bytes(&shown, loaded.src.text().as_bytes()) {
-                let pointer = match (&d.pointer, d.code) {
-                    (Some(p), _) => p.clone(),
-                    (None, Code::PlanVersion) => "/formatVersion".into(),
-                    (None, Code::PlanDigestMismatch) => "/digest".into(),
-                    _ => "".into(),
-                };
-                let mut located = ctx.at(&loaded.src, d.code, d.message, &pointer);
-                located.help = d.help;
-                ctx.push(located);
-            }
-        }
-        Kind::ImplementationPlan => {
-            for (index, stage) in conformance::malformed_stages(&loaded.doc) {
-                let pointer = format!("/implementationPlanning/stages/{index}/conformanceTests");
-                let d = ctx
-                    .at(
-                        &loaded.src,
-                        Code::PlanStagesMalformedConformance,
-                        format!("stage {stage}: conformanceTests is not `<script> (requires=[cap,...])`"),
-                        &pointer,
-                    )
-                    .help("write e.g. `<task_root>/tests/stage-1.sh (requires=[db,io])`; capabilities: db, io, http, external, each once");
-                ctx.push(d);
-            }
-        }
-    }
-}
-
 /// One file's diagnostics in the order a reader meets them: by line, then
 /// column (what concerns the whole file first). The rules find problems
 /// in their own order; files keep the order they were named in.
-fn in_line_order(mut diags: Vec<crate::diag::Diagnostic>) -> Vec<crate::diag::Diagnostic> {
+fn in_line_order(mut diags: Vec<okstra::diag::Diagnostic>) -> Vec<okstra::diag::Diagnostic> {
     diags.sort_by_key(|d| {
         let loc = d.location.as_ref();
         (
@@ -301,30 +216,19 @@ fn in_line_order(mut diags: Vec<crate::diag::Diagnostic>) -> Vec<crate::diag::Di
     diags
 }
 
-fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Jobs => "jobs",
-        Kind::Manifest => "manifest",
-        Kind::Metadata => "metadata",
-        Kind::Plan => "plan",
-        Kind::TeamState => "team-state",
-        Kind::ImplementationPlan => "implementation-plan",
-    }
-}
-
-pub fn schema(args: &SchemaArgs) -> ExitStatus {
+pub fn schema(args: &SchemaArgs) -> Ended {
     let kinds: Vec<SchemaKind> = match &args.name {
         None => SchemaKind::ALL.to_vec(),
         Some(name) => match SchemaKind::from_name(name) {
             Some(k) => vec![k],
             None => {
                 let names: Vec<&str> = SchemaKind::ALL.iter().map(|k| k.name()).collect();
-                let d = crate::diag::Diagnostic::new(
+                let d = okstra::diag::Diagnostic::new(
                     Code::InputInvalid,
                     format!("no schema named `{name}`"),
                 )
                 .help(format!("choose one of: {}", names.join(", ")));
-                return report(&Diagnostics::from(d), args.format);
+                return Ok(report(&Diagnostics::from(d), args.format));
             }
         },
     };
@@ -337,25 +241,25 @@ pub fn schema(args: &SchemaArgs) -> ExitStatus {
                 if let Err(e) =
                     std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, k.text()))
                 {
-                    let d = crate::diag::Diagnostic::new(
+                    let d = okstra::diag::Diagnostic::new(
                         Code::OutputUnwritable,
                         format!("cannot write {}: {e}", path.display()),
                     )
                     .in_file(path.display().to_string())
                     .help("choose a writable --out directory");
-                    return report(&Diagnostics::from(d), args.format);
+                    return Ok(report(&Diagnostics::from(d), args.format));
                 }
                 if args.format == Format::Text {
-                    outln!("wrote {}", path.display());
+                    outln!("wrote {}", path.display())?;
                 }
                 wrote.push(path.display().to_string());
             }
             if args.format == Format::Json {
-                outln!("{}", serde_json::json!({"ok": true, "wrote": wrote}));
+                outln!("{}", serde_json::json!({"ok": true, "wrote": wrote}))?;
             }
         }
         // A schema is JSON already: printed byte for byte in either format.
-        None if args.name.is_some() => out!("{}", kinds[0].text()),
+        None if args.name.is_some() => out!("{}", kinds[0].text())?,
         None => match args.format {
             Format::Json => outln!(
                 "{}",
@@ -364,14 +268,14 @@ pub fn schema(args: &SchemaArgs) -> ExitStatus {
                     "schemas": kinds.iter().map(entry).collect::<Vec<_>>(),
                 }))
                 .unwrap_or_default()
-            ),
+            )?,
             Format::Text => {
                 for k in &kinds {
-                    outln!("{:<11} {}", k.name(), k.file_name());
+                    outln!("{:<11} {}", k.name(), k.file_name())?;
                 }
-                outln!("\nPrint one with `okstra schema NAME`, or write them all with `okstra schema --out DIR`.");
+                outln!("\nPrint one with `okstra schema NAME`, or write them all with `okstra schema --out DIR`.")?;
             }
         },
     }
-    ExitStatus::Success
+    Ok(ExitStatus::Success)
 }

@@ -3,10 +3,10 @@
 //! the metadata the lead wrote beside its prompt, and a v2 job with the run
 //! manifest's role executions, participants and model catalog.
 
-use super::paths::{self, Field};
 use super::{raw, with_worker, Ctx, Entry, Loaded};
 use crate::diag::{Code, Diagnostic};
 use crate::model::{self, binding_problem, metadata_version, str_of, Manifest, MetaVersion};
+use crate::paths::{self, Field};
 use crate::plan::{Identity, Invocation, V2Identity};
 use crate::schema::SchemaKind;
 use crate::source::{Format, SourceFile};

@@ -14,12 +14,12 @@
 //!    only while the plan may still be made).
 
 use super::authority::{self, Claim, Meta};
-use super::paths::{self, Field, Resolved};
 use super::raw::Reported;
 use super::rules::Facts;
 use super::{identity, require_file, with_worker, Ctx, Entry, RunFacts};
 use crate::diag::Code;
 use crate::model::{self, Manifest};
+use crate::paths::{self, Field, Resolved};
 use crate::plan::{self, Identity, Invocation, Job};
 use crate::policy;
 use crate::provider::{self, Provider, ProviderOptions};

@@ -9,9 +9,9 @@
 //! so editors flag them; the schema's complaints about a value reported
 //! here are dropped, since these messages say more.
 
-use super::paths::{self, Field};
 use super::Ctx;
 use crate::diag::{Code, Diagnostic};
+use crate::paths::{self, Field};
 use crate::schema::{self, SchemaError};
 use crate::source::SourceFile;
 use serde_json::{Map, Value};

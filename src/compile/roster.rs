@@ -5,11 +5,11 @@
 
 use super::Skip;
 use super::{
-    build_job, identity, paths, report_identity, rules, with_worker, Built, Ctx, Entry, Loaded,
-    RunFacts,
+    build_job, identity, report_identity, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts,
 };
 use crate::diag::{Code, Diagnostic};
 use crate::model::{Manifest, REPORT_WRITER};
+use crate::paths;
 use crate::plan::Stage;
 use crate::provider::Provider;
 use crate::schema::SchemaKind;

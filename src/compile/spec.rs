@@ -13,7 +13,8 @@
 //! spec's `defaults` beside it (the jobs schema relates an entry to nothing
 //! else; see its `$comment`).
 
-use super::{paths, Ctx};
+use super::Ctx;
+use crate::paths;
 use crate::schema::{self, SchemaError, SchemaKind};
 use crate::source::{Format, SourceFile};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};

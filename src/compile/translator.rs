@@ -3,19 +3,16 @@
 //! invocation reservation. The reservation becomes an `Entry` and goes through
 //! the same job builder (and the same v2 authority checks) as any spec entry.
 
-use super::paths::{self, Field, PathProblem, Resolved};
 use super::{build_job, identity, rules, with_worker, Built, Ctx, Entry, Loaded, RunFacts};
 use crate::diag::{Code, Diagnostic, Location, SourceText};
-use crate::model::{int_of, str_of, Manifest};
+use crate::model::{int_of, str_of, Manifest, TRANSLATOR};
+use crate::paths::{self, Field, PathProblem, Resolved};
 use crate::plan::{self, Stage};
 use crate::provider::Provider;
 use crate::source::{Format, SourceFile};
 use crate::vocab::Backend;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
-
-/// The worker name that selects translator mode.
-pub const TRANSLATOR: &str = "translator";
 
 /// The exact key set of a translator reservation.
 pub const RESERVATION_KEYS: [&str; 13] = [

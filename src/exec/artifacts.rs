@@ -11,7 +11,7 @@
 //! restoring the old mtime over unchanged bytes (`touch -r`) does not, since
 //! nothing the attempt did can be told from what was there before.
 
-use crate::compile::paths;
+use crate::paths;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::os::unix::fs::MetadataExt;

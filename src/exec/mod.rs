@@ -7,8 +7,10 @@
 //!        ─ watch ─ audit ─ decide ─ record ─ (retry)      ─► Outcomes
 //! ```
 //!
-//! [`exec`] is what the command line calls; [`run`] takes a plan already
-//! verified and the [`report::Reporter`]s to tell, for use from Rust.
+//! [`verify`] then [`exec`] is what the command line calls; [`run`] takes a
+//! plan already verified and the [`report::Reporter`]s to tell, for use from
+//! Rust. Neither installs a signal handler: the caller's flag
+//! ([`Options::interrupt`]) stops a run.
 
 pub mod artifacts;
 pub mod backend;
@@ -27,12 +29,14 @@ pub mod settle;
 
 pub use report::JobReport;
 
-use crate::compile::paths;
 use crate::diag::{Code, Diagnostic, Diagnostics, ExitStatus, Format};
 use crate::fsutil::FileLock;
+use crate::paths;
 use crate::plan::Plan;
 use crate::state::WorkerStatus;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub struct Options {
@@ -44,6 +48,12 @@ pub struct Options {
     pub grace: Duration,
     /// Where to write the JUnit XML report, once the run ended.
     pub junit: Option<PathBuf>,
+    /// Set by the caller to stop the run (docs/exec.md#running-a-stage):
+    /// every worker is stopped, its attempt settled `interrupted`, and the
+    /// run ends with [`Outcomes::interrupted`]. The command line sets it
+    /// from SIGINT and SIGTERM (`crate::process::interrupt_flag`); the
+    /// library installs no signal handler of its own.
+    pub interrupt: Arc<AtomicBool>,
 }
 
 pub struct Outcomes {
@@ -86,10 +96,10 @@ pub fn verify(path: &Path) -> Result<Verified, Diagnostics> {
     })
 }
 
-/// `okstra exec PLAN`: verify, then run with the reporters for `opts.format`
-/// (and the JUnit report, written once the run ended, interrupted too).
-pub fn exec(path: &Path, opts: &Options) -> Result<Outcomes, Diagnostics> {
-    let verified = verify(path)?;
+/// `okstra exec PLAN` once [`verify`] passed it: run with the reporters for
+/// `opts.format` (and the JUnit report, written once the run ended,
+/// interrupted too).
+pub fn exec(verified: &Verified, opts: &Options) -> Result<Outcomes, Diagnostics> {
     let mut reporters = report::for_format(opts.format);
     let junit = opts.junit.clone().map(|out| {
         let order = verified
@@ -109,7 +119,7 @@ pub fn exec(path: &Path, opts: &Options) -> Result<Outcomes, Diagnostics> {
         reporters.push(Box::new(collector));
         writer
     });
-    let mut outcomes = run(&verified, opts, reporters)?;
+    let mut outcomes = run(verified, opts, reporters)?;
     if let Some(Err(d)) = junit.map(|j| j.write()) {
         outcomes.problems.push(d);
     }
@@ -137,12 +147,7 @@ pub fn run(
     let lock = lock_run(plan, &own, &store)?;
     let rec = record::Recorder::open(root, plan, std::sync::Arc::clone(&own))
         .map_err(|e| Diagnostics::from(state_refusal(plan, e.to_string())))?;
-    let interrupt = crate::process::interrupt_flag().map_err(|e| {
-        Diagnostics::from(Diagnostic::new(
-            Code::ExecState,
-            format!("cannot install signal handlers: {e}"),
-        ))
-    })?;
+    let interrupt = Arc::clone(&opts.interrupt);
     let outcomes = run::Runner::new(verified, opts, rec, own, reporters, interrupt).run();
     drop(lock);
     Ok(outcomes)

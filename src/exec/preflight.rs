@@ -5,9 +5,9 @@
 
 use super::jobs::Jobs;
 use crate::canonical::sha256_hex;
-use crate::compile::paths;
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::model::{binding_problem, str_of, Manifest};
+use crate::paths;
 use crate::plan::{self, Plan};
 use serde_json::Value;
 use std::path::Path;

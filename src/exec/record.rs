@@ -67,7 +67,7 @@ impl Recorder {
     /// (docs/exec.md#crash-safety-and-resume), and the resume reads its rows as
     /// a stream ([`Self::reconcile`]).
     pub fn open(root: &Path, plan: &Plan, own: Arc<Beneath>) -> Result<Recorder, StateError> {
-        let abs = |p: &str| crate::compile::paths::abs_of(root, p);
+        let abs = |p: &str| crate::paths::abs_of(root, p);
         let store = TeamStateStore::open(abs(&plan.run.team_state_path)).below(Arc::clone(&own));
         let events_path = abs(&plan.run.lead_events_path);
         let opener = Opener::Beneath(Arc::clone(&own));
@@ -412,7 +412,7 @@ impl Recorder {
 
 /// A translator has no workers[] row; its status lives on its dispatch row.
 fn has_worker_row(job: &Job) -> bool {
-    use crate::compile::translator::TRANSLATOR;
+    use crate::model::TRANSLATOR;
     !(job.role == crate::vocab::Role::Translator && job.key == TRANSLATOR)
 }
 

@@ -21,6 +21,7 @@ mod editors;
 mod exec;
 mod fail_closed;
 mod full_disk;
+mod house;
 mod junit;
 mod plan_digest;
 mod plan_format;

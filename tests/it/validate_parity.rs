@@ -30,7 +30,7 @@ fn project() -> Project {
 
 /// The codes plan reports (empty: it planned).
 fn plan_codes(p: &Project) -> BTreeSet<String> {
-    let root = okstra::compile::paths::canonical_root(p.root());
+    let root = okstra::paths::canonical_root(p.root());
     let req = Request {
         project_root: root,
         manifest: p.path("run-manifest.json"),
@@ -47,14 +47,14 @@ fn plan_codes(p: &Project) -> BTreeSet<String> {
 
 /// The codes validate reports on the spec alone.
 fn validate_codes(p: &Project) -> BTreeSet<String> {
-    let root = okstra::compile::paths::canonical_root(p.root());
+    let root = okstra::paths::canonical_root(p.root());
     let mut ctx = Ctx::new(root);
     let path = p.path("spec.json");
     if let Some(mut loaded) = ctx.load(
         "input",
         "spec.json",
         &path,
-        okstra::compile::paths::Base::CurrentDir,
+        okstra::paths::Base::CurrentDir,
         Format::Json,
     ) {
         compile::check_spec_alone(&mut ctx, &mut loaded);

@@ -3,10 +3,10 @@
 //! terminal multiplexer.
 
 use super::{check, Check, Level};
-use crate::confine::Offer;
-use crate::plan::Plan;
-use crate::schema::SchemaKind;
-use crate::vocab::{Backend, Confinement};
+use okstra::confine::Offer;
+use okstra::plan::Plan;
+use okstra::schema::SchemaKind;
+use okstra::vocab::{Backend, Confinement};
 use serde_json::Value;
 
 pub fn schemas() -> Check {
@@ -39,7 +39,7 @@ const LANDLOCK_FIX: &str =
 /// there is none; a warning without a plan, since `auto` then runs
 /// workers unconfined and only `required` jobs are refused.
 pub fn confinement() -> Check {
-    match crate::confine::offer() {
+    match okstra::confine::offer() {
         offer @ Offer::Landlock { .. } => check(
             "confinement",
             Level::Ok,
@@ -77,7 +77,7 @@ pub fn confinement_for(plan: &Plan) -> Check {
             "",
         );
     }
-    match crate::confine::offer() {
+    match okstra::confine::offer() {
         offer @ Offer::Landlock { .. } => check(
             "confinement",
             Level::Ok,
@@ -125,7 +125,7 @@ pub fn pane_for(plan: &Plan) -> Option<Check> {
     if jobs.is_empty() {
         return None;
     }
-    Some(match crate::exec::backend::pane::detect() {
+    Some(match okstra::exec::backend::pane::detect() {
         Some(pane) => check(
             "backend pane",
             Level::Ok,

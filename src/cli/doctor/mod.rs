@@ -13,10 +13,11 @@ mod target;
 /// Whether an agent CLI is ready for a worker (`okstra init`).
 pub(super) use providers::ready;
 
-use crate::compile::paths;
-use crate::diag::{Diagnostics, ExitStatus, Format};
-use crate::plan::Plan;
-use crate::provider::Provider;
+use super::{Cut, Ended};
+use okstra::diag::{Diagnostics, ExitStatus, Format};
+use okstra::paths;
+use okstra::plan::Plan;
+use okstra::provider::Provider;
 use serde::Serialize;
 use serde_json::json;
 use std::io::Write as _;
@@ -77,7 +78,7 @@ fn check(name: impl Into<String>, status: Level, detail: impl Into<String>, fix:
 
 /// The first executable named `name` on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
-    crate::process::find_program(name, &std::env::var_os("PATH")?).ok()
+    okstra::process::find_program(name, &std::env::var_os("PATH")?).ok()
 }
 
 /// `<program> --version`, first line of its output, within `timeout`.
@@ -130,7 +131,7 @@ pub fn version_of(program: &Path, timeout: Duration) -> Result<String, String> {
 /// Check what a run needs, in this order: okstra's own schemas, the target
 /// (a plan, or a spec planned in memory), the run's manifest and its
 /// state, then the machine, backends and providers the jobs use.
-pub fn doctor(args: &DoctorArgs) -> ExitStatus {
+pub fn doctor(args: &DoctorArgs) -> Ended {
     let mut root = paths::canonical_root(&args.project_root);
     let mut manifest = args.manifest.as_deref().map(absolute);
     let mut checks = vec![machine::schemas()];
@@ -159,12 +160,12 @@ pub fn doctor(args: &DoctorArgs) -> ExitStatus {
     }
     checks.extend(used_checks(plan.as_ref(), named.as_deref(), &root));
     let failed = checks.iter().filter(|c| c.status == Level::Fail).count();
-    report(args, &checks, &errors, failed);
-    if failed == 0 {
+    report(args, &checks, &errors, failed)?;
+    Ok(if failed == 0 {
         ExitStatus::Success
     } else {
         ExitStatus::InvalidInput
-    }
+    })
 }
 
 /// `path` as given, taken from the current directory if relative.
@@ -268,14 +269,19 @@ fn plural(n: usize, word: &str) -> String {
     format!("{n} {word}{}", if n == 1 { "" } else { "s" })
 }
 
-fn report(args: &DoctorArgs, checks: &[Check], errors: &Diagnostics, failed: usize) {
+fn report(
+    args: &DoctorArgs,
+    checks: &[Check],
+    errors: &Diagnostics,
+    failed: usize,
+) -> Result<(), Cut> {
     match args.format {
         Format::Json => {
             let mut doc = json!({"ok": failed == 0, "checks": checks});
             if !errors.is_empty() {
                 doc["errors"] = errors.to_json()["errors"].clone();
             }
-            outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default())
+            outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default())?
         }
         Format::Text => {
             for c in checks {
@@ -284,9 +290,9 @@ fn report(args: &DoctorArgs, checks: &[Check], errors: &Diagnostics, failed: usi
                     Level::Warn => "warn",
                     Level::Fail => "FAIL",
                 };
-                outln!("{tag}  {}: {}", c.name, c.detail);
+                outln!("{tag}  {}: {}", c.name, c.detail)?;
                 if c.status != Level::Ok && !c.fix.is_empty() {
-                    outln!("      fix: {}", c.fix);
+                    outln!("      fix: {}", c.fix)?;
                 }
             }
             if !errors.is_empty() {
@@ -296,18 +302,19 @@ fn report(args: &DoctorArgs, checks: &[Check], errors: &Diagnostics, failed: usi
                 }
             }
             if args.manifest.is_none() && args.target.is_none() {
-                outln!("      (pass a PLAN or SPEC, or --manifest M, to check what a run needs: its manifest, team-state, lock, run directory, backends and logins)");
+                outln!("      (pass a PLAN or SPEC, or --manifest M, to check what a run needs: its manifest, team-state, lock, run directory, backends and logins)")?;
             }
             if failed == 0 {
-                outln!("all is well");
+                outln!("all is well")?;
             } else {
                 outln!(
                     "{failed} problem{} found",
                     if failed == 1 { "" } else { "s" }
-                );
+                )?;
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -327,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_target_that_does_not_plan_shows_its_first_problem_and_its_help_only_alone() {
-        use crate::diag::{Code, Diagnostic};
+        use okstra::diag::{Code, Diagnostic};
         let missing = || Diagnostic::new(Code::InputMissing, "`p.md` does not exist");
         let general = "fix what the errors say; `okstra validate FILE` shows each with its line";
         let one = unread_check("spec s".into(), &missing().help("create it").into());

@@ -1,11 +1,11 @@
 //! The agent CLIs a run needs: each on PATH and answering `--version`,
 //! and logged in, as far as that can be told without the network
-//! (`crate::provider::login`).
+//! (`okstra::provider::login`).
 
 use super::{check, version_of, which, Check, Level, VERSION_TIMEOUT};
-use crate::plan::{Job, Plan};
-use crate::provider::login::{Login, Where};
-use crate::provider::Provider;
+use okstra::plan::{Job, Plan};
+use okstra::provider::login::{Login, Where};
+use okstra::provider::Provider;
 use std::path::Path;
 
 /// Which CLIs the checks are for.

@@ -4,12 +4,12 @@
 //! name.
 
 use super::{check, Check, Level};
-use crate::compile::paths;
-use crate::fsutil::FileLock;
-use crate::model::{str_of, Manifest};
-use crate::provider::Provider;
-use crate::schema::{self, SchemaKind};
-use crate::state::team_state::TeamStateStore;
+use okstra::fsutil::FileLock;
+use okstra::model::{str_of, Manifest};
+use okstra::paths;
+use okstra::provider::Provider;
+use okstra::schema::{self, SchemaKind};
+use okstra::state::team_state::TeamStateStore;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

@@ -3,8 +3,8 @@
 //! that must see the project root.
 
 use super::{check, version_of, which, Check, Level, VERSION_TIMEOUT};
-use crate::exec::backend::slurm::{self, Probe};
-use crate::plan::{Plan, SlurmOptions};
+use okstra::exec::backend::slurm::{self, Probe};
+use okstra::plan::{Plan, SlurmOptions};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -68,7 +68,7 @@ fn slurm_jobs(plan: &Plan) -> Vec<SlurmJob<'_>> {
                 .enumerate()
                 .map(move |(ji, j)| (format!("/stages/{si}/jobs/{ji}"), j))
         })
-        .filter(|(_, j)| j.backend == crate::vocab::Backend::Slurm)
+        .filter(|(_, j)| j.backend == okstra::vocab::Backend::Slurm)
         .map(|(pointer, j)| SlurmJob {
             pointer,
             label: j.label(),
@@ -252,8 +252,8 @@ fn probe_checks(root: &Path, probes: &[(String, SlurmOptions)]) -> Vec<Check> {
 /// job checks its node can run.
 fn wrapper() -> PathBuf {
     let wrapper = match std::env::current_exe() {
-        Ok(okstra) => crate::exec::backend::WorkerExe::beside(&okstra),
-        Err(_) => crate::exec::backend::WorkerExe::subcommand(Path::new("okstra")),
+        Ok(okstra) => okstra::exec::backend::WorkerExe::beside(&okstra),
+        Err(_) => okstra::exec::backend::WorkerExe::subcommand(Path::new("okstra")),
     };
     PathBuf::from(
         wrapper

@@ -2,9 +2,9 @@
 //! job spec, told apart by content (and a `.toml` name), never by a
 //! guess that could hide a mistake.
 
-use crate::diag::{Code, Diagnostic, Diagnostics};
-use crate::plan::Plan;
-use crate::source::{Format, SourceFile};
+use okstra::diag::{Code, Diagnostic, Diagnostics};
+use okstra::plan::Plan;
+use okstra::source::{Format, SourceFile};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::path::Path;
@@ -121,7 +121,7 @@ pub fn plan_of(
     project_root: &Path,
 ) -> Result<Plan, Diagnostics> {
     match kind {
-        Kind::Plan => crate::exec::load::load(path)
+        Kind::Plan => okstra::exec::load::load(path)
             .map(|l| l.plan)
             .map_err(Diagnostics::from),
         Kind::Spec => {
@@ -135,13 +135,13 @@ pub fn plan_of(
                 .help(format!("pass the run manifest: okstra doctor {shown} --manifest run-manifest.json"))
                 .into());
             };
-            crate::compile::compile(&crate::compile::Request {
+            okstra::compile::compile(&okstra::compile::Request {
                 project_root: project_root.to_path_buf(),
                 manifest: manifest.to_path_buf(),
                 spec: Some(path.to_path_buf()),
                 workers: Vec::new(),
-                created_at: crate::clock::plan_created_at(),
-                records: &crate::state::team_state::RUN_RECORDS,
+                created_at: okstra::clock::plan_created_at(),
+                records: &okstra::state::team_state::RUN_RECORDS,
             })
         }
     }

@@ -859,7 +859,7 @@ impl Dispatch for Slurm {
                     self.seen.insert(id, s.clone());
                     // How Slurm ended it, for the runner's `ended`: found by
                     // a later exec, a cancelled attempt resumes now.
-                    let status = crate::compile::paths::abs_of(
+                    let status = crate::paths::abs_of(
                         &self.root,
                         &crate::plan::sidecar::beside(&d.prompt_path, crate::plan::sidecar::STATUS),
                     );

@@ -17,8 +17,8 @@
 //! atomic-write path: never a partial file.
 
 use super::{JobReport, Notice, Reporter};
-use crate::compile::paths;
 use crate::exec::event::Event;
+use crate::paths;
 use crate::plan::Plan;
 use crate::state::WorkerStatus;
 use crate::vocab::FailureKind;

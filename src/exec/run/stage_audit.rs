@@ -4,11 +4,11 @@
 
 use super::Runner;
 use crate::audit;
-use crate::compile::paths;
 use crate::exec::decide;
 use crate::exec::decide::{Audit, Facts, Status};
 use crate::exec::jobs::Jobs;
 use crate::exec::record::Recorder;
+use crate::paths;
 use crate::plan::Plan;
 use crate::vocab::MutationAudit;
 use serde_json::Value;
