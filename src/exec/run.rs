@@ -10,7 +10,7 @@
 //! `settlement` (decide, record, report). Every decision is recorded
 //! before anything follows from it.
 
-use super::backend::{Backends, Local};
+use super::backend::{Backends, Dispatch, Local};
 use super::decide::End;
 use super::event::Dispatched;
 use super::jobs::Jobs;
@@ -167,6 +167,13 @@ impl<'a> Runner<'a> {
         self.tell(Notice::Said { text });
     }
 
+    /// Say what the backends have to tell since they were last asked.
+    fn hear_backends(&mut self) {
+        for text in self.backend.said() {
+            self.say(text);
+        }
+    }
+
     fn abs(&self, p: &str) -> PathBuf {
         paths::abs_of(&self.root, p)
     }
@@ -177,6 +184,7 @@ impl<'a> Runner<'a> {
 
     pub(super) fn run(mut self) -> Outcomes {
         self.resume_records();
+        self.hear_backends();
         if self.jobs.uses(Backend::Pane) {
             let line = self.backend.local.detect_pane();
             self.say(line);
@@ -207,6 +215,7 @@ impl<'a> Runner<'a> {
                 jobs: indices.len(),
             });
             self.run_stage(si, &indices);
+            self.hear_backends();
             self.end_of_stage();
             let done = indices.iter().all(|&i| {
                 self.reports[i]

@@ -96,6 +96,12 @@ pub trait Dispatch {
     fn queued(&mut self, _handle: Handle) -> bool {
         false
     }
+    /// What the backend has to tell a person since it was last asked (a
+    /// scheduler's client failing, say): the runner says it through its
+    /// reporters.
+    fn said(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The wrapper executable exec starts for each attempt.
@@ -510,5 +516,12 @@ impl Dispatch for Backends {
     }
     fn queued(&mut self, handle: Handle) -> bool {
         self.route(None, Some(handle)).queued(handle)
+    }
+    fn said(&mut self) -> Vec<String> {
+        let mut out = self.local.said();
+        for (_, b) in &mut self.others {
+            out.extend(b.said());
+        }
+        out
     }
 }

@@ -604,6 +604,8 @@ pub struct Slurm {
     last_poll: Option<Instant>,
     /// The last polling failure said, so it is said once.
     warned: Option<String>,
+    /// Warnings not yet handed to the runner.
+    to_say: Vec<String>,
 }
 
 impl Slurm {
@@ -620,6 +622,7 @@ impl Slurm {
             swept: false,
             last_poll: None,
             warned: None,
+            to_say: Vec::new(),
         }
     }
 
@@ -630,9 +633,11 @@ impl Slurm {
         }
     }
 
+    /// Say `what` once (until something else is said): through the
+    /// runner's reporters, at its next look ([`Dispatch::said`]).
     fn warn(&mut self, what: String) {
         if self.warned.as_deref() != Some(what.as_str()) {
-            eprintln!("okstra: slurm: {what}");
+            self.to_say.push(format!("slurm: {what}"));
             self.warned = Some(what);
         }
     }
@@ -987,11 +992,38 @@ impl Dispatch for Slurm {
             .and_then(|id| self.jobs.get(&id))
             .is_some_and(|t| t.queued)
     }
+
+    fn said(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.to_say)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A warning goes to the runner, once until something else is said,
+    /// and never to stderr of its own (the reporters say it).
+    #[test]
+    fn a_warning_is_handed_to_the_runner_once() {
+        let plan: Plan = serde_json::from_str(include_str!(
+            "../../../tests/it/fixtures/plans/v2-pipeline.json"
+        ))
+        .unwrap();
+        let mut slurm = Slurm::new(WorkerExe::beside(Path::new("/bin/okstra")), &plan);
+        assert!(slurm.said().is_empty());
+        slurm.warn("squeue failed: timed out".into());
+        slurm.warn("squeue failed: timed out".into());
+        assert_eq!(slurm.said(), ["slurm: squeue failed: timed out"]);
+        assert!(slurm.said().is_empty(), "handed over once");
+        slurm.warn("squeue failed: timed out".into());
+        assert!(
+            slurm.said().is_empty(),
+            "the same failure again is not news"
+        );
+        slurm.warn("sinfo failed".into());
+        assert_eq!(slurm.said(), ["slurm: sinfo failed"]);
+    }
 
     fn state(state: &str, reason: &str, exit_code: Option<i32>) -> JobState {
         JobState {

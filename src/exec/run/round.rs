@@ -348,6 +348,7 @@ impl Runner<'_> {
             }
             self.take_exits(&mut round, &mut ended);
             self.stop_idle(&mut round, &mut ended);
+            self.hear_backends();
             if let Err(e) = self.rec.maybe_flush() {
                 self.fatal.get_or_insert(format!("team-state: {e}"));
             }
