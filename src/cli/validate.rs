@@ -60,37 +60,7 @@ pub fn validate(args: &ValidateArgs) -> Ended {
             checked.push((display, Kind::Plan));
             continue;
         }
-        let loaded = if from_stdin {
-            if std::mem::replace(&mut stdin_read, true) {
-                all.push(
-                    okstra::diag::Diagnostic::new(
-                        Code::InputInvalid,
-                        "`-` is named twice: stdin holds one file",
-                    )
-                    .in_file(STDIN_NAME)
-                    .help("name `-` once; give the other files by path"),
-                );
-                continue;
-            }
-            match read_stdin() {
-                Ok(bytes) => {
-                    let format = sniff(&bytes);
-                    ctx.load_bytes("input", STDIN_NAME, bytes, format)
-                }
-                Err(d) => {
-                    ctx.push(d);
-                    None
-                }
-            }
-        } else {
-            ctx.load(
-                "input",
-                &display,
-                file,
-                okstra::paths::Base::CurrentDir,
-                SourceFormat::for_path(file),
-            )
-        };
+        let loaded = load_input(&mut ctx, file, &display, &mut stdin_read, &mut all);
         let Some(mut loaded) = loaded else {
             all.extend(std::mem::take(&mut ctx.diags));
             continue;
@@ -126,6 +96,48 @@ pub fn validate(args: &ValidateArgs) -> Ended {
         )?,
     }
     Ok(ExitStatus::Success)
+}
+
+/// Load one input: the file at `file` (named `display`), or stdin for `-`,
+/// read once (a second `-` is refused into `all`). `None`: it did not
+/// load, and `ctx` or `all` says why.
+fn load_input(
+    ctx: &mut Ctx,
+    file: &Path,
+    display: &str,
+    stdin_read: &mut bool,
+    all: &mut Diagnostics,
+) -> Option<okstra::compile::Loaded> {
+    if file.as_os_str() != "-" {
+        return ctx.load(
+            "input",
+            display,
+            file,
+            okstra::paths::Base::CurrentDir,
+            SourceFormat::for_path(file),
+        );
+    }
+    if std::mem::replace(stdin_read, true) {
+        all.push(
+            okstra::diag::Diagnostic::new(
+                Code::InputInvalid,
+                "`-` is named twice: stdin holds one file",
+            )
+            .in_file(STDIN_NAME)
+            .help("name `-` once; give the other files by path"),
+        );
+        return None;
+    }
+    match read_stdin() {
+        Ok(bytes) => {
+            let format = sniff(&bytes);
+            ctx.load_bytes("input", STDIN_NAME, bytes, format)
+        }
+        Err(d) => {
+            ctx.push(d);
+            None
+        }
+    }
 }
 
 /// Whether `file` is a plan (named so by `--kind`, or by its name and

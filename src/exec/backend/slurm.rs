@@ -43,11 +43,12 @@ use crate::exec::decide::End;
 use crate::exec::event::{Dispatched, Handle};
 use crate::plan::{Plan, SlurmOptions};
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::os::unix::process::CommandExt;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod client;
+pub use client::{client, Output};
 
 /// How often the run's jobs are polled. Slurm's own clients poll far less
 /// often (`sbatch --wait`: every 2 s and slower); a quarter second keeps a
@@ -62,9 +63,6 @@ const KILL_SETTLE: Duration = Duration::from_secs(2);
 /// cluster's KillWait, 30 s by default, among it) before it is given up
 /// on (exit 137).
 const KILL_WAIT: Duration = Duration::from_secs(45);
-/// A Slurm client that does not answer within this long is killed and its
-/// call counted as failed: a hung controller must not hang the run.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The go byte the batch script hands the gated wrapper.
 const GATE_WORD: &str = "OKSTRA_GATE";
 
@@ -187,123 +185,6 @@ pub fn query(ids: &[u64]) -> Result<HashMap<u64, JobState>, String> {
         return Ok(HashMap::new());
     }
     Err(out.failure("squeue"))
-}
-
-/// What a Slurm client said.
-pub struct Output {
-    pub ok: bool,
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Output {
-    /// `<tool> exited N: <what it said>` on one line, for an error message
-    /// (its `<tool>: error: ` prefixes dropped).
-    pub fn failure(&self, tool: &str) -> String {
-        let text = if self.stderr.trim().is_empty() {
-            &self.stdout
-        } else {
-            &self.stderr
-        };
-        let prefix = format!("{tool}: error: ");
-        let said = text
-            .lines()
-            .map(|l| l.trim())
-            .filter(|l| !l.is_empty())
-            .map(|l| l.strip_prefix(&prefix).unwrap_or(l))
-            .collect::<Vec<_>>()
-            .join("; ");
-        match self.code {
-            Some(c) => format!("{tool} exited {c}: {said}"),
-            None => format!("{tool} was killed: {said}"),
-        }
-    }
-}
-
-/// Run a Slurm client with `stdin`, within `CLIENT_TIMEOUT`. It runs in a
-/// process group of its own, so a Ctrl-C meant for exec does not cut an
-/// `sbatch` between submitting and printing the job's id.
-pub fn client(tool: &str, args: &[&str], stdin: Option<&[u8]>) -> Result<Output, String> {
-    let mut child = Command::new(tool)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => {
-                format!("`{tool}` is not on PATH (is this a Slurm login node?)")
-            }
-            _ => format!("cannot start `{tool}`: {e}"),
-        })?;
-    let pid = child.id();
-    if let (Some(bytes), Some(mut input)) = (stdin, child.stdin.take()) {
-        input
-            .write_all(bytes)
-            .map_err(|e| format!("cannot write to `{tool}`: {e}"))?;
-    }
-    // Both pipes are drained on threads of their own, so a client that
-    // writes much to one while we read the other cannot stall.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let deadline = Instant::now() + CLIENT_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            Err(e) => return Err(format!("cannot wait for `{tool}` (pid {pid}): {e}")),
-        }
-    };
-    let stdout = out.join().unwrap_or_default();
-    let mut stderr = err.join().unwrap_or_default();
-    let Some(status) = status else {
-        stderr.push_str(&format!(
-            "(no answer within {} s; killed)",
-            CLIENT_TIMEOUT.as_secs()
-        ));
-        return Ok(Output {
-            ok: false,
-            code: None,
-            stdout,
-            stderr,
-        });
-    };
-    Ok(Output {
-        ok: status.success(),
-        code: status.code(),
-        stdout,
-        stderr,
-    })
 }
 
 /// The cluster's partitions, the default one first-marked: `sinfo` says
@@ -1001,6 +882,7 @@ impl Dispatch for Slurm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     /// A warning goes to the runner, once until something else is said,
     /// and never to stderr of its own (the reporters say it).
