@@ -303,3 +303,114 @@ fn a_made_up_cycle_is_found_and_named() {
     assert!(!graph["b"].contains_key("d"), "a comment counted");
     assert!(graph["plan"].is_empty(), "crate::VERSION is no module");
 }
+
+/// A file's product code: its lines up to the first `#[cfg(test)]` at the
+/// start of a line that opens a test module (none of a `tests.rs`).
+fn product_lines<'a>(name: &str, text: &'a str) -> Vec<&'a str> {
+    if name.ends_with("/tests.rs") {
+        return Vec::new();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let end = lines
+        .windows(2)
+        .position(|w| w[0] == "#[cfg(test)]" && w[1].trim_start().starts_with("mod "))
+        .unwrap_or(lines.len());
+    lines[..end].to_vec()
+}
+
+/// Each function of the product code longer than `limit` lines, counted
+/// from its `fn` line to its closing brace at the same indent, comments
+/// and blank lines included: `file:line name (lines)`.
+fn long_functions(name: &str, text: &str, limit: usize) -> Vec<String> {
+    let lines = product_lines(name, text);
+    let mut long = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let rest = line.trim_start();
+        let rest = rest
+            .strip_prefix("pub ")
+            .or_else(|| rest.strip_prefix("pub(crate) "))
+            .or_else(|| rest.strip_prefix("pub(super) "))
+            .unwrap_or(rest);
+        let rest = rest.strip_prefix("const ").unwrap_or(rest);
+        let Some(fn_name) = rest.strip_prefix("fn ").and_then(ident) else {
+            i += 1;
+            continue;
+        };
+        // The body opens where the signature ends; a declaration has none.
+        let Some(open) = (i..lines.len()).find(|&j| {
+            let l = lines[j].trim_end();
+            l.ends_with('{') || l.ends_with(';')
+        }) else {
+            break;
+        };
+        if lines[open].trim_end().ends_with(';') {
+            i = open + 1;
+            continue;
+        }
+        let close = (open + 1..lines.len())
+            .find(|&k| lines[k] == format!("{indent}}}"))
+            .unwrap_or(lines.len() - 1);
+        let n = close - i + 1;
+        if n > limit {
+            long.push(format!("src/{name}:{} {fn_name} ({n} lines)", i + 1));
+        }
+        i = close + 1;
+    }
+    long
+}
+
+#[test]
+fn no_function_over_80_lines_and_no_file_over_1000_lines_of_product_code() {
+    let mut long = Vec::new();
+    for (name, text) in sources() {
+        let n = product_lines(&name, &text).len();
+        if n > 1000 {
+            long.push(format!("src/{name}: {n} lines of product code"));
+        }
+        long.extend(long_functions(&name, &text, 80));
+    }
+    assert!(long.is_empty(), "over the house's sizes: {long:#?}");
+    // The count can fail: a made-up function of 81 lines is found.
+    let made_up = format!("fn big() {{\n{}}}\n", "    x();\n".repeat(79));
+    assert_eq!(
+        long_functions("x.rs", &made_up, 80),
+        ["src/x.rs:1 big (81 lines)"]
+    );
+    assert!(long_functions("x.rs", &made_up, 81).is_empty());
+}
+
+#[test]
+fn errors_are_strings_only_at_the_edges() {
+    // `Result<_, String>` outside the command line: at most 15 (typed
+    // errors carry meaning; a string is for a message about to be shown).
+    let stringly: Vec<String> = sources()
+        .iter()
+        .filter(|(name, _)| !name.starts_with("cli/"))
+        .flat_map(|(name, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| stringly_result(l))
+                .map(move |(i, _)| format!("src/{name}:{}", i + 1))
+        })
+        .collect();
+    assert!(
+        stringly.len() <= 15,
+        "{} of them: {stringly:#?}",
+        stringly.len()
+    );
+    assert!(stringly_result("fn f() -> Result<u8, String> {"));
+    assert!(!stringly_result("fn f() -> Result<Vec<u8>, E> {"));
+}
+
+/// Whether `line` holds `Result<X, String>` with no `>` inside X (what
+/// `grep -E 'Result<[^>]*, String>'` finds).
+fn stringly_result(line: &str) -> bool {
+    line.match_indices("Result<").any(|(i, m)| {
+        let rest = &line[i + m.len()..];
+        let upto = rest.find('>').unwrap_or(rest.len());
+        rest[..upto].ends_with(", String") && rest[upto..].starts_with('>')
+    })
+}
