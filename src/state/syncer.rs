@@ -26,6 +26,12 @@ pub struct Ticket(u64);
 impl Ticket {
     /// A commit already made durable on the caller's own thread.
     pub const DURABLE: Ticket = Ticket(0);
+
+    /// The ticket of the `n`-th commit, for a test's stand-in syncer.
+    #[cfg(test)]
+    pub(crate) const fn nth(n: u64) -> Ticket {
+        Ticket(n)
+    }
 }
 
 /// Why records exec wrote could not be made durable, or written: what

@@ -83,6 +83,108 @@ impl Round {
     }
 }
 
+/// What a round asks of the runner to fill its slots: the narrow seam its
+/// scheduling is decided through, so the tests below drive it with a
+/// stand-in (the runner's own in this file's `impl Gates for Runner`).
+pub(super) trait Gates {
+    /// Whether the dispatch record committed with `ticket` is durable (one
+    /// that cannot be made durable stops the run, and is not).
+    fn durable(&mut self, ticket: Ticket) -> bool;
+    /// Let a recorded attempt through its gate.
+    fn release(&mut self, r: &mut Running);
+    /// Whether the run stopped: a record could not be written.
+    fn stopped(&self) -> bool;
+    /// Whether `attempt` of job `i` may start now (the binding gate); one
+    /// that may not is refused, and reported, by the runner.
+    fn admit(&mut self, i: usize, attempt: u64) -> bool;
+    /// Start `batch` held at their gates, record them with one commit, and
+    /// let up to `free` go once durable ([`Runner::launch_batch`]).
+    fn launch(&mut self, batch: Vec<(usize, u64)>, free: usize) -> Result<Vec<Running>, Cut>;
+}
+
+/// A launch that failed: why, the attempts that never ran, and those
+/// started (and recorded) before it failed.
+pub(super) type Cut = (String, Vec<(usize, u64)>, Vec<Running>);
+
+impl Round {
+    /// Fill the round's free slots: first from the attempts waiting at
+    /// their gates, in the order they were recorded, then by a batch from
+    /// the queue, which also tops the waiting ones up once fewer than half
+    /// are left (so that each commit covers several attempts). A launch
+    /// failure: why, and the attempts of the batch that never ran (those
+    /// that started are in `running`).
+    pub(super) fn fill(
+        &mut self,
+        gates: &mut impl Gates,
+    ) -> Result<(), (String, Vec<(usize, u64)>)> {
+        let running = &self.running;
+        self.waiting
+            .retain(|h| running.get(h).is_some_and(|r| r.held));
+        let mut free = self
+            .limit
+            .saturating_sub(self.running.len() - self.waiting.len());
+        let tickets = self.waiting.iter().map(|h| self.running[h].ticket);
+        let go = going(tickets, free, |t| gates.durable(t));
+        for h in self.waiting.drain(..go) {
+            if let Some(r) = self.running.get_mut(&h) {
+                gates.release(r);
+            }
+        }
+        free -= go;
+        if gates.stopped() {
+            return Ok(());
+        }
+        let want = to_launch(free, self.waiting.len(), self.ahead);
+        let mut batch = Vec::new();
+        while batch.len() < want {
+            let Some((i, attempt)) = self.queue.pop_front() else {
+                break;
+            };
+            if gates.admit(i, attempt) {
+                batch.push((i, attempt));
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let (started, failed) = match gates.launch(batch, free) {
+            Ok(started) => (started, None),
+            Err((reason, never, started)) => (started, Some((reason, never))),
+        };
+        for r in started {
+            if r.held {
+                self.waiting.push_back(r.dispatched.handle);
+            }
+            self.running.insert(r.dispatched.handle, r);
+        }
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+impl Gates for Runner<'_> {
+    fn durable(&mut self, ticket: Ticket) -> bool {
+        self.may_go(ticket)
+    }
+    fn release(&mut self, r: &mut Running) {
+        Runner::release(self, r)
+    }
+    fn stopped(&self) -> bool {
+        self.fatal.is_some()
+    }
+    fn admit(&mut self, i: usize, attempt: u64) -> bool {
+        match self.binding_gate(i) {
+            Some(why) => {
+                self.refuse(i, attempt, why);
+                false
+            }
+            None => true,
+        }
+    }
+    fn launch(&mut self, batch: Vec<(usize, u64)>, free: usize) -> Result<Vec<Running>, Cut> {
+        self.launch_batch(batch, free)
+    }
+}
+
 /// How many of the attempts waiting at their gates go now, given each
 /// one's `ticket` in the order recorded: at most `free`, first first, and
 /// none from the first whose dispatch record is not `durable` yet. No
@@ -136,12 +238,11 @@ impl Runner<'_> {
     /// starts. Returns the started attempts, or the launch failure (every
     /// wrapper of its slice already stopped at its gate) with the attempts that
     /// never ran and those of earlier slices, which were recorded.
-    #[allow(clippy::type_complexity)]
     pub(super) fn launch_batch(
         &mut self,
         batch: Vec<(usize, u64)>,
         mut free: usize,
-    ) -> Result<Vec<Running>, (String, Vec<(usize, u64)>, Vec<Running>)> {
+    ) -> Result<Vec<Running>, Cut> {
         let mut running = Vec::with_capacity(batch.len());
         let mut todo: VecDeque<(usize, u64)> = batch.into();
         while !todo.is_empty() {
@@ -303,7 +404,7 @@ impl Runner<'_> {
         let mut settled = 0;
         loop {
             if !self.interrupt.load(Ordering::Relaxed) && self.fatal.is_none() {
-                if let Err((reason, never)) = self.fill(&mut round) {
+                if let Err((reason, never)) = round.fill(self) {
                     let Round { running, queue, .. } = round;
                     return self.cut_round(reason, running, never, queue, ended, retries);
                 }
@@ -354,58 +455,6 @@ impl Runner<'_> {
             }
         }
         (ended, retries)
-    }
-
-    /// Fill the round's free slots: first from the attempts waiting at
-    /// their gates, in the order they were recorded, then by a batch from
-    /// the queue, which also tops the waiting ones up once fewer than half
-    /// are left (so that each commit covers several attempts). A launch
-    /// failure: why, and the attempts of the batch that never ran (those
-    /// that started are in `round.running`).
-    pub(super) fn fill(&mut self, round: &mut Round) -> Result<(), (String, Vec<(usize, u64)>)> {
-        let running = &round.running;
-        round
-            .waiting
-            .retain(|h| running.get(h).is_some_and(|r| r.held));
-        let mut free = round
-            .limit
-            .saturating_sub(round.running.len() - round.waiting.len());
-        let tickets = round.waiting.iter().map(|h| round.running[h].ticket);
-        let go = going(tickets, free, |t| self.may_go(t));
-        for h in round.waiting.drain(..go) {
-            if let Some(r) = round.running.get_mut(&h) {
-                self.release(r);
-            }
-        }
-        free -= go;
-        if self.fatal.is_some() {
-            return Ok(());
-        }
-        let want = to_launch(free, round.waiting.len(), round.ahead);
-        let mut batch = Vec::new();
-        while batch.len() < want {
-            let Some((i, attempt)) = round.queue.pop_front() else {
-                break;
-            };
-            match self.binding_gate(i) {
-                Some(why) => self.refuse(i, attempt, why),
-                None => batch.push((i, attempt)),
-            }
-        }
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let (started, failed) = match self.launch_batch(batch, free) {
-            Ok(started) => (started, None),
-            Err((reason, never, started)) => (started, Some((reason, never))),
-        };
-        for r in started {
-            if r.held {
-                round.waiting.push_back(r.dispatched.handle);
-            }
-            round.running.insert(r.dispatched.handle, r);
-        }
-        failed.map_or(Ok(()), Err)
     }
 
     /// Take the exits the backends saw (waiting up to [`TICK`] for one) as
@@ -624,5 +673,163 @@ mod tests {
             to_launch(usize::MAX - 5, 0, ahead_of(usize::MAX)),
             usize::MAX - 5
         );
+    }
+
+    /// A stand-in for the runner: each launch is one commit (the next
+    /// ticket), durable once `synced` reaches it; what it was asked is
+    /// noted.
+    #[derive(Default)]
+    struct Fake {
+        synced: u64,
+        commits: u64,
+        stopped: bool,
+        refused_jobs: Vec<usize>,
+        launched: Vec<Vec<usize>>,
+        released: Vec<usize>,
+    }
+
+    fn held(job: usize, ticket: Ticket) -> Running {
+        use crate::exec::event::Head;
+        Running {
+            job,
+            dispatched: Dispatched {
+                head: Head {
+                    ts: "t".into(),
+                    who: Default::default(),
+                    attempt: 1,
+                    dispatch_id: None,
+                    worker_key: format!("w{job}"),
+                    plan_digest: "sha256:plan".into(),
+                    max_attempts: 2,
+                    dispatch_mode: crate::vocab::Backend::CliWrapper,
+                    degraded_from: None,
+                    stage: None,
+                },
+                handle: Handle::Pid {
+                    pid: 1000 + job as u32,
+                },
+                pid_start: None,
+                session_id: None,
+                prompt_path: "p".into(),
+                result_path: "r".into(),
+                argv: vec![],
+                tmp_dir: None,
+                completion_paths_before: vec![],
+            },
+            held: true,
+            ticket,
+            started: Instant::now(),
+            watch: crate::process::LogWatch::new(std::path::PathBuf::from("/nonexistent")),
+        }
+    }
+
+    impl Gates for Fake {
+        fn durable(&mut self, ticket: Ticket) -> bool {
+            ticket <= Ticket::nth(self.synced)
+        }
+        fn release(&mut self, r: &mut Running) {
+            assert!(r.held, "released twice: {}", r.job);
+            r.held = false;
+            self.released.push(r.job);
+        }
+        fn stopped(&self) -> bool {
+            self.stopped
+        }
+        fn admit(&mut self, i: usize, _attempt: u64) -> bool {
+            !self.refused_jobs.contains(&i)
+        }
+        fn launch(&mut self, batch: Vec<(usize, u64)>, free: usize) -> Result<Vec<Running>, Cut> {
+            self.commits += 1;
+            let ticket = Ticket::nth(self.commits);
+            self.launched.push(batch.iter().map(|(i, _)| *i).collect());
+            let mut started: Vec<Running> = batch.iter().map(|(i, _)| held(*i, ticket)).collect();
+            let go = going(started.iter().map(|r| r.ticket), free, |t| self.durable(t));
+            for r in started.iter_mut().take(go) {
+                self.release(r);
+            }
+            Ok(started)
+        }
+    }
+
+    fn running_now(round: &Round) -> Vec<usize> {
+        let mut on: Vec<usize> = round
+            .running
+            .values()
+            .filter(|r| !r.held)
+            .map(|r| r.job)
+            .collect();
+        on.sort();
+        on
+    }
+
+    #[test]
+    fn a_round_lets_no_attempt_go_before_its_record_is_durable() {
+        let mut fake = Fake::default();
+        let mut round = Round::new(Some(2), (0..20).map(|i| (i, 1)).collect(), vec![]);
+        // Two slots and a look-ahead of 8: ten started held, one commit,
+        // not yet durable: none runs.
+        round.fill(&mut fake).unwrap();
+        assert_eq!(fake.launched, [(0..10).collect::<Vec<_>>()]);
+        assert!(fake.released.is_empty() && running_now(&round).is_empty());
+        assert_eq!(round.waiting.len(), 10);
+        // The commit is durable: the first two recorded take the slots, in
+        // the order recorded; the rest wait, and the queue is not touched
+        // while the look-ahead is full.
+        fake.synced = fake.commits;
+        round.fill(&mut fake).unwrap();
+        assert_eq!(fake.released, [0, 1]);
+        assert_eq!(running_now(&round), [0, 1]);
+        assert_eq!(round.queue.len(), 10);
+        // Slots free one after another: each goes to the next attempt
+        // recorded. Once fewer than half the look-ahead wait (after 6 took
+        // a slot), five more start with a second commit, not durable yet.
+        for done in 0..8 {
+            round.running.retain(|_, r| r.job != done);
+            round.fill(&mut fake).unwrap();
+        }
+        assert_eq!(fake.released, (0..10).collect::<Vec<_>>());
+        assert_eq!(fake.launched[1], [10, 11, 12, 13, 14]);
+        // The next slot frees: the next recorded attempt's commit is not
+        // durable, so it stays at its gate, and the slot stays free.
+        round.running.retain(|_, r| r.job != 8);
+        round.fill(&mut fake).unwrap();
+        assert_eq!(fake.released.len(), 10, "{:?}", fake.released);
+        assert_eq!(running_now(&round), [9]);
+        // Durable now: it goes.
+        fake.synced = fake.commits;
+        round.fill(&mut fake).unwrap();
+        assert_eq!(fake.released.last(), Some(&10));
+        assert_eq!(running_now(&round), [9, 10]);
+    }
+
+    #[test]
+    fn a_stopped_run_launches_nothing_and_a_refused_attempt_is_not_started() {
+        let mut fake = Fake {
+            refused_jobs: vec![1],
+            synced: u64::MAX,
+            ..Fake::default()
+        };
+        let mut round = Round::new(Some(1), (0..3).map(|i| (i, 1)).collect(), vec![]);
+        round.fill(&mut fake).unwrap();
+        assert_eq!(fake.launched, [vec![0, 2]], "1 refused at its gate");
+        assert_eq!(fake.released, [0], "one slot");
+        fake.stopped = true;
+        round.running.retain(|_, r| r.job != 0);
+        let launches = fake.launched.len();
+        round.fill(&mut fake).unwrap();
+        assert_eq!(fake.launched.len(), launches, "nothing new once stopped");
+    }
+
+    #[test]
+    fn without_a_limit_every_attempt_starts_in_one_batch() {
+        let mut fake = Fake {
+            synced: u64::MAX,
+            ..Fake::default()
+        };
+        let mut round = Round::new(None, (0..50).map(|i| (i, 1)).collect(), vec![]);
+        round.fill(&mut fake).unwrap();
+        assert_eq!(fake.launched.len(), 1);
+        assert_eq!(running_now(&round).len(), 50);
+        assert!(round.waiting.is_empty() && round.queue.is_empty());
     }
 }
