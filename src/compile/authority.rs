@@ -447,7 +447,7 @@ fn role_execution_problem(
         Code::AuthorityRoleExecution,
         "roleExecutionRef",
         format!("role execution `{}` does not authorise this job: {}", id.role_execution_ref, problems.join("; ")),
-        "make the job's role, provider, label and duty match its roleExecutions[] row (duties: see README, or the manifest's duties{})",
+        "make the job's role, provider, label and duty match its roleExecutions[] row (duties: docs/manifest.md#duty-catalog, or the manifest's duties{})",
     ))
 }
 

@@ -451,7 +451,7 @@ impl Runner<'_> {
             self.stop_idle(&mut round, &mut ended);
             self.hear_backends();
             if let Err(e) = self.rec.maybe_flush() {
-                self.fatal.get_or_insert(format!("team-state: {e}"));
+                self.fatal.get_or_insert(e.to_string());
             }
         }
         (ended, retries)
