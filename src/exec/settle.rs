@@ -66,12 +66,6 @@ pub fn audit_sidecar_failure(worker_result: &Path) -> Option<String> {
     None
 }
 
-/// The wrapper's status sidecar, when it holds a JSON document: how every
-/// reader reads it ([`StatusSidecar::read`]).
-pub fn read_status(path: &Path) -> Option<StatusSidecar> {
-    StatusSidecar::read(path)
-}
-
 /// What the wrapper's status sidecar says of an ended attempt, read once:
 /// the parts the decision weighs ([`Sidecar`]) and the ones its record
 /// carries. Missing or ill-typed fields are simply absent.
@@ -191,7 +185,7 @@ pub fn in_flight(
 /// record says, exit code 124 and failure kind `timeout`, keeping the code
 /// the stopped child itself ended with.
 pub fn mark_idle_timeout(own: &crate::beneath::Beneath, path: &Path) {
-    let Some(mut doc) = read_status(path) else {
+    let Some(mut doc) = StatusSidecar::read(path) else {
         return;
     };
     doc.mark_idle_timeout();

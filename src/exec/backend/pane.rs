@@ -224,7 +224,7 @@ fn cmux_launch(spec: &PaneLaunch, script: &str) -> io::Result<u32> {
     // cmux names no process: the wrapper's pid comes from its status sidecar.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let pid = crate::exec::settle::read_status(spec.status).and_then(|d| d.wrapper_pid);
+        let pid = crate::worker::StatusSidecar::read(spec.status).and_then(|d| d.wrapper_pid);
         if let Some(pid) = pid {
             return Ok(pid);
         }
@@ -318,7 +318,7 @@ pub fn watch_foreign(pid: u32, pid_start: Option<u64>, status: &Path) -> i32 {
 /// The exit code the wrapper recorded in its status sidecar; 1 where it
 /// recorded none.
 fn recorded_exit(status: &Path) -> i32 {
-    crate::exec::settle::read_status(status)
+    crate::worker::StatusSidecar::read(status)
         .and_then(|d| d.exited_with())
         .unwrap_or(1)
 }
@@ -331,7 +331,7 @@ const STRAGGLER_GRACE: Duration = Duration::from_secs(2);
 fn watch_pid(pid: u32, status: &Path) -> i32 {
     let mut exited_at: Option<Instant> = None;
     loop {
-        let doc = crate::exec::settle::read_status(status);
+        let doc = crate::worker::StatusSidecar::read(status);
         let exited = doc.is_some_and(|d| d.state == SidecarState::Exited);
         if exited && exited_at.is_none() {
             exited_at = Some(Instant::now());

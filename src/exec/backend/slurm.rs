@@ -389,7 +389,7 @@ pub enum SidecarEnd {
 }
 
 fn sidecar_end(status: &Path) -> SidecarEnd {
-    let Some(doc) = crate::exec::settle::read_status(status) else {
+    let Some(doc) = crate::worker::StatusSidecar::read(status) else {
         return SidecarEnd::Unrecorded;
     };
     match doc.exited_with() {

@@ -97,7 +97,7 @@ impl Runner<'_> {
         {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let status = crate::exec::settle::read_status(&status_path);
+        let status = crate::worker::StatusSidecar::read(&status_path);
         let alive = alive(self);
         let backend = &mut self.backend;
         let left =

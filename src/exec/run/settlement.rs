@@ -224,7 +224,7 @@ impl Runner<'_> {
     /// (docs/exec.md#settling-an-attempt), read from disk, its audit not yet
     /// judged; and what its status sidecar says.
     pub(super) fn facts_of(&self, job: &Job, e: &Ended) -> (Facts, StatusReport) {
-        let status_doc = crate::exec::settle::read_status(&self.abs(&job.status_path()));
+        let status_doc = crate::worker::StatusSidecar::read(&self.abs(&job.status_path()));
         let report = StatusReport::of(status_doc.as_ref(), &e.end);
         let missing = crate::exec::artifacts::judge(
             &self.root,
