@@ -182,6 +182,44 @@ impl Event {
     }
 }
 
+/// The least a test needs of a record: attempt `attempt` of `key`,
+/// dispatched to the wrapper whose pid is `pid`, under plan
+/// `sha256:plan`.
+#[cfg(test)]
+impl Dispatched {
+    pub(crate) fn sample(key: &str, attempt: u64, pid: u32) -> Dispatched {
+        Dispatched {
+            head: Head::sample(key, attempt),
+            handle: Handle::Pid { pid },
+            pid_start: None,
+            session_id: None,
+            prompt_path: "p".into(),
+            result_path: "r".into(),
+            argv: vec![],
+            tmp_dir: None,
+            completion_paths_before: vec![],
+        }
+    }
+}
+
+#[cfg(test)]
+impl Head {
+    pub(crate) fn sample(key: &str, attempt: u64) -> Head {
+        Head {
+            ts: "t".into(),
+            who: Who::default(),
+            attempt,
+            dispatch_id: None,
+            worker_key: key.into(),
+            plan_digest: "sha256:plan".into(),
+            max_attempts: 2,
+            dispatch_mode: crate::vocab::Backend::CliWrapper,
+            degraded_from: None,
+            stage: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

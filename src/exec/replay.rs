@@ -313,7 +313,7 @@ impl<'j> Fold<'j> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::event::{Head, RetryScheduled, Who};
+    use super::super::event::{Head, RetryScheduled};
     use super::*;
 
     fn plan(stages: &[&[&str]]) -> Plan {
@@ -344,32 +344,11 @@ mod tests {
     }
 
     fn head(key: &str, attempt: u64) -> Head {
-        Head {
-            ts: "t".into(),
-            who: Who::default(),
-            attempt,
-            dispatch_id: None,
-            worker_key: key.into(),
-            plan_digest: "sha256:plan".into(),
-            max_attempts: 2,
-            dispatch_mode: crate::vocab::Backend::CliWrapper,
-            degraded_from: None,
-            stage: None,
-        }
+        Head::sample(key, attempt)
     }
 
     fn dispatched(key: &str, attempt: u64) -> Event {
-        Event::WorkerDispatched(Dispatched {
-            head: head(key, attempt),
-            handle: super::super::event::Handle::Pid { pid: 7 },
-            pid_start: None,
-            session_id: None,
-            prompt_path: "p".into(),
-            result_path: "r".into(),
-            argv: vec![],
-            tmp_dir: None,
-            completion_paths_before: vec![],
-        })
+        Event::WorkerDispatched(Dispatched::sample(key, attempt, 7))
     }
 
     fn settled(key: &str, attempt: u64, status: &str, resumable: bool) -> Settled {

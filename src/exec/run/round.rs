@@ -689,33 +689,9 @@ mod tests {
     }
 
     fn held(job: usize, ticket: Ticket) -> Running {
-        use crate::exec::event::Head;
         Running {
             job,
-            dispatched: Dispatched {
-                head: Head {
-                    ts: "t".into(),
-                    who: Default::default(),
-                    attempt: 1,
-                    dispatch_id: None,
-                    worker_key: format!("w{job}"),
-                    plan_digest: "sha256:plan".into(),
-                    max_attempts: 2,
-                    dispatch_mode: crate::vocab::Backend::CliWrapper,
-                    degraded_from: None,
-                    stage: None,
-                },
-                handle: Handle::Pid {
-                    pid: 1000 + job as u32,
-                },
-                pid_start: None,
-                session_id: None,
-                prompt_path: "p".into(),
-                result_path: "r".into(),
-                argv: vec![],
-                tmp_dir: None,
-                completion_paths_before: vec![],
-            },
+            dispatched: Dispatched::sample(&format!("w{job}"), 1, 1000 + job as u32),
             held: true,
             ticket,
             started: Instant::now(),
