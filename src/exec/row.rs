@@ -28,9 +28,10 @@ impl DispatchStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             DispatchStatus::Running => "running",
-            DispatchStatus::Completed => "completed",
-            DispatchStatus::Timeout => "timeout",
-            DispatchStatus::Error => "error",
+            // A settled dispatch says what its attempt settled as.
+            DispatchStatus::Completed => AttemptStatus::Completed.as_str(),
+            DispatchStatus::Timeout => AttemptStatus::Timeout.as_str(),
+            DispatchStatus::Error => AttemptStatus::Error.as_str(),
         }
     }
 }
@@ -349,6 +350,21 @@ mod tests {
         assert_eq!(row["reason"], "");
         for key in ["endedAt", "exitCode", "failureKind", "usage", "resumable"] {
             assert!(row.get(key).is_none(), "{key}: {row}");
+        }
+    }
+
+    #[test]
+    fn a_dispatch_status_is_written_as_its_name_says() {
+        use DispatchStatus::*;
+        for status in [Running, Completed, Timeout, Error] {
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+        }
+        for settled in [
+            AttemptStatus::Completed,
+            AttemptStatus::Timeout,
+            AttemptStatus::Error,
+        ] {
+            assert_eq!(DispatchStatus::from(settled).as_str(), settled.as_str());
         }
     }
 }
