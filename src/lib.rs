@@ -12,6 +12,7 @@ pub mod compile;
 pub mod confine;
 pub mod diag;
 pub mod document;
+pub mod egress;
 pub mod exec;
 pub mod fault;
 pub mod fsutil;
