@@ -122,6 +122,8 @@ codes! {
         "a path holding `\\`, a NUL byte or an empty segment";
     PathTooBroad = "path/too-broad", InvalidInput,
         "a worktree or auxiliary root that is `/`, an ancestor of the project root, or under /proc, /sys or /dev";
+    NetworkBadRule = "network/bad-rule", InvalidInput,
+        "a `network.allow` entry that is not a host, `*.domain`, `host:port` or an IP address";
     SchemaViolation = "schema/violation", InvalidInput,
         "a value the JSON Schema refuses (unknown key, wrong type, ...)";
     InputSyntax = "input/syntax", InvalidInput,

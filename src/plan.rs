@@ -255,6 +255,15 @@ pub struct Job {
     pub liveness_mode: String,
     pub write_policy: WritePolicy,
     pub write_enforcement: WriteEnforcement,
+    /// What a confined worker may reach over the network
+    /// (docs/confinement.md#network); absent on an unconfined job, and in a
+    /// plan made before the key (whose wrapper argv leaves it open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
+    /// What a confined worker may read besides what okstra grants
+    /// (docs/confinement.md#reads), as the spec wrote it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_paths: Vec<String>,
     /// The `pricing` of the job's model in the manifest's catalog, for the
     /// review (the wrapper prices each attempt from the catalog itself).
     /// Absent where the catalog prices nothing for it.
@@ -263,6 +272,32 @@ pub struct Job {
     /// How a `slurm` job is submitted; present exactly on `slurm` jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmOptions>,
+}
+
+/// A job's `network` as the spec wrote it: a mode, or hosts allowed
+/// besides the provider's (docs/confinement.md#network).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Network {
+    Mode(crate::vocab::NetworkMode),
+    Allow { allow: Vec<String> },
+}
+
+impl Network {
+    pub fn mode(&self) -> crate::vocab::NetworkMode {
+        match self {
+            Network::Mode(m) => *m,
+            Network::Allow { .. } => crate::vocab::NetworkMode::Provider,
+        }
+    }
+
+    /// The hosts allowed besides the provider's.
+    pub fn allow(&self) -> &[String] {
+        match self {
+            Network::Mode(_) => &[],
+            Network::Allow { allow } => allow,
+        }
+    }
 }
 
 /// The `sbatch` options of a `slurm` job (docs/slurm.md#running-on-slurm), as

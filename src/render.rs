@@ -327,6 +327,57 @@ fn confinement_line(job: &Job, offer: &Offer) -> String {
     )
 }
 
+/// What a job confined here may read (docs/confinement.md#reads); `None`
+/// when it is not confined here.
+fn reads_line(job: &Job, offer: &Offer) -> Option<String> {
+    if crate::confine::decide(job.write_enforcement.confinement, offer) != Ok(true) {
+        return None;
+    }
+    if job.read_paths.iter().any(|p| p == "/") {
+        return Some("every file (readPaths has `/`)".into());
+    }
+    let mut line = "the project, its write directories, the system, its PATH and installation, named home files".to_string();
+    if !job.read_paths.is_empty() {
+        line.push_str(&format!(", and {}", job.read_paths.join(", ")));
+    }
+    Some(line)
+}
+
+/// Where a job confined here may connect (docs/confinement.md#network):
+/// its door in the egress proxy and what the door lets through; `None`
+/// when it is not confined here.
+fn network_line(job: &Job, offer: &Offer) -> Option<String> {
+    let wanted = job.write_enforcement.confinement;
+    if crate::confine::decide(wanted, offer) != Ok(true) {
+        return None;
+    }
+    let network = job.network.as_ref()?;
+    let mode = network.mode();
+    Some(match crate::confine::decide_net(wanted, mode, offer) {
+        Ok(false) if mode == crate::vocab::NetworkMode::Open => "open".into(),
+        Ok(false) | Err(_) => format!(
+            "{mode} asked, open here: {}",
+            crate::confine::net_unavailable(offer).unwrap_or_default()
+        ),
+        Ok(true) if mode == crate::vocab::NetworkMode::None => "none: no connection".into(),
+        Ok(true) if job.backend == crate::vocab::Backend::Slurm => {
+            "none on a Slurm node (exec's proxy is not reachable there): set network = \"open\""
+                .into()
+        }
+        Ok(true) => match crate::egress::job::allow_of(job) {
+            Ok(allow) if allow.is_empty() => {
+                "through the egress proxy to no host (`network = { allow = [...] }` adds some)"
+                    .into()
+            }
+            Ok(allow) => format!(
+                "through the egress proxy to {}",
+                allow.describe().join(", ")
+            ),
+            Err(e) => format!("through the egress proxy, but {e}"),
+        },
+    })
+}
+
 /// claude refuses `bypassPermissions` as root unless it is told it runs in
 /// a sandbox: confined, the wrapper says so (`IS_SANDBOX=1`); unconfined,
 /// the review warns.
@@ -496,6 +547,12 @@ fn job_write_lines(out: &mut String, job: &Job, offer: &Offer, root: bool) {
         job.write_enforcement.mutation_audit
     );
     say!(out, "      confined  {}", confinement_line(job, offer));
+    if let Some(reads) = reads_line(job, offer) {
+        say!(out, "      reads     {reads}");
+    }
+    if let Some(network) = network_line(job, offer) {
+        say!(out, "      network   {network}");
+    }
     if let Some(warning) = root_bypass_warning(job, offer, root) {
         say!(out, "      warning:  {warning}");
     }

@@ -1238,6 +1238,10 @@ mod tests {
                 mutation_audit: crate::vocab::MutationAudit::Batch,
                 confinement: crate::vocab::Confinement::Required,
             },
+            network: full.then(|| crate::plan::Network::Allow {
+                allow: vec!["pypi.org".into()],
+            }),
+            read_paths: if full { vec!["~/data".into()] } else { vec![] },
             slurm: full.then(|| SlurmOptions {
                 partition: Some("debug".into()),
                 account: Some("lab".into()),

@@ -107,6 +107,44 @@ impl FromStr for Confinement {
     }
 }
 
+/// The network a confined worker may reach (docs/confinement.md#network);
+/// a spec's `{ allow = [...] }` is `provider` with hosts added.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkMode {
+    /// Through the run's egress proxy, to the provider's API hosts (and
+    /// those the spec adds) alone: the default of a confined job.
+    #[default]
+    Provider,
+    /// No connection at all.
+    None,
+    /// Not confined.
+    Open,
+}
+
+impl NetworkMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkMode::Provider => "provider",
+            NetworkMode::None => "none",
+            NetworkMode::Open => "open",
+        }
+    }
+}
+
+impl fmt::Display for NetworkMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for NetworkMode {
+    type Err = UnknownWord;
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
+        from_wire(s).ok_or_else(|| UnknownWord::closed("network", s))
+    }
+}
+
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

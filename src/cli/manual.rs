@@ -92,6 +92,10 @@ pub const ENVIRONMENT: &[Var] = &[
         what: "debug builds only (the tests): the kernel looks as if it had no Landlock. A release build ignores it.",
     },
     Var {
+        name: okstra::confine::seccomp::SIMULATE_UNAVAILABLE_ENV,
+        what: "debug builds only (the tests): the kernel looks as if it had no seccomp, so no network can be confined. A release build ignores it.",
+    },
+    Var {
         name: okstra::confine::TEST_ALSO_WRITABLE_ENV,
         what: "debug builds only (the tests): an absolute directory a confined worker may also write. A release build ignores it.",
     },

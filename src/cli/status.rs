@@ -355,6 +355,7 @@ fn status_text(
             "(the Slurm state of running attempts is unknown: {e})"
         );
     }
+    text.push_str(&refused_egress(rows));
     if let Some(run) = &spent.run {
         let mut lines: Vec<Vec<String>> = spent
             .stages
@@ -372,6 +373,32 @@ fn status_text(
         );
     }
     text
+}
+
+/// The table of the destinations the egress proxy refused each attempt
+/// (docs/confinement.md#network): who, attempt, `host:port`, how often;
+/// "" where it refused none.
+fn refused_egress(rows: &Rows<'_>) -> String {
+    let mut out = Vec::new();
+    for d in &rows.dispatches {
+        let d = tree(d);
+        let Some(egress) = d.get("egress").and_then(Value::as_array) else {
+            continue;
+        };
+        for e in egress.iter().filter(|e| e["allowed"] == false) {
+            out.push(vec![
+                dispatch_line(&d, false, false)[0].clone(),
+                cell(&d, "attempt"),
+                format!("{}:{}", cell(e, "host"), cell(e, "port")),
+                cell(e, "connections"),
+            ]);
+        }
+    }
+    if out.is_empty() {
+        return String::new();
+    }
+    let heads = ["dispatch", "attempt", "egress refused", "connections"];
+    format!("\n{}", render::table(&heads, &out))
 }
 
 /// A row's field `k` as a table cell: a string as it is, anything else as

@@ -109,6 +109,12 @@ pub struct WorkerFields {
     pub mutation_audit: Option<MutationAudit>,
     #[serde(default, deserialize_with = "word")]
     pub confinement: Option<Confinement>,
+    /// `"provider"`, `"none"`, `"open"` or `{ allow = [...] }`; any other
+    /// shape reads as absent (the schema reports it).
+    #[serde(default, deserialize_with = "network")]
+    pub network: Option<crate::plan::Network>,
+    #[serde(default, deserialize_with = "texts")]
+    pub read_paths: Vec<String>,
     #[serde(default, deserialize_with = "word")]
     pub backend: Option<Backend>,
     #[serde(default, deserialize_with = "text")]
@@ -351,6 +357,10 @@ fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
 /// names the words it allows).
 fn word<'de, D: Deserializer<'de>, T: std::str::FromStr>(d: D) -> Result<Option<T>, D::Error> {
     Ok(text(d)?.and_then(|s| s.parse().ok()))
+}
+
+fn network<'de, D: Deserializer<'de>>(d: D) -> Result<Option<crate::plan::Network>, D::Error> {
+    Ok(crate::plan::Network::deserialize(Value::deserialize(d)?).ok())
 }
 
 /// The `slurm` table, each key read on its own (one of the wrong type reads

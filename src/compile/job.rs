@@ -24,7 +24,9 @@ use crate::plan::{self, Identity, Invocation, Job};
 use crate::policy;
 use crate::provider::{self, Provider, ProviderOptions};
 use crate::source::SourceFile;
-use crate::vocab::{Audience, Backend, Confinement, DispatchKind, MutationAudit, Role};
+use crate::vocab::{
+    Audience, Backend, Confinement, DispatchKind, MutationAudit, NetworkMode, Role,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -99,6 +101,28 @@ pub fn check_alone(
     }
     if resolve_dispatch_kind(ctx, src, entry).is_none() {
         reported.value(&entry.ptr("dispatchKind"));
+    }
+    check_network(ctx, src, entry);
+}
+
+/// Each `network.allow` entry must be a rule the egress proxy can apply
+/// (docs/confinement.md#network).
+fn check_network(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) {
+    let Some(network) = &entry.fields.network else {
+        return;
+    };
+    for (k, item) in network.allow().iter().enumerate() {
+        if let Err(e) = crate::egress::Allow::parse(std::slice::from_ref(item)) {
+            let d = ctx
+                .at(
+                    src,
+                    Code::NetworkBadRule,
+                    format!("`network.allow` entry `{item}` is not a rule: {e}"),
+                    &format!("{}/allow/{k}", entry.ptr("network")),
+                )
+                .help("write a host (`api.example.com`), its subdomains (`*.example.com`), a `host:port`, or an IP address; a host without a port allows 443 and 80");
+            ctx.push(with_worker(d, entry));
+        }
     }
 }
 
@@ -587,6 +611,15 @@ fn assemble(
             mutation_audit: f.mutation_audit.unwrap_or(MutationAudit::Batch),
             confinement: f.confinement.unwrap_or_default(),
         },
+        network: match f.confinement.unwrap_or_default() {
+            Confinement::None => None,
+            _ => Some(
+                f.network
+                    .clone()
+                    .unwrap_or(plan::Network::Mode(NetworkMode::Provider)),
+            ),
+        },
+        read_paths: f.read_paths.clone(),
         // Only a Slurm job is submitted: a `[slurm]` table in `defaults`
         // leaves the run's local jobs as they are.
         slurm: (backend == Backend::Slurm).then(|| f.slurm.clone().unwrap_or_default()),
@@ -872,6 +905,16 @@ fn confinement_flags(job: &Job) -> Vec<String> {
         let dir = if dir.is_empty() { ".".to_string() } else { dir };
         flags.extend(["--confine-dir".to_string(), dir]);
     }
+    // Reads (docs/confinement.md#reads): `/` among the read paths leaves
+    // them open.
+    if !job.read_paths.iter().any(|p| p == "/") {
+        flags.push("--confine-reads".into());
+        for p in &job.read_paths {
+            flags.extend(["--read-path".to_string(), p.clone()]);
+        }
+    }
+    let network = job.network.as_ref().map_or(NetworkMode::Open, |n| n.mode());
+    flags.extend(["--network".to_string(), network.as_str().to_string()]);
     flags
 }
 
@@ -1041,6 +1084,7 @@ mod tests {
     fn a_confined_job_names_its_write_directories_but_not_the_wrappers_files() {
         let mut j = job(Provider::Command, Backend::CliWrapper);
         j.write_enforcement.confinement = Confinement::Auto;
+        j.network = Some(plan::Network::Mode(NetworkMode::Provider));
         j.write_policy.allow = vec![
             "out/r.md".into(),
             "out/r.md.audit.json".into(),
@@ -1056,16 +1100,36 @@ mod tests {
                 "--confine-dir",
                 "out",
                 "--confine-dir",
-                "src"
+                "src",
+                "--confine-reads",
+                "--network",
+                "provider"
             ]
         );
         // A result at the top grants the project root, written `.`.
         j.write_policy.allow.push("r.md".into());
         j.write_enforcement.confinement = Confinement::Required;
+        j.network = Some(plan::Network::Allow {
+            allow: vec!["pypi.org".into()],
+        });
+        j.read_paths = vec!["~/data".into()];
         assert_eq!(
             confinement_flags(&j),
-            ["--confinement", "required", "--confine-dir", "."]
+            [
+                "--confinement",
+                "required",
+                "--confine-dir",
+                ".",
+                "--confine-reads",
+                "--read-path",
+                "~/data",
+                "--network",
+                "provider"
+            ]
         );
+        // `/` among the read paths leaves reads open.
+        j.read_paths.push("/".into());
+        assert!(!confinement_flags(&j).contains(&"--confine-reads".to_string()));
         j.write_enforcement.confinement = Confinement::None;
         assert!(confinement_flags(&j).is_empty());
     }

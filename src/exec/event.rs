@@ -23,6 +23,9 @@ pub enum Event {
     WorkerRetryScheduled(RetryScheduled),
     /// The attempt completed.
     WorkerResultCollected(Settled),
+    /// The egress proxy refused one of the attempt's connections
+    /// (docs/confinement.md#network); recorded as the attempt settles.
+    EgressRefused(EgressRefused),
 }
 
 /// What every event of an attempt carries: when, which plan, which job and
@@ -143,6 +146,14 @@ pub struct Settled {
     /// (docs/confinement.md#kernel-confinement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<String>,
+    /// The network the confined worker had: `provider`, `none` or `open`
+    /// (docs/confinement.md#network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// Where the worker's connections through the egress proxy went
+    /// (docs/confinement.md#network), one entry per destination.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<crate::egress::Destination>,
     /// The attempt ended because exec was interrupted or died, not by its
     /// own doing: the next exec starts a new attempt that does not count
     /// against the retry limit (docs/exec.md#crash-safety-and-resume).
@@ -167,12 +178,25 @@ pub struct RetryScheduled {
     pub next_attempt: u64,
 }
 
+/// A connection the egress proxy refused an attempt's worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressRefused {
+    #[serde(flatten)]
+    pub head: Head,
+    pub host: String,
+    pub port: u16,
+    /// Why, in one sentence.
+    pub reason: String,
+}
+
 impl Event {
     pub fn head(&self) -> &Head {
         match self {
             Event::WorkerDispatched(d) => &d.head,
             Event::WorkerFailed(s) | Event::WorkerResultCollected(s) => &s.head,
             Event::WorkerRetryScheduled(r) => &r.head,
+            Event::EgressRefused(r) => &r.head,
         }
     }
 
@@ -279,6 +303,8 @@ mod tests {
             cli_argv: vec![],
             usage: None,
             confinement: None,
+            network: None,
+            egress: Vec::new(),
             resumable: true,
             mutation_audit: None,
             error_log_append: None,

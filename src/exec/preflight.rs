@@ -74,17 +74,33 @@ pub fn binding_change(manifest: &Manifest, job: &plan::Job) -> Option<String> {
 }
 
 /// A job with `confinement = "required"` on a machine that cannot confine
-/// (docs/confinement.md#kernel-confinement), so exec refuses before anything
-/// starts.
+/// it as planned (docs/confinement.md#kernel-confinement): no Landlock, or
+/// for a confined network no seccomp (docs/confinement.md#network); exec
+/// refuses before anything starts.
 pub fn unconfinable(job: &plan::Job, offer: &crate::confine::Offer) -> Option<Diagnostic> {
-    let why = crate::confine::decide(job.write_enforcement.confinement, offer).err()?;
+    let wanted = job.write_enforcement.confinement;
+    if let Err(why) = crate::confine::decide(wanted, offer) {
+        return Some(
+            Diagnostic::new(
+                Code::ExecConfinementUnavailable,
+                format!("{}: confinement is required, but {why}", job.label()),
+            )
+            .worker(job.label().to_string())
+            .help("run it on a kernel with Landlock ABI 6 or newer (Linux 6.12+, `lsm=...,landlock`), or plan it with confinement = \"auto\" to run unconfined here"),
+        );
+    }
+    let network = job.network.as_ref()?.mode();
+    let why = crate::confine::decide_net(wanted, network, offer).err()?;
     Some(
         Diagnostic::new(
             Code::ExecConfinementUnavailable,
-            format!("{}: confinement is required, but {why}", job.label()),
+            format!(
+                "{}: confinement is required with network = \"{network}\", but {why}",
+                job.label()
+            ),
         )
         .worker(job.label().to_string())
-        .help("run it on a kernel with Landlock ABI 6 or newer (Linux 6.12+, `lsm=...,landlock`), or plan it with confinement = \"auto\" to run unconfined here"),
+        .help("run it on a kernel with seccomp, or plan it with network = \"open\" (its writes and reads stay confined)"),
     )
 }
 

@@ -121,6 +121,12 @@ impl Recorder {
         rows(&mut self.ledger, job, event, then, None);
     }
 
+    /// An event that changes no row (an egress refusal): the events log
+    /// alone.
+    pub fn note(&mut self, event: &Event) {
+        self.events.push(&event.line());
+    }
+
     /// The dispatch row of an attempt that settled: the dispatch's facts
     /// and the settlement's.
     pub fn record_settled(
@@ -480,6 +486,6 @@ fn rows(
                 ledger.patch_worker(&job.key, status.into(), &s.reason, &fields);
             }
         }
-        Event::WorkerRetryScheduled(_) => {}
+        Event::WorkerRetryScheduled(_) | Event::EgressRefused(_) => {}
     }
 }

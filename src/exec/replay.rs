@@ -297,6 +297,7 @@ impl<'j> Fold<'j> {
                 }
             }
             Event::WorkerFailed(s) => record.settled = Some(s),
+            Event::EgressRefused(_) => {}
             Event::WorkerRetryScheduled(r) => {
                 if record.settled.is_none() {
                     return Err(format!(
@@ -365,6 +366,8 @@ mod tests {
             cli_argv: vec![],
             usage: None,
             confinement: None,
+            network: None,
+            egress: Vec::new(),
             resumable,
             mutation_audit: None,
             error_log_append: None,

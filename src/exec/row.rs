@@ -124,6 +124,10 @@ pub struct Ended {
     pub failure_kind: Option<FailureKind>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confinement: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<crate::egress::Destination>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cli_argv: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -195,6 +199,8 @@ impl Ended {
             cli_session_id: s.cli_session_id.clone(),
             failure_kind: s.failure_kind.clone(),
             confinement: s.confinement.clone(),
+            network: s.network.clone(),
+            egress: s.egress.clone(),
             cli_argv: s.cli_argv.clone(),
             usage: s.usage.clone(),
             resumable: s.resumable,
@@ -262,7 +268,16 @@ mod tests {
             failure_kind: Some(FailureKind::Timeout),
             cli_argv: vec!["x".into()],
             usage: Some(Usage::default()),
-            confinement: Some("none".into()),
+            confinement: Some("landlock-abi7".into()),
+            network: Some("provider".into()),
+            egress: vec![crate::egress::Destination {
+                host: "api.example.com".into(),
+                port: 443,
+                allowed: true,
+                connections: 2,
+                bytes_out: 10,
+                bytes_in: 20,
+            }],
             resumable: true,
             mutation_audit: None,
             error_log_append: None,
@@ -285,11 +300,21 @@ mod tests {
   "completionPaths": [
     "results/impl.md"
   ],
-  "confinement": "none",
+  "confinement": "landlock-abi7",
   "degradedFrom": "pane",
   "dispatchId": "inv-impl:attempt-2",
   "dutyDigest": "d",
   "dutyId": "implementation-executor",
+  "egress": [
+    {
+      "allowed": true,
+      "bytesIn": 20,
+      "bytesOut": 10,
+      "connections": 2,
+      "host": "api.example.com",
+      "port": 443
+    }
+  ],
   "endedAt": "2026-01-02T00:00:00Z",
   "executionIdentityVersion": 2,
   "executionLabel": "impl-1",
@@ -302,6 +327,7 @@ mod tests {
   "kind": "initial",
   "livenessMode": "wrapper-status",
   "modelExecutionValue": "model-a",
+  "network": "provider",
   "participantRef": "p-impl",
   "planDigest": "sha256:x",
   "promptDigest": "p",

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod egress;
 mod gate;
 mod private_tmp;
 mod resume;
@@ -96,6 +97,8 @@ pub(super) struct Runner<'a> {
     /// Where this exec makes private TMPDIRs, opened at the first start
     /// of a confined worker.
     tmp_root: Option<tmpdir::Root>,
+    /// The egress proxy and the doors of the attempts running through it.
+    doors: egress::Doors,
 }
 
 impl<'a> Runner<'a> {
@@ -154,6 +157,7 @@ impl<'a> Runner<'a> {
             own,
             offer: std::cell::OnceCell::new(),
             tmp_root: None,
+            doors: egress::Doors::default(),
         }
     }
 

@@ -82,6 +82,8 @@ pub struct StatusReport {
     pub cli_session_id: Option<String>,
     /// What confinement the wrapper applied (`landlock-abi<N>`, `none`).
     pub confinement: Option<String>,
+    /// The network it confined the child to (`provider`, `none`, `open`).
+    pub network: Option<String>,
 }
 
 impl StatusReport {
@@ -107,6 +109,7 @@ impl StatusReport {
             served_model: text(&doc.served_model),
             cli_session_id: text(&doc.cli_session_id),
             confinement: text(&doc.confinement),
+            network: text(&doc.network),
         }
     }
 }

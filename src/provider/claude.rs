@@ -84,6 +84,15 @@ impl Adapter for Claude {
         vec![var("CLAUDE_CONFIG_DIR").map_or_else(|| home.join(".claude"), PathBuf::from)]
     }
 
+    /// Its global settings and login state, `.claude.json`, beside the
+    /// state directory (or in `CLAUDE_CONFIG_DIR`, which holds both).
+    fn read_files(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+        vec![var("CLAUDE_CONFIG_DIR").map_or_else(
+            || home.join(".claude.json"),
+            |d| PathBuf::from(d).join(".claude.json"),
+        )]
+    }
+
     fn login(&self, at: &Where) -> Option<Login> {
         Some(login_of(at))
     }

@@ -21,6 +21,7 @@ mod codex;
 mod command;
 mod failure;
 mod gemini;
+pub mod hosts;
 pub mod login;
 pub mod usage;
 
@@ -122,6 +123,16 @@ impl Provider {
             return Vec::new();
         };
         self.adapter().state_dirs(&home, &var)
+    }
+
+    /// Files outside its state directories the CLI reads, which a worker
+    /// whose reads are confined must still reach (docs/confinement.md#reads).
+    pub fn read_files(self) -> Vec<PathBuf> {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let Some(home) = var("HOME").map(PathBuf::from) else {
+            return Vec::new();
+        };
+        self.adapter().read_files(&home, &var)
     }
 
     /// Whether the CLI would find itself logged in for a worker that sees
@@ -260,6 +271,12 @@ trait Adapter: Sync {
     /// Where the CLI writes its own state, given the home directory and the
     /// environment (found by running it confined; PROVIDERS.md).
     fn state_dirs(&self, _home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// Files outside its state directories the CLI reads (found by running
+    /// it with its reads confined).
+    fn read_files(&self, _home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
         Vec::new()
     }
 

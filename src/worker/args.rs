@@ -1,6 +1,6 @@
 //! The arguments of the wrapper (`okstra-worker`, `okstra worker`).
 
-use crate::vocab::Confinement;
+use crate::vocab::{Confinement, NetworkMode};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -108,6 +108,26 @@ pub struct WorkerArgs {
     /// here.
     #[arg(long, value_name = "DIR")]
     pub tmp_dir: Option<PathBuf>,
+    /// Confine the child's reads too (docs/confinement.md#reads): it may
+    /// read only the project, its write directories, the system's
+    /// locations, its PATH and installation, a few named files of the home,
+    /// and each `--read-path`.
+    #[arg(long)]
+    pub confine_reads: bool,
+    /// A path a confined child may read besides those (repeatable; `~/` is
+    /// the home, relative is the project's; `/` leaves reads open).
+    #[arg(long = "read-path", value_name = "PATH")]
+    pub read_paths: Vec<String>,
+    /// The network of a confined child (docs/confinement.md#network):
+    /// `provider` through exec's egress proxy (`--proxy`), `none`, or
+    /// `open`.
+    #[arg(long, value_name = "MODE", default_value_t = NetworkMode::Open)]
+    pub network: NetworkMode,
+    /// The port of this attempt's door in exec's egress proxy on
+    /// 127.0.0.1, named by exec at launch: the one TCP port a confined
+    /// child may connect to. Without it, `--network provider` allows none.
+    #[arg(long, value_name = "PORT")]
+    pub proxy: Option<u16>,
     /// The argv of a `command` job.
     #[arg(last = true, value_name = "ARGV")]
     pub command: Vec<String>,

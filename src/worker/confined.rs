@@ -9,7 +9,7 @@ use crate::confine::{self, RulesetError};
 use crate::process::{SpawnSpec, Spawned};
 use crate::provider::Provider;
 use crate::tmpdir;
-use crate::vocab::Confinement;
+use crate::vocab::{Confinement, NetworkMode};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -32,6 +32,16 @@ pub(super) enum ConfineFailure {
     ThreadLost,
 }
 
+/// What the worker's ruleset governs besides writes, for a kernel that
+/// offers `offer`; `Err` (why) where `required` asks for a network the
+/// kernel cannot confine.
+fn handled(args: &WorkerArgs, offer: &confine::Offer) -> Result<confine::Handled, String> {
+    Ok(confine::Handled {
+        reads: args.confine_reads,
+        net: confine::decide_net(args.confinement, args.network, offer)?,
+    })
+}
+
 /// What confining the child needs and makes nothing on disk, done before a
 /// gated wrapper waits for its go, while exec records and syncs the
 /// dispatch: the thread that will start the child (see `starter`), and the
@@ -49,12 +59,13 @@ impl Ahead {
         if args.confinement == Confinement::None {
             return None;
         }
-        match confine::offer() {
-            confine::Offer::Landlock { abi } => Some(Ahead {
+        let offer = confine::offer();
+        match (&offer, handled(args, &offer)) {
+            (confine::Offer::Landlock { abi }, Ok(handled)) => Some(Ahead {
                 starter: Starter::new(),
-                rules: confine::Begun::new(abi),
+                rules: confine::Begun::new(*abi, handled),
             }),
-            confine::Offer::Unavailable(_) => None,
+            _ => None,
         }
     }
 }
@@ -66,6 +77,7 @@ pub(super) struct Confined {
     tmp: PrivateTmp,
     /// The thread made ahead to start the child, where one was.
     starter: Option<io::Result<Starter>>,
+    net: confine::Net,
 }
 
 /// The confined worker's private TMPDIR (see [`crate::tmpdir`]): the one
@@ -148,7 +160,20 @@ impl Confined {
         if provider == Provider::Claude {
             env.push(("IS_SANDBOX".into(), "1".into()));
         }
+        if let confine::Net::Proxy(port) = self.net {
+            env.extend(proxy_env(port));
+        }
         env
+    }
+
+    /// The network the child is confined to, as the status sidecar names
+    /// it.
+    pub fn network(&self) -> &'static str {
+        match self.net {
+            confine::Net::Open => "open",
+            confine::Net::Proxy(_) => "provider",
+            confine::Net::None => "none",
+        }
     }
 
     /// A failed child whose output says a write was refused: say where it
@@ -170,6 +195,20 @@ impl Confined {
     }
 }
 
+/// The variables that point every common HTTP client at the egress proxy's
+/// door on `port` (docs/confinement.md#network), with no host exempted.
+pub(super) fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut env = Vec::new();
+    for name in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
+        env.push((name.to_string(), url.clone()));
+        env.push((name.to_ascii_lowercase(), url.clone()));
+    }
+    env.push(("NO_PROXY".into(), String::new()));
+    env.push(("no_proxy".into(), String::new()));
+    env
+}
+
 /// The confinement `args` ask for, prepared (from what was made `ahead`,
 /// where it was): `None` when the child runs unconfined (`none`, or `auto`
 /// on a kernel without Landlock); `Err` when it must not start (`required`
@@ -189,7 +228,10 @@ pub(super) fn prepare(
             }
             let offer = confine::offer();
             match (confine::decide(args.confinement, &offer), &offer) {
-                (Ok(true), confine::Offer::Landlock { abi }) => (None, confine::Begun::new(*abi)?),
+                (Ok(true), confine::Offer::Landlock { abi }) => {
+                    let handled = handled(args, &offer).map_err(ConfineFailure::Required)?;
+                    (None, confine::Begun::new(*abi, handled)?)
+                }
                 (Err(why), _) => return Err(ConfineFailure::Required(why.to_string())),
                 _ => return Ok(None),
             }
@@ -199,14 +241,49 @@ pub(super) fn prepare(
     let mut outside = vec![tmp.path.clone()];
     outside.extend(provider.state_dirs());
     outside.extend(confine::test_also_writable());
+    let reads = if args.confine_reads {
+        read_scope(args, root, provider)
+    } else {
+        Vec::new()
+    };
+    let net = match (args.network, args.proxy) {
+        (NetworkMode::Open, _) => confine::Net::Open,
+        (NetworkMode::Provider, Some(port)) => confine::Net::Proxy(port),
+        // No door named (a Slurm node, or an exec that gave none): none.
+        (NetworkMode::Provider, None) | (NetworkMode::None, _) => confine::Net::None,
+    };
     let rules = begun.finish(&confine::Grants {
         root,
         confine_dirs: &args.confine_dirs,
         outside: &outside,
+        reads: &reads,
+        net,
     })?;
     Ok(Some(Confined {
         rules,
         tmp,
         starter,
+        net,
     }))
+}
+
+/// What the worker may read besides what it may write
+/// (docs/confinement.md#reads).
+fn read_scope(args: &WorkerArgs, root: &Path, provider: Provider) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let path = std::env::var_os("PATH");
+    let program = match provider {
+        Provider::Command => args.command.first().map(String::as_str),
+        other => other.program().map(|p| p.name),
+    };
+    let scope = confine::reads::scope(&confine::reads::Inputs {
+        root,
+        home: home.as_deref(),
+        path: path.as_deref(),
+        program,
+        provider_files: &provider.read_files(),
+        read_paths: &args.read_paths,
+    });
+    // `None`: a read path of `/`, every file as before.
+    scope.unwrap_or_else(|| vec![PathBuf::from("/")])
 }

@@ -95,6 +95,11 @@ pub struct StatusSidecar {
     /// `none`. Absent when it never started.
     #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
     pub confinement: Option<String>,
+    /// The network the confined child had (docs/confinement.md#network):
+    /// `provider` (through its door in exec's egress proxy), `none`, or
+    /// `open`. Absent when unconfined, or when it never started.
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
     /// What kind of failure a non-zero exit was, where it can be told.
     #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<FailureKind>,

@@ -23,6 +23,7 @@ mod fail_closed;
 mod full_disk;
 mod house;
 mod junit;
+mod network;
 mod plan_digest;
 mod plan_format;
 mod plan_paths;

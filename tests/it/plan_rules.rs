@@ -499,3 +499,29 @@ fn v1_project(workers: &[(&str, &str, &str)]) -> Project {
     p.write("spec.toml", &spec);
     p
 }
+
+#[test]
+fn network_bad_rule_beside_hosts_that_are_rules() {
+    let p = v2_project();
+    let label = "executionLabel = \"impl-1\"";
+    edit_spec(
+        &p,
+        label,
+        &format!("{label}\nnetwork = {{ allow = [\"pypi.org\", \"https://api.example.com/v1\"] }}"),
+    );
+    let run = refused(&p, "network/bad-rule");
+    assert!(
+        run.stdout.contains("https://api.example.com/v1"),
+        "{}",
+        run.stdout
+    );
+    let p = v2_project();
+    edit_spec(
+        &p,
+        label,
+        &format!(
+            "{label}\nnetwork = {{ allow = [\"pypi.org\", \"*.example.com\", \"10.0.0.1:8080\"] }}"
+        ),
+    );
+    planned(&p);
+}

@@ -1016,13 +1016,16 @@ fn pane_jobs_run_in_a_tmux_window_titled_with_the_worker() {
         "#{socket_path},#{pid},#{session_id}",
     ]);
     let pane = tmux.out(&["display-message", "-p", "-t", "okstra", "#{pane_id}"]);
+    // The fake CLI asks the tmux server about its pane, through tmux's unix
+    // socket: a confined worker's network (unix sockets included) is opened
+    // for it (docs/confinement.md#network).
     let fx = fixture(
         "pane",
         &[worker(
             "cl",
             "claude",
             "sonnet",
-            "env = { FAKE_MODE = \"first-forgets\" }",
+            "env = { FAKE_MODE = \"first-forgets\" }\nnetwork = \"open\"",
         )],
     );
     let probe = fx.scratch_dir().join("pane.txt");

@@ -179,6 +179,7 @@ fn setup(
         .run_env("MOCK_KEY", "mock-key")
         .run_env("GEMINI_API_KEY", "mock-key")
         .run_env("GOOGLE_GEMINI_BASE_URL", &url)
+        .run_env("OKSTRA_TEST_MOCK_URL", &url)
         .plan();
     Some((fx, mock))
 }
@@ -349,6 +350,70 @@ fn codex_writes_its_result_with_its_own_tool() {
 #[test]
 fn gemini_writes_its_result_with_its_own_tool() {
     writes_its_result_with_its_own_tool("gemini", "gemini-2.5-pro", r#""tool_name":"write_file""#);
+}
+
+// ---------------------------------------------------------------------------
+// The network: each CLI reaches its mock API only through its door in the
+// egress proxy (docs/confinement.md#network).
+// ---------------------------------------------------------------------------
+
+/// The CLI, confined with `network = "provider"`, completes a job against
+/// its mock through the proxy, while its own shell tool's direct
+/// connection to the mock's port is refused: the row's egress names the
+/// mock, allowed, with the bytes of every request.
+fn reaches_its_api_only_through_the_proxy(provider: &str, extra: &str) {
+    if !common::landlock_here() {
+        return;
+    }
+    let direct = "curl -sS --noproxy '*' --max-time 5 \"$OKSTRA_TEST_MOCK_URL/\" > out/direct.txt 2>&1; echo \"exit=$?\" >> out/direct.txt";
+    let steps = vec![
+        Step::Shell(direct.into()),
+        write_result(provider, "out/w.md"),
+        Step::Answer("done".into()),
+    ];
+    let (_, served) = pinned(provider);
+    let extra = format!("{extra}\nrole = \"implementer\"\nplannedPaths = [\"out/direct.txt\"]");
+    let Some((fx, mock)) = one(provider, steps, served, &extra) else {
+        return;
+    };
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
+    assert_eq!(ran.code, 0, "{log}");
+    assert!(read(&fx, "out/w.md").contains(provider), "{log}");
+    let direct = read(&fx, "out/direct.txt");
+    assert!(
+        direct.contains("exit=7"),
+        "the direct connection: {direct}\n{log}"
+    );
+    let row = &rows(&fx, "w")[0];
+    assert_eq!(row["network"], "provider", "{row}");
+    let port: u16 = mock.url().rsplit(':').next().unwrap().parse().unwrap();
+    let egress = row["egress"].as_array().expect("an egress record");
+    let api = egress
+        .iter()
+        .find(|d| d["host"] == "127.0.0.1" && d["port"] == port)
+        .unwrap_or_else(|| panic!("no mock in {egress:?}"));
+    assert_eq!(api["allowed"], true, "{api}");
+    assert!(api["connections"].as_u64().unwrap() >= 1, "{api}");
+    assert!(api["bytesOut"].as_u64().unwrap() > 0, "{api}");
+    assert!(api["bytesIn"].as_u64().unwrap() > 0, "{api}");
+}
+
+#[test]
+fn claude_reaches_its_api_only_through_the_proxy() {
+    // Its Bash tool runs unasked only with bypassPermissions (as root too,
+    // confined: the wrapper says IS_SANDBOX=1).
+    reaches_its_api_only_through_the_proxy("claude", "permissionMode = \"bypassPermissions\"");
+}
+
+#[test]
+fn codex_reaches_its_api_only_through_the_proxy() {
+    reaches_its_api_only_through_the_proxy("codex", "");
+}
+
+#[test]
+fn gemini_reaches_its_api_only_through_the_proxy() {
+    reaches_its_api_only_through_the_proxy("gemini", "approvalMode = \"yolo\"");
 }
 
 // ---------------------------------------------------------------------------

@@ -33,6 +33,9 @@ pub enum Step {
     /// root) with its own tool: claude's `Write`, codex's `apply_patch`
     /// (through its shell tool), gemini's `write_file`.
     WriteFile { path: String, content: String },
+    /// Ask the CLI to run this shell command with its own tool: claude's
+    /// `Bash`, codex's `exec_command`, gemini's `run_shell_command`.
+    Shell(String),
     /// Answer with this text and end the turn.
     Answer(String),
     /// Refuse with this HTTP status and the vendor's error body (for 401,
@@ -310,7 +313,7 @@ fn serve(s: &Shared, conn: TcpStream) {
             let body = error_body(dialect, 401);
             respond(&mut out, 401, "application/json", body.as_bytes());
         }
-        Step::Answer(_) | Step::WriteFile { .. } => {
+        Step::Answer(_) | Step::WriteFile { .. } | Step::Shell(_) => {
             let body = answer(s, script, dialect, &step);
             s.spent
                 .lock()
@@ -448,6 +451,19 @@ fn answer(s: &Shared, script: &Script, dialect: Dialect, step: &Step) -> String 
                     );
                     "tool_use"
                 }
+                Step::Shell(command) => {
+                    out += &ev(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": 0, "content_block":
+                               {"type": "tool_use", "id": format!("toolu_mock_{n}"), "name": "Bash", "input": {}}}),
+                    );
+                    let input = json!({"command": command, "description": "run it"}).to_string();
+                    out += &ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input}}),
+                    );
+                    "tool_use"
+                }
                 Step::Answer(text) => {
                     out += &ev(
                         "content_block_start",
@@ -489,6 +505,10 @@ fn answer(s: &Shared, script: &Script, dialect: Dialect, step: &Step) -> String 
                     json!({"type": "function_call", "id": format!("fc_mock_{n}"), "call_id": format!("call_mock_{n}"),
                            "name": "exec_command", "arguments": json!({"cmd": cmd}).to_string()})
                 }
+                Step::Shell(cmd) => {
+                    json!({"type": "function_call", "id": format!("fc_mock_{n}"), "call_id": format!("call_mock_{n}"),
+                           "name": "exec_command", "arguments": json!({"cmd": cmd}).to_string()})
+                }
                 Step::Answer(text) => {
                     json!({"type": "message", "role": "assistant", "id": format!("msg_mock_{n}"),
                                              "content": [{"type": "output_text", "text": text}]})
@@ -513,6 +533,9 @@ fn answer(s: &Shared, script: &Script, dialect: Dialect, step: &Step) -> String 
             let parts = match step {
                 Step::WriteFile { path, content } => {
                     json!([{"functionCall": {"name": "write_file", "args": {"file_path": abs(path), "content": content}}}])
+                }
+                Step::Shell(command) => {
+                    json!([{"functionCall": {"name": "run_shell_command", "args": {"command": command}}}])
                 }
                 Step::Answer(text) => json!([{"text": text}]),
                 _ => unreachable!("only answers are streamed"),

@@ -113,6 +113,107 @@ pub fn confinement_for(plan: &Plan) -> Check {
     }
 }
 
+/// Whether this machine can confine a worker's network
+/// (docs/confinement.md#network): Landlock's TCP rules and seccomp.
+pub fn network() -> Check {
+    match okstra::confine::net_unavailable(&okstra::confine::offer()) {
+        None => check(
+            "network",
+            Level::Ok,
+            "confined workers reach the network only through okstra's egress proxy (Landlock TCP rules, seccomp)",
+            "",
+        ),
+        Some(why) => check(
+            "network",
+            Level::Warn,
+            format!("{why}: jobs with network other than \"open\" run with an open network (confinement auto), or are refused (required)"),
+            "use a kernel with seccomp and Landlock ABI 6 or newer",
+        ),
+    }
+}
+
+/// What a plan's confined jobs may reach over the network here
+/// (docs/confinement.md#network), job by job; `None` when no job is
+/// confined with a network.
+pub fn network_for(plan: &Plan) -> Option<Check> {
+    let offer = okstra::confine::offer();
+    let mut lines = Vec::new();
+    let mut refused = Vec::new();
+    for job in plan.jobs() {
+        let Some(network) = &job.network else {
+            continue;
+        };
+        let wanted = job.write_enforcement.confinement;
+        if okstra::confine::decide(wanted, &offer) != Ok(true) {
+            continue;
+        }
+        let here = match okstra::confine::decide_net(wanted, network.mode(), &offer) {
+            Err(why) => {
+                refused.push(job.label().to_string());
+                format!("refused ({why})")
+            }
+            Ok(false) => "open".to_string(),
+            Ok(true) => match (network.mode(), okstra::egress::job::allow_of(job)) {
+                (okstra::vocab::NetworkMode::None, _) => "none".to_string(),
+                (_, Ok(allow)) => allow.describe().join(", "),
+                (_, Err(e)) => format!("unusable: {e}"),
+            },
+        };
+        lines.push(format!("{}: {here}", job.label()));
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    let level = if refused.is_empty() {
+        Level::Ok
+    } else {
+        Level::Fail
+    };
+    Some(check(
+        "network",
+        level,
+        some_of(&lines),
+        if refused.is_empty() {
+            ""
+        } else {
+            "run on a kernel with seccomp, or plan those jobs with network = \"open\""
+        },
+    ))
+}
+
+/// What a plan's confined jobs may read besides what okstra grants
+/// (docs/confinement.md#reads); `None` when no job is confined.
+pub fn reads_for(plan: &Plan) -> Option<Check> {
+    let offer = okstra::confine::offer();
+    let lines: Vec<String> = plan
+        .jobs()
+        .filter(|j| okstra::confine::decide(j.write_enforcement.confinement, &offer) == Ok(true))
+        .map(|j| match j.read_paths.as_slice() {
+            [] => format!(
+                "{}: the project, the system, its PATH and installation",
+                j.label()
+            ),
+            paths if paths.iter().any(|p| p == "/") => format!("{}: every file", j.label()),
+            paths => format!("{}: those and {}", j.label(), paths.join(", ")),
+        })
+        .collect();
+    (!lines.is_empty()).then(|| check("reads", Level::Ok, some_of(&lines), ""))
+}
+
+/// Per-job lines joined, the first dozen of a large plan and a count of
+/// the rest (the review lists every job).
+fn some_of(lines: &[String]) -> String {
+    const SHOWN: usize = 12;
+    let mut text = lines[..lines.len().min(SHOWN)].join("; ");
+    if lines.len() > SHOWN {
+        text.push_str(&format!(
+            "; and {} more (see the review)",
+            lines.len() - SHOWN
+        ));
+    }
+    text
+}
+
 /// A plan's `pane` jobs need the terminal multiplexer okstra runs in to
 /// answer (tmux through `$TMUX`, cmux); without one they degrade to
 /// `cli-wrapper`, recorded as `degradedFrom: "pane"`.

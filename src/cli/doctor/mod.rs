@@ -254,11 +254,13 @@ fn used_checks(plan: Option<&Plan>, named: Option<&[Provider]>, root: &Path) -> 
             Some(n) => providers::Need::Run(n),
             None => providers::Need::Any,
         };
-        let mut out = vec![machine::confinement()];
+        let mut out = vec![machine::confinement(), machine::network()];
         out.extend(providers::checks(&need, root));
         return out;
     };
     let mut out = vec![machine::confinement_for(p)];
+    out.extend(machine::network_for(p));
+    out.extend(machine::reads_for(p));
     out.extend(machine::pane_for(p));
     out.extend(slurm::checks(p, root));
     out.extend(providers::checks(&providers::Need::Plan(p), root));

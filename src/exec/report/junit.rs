@@ -159,7 +159,7 @@ impl Reporter for Junit {
                             exit_code: s.exit_code,
                         });
                     }
-                    Event::WorkerRetryScheduled(_) => {}
+                    Event::WorkerRetryScheduled(_) | Event::EgressRefused(_) => {}
                 }
             }
             Notice::Finished { report } => {

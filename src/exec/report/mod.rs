@@ -237,6 +237,14 @@ fn describe(event: &Event) -> Option<String> {
             r.next_attempt,
             r.head.max_attempts
         ),
+        Event::EgressRefused(r) => format!(
+            "{} was refused egress to {}:{} (attempt {}): {}",
+            label(&r.head),
+            r.host,
+            r.port,
+            r.head.attempt,
+            r.reason
+        ),
     })
 }
 

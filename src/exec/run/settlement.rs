@@ -9,7 +9,7 @@ use crate::audit;
 use crate::diag::WrapperExit;
 use crate::exec::decide;
 use crate::exec::decide::{Audit, Decision, End, Facts, Status};
-use crate::exec::event::{Dispatched, Event, Head, RetryScheduled, Settled};
+use crate::exec::event::{Dispatched, EgressRefused, Event, Head, RetryScheduled, Settled};
 use crate::exec::record::Then;
 use crate::exec::report::Notice;
 use crate::exec::settle::StatusReport;
@@ -109,11 +109,14 @@ impl Runner<'_> {
         let attempt = e.dispatched.head.attempt;
         let first = job.first_attempt();
         self.remove_private_tmp(&job, &e.dispatched);
+        let egress = self.close_door(i, attempt).unwrap_or_default();
         let (mut facts, report) = self.facts_of(&job, &e);
         let summary;
         (facts.audit, summary) = audit_of(&facts, judge, own);
         let d = decide::decide(&facts);
-        let settled = self.settled(&job, &e, &facts, &d, report, summary);
+        let mut settled = self.settled(&job, &e, &facts, &d, report, summary);
+        self.note_refusals(&e.dispatched, &egress);
+        settled.egress = egress.destinations;
         self.usages[i].extend(settled.usage.clone());
         // A lost attempt found by this exec resumes at once; an interrupted
         // one is for the next exec.
@@ -171,9 +174,26 @@ impl Runner<'_> {
             cli_argv: report.argv,
             usage: report.usage,
             confinement: report.confinement,
+            network: report.network,
+            egress: Vec::new(),
             resumable: d.resumable,
             mutation_audit: summary,
             error_log_append,
+        }
+    }
+
+    /// Each connection the egress proxy refused the attempt, as an event
+    /// ahead of its settlement (docs/confinement.md#network).
+    fn note_refusals(&mut self, d: &Dispatched, egress: &crate::egress::Egress) {
+        for r in &egress.refusals {
+            let event = Event::EgressRefused(EgressRefused {
+                head: self.head_from(d),
+                host: r.host.clone(),
+                port: r.port,
+                reason: r.reason.clone(),
+            });
+            self.rec.note(&event);
+            self.tell(Notice::Recorded { event: &event });
         }
     }
 

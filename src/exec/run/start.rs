@@ -34,6 +34,7 @@ impl Runner<'_> {
         attempt: u64,
         session_id: Option<&str>,
         tmp_dir: Option<&Path>,
+        proxy: Option<u16>,
     ) -> Vec<String> {
         let mut argv: Vec<String> = job.command.clone();
         let split = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
@@ -51,6 +52,9 @@ impl Runner<'_> {
         if let Some(dir) = tmp_dir {
             extra.extend(["--tmp-dir".into(), dir.display().to_string()]);
         }
+        if let Some(port) = proxy {
+            extra.extend(["--proxy".into(), port.to_string()]);
+        }
         argv.splice(split..split, extra);
         argv
     }
@@ -62,7 +66,14 @@ impl Runner<'_> {
             .takes_session_id
             .then(|| uuid::Uuid::new_v4().to_string());
         let tmp_dir = self.private_tmp(&job, attempt)?;
-        let argv = self.worker_argv(&job, attempt, session_id.as_deref(), tmp_dir.as_deref());
+        let proxy = self.open_door(i, &job, attempt)?;
+        let argv = self.worker_argv(
+            &job,
+            attempt,
+            session_id.as_deref(),
+            tmp_dir.as_deref(),
+            proxy,
+        );
         let status = self.abs(&job.status_path());
         // okstra's own writes never go through a symlink
         // (docs/exec.md#never-through-a-symlink): the log is opened here, below

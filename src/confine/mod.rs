@@ -1,28 +1,33 @@
-//! Kernel write confinement of a worker
-//! (docs/confinement.md#kernel-confinement), with Linux Landlock.
+//! Kernel confinement of a worker (docs/confinement.md#kernel-confinement),
+//! with Linux Landlock and a seccomp filter.
 //!
 //! The wrapper (unconfined) prepares everything: it creates each directory
-//! the worker may write, opens it, and builds the ruleset. Then a thread
-//! of its own restricts itself (Landlock binds the calling thread only)
-//! and starts the worker, which inherits the domain before its first
-//! instruction, so the worker and everything it starts can write only
-//! there, and cannot signal or reach through an abstract unix socket any
-//! process outside its domain (exec, the wrapper, whose main thread stays
-//! unconfined). Reads, network and pathname unix sockets are not confined;
+//! the worker may write, opens it and what it may read, and builds the
+//! ruleset. Then a thread of its own restricts itself (Landlock and seccomp
+//! bind the calling thread only) and starts the worker, which inherits the
+//! domain before its first instruction, so the worker and everything it
+//! starts can write only there, read only what [`reads`] lists, reach the
+//! network only through the run's egress proxy ([`Net`]), and cannot signal
+//! or reach through an abstract unix socket any process outside its domain
+//! (exec, the wrapper, whose main thread stays unconfined).
 //! docs/confinement.md#the-threat-model says what that leaves.
 //!
-//! Which directories: for each write-policy pattern its longest literal
-//! directory ([`policy_dirs`], at plan time; the audit still checks the
-//! exact patterns), a private `TMPDIR`, the provider's own state
-//! directories, `/dev/null`-like devices, and the files the worker's
+//! Which directories it may write: for each write-policy pattern its
+//! longest literal directory ([`policy_dirs`], at plan time; the audit
+//! still checks the exact patterns), a private `TMPDIR`, the provider's own
+//! state directories, `/dev/null`-like devices, and the files the worker's
 //! stdout and stderr already are (its log, or its pane's terminal), so
 //! `> /dev/stderr` works.
+
+pub mod reads;
+pub mod seccomp;
 
 use crate::policy;
 use crate::vocab::Confinement;
 use landlock::{
-    Access, AccessFs, CompatLevel, Compatible, LandlockStatus, PathBeneath, RestrictSelf, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
+    PathBeneath, RestrictSelf, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+    ABI,
 };
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -139,6 +144,35 @@ pub fn decide(wanted: Confinement, offer: &Offer) -> Result<bool, &str> {
     }
 }
 
+/// Why this kernel cannot confine a worker's network (Landlock's TCP rules,
+/// ABI 4, and seccomp): `None` when it can (docs/confinement.md#network).
+pub fn net_unavailable(offer: &Offer) -> Option<String> {
+    match offer {
+        Offer::Unavailable(why) => Some(why.clone()),
+        // Every ABI okstra confines with has TCP rules (4 < MIN_ABI).
+        Offer::Landlock { .. } => seccomp::available().err(),
+    }
+}
+
+/// Whether a confined job asking for `network` gets it on a machine
+/// offering `offer`: `Ok(false)` where it runs with an open network (asked
+/// for, or `auto` on a kernel that cannot); for `required` where it cannot
+/// be, why not.
+pub fn decide_net(
+    wanted: Confinement,
+    network: crate::vocab::NetworkMode,
+    offer: &Offer,
+) -> Result<bool, String> {
+    if network == crate::vocab::NetworkMode::Open || wanted == Confinement::None {
+        return Ok(false);
+    }
+    match (net_unavailable(offer), wanted) {
+        (None, _) => Ok(true),
+        (Some(why), Confinement::Required) => Err(why),
+        (Some(_), _) => Ok(false),
+    }
+}
+
 /// The directories a confined worker may write for a write policy: each
 /// pattern's longest literal directory (`src/**` and `src/*.rs` give
 /// `src`, `out/r.md` gives `out`, `**/x` gives the project root, written
@@ -204,16 +238,43 @@ pub enum RulesetError {
     /// A directory outside the project (the TMPDIR, the provider's state).
     #[error("cannot prepare the directory {}: {source}", dir.display())]
     Outside { dir: PathBuf, source: io::Error },
+    #[error("cannot build the seccomp filter: {0}")]
+    Seccomp(io::Error),
+}
+
+/// A worker's network under confinement (docs/confinement.md#network).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    /// Not confined.
+    Open,
+    /// TCP connections to this port alone (the egress proxy's door on
+    /// 127.0.0.1), no port bound, and only TCP sockets.
+    Proxy(u16),
+    /// No TCP connection and no port bound, only TCP sockets.
+    None,
+}
+
+/// What a worker's ruleset governs besides writes, signals and abstract
+/// unix sockets, which it always does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handled {
+    /// Reads and execution: only what [`Grants::reads`] lists.
+    pub reads: bool,
+    /// TCP connect and bind, and (with seccomp) every other kind of socket.
+    pub net: bool,
 }
 
 /// A ruleset built ahead, applied through [`Prepared::restriction`].
 #[derive(Debug)]
 pub struct Prepared {
     ruleset: RulesetCreated,
+    filters: Option<seccomp::Filters>,
     /// `landlock-abi<N>`: what the dispatch row records.
     pub applied: &'static str,
-    /// The directories granted, for the log and the review.
+    /// The directories granted for writing, for the log and the review.
     pub dirs: Vec<PathBuf>,
+    /// What may be read, where reads are confined, for the log.
+    pub reads: Option<Vec<PathBuf>>,
 }
 
 /// Where a confined worker may write.
@@ -226,6 +287,12 @@ pub struct Grants<'a> {
     /// Directories outside the project (the private TMPDIR, the provider's
     /// state), created when missing.
     pub outside: &'a [PathBuf],
+    /// What may be read and run besides the directories above, where reads
+    /// are handled: directories or files; one that does not exist is left
+    /// out (granting nothing).
+    pub reads: &'a [PathBuf],
+    /// The network, where it is handled.
+    pub net: Net,
 }
 
 /// The part of a worker's ruleset that makes nothing: the rights handled,
@@ -237,20 +304,35 @@ pub struct Grants<'a> {
 pub struct Begun {
     ruleset: RulesetCreated,
     abi: u8,
+    handled: Handled,
+    filters: Option<seccomp::Filters>,
 }
 
 impl Begun {
-    /// Begin the ruleset for Landlock ABI `abi`. A hard requirement: a
-    /// kernel below ABI 6 fails here rather than confining less than it
-    /// says.
-    pub fn new(abi: u8) -> Result<Begun, RulesetError> {
+    /// Begin the ruleset for Landlock ABI `abi`, governing what `handled`
+    /// says besides writes. A hard requirement: a kernel below ABI 6 fails
+    /// here rather than confining less than it says.
+    pub fn new(abi: u8, handled: Handled) -> Result<Begun, RulesetError> {
         let (stdout, stderr) = (io::stdout(), io::stderr());
         let devices = devices();
         let files = inherited_outputs([stdout.as_fd(), stderr.as_fd()])
             .into_iter()
             .chain(devices.iter().map(|fd| fd.as_fd()));
-        let ruleset = ruleset(abi, files).map_err(RulesetError::Landlock)?;
-        Ok(Begun { ruleset, abi })
+        let ruleset = ruleset(abi, handled, files).map_err(RulesetError::Landlock)?;
+        // Below ABI 9 Landlock cannot tell a pathname unix socket the
+        // worker made from another service's: no unix socket() at all then
+        // (docs/confinement.md#network).
+        let filters = handled
+            .net
+            .then(|| seccomp::Filters::build(false))
+            .transpose()
+            .map_err(RulesetError::Seccomp)?;
+        Ok(Begun {
+            ruleset,
+            abi,
+            handled,
+            filters,
+        })
     }
 
     /// Create and open every granted directory and add it to the ruleset.
@@ -280,47 +362,98 @@ impl Begun {
             })?;
             dirs.push((d.clone(), fd));
         }
-        let ruleset = grant_dirs(
+        let rights = Rights::new(self.abi, self.handled);
+        let mut ruleset = grant_dirs(
             self.ruleset,
-            self.abi,
+            rights.write | rights.read,
             dirs.iter().map(|(_, fd)| fd.as_fd()),
         )
         .map_err(RulesetError::Landlock)?;
+        let mut reads = None;
+        if self.handled.reads {
+            let (granted, fds): (Vec<PathBuf>, Vec<OwnedFd>) = grants
+                .reads
+                .iter()
+                .filter_map(|p| open_path(p).ok().map(|fd| (p.clone(), fd)))
+                .unzip();
+            ruleset = grant_reads(ruleset, rights.read, fds.iter().map(|fd| fd.as_fd()))
+                .map_err(RulesetError::Landlock)?;
+            reads = Some(granted);
+        }
+        if let (true, Net::Proxy(port)) = (self.handled.net, grants.net) {
+            ruleset = ruleset
+                .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+                .map_err(RulesetError::Landlock)?;
+        }
         Ok(Prepared {
             ruleset,
+            filters: self.filters,
             applied: if self.abi >= 7 {
                 "landlock-abi7"
             } else {
                 "landlock-abi6"
             },
             dirs: dirs.into_iter().map(|(p, _)| p).collect(),
+            reads,
         })
+    }
+}
+
+/// The file-system rights of a ruleset.
+struct Rights {
+    write: BitFlags<AccessFs>,
+    /// Empty where reads are not handled.
+    read: BitFlags<AccessFs>,
+}
+
+impl Rights {
+    fn new(abi: u8, handled: Handled) -> Rights {
+        let level = level(abi);
+        Rights {
+            write: AccessFs::from_write(level),
+            read: if handled.reads {
+                AccessFs::from_read(level)
+            } else {
+                BitFlags::EMPTY
+            },
+        }
     }
 }
 
 impl Prepared {
     /// [`Begun::new`], then [`Begun::finish`].
-    pub fn build(grants: &Grants, abi: u8) -> Result<Prepared, RulesetError> {
-        Begun::new(abi)?.finish(grants)
+    pub fn build(grants: &Grants, abi: u8, handled: Handled) -> Result<Prepared, RulesetError> {
+        Begun::new(abi, handled)?.finish(grants)
     }
 
     /// The ruleset, to be handed to the thread that restricts itself.
     pub fn restriction(&self) -> io::Result<Restriction> {
-        Ok(Restriction(self.ruleset.try_clone()?))
+        Ok(Restriction {
+            ruleset: self.ruleset.try_clone()?,
+            filters: self.filters.clone(),
+        })
     }
 }
 
 /// A [`Prepared`] ruleset on its way to the thread it binds.
 #[derive(Debug)]
-pub struct Restriction(RulesetCreated);
+pub struct Restriction {
+    ruleset: RulesetCreated,
+    filters: Option<seccomp::Filters>,
+}
 
 impl Restriction {
-    /// Restrict the calling thread for good (`no_new_privs`, then the
-    /// ruleset), and so every process it starts from now on; the process's
-    /// other threads are left as they were (the crate's all-threads flag
-    /// is not asked for). Call it on a thread made for the purpose.
+    /// Restrict the calling thread for good (`no_new_privs`, the ruleset,
+    /// then the seccomp filter where the network is confined), and so every
+    /// process it starts from now on; the process's other threads are left
+    /// as they were (neither all-threads flag is asked for). Call it on a
+    /// thread made for the purpose.
     pub fn restrict_this_thread(self) -> io::Result<()> {
-        self.0.restrict_self().map(|_| ()).map_err(io::Error::other)
+        self.ruleset.restrict_self().map_err(io::Error::other)?;
+        match self.filters {
+            Some(filters) => filters.apply_to_this_thread(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -329,31 +462,54 @@ impl Restriction {
 /// a kernel below ABI 6 fails here rather than confining less than it says.
 fn ruleset<'a>(
     abi: u8,
+    handled: Handled,
     files: impl Iterator<Item = BorrowedFd<'a>>,
 ) -> Result<RulesetCreated, landlock::RulesetError> {
     let level = level(abi);
-    let write = AccessFs::from_write(level);
-    let file_write = write & AccessFs::from_file(level);
-    let mut created = Ruleset::default()
+    let rights = Rights::new(abi, handled);
+    let file_rights = (rights.write | rights.read) & AccessFs::from_file(level);
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(write)?
-        .scope(Scope::from_all(level))?
-        .create()?;
+        .handle_access(rights.write | rights.read)?;
+    if handled.net {
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+    }
+    let mut created = ruleset.scope(Scope::from_all(level))?.create()?;
     for fd in files {
-        created = created.add_rule(PathBeneath::new(fd, file_write))?;
+        created = created.add_rule(PathBeneath::new(fd, file_rights))?;
     }
     Ok(created)
 }
 
-/// `ruleset` with every write right granted under `dirs`.
+/// `ruleset` with `rights` granted under `dirs`.
 fn grant_dirs<'a>(
     mut ruleset: RulesetCreated,
-    abi: u8,
+    rights: BitFlags<AccessFs>,
     dirs: impl Iterator<Item = BorrowedFd<'a>>,
 ) -> Result<RulesetCreated, landlock::RulesetError> {
-    let write = AccessFs::from_write(level(abi));
     for fd in dirs {
-        ruleset = ruleset.add_rule(PathBeneath::new(fd, write))?;
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, rights))?;
+    }
+    Ok(ruleset)
+}
+
+/// `ruleset` with the `read` rights granted on each of `paths`: under a
+/// directory, or on a file (the rights a file can have).
+fn grant_reads<'a>(
+    mut ruleset: RulesetCreated,
+    read: BitFlags<AccessFs>,
+    paths: impl Iterator<Item = BorrowedFd<'a>>,
+) -> Result<RulesetCreated, landlock::RulesetError> {
+    for fd in paths {
+        let is_dir = rustix::fs::fstat(fd)
+            .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode).is_dir())
+            .unwrap_or(false);
+        let rights = if is_dir {
+            read
+        } else {
+            read & AccessFs::from_file(ABI::V1)
+        };
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, rights))?;
     }
     Ok(ruleset)
 }
