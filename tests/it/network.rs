@@ -373,3 +373,72 @@ fn required_with_a_confined_network_is_refused_where_the_kernel_has_no_seccomp()
     let ran = run(cmd);
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
 }
+
+/// Opens 100 tunnels through the door at once: how many the proxy let
+/// through and how many it turned away; then, with them closed, one more.
+const FLOOD: &str = r#"import os, socket, sys
+door = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
+target = sys.argv[1]
+held, statuses = [], []
+for _ in range(100):
+    s = socket.create_connection(("127.0.0.1", door), timeout=10)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+    held.append(s)
+for s in held:
+    try:
+        line = s.recv(64).split(b"\r\n")[0].decode()
+    except OSError as e:
+        line = "reset " + str(e)
+    statuses.append(line.split(" ")[1] if line.startswith("HTTP/") else "closed")
+print("200=%d 503=%d other=%d" % (statuses.count("200"), statuses.count("503"),
+      len(statuses) - statuses.count("200") - statuses.count("503")))
+for s in held:
+    s.close()
+"#;
+
+#[test]
+fn a_flood_is_bounded_per_worker_and_a_killed_exec_leaves_nothing_listening() {
+    if !landlock_here() {
+        return;
+    }
+    let (allowed, _) = http_listener("after the flood\n");
+    let fx = Fx::new();
+    fx.v1();
+    fx.p.write("flood.py", FLOOD);
+    fx.commands()
+        .defaults("confinement = \"required\"")
+        .worker_env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .prelude(PRELUDE);
+    let script = format!(
+        "t flood '/usr/bin/python3 flood.py 127.0.0.1:{allowed}'\n\
+         t after 'curl -sS --max-time 10 -f http://127.0.0.1:{allowed}/'\n\
+         echo \"$HTTPS_PROXY\" > results/f/door.txt\n\
+         sleep 5\n"
+    );
+    fx.stage(
+        "only",
+        [job("f", script)
+            .implementer(&["results/f/**"])
+            .with(&format!("network = {{ allow = [\"127.0.0.1:{allowed}\"] }}"))
+            .result("results/f/out.md")],
+    );
+    fx.plan();
+    let mut exec = fx.spawn_exec(&[]);
+    let door = fx.p.path("results/f/door.txt");
+    wait_for("the worker's door", 60, || {
+        std::fs::read_to_string(&door).is_ok_and(|d| d.ends_with('\n'))
+    });
+    let o = outcomes(&fx, "f");
+    // 64 tunnels a worker at once; the rest turned away, the proxy intact.
+    assert_allowed(&o, "flood", "200=64 503=36 other=0");
+    assert_allowed(&o, "after", "after the flood");
+    let url = std::fs::read_to_string(&door).unwrap();
+    let port: u16 = url.trim().rsplit(':').next().unwrap().parse().unwrap();
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    // exec killed: its doors die with it, though the worker lives on (no
+    // door was handed down to it).
+    exec.kill().unwrap();
+    exec.wait().unwrap();
+    let refused = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert!(refused.is_err(), "port {port} still listens after exec died");
+}
