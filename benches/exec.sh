@@ -65,10 +65,12 @@ trap 'rm -rf "$work"' EXIT
 now_ns() { date +%s%N; }
 
 # fixture N NAME [--audit FILES]: generate, plan, and keep a pristine copy.
+# PLANNER (default: this build) plans it: the baseline runs a plan of its
+# own making, since a plan of a newer format is refused by an older okstra.
 fixture() {
   local n=$1 name=$2; shift 2
   python3 benches/gen_exec_fixture.py "$n" "$work/$name" "$@"
-  (cd "$work/$name" && "$bin" plan spec.toml --manifest run/run-manifest.json --out plan.json >/dev/null)
+  (cd "$work/$name" && "${PLANNER:-$bin}" plan spec.toml --manifest run/run-manifest.json --out plan.json >/dev/null)
   cp -a "$work/$name" "$work/$name.pristine"
 }
 
@@ -161,21 +163,28 @@ for n in $sizes; do
   if [ "$confined" = 1 ]; then
     fixture "$n" "confined-$n" --confinement auto
   fi
+  if [ -n "$baseline" ]; then
+    PLANNER=$baseline fixture "$n" "base-plain-$n"
+    if [ "$confined" = 1 ]; then
+      PLANNER=$baseline fixture "$n" "base-confined-$n" --confinement auto
+    fi
+  fi
   for _ in $(seq "$runs"); do
     keep_best "okstra-$n" okstra "plain-$n" "$n"
     if [ "$confined" = 1 ]; then
       keep_best "confined-$n" okstra "confined-$n" "$n"
     fi
     if [ -n "$baseline" ]; then
-      keep_best "baseline-$n" okstra "plain-$n" "$n" "$baseline"
+      keep_best "baseline-$n" okstra "base-plain-$n" "$n" "$baseline"
       if [ "$confined" = 1 ]; then
-        keep_best "baseline-confined-$n" okstra "confined-$n" "$n" "$baseline"
+        keep_best "baseline-confined-$n" okstra "base-confined-$n" "$n" "$baseline"
       fi
     fi
     keep_best "xargs-$n" xargs "plain-$n" "$n"
     keep_best "parallel-$n" parallel "plain-$n" "$n"
   done
-  set_aside "plain-$n" "plain-$n.pristine" "confined-$n" "confined-$n.pristine"
+  set_aside "plain-$n" "plain-$n.pristine" "confined-$n" "confined-$n.pristine" \
+    "base-plain-$n" "base-plain-$n.pristine" "base-confined-$n" "base-confined-$n.pristine"
 done
 if [ "$audit_files" -gt 0 ]; then
   for n in $audit_sizes; do

@@ -324,7 +324,7 @@ impl Begun {
         // (docs/confinement.md#network).
         let filters = handled
             .net
-            .then(|| seccomp::Filters::build(false))
+            .then(|| seccomp::Filters::cached(false))
             .transpose()
             .map_err(RulesetError::Seccomp)?;
         Ok(Begun {
@@ -371,14 +371,9 @@ impl Begun {
         .map_err(RulesetError::Landlock)?;
         let mut reads = None;
         if self.handled.reads {
-            let (granted, fds): (Vec<PathBuf>, Vec<OwnedFd>) = grants
-                .reads
-                .iter()
-                .filter_map(|p| open_path(p).ok().map(|fd| (p.clone(), fd)))
-                .unzip();
-            ruleset = grant_reads(ruleset, rights.read, fds.iter().map(|fd| fd.as_fd()))
-                .map_err(RulesetError::Landlock)?;
-            reads = Some(granted);
+            let opened = reads::open_all(grants.reads);
+            ruleset = grant_reads(ruleset, rights.read, &opened).map_err(RulesetError::Landlock)?;
+            reads = Some(opened.iter().map(|o| o.path.clone()).collect());
         }
         if let (true, Net::Proxy(port)) = (self.handled.net, grants.net) {
             ruleset = ruleset
@@ -495,21 +490,18 @@ fn grant_dirs<'a>(
 
 /// `ruleset` with the `read` rights granted on each of `paths`: under a
 /// directory, or on a file (the rights a file can have).
-fn grant_reads<'a>(
+fn grant_reads(
     mut ruleset: RulesetCreated,
     read: BitFlags<AccessFs>,
-    paths: impl Iterator<Item = BorrowedFd<'a>>,
+    paths: &[std::sync::Arc<reads::Opened>],
 ) -> Result<RulesetCreated, landlock::RulesetError> {
-    for fd in paths {
-        let is_dir = rustix::fs::fstat(fd)
-            .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode).is_dir())
-            .unwrap_or(false);
-        let rights = if is_dir {
+    for p in paths {
+        let rights = if p.is_dir {
             read
         } else {
             read & AccessFs::from_file(ABI::V1)
         };
-        ruleset = ruleset.add_rule(PathBeneath::new(fd, rights))?;
+        ruleset = ruleset.add_rule(PathBeneath::new(p.fd.as_fd(), rights))?;
     }
     Ok(ruleset)
 }
@@ -577,7 +569,7 @@ fn open_made_nofollow(root: BorrowedFd, dir: &Path) -> io::Result<OwnedFd> {
 }
 
 /// `path` as an `O_PATH` descriptor, what a Landlock rule is made from.
-fn open_path(path: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_path(path: &Path) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(
         path,
         OFlags::PATH | OFlags::CLOEXEC,

@@ -8,8 +8,11 @@
 //! and the spec's `readPaths`. Not `$HOME` at large: `~/.ssh`, `~/.aws`,
 //! `~/.gnupg`, `~/.netrc` and other projects stay out of reach.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The system's locations every program needs: its libraries,
 /// configuration, devices and the kernel's views.
@@ -68,6 +71,75 @@ pub struct Inputs<'a> {
     pub provider_files: &'a [PathBuf],
     /// The spec's `readPaths`: `~/` is the home, relative is the project's.
     pub read_paths: &'a [String],
+}
+
+/// A path of the read scope, opened for its Landlock rule.
+#[derive(Debug)]
+pub struct Opened {
+    pub path: PathBuf,
+    pub fd: OwnedFd,
+    pub is_dir: bool,
+}
+
+/// Each of `paths` that exists, opened: from this process's cache where an
+/// earlier attempt opened it (a slot's wrapper confines many attempts with
+/// the same scope), else now. One that does not exist is tried again next
+/// time, so a directory made later is granted from then on.
+pub fn open_all(paths: &[PathBuf]) -> Vec<Arc<Opened>> {
+    static OPENED: OnceLock<Mutex<HashMap<PathBuf, Arc<Opened>>>> = OnceLock::new();
+    let mut cache = OPENED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut out = Vec::with_capacity(paths.len());
+    for path in paths {
+        if let Some(opened) = cache.get(path) {
+            out.push(Arc::clone(opened));
+            continue;
+        }
+        let Ok(fd) = super::open_path(path) else {
+            continue;
+        };
+        let is_dir = rustix::fs::fstat(&fd)
+            .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode).is_dir())
+            .unwrap_or(false);
+        let opened = Arc::new(Opened {
+            path: path.clone(),
+            fd,
+            is_dir,
+        });
+        cache.insert(path.clone(), Arc::clone(&opened));
+        out.push(opened);
+    }
+    out
+}
+
+/// [`scope`], worked out once per process for the same inputs: the PATH's
+/// real paths and the program's installation take a few dozen system
+/// calls, the same for every attempt of a slot's wrapper.
+pub fn scope_cached(inputs: &Inputs) -> Option<Vec<PathBuf>> {
+    type Key = (
+        PathBuf,
+        Option<PathBuf>,
+        Option<std::ffi::OsString>,
+        Option<String>,
+        Vec<PathBuf>,
+        Vec<String>,
+    );
+    static SCOPES: OnceLock<Mutex<HashMap<Key, Option<Vec<PathBuf>>>>> = OnceLock::new();
+    let key: Key = (
+        inputs.root.to_path_buf(),
+        inputs.home.map(Path::to_path_buf),
+        inputs.path.map(OsStr::to_os_string),
+        inputs.program.map(str::to_string),
+        inputs.provider_files.to_vec(),
+        inputs.read_paths.to_vec(),
+    );
+    let mut cache = SCOPES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    cache.entry(key).or_insert_with(|| scope(inputs)).clone()
 }
 
 /// The paths a confined worker may read and run, besides those it may

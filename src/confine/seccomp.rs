@@ -3,8 +3,9 @@
 //! govern TCP ports only, leave open. It refuses, with `EACCES`, every
 //! socket but TCP over IPv4 and IPv6 and (where allowed) unix ones: UDP, so
 //! DNS queries too, raw and packet sockets, netlink, vsock, and any other
-//! family; and, with `EPERM`, io_uring, whose operations (a `connect`
-//! among them) would pass by both. `socketpair` stays: it makes only a
+//! family; and io_uring, whose operations (a `connect` among them) would
+//! pass by both. One filter, kept short: the kernel compiles it anew for
+//! every worker it is installed for. `socketpair` stays: it makes only a
 //! connected pair of unix sockets, the pipes node and others start their
 //! children with.
 //!
@@ -26,16 +27,13 @@ pub const SIMULATE_UNAVAILABLE_ENV: &str = "OKSTRA_TEST_NO_SECCOMP";
 const AF_UNIX: u64 = 1;
 const AF_INET: u64 = 2;
 const AF_INET6: u64 = 10;
-const SOCK_STREAM: u64 = 1;
-/// The bits of a socket's type that name it (the rest are flags such as
-/// `SOCK_NONBLOCK` and `SOCK_CLOEXEC`).
-const SOCK_TYPE_MASK: u64 = 0xf;
-/// Every socket type above `SOCK_STREAM` the kernel knows (`SOCK_MAX` is 11).
-const OTHER_TYPES: std::ops::RangeInclusive<u64> = 2..=10;
+/// `SOCK_STREAM` as `socket(2)` takes it: alone, or with `SOCK_NONBLOCK`
+/// (0x800), `SOCK_CLOEXEC` (0x80000) or both. Any other type (UDP, raw,
+/// ...) or flag is refused.
+const STREAMS: [u64; 4] = [1, 1 | 0x800, 1 | 0x80000, 1 | 0x800 | 0x80000];
 const IPPROTO_IP: u64 = 0;
 const IPPROTO_TCP: u64 = 6;
 const EACCES: u32 = 13;
-const EPERM: u32 = 1;
 
 /// The system call numbers the filter names, for this machine's
 /// architecture.
@@ -63,8 +61,14 @@ fn numbers() -> Option<Numbers> {
     }
 }
 
-/// Whether this kernel filters system calls with seccomp; `Err` says why not.
+/// Whether this kernel filters system calls with seccomp; `Err` says why
+/// not. Asked once per process.
 pub fn available() -> Result<(), String> {
+    static ANSWER: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    ANSWER.get_or_init(ask).clone()
+}
+
+fn ask() -> Result<(), String> {
     if cfg!(debug_assertions) && std::env::var_os(SIMULATE_UNAVAILABLE_ENV).is_some() {
         return Err(format!(
             "seccomp reported unavailable ({SIMULATE_UNAVAILABLE_ENV} is set, a debug build's test seam)"
@@ -85,11 +89,10 @@ pub fn available() -> Result<(), String> {
     }
 }
 
-/// The filters, compiled ahead; applied with [`Filters::apply_to_this_thread`].
+/// The filter, compiled ahead; applied with [`Filters::apply_to_this_thread`].
 #[derive(Debug, Clone)]
 pub struct Filters {
-    sockets: BpfProgram,
-    io_uring: BpfProgram,
+    program: BpfProgram,
 }
 
 impl Filters {
@@ -98,28 +101,36 @@ impl Filters {
     pub fn build(unix: bool) -> io::Result<Filters> {
         let n = numbers().ok_or_else(|| io::Error::other(available().unwrap_err()))?;
         let with_x32 = |nr: i64| std::iter::once(nr).chain(n.x32_bit.map(|bit| nr | bit));
-        let sockets: BTreeMap<i64, Vec<SeccompRule>> = with_x32(n.socket)
-            .map(|nr| Ok((nr, socket_rules(unix)?)))
-            .collect::<io::Result<_>>()?;
-        let io_uring: BTreeMap<i64, Vec<SeccompRule>> = n
-            .io_uring
-            .iter()
-            .flat_map(|&nr| with_x32(nr))
-            .map(|nr| (nr, Vec::new()))
-            .collect();
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+        for nr in with_x32(n.socket) {
+            rules.insert(nr, socket_rules(unix)?);
+        }
+        // An empty list: refused whatever the arguments.
+        for nr in n.io_uring.iter().flat_map(|&nr| with_x32(nr)) {
+            rules.insert(nr, Vec::new());
+        }
         Ok(Filters {
-            sockets: compile(sockets, EACCES)?,
-            io_uring: compile(io_uring, EPERM)?,
+            program: compile(rules, EACCES)?,
         })
+    }
+
+    /// [`Filters::build`] once per process: a slot's wrapper confines many
+    /// attempts with the same filters.
+    pub fn cached(unix: bool) -> io::Result<Filters> {
+        static WITH_UNIX: std::sync::OnceLock<Filters> = std::sync::OnceLock::new();
+        static WITHOUT: std::sync::OnceLock<Filters> = std::sync::OnceLock::new();
+        let cell = if unix { &WITH_UNIX } else { &WITHOUT };
+        if let Some(filters) = cell.get() {
+            return Ok(filters.clone());
+        }
+        let filters = Filters::build(unix)?;
+        Ok(cell.get_or_init(|| filters).clone())
     }
 
     /// Filter the calling thread for good, and so every process it starts
     /// from now on (seccompiler sets `no_new_privs` first).
     pub fn apply_to_this_thread(&self) -> io::Result<()> {
-        for program in [&self.sockets, &self.io_uring] {
-            seccompiler::apply_filter(program).map_err(io::Error::other)?;
-        }
-        Ok(())
+        seccompiler::apply_filter(&self.program).map_err(io::Error::other)
     }
 }
 
@@ -136,7 +147,7 @@ fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: u32) -> io::Result<Bpf
 }
 
 /// The `socket(domain, type, protocol)` calls refused: any rule matching
-/// refuses the call.
+/// refuses the call (each rule's conditions all hold).
 fn socket_rules(unix: bool) -> io::Result<Vec<SeccompRule>> {
     let arg = |index: u8, op: Op, value: u64| {
         SeccompCondition::new(index, Len::Dword, op, value).map_err(io::Error::other)
@@ -151,16 +162,14 @@ fn socket_rules(unix: bool) -> io::Result<Vec<SeccompRule>> {
     let mut rules = vec![rule(families)?];
     for family in [AF_INET, AF_INET6] {
         // An IP socket that is not a stream: UDP, raw, packet, ...
-        for kind in OTHER_TYPES {
-            rules.push(rule(vec![
-                arg(0, Op::Eq, family)?,
-                arg(1, Op::MaskedEq(SOCK_TYPE_MASK), kind)?,
-            ])?);
+        let mut not_stream = vec![arg(0, Op::Eq, family)?];
+        for stream in STREAMS {
+            not_stream.push(arg(1, Op::Ne, stream)?);
         }
+        rules.push(rule(not_stream)?);
         // A stream of another protocol than TCP (SCTP, MPTCP).
         rules.push(rule(vec![
             arg(0, Op::Eq, family)?,
-            arg(1, Op::MaskedEq(SOCK_TYPE_MASK), SOCK_STREAM)?,
             arg(2, Op::Ne, IPPROTO_IP)?,
             arg(2, Op::Ne, IPPROTO_TCP)?,
         ])?);
@@ -173,25 +182,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_filters_compile_for_this_machine_either_way() {
+    fn the_filter_compiles_for_this_machine_either_way_and_stays_short() {
         if numbers().is_none() {
             eprintln!("skipped: no seccomp numbers for {}", std::env::consts::ARCH);
             return;
         }
         let with_unix = Filters::build(true).unwrap();
         let without = Filters::build(false).unwrap();
-        // The family rule has one condition more where unix stays allowed;
-        // each filter stays far below the kernel's 4096 instructions.
-        assert!(with_unix.sockets.len() > without.sockets.len());
-        assert!(with_unix.sockets.len() < 1000);
-        assert!(!with_unix.io_uring.is_empty());
+        // The family rule has one condition more where unix stays allowed.
+        assert!(with_unix.program.len() > without.program.len());
+        // The kernel compiles it for every worker: a few dozen
+        // instructions, not hundreds.
+        assert!(with_unix.program.len() < 200, "{}", with_unix.program.len());
     }
 
     #[test]
-    fn every_refused_socket_type_is_named_and_stream_is_not() {
-        assert!(!OTHER_TYPES.contains(&SOCK_STREAM));
-        for kind in [2, 3, 4, 5, 6, 10] {
-            assert!(OTHER_TYPES.contains(&kind), "{kind}");
+    fn only_stream_types_pass() {
+        for stream in STREAMS {
+            assert_eq!(stream & 0xf, 1, "{stream:#x}");
         }
     }
 }

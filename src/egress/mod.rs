@@ -8,6 +8,7 @@
 //! destination; closing it when the attempt settles yields that record, an
 //! [`Egress`], for the dispatch row and the run's events.
 
+mod acceptor;
 pub mod job;
 pub mod proxy;
 pub mod rules;

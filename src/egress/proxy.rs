@@ -1,9 +1,8 @@
 //! The proxy and its doors (docs/confinement.md#network).
 //!
-//! Threads, not an async runtime: each door has an accept thread, which
-//! waits in `poll` on its listener and on a pipe whose other end the door
-//! holds; closing the door drops that end, the pipe hangs up, the thread
-//! returns and the listener closes with it. Each connection is served by a
+//! Threads, not an async runtime: one accept thread waits on every door's
+//! listener at once (see `acceptor`), so opening and closing a door, once
+//! per attempt, starts and joins no thread. Each connection is served by a
 //! thread of its own (and, while it relays, a second one for the other
 //! direction), with small stacks and fixed buffers, and a door holds at
 //! most [`Limits::connections_per_door`] of them, so a worker that opens
@@ -11,22 +10,20 @@
 //! a connection is registered with its door, which shuts them all down
 //! when it closes: no thread is left blocked on a closed door's socket.
 
+use super::acceptor::{Acceptor, Registry};
 use super::head::{self, Head, HeadError, Reply, Target, ESTABLISHED};
 use super::record::{Counters, Record};
 use super::rules::{AddressClass, Allow, Match};
 use super::Egress;
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::SendFlags;
-use rustix::pipe::{pipe_with, PipeFlags};
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Read};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 /// The buffer of each direction of a relay.
@@ -36,7 +33,7 @@ const RELAY_BUFFER: usize = 16 * 1024;
 /// (NSS modules included) gets more room than a relay needs.
 const SERVE_STACK: usize = 256 * 1024;
 
-/// The stack of an accept thread and of a relay's second direction.
+/// The stack of a relay's second direction.
 const SMALL_STACK: usize = 64 * 1024;
 
 /// How many connections over the limit a door answers 503 at a time;
@@ -92,7 +89,7 @@ impl Default for Limits {
 pub struct Proxy {
     limits: Limits,
     resolve: Resolve,
-    doors: Mutex<Vec<Weak<Shared>>>,
+    acceptor: Acceptor,
 }
 
 /// One attempt's way out: a port on 127.0.0.1 that lets through what its
@@ -104,7 +101,7 @@ pub struct Door {
 }
 
 /// What a door's threads share.
-struct Shared {
+pub(super) struct Shared {
     allow: Allow,
     limits: Limits,
     resolve: Resolve,
@@ -112,10 +109,11 @@ struct Shared {
     conns: Mutex<Conns>,
     /// Signalled whenever a connection ends.
     ended: Condvar,
-    /// The write end of the accept thread's wake-up pipe: dropping it
-    /// wakes the thread to return.
-    wake: Mutex<Option<OwnedFd>>,
-    acceptor: Mutex<Option<JoinHandle<()>>>,
+    /// The door's listener, until it closes.
+    pub(super) listener: Mutex<Option<TcpListener>>,
+    /// Its number with the accept thread, and where it is registered.
+    number: u64,
+    registry: Weak<Registry>,
 }
 
 /// A door's open connections.
@@ -158,7 +156,7 @@ impl Proxy {
         Ok(Proxy {
             limits,
             resolve,
-            doors: Mutex::new(Vec::new()),
+            acceptor: Acceptor::start()?,
         })
     }
 
@@ -168,7 +166,7 @@ impl Proxy {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
-        let (wake_read, wake_write) = pipe_with(PipeFlags::CLOEXEC)?;
+        let number = self.acceptor.number();
         let shared = Arc::new(Shared {
             allow,
             limits: self.limits,
@@ -176,18 +174,15 @@ impl Proxy {
             record: Record::default(),
             conns: Mutex::new(Conns::default()),
             ended: Condvar::new(),
-            wake: Mutex::new(Some(wake_write)),
-            acceptor: Mutex::new(None),
+            listener: Mutex::new(Some(listener)),
+            number,
+            registry: Arc::downgrade(self.acceptor.registry()),
         });
-        let for_thread = Arc::clone(&shared);
-        let acceptor = thread::Builder::new()
-            .name(format!("egress-door-{port}"))
-            .stack_size(SMALL_STACK)
-            .spawn(move || accept_loop(&for_thread, &listener, &wake_read))?;
-        *lock(&shared.acceptor) = Some(acceptor);
-        let mut doors = lock(&self.doors);
-        doors.retain(|d| d.upgrade().is_some_and(|s| !lock(&s.conns).closed));
-        doors.push(Arc::downgrade(&shared));
+        {
+            let listener = lock(&shared.listener);
+            let listener = listener.as_ref().expect("just put there");
+            self.acceptor.add(number, &shared, listener)?;
+        }
         Ok(Door { shared, port })
     }
 }
@@ -195,8 +190,7 @@ impl Proxy {
 impl Drop for Proxy {
     /// Closes every door still open; their records stay with them.
     fn drop(&mut self) {
-        let doors = std::mem::take(&mut *lock(&self.doors));
-        for door in doors.iter().filter_map(Weak::upgrade) {
+        for door in self.acceptor.open_doors() {
             door.close();
         }
     }
@@ -245,14 +239,11 @@ impl Shared {
     /// down every connection and waits, a little, for their threads. A
     /// second call does nothing more.
     fn close(&self) {
-        {
-            // Held while joining, so that a second closer returns only once
-            // the listener is gone.
-            let mut acceptor = lock(&self.acceptor);
-            drop(lock(&self.wake).take());
-            if let Some(thread) = acceptor.take() {
-                let _ = thread.join();
-            }
+        // Closing its one descriptor takes the listener out of the accept
+        // thread's epoll set; the lock waits for an accept under way.
+        drop(lock(&self.listener).take());
+        if let Some(registry) = self.registry.upgrade() {
+            lock(&registry).remove(&self.number);
         }
         let mut conns = lock(&self.conns);
         if conns.closed {
@@ -318,51 +309,10 @@ impl Drop for Slot {
     }
 }
 
-/// The accept thread of a door: until its wake-up pipe hangs up, takes
-/// each new connection and hands it to a thread of its own.
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, wake: &OwnedFd) {
-    loop {
-        let mut fds = [
-            PollFd::new(listener, PollFlags::IN),
-            PollFd::new(wake, PollFlags::IN),
-        ];
-        match poll(&mut fds, None) {
-            Ok(_) => {}
-            Err(Errno::INTR) => continue,
-            Err(_) => thread::sleep(Duration::from_millis(100)),
-        }
-        if !fds[1].revents().is_empty() {
-            return;
-        }
-        loop {
-            match listener.accept() {
-                Ok((stream, _)) => admit(shared, stream),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                // Out of file descriptors, most likely: wait a little
-                // (still woken by a close) rather than spin.
-                Err(_) => {
-                    if woken_within(wake, Duration::from_millis(100)) {
-                        return;
-                    }
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Whether the wake-up pipe hangs up within `wait`.
-fn woken_within(wake: &OwnedFd, wait: Duration) -> bool {
-    let mut fds = [PollFd::new(wake, PollFlags::IN)];
-    let timeout = Timespec::try_from(wait).unwrap_or_default();
-    matches!(poll(&mut fds, Some(&timeout)), Ok(n) if n > 0)
-}
-
 /// Gives a new connection its thread: serving it, or turning it away with
 /// a 503 when the door is full (closing it unanswered when even the threads
 /// that turn connections away are all busy).
-fn admit(shared: &Arc<Shared>, stream: TcpStream) {
+pub(super) fn admit(shared: &Arc<Shared>, stream: TcpStream) {
     let Ok(copy) = stream.try_clone() else {
         return;
     };
@@ -669,6 +619,6 @@ fn send_all(to: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
 
 /// Locks a mutex; one poisoned by a panicking thread still holds usable
 /// state (counters, sockets to shut down), so carry on with it.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }

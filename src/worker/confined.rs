@@ -276,7 +276,7 @@ fn read_scope(args: &WorkerArgs, root: &Path, provider: Provider) -> Vec<PathBuf
         Provider::Command => args.command.first().map(String::as_str),
         other => other.program().map(|p| p.name),
     };
-    let scope = confine::reads::scope(&confine::reads::Inputs {
+    let scope = confine::reads::scope_cached(&confine::reads::Inputs {
         root,
         home: home.as_deref(),
         path: path.as_deref(),
