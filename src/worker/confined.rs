@@ -191,6 +191,20 @@ impl Confined {
                 self.rules.applied,
                 dirs.join(", ")
             ));
+            if self.rules.reads.is_some() {
+                say(format_args!(
+                    "it may read only the project, its write directories, the system's locations, its PATH and installation, its provider's state, a few named files of the home, and the spec's readPaths (docs/confinement.md#reads); add a path the worker needs to readPaths"
+                ));
+            }
+            match self.net {
+                confine::Net::Proxy(port) => say(format_args!(
+                    "its network goes only through its door in okstra's egress proxy (127.0.0.1:{port}, in HTTPS_PROXY): a direct connection, UDP (DNS too) or a unix socket fails with EACCES, and a host the spec does not allow is answered 403 (docs/confinement.md#network)"
+                )),
+                confine::Net::None => say(format_args!(
+                    "it has no network (network = \"none\", or no door on this node): every connection fails with EACCES (docs/confinement.md#network)"
+                )),
+                confine::Net::Open => {}
+            }
         }
     }
 }

@@ -183,14 +183,28 @@ impl Runner<'_> {
     }
 
     /// Each connection the egress proxy refused the attempt, as an event
-    /// ahead of its settlement (docs/confinement.md#network).
+    /// ahead of its settlement (docs/confinement.md#network); past the
+    /// ones the door kept, one event counting the rest.
     fn note_refusals(&mut self, d: &Dispatched, egress: &crate::egress::Egress) {
-        for r in &egress.refusals {
+        let mut refusals: Vec<(String, u16, String)> = egress
+            .refusals
+            .iter()
+            .map(|r| (r.host.clone(), r.port, r.reason.clone()))
+            .collect();
+        if egress.refusals_dropped > 0 {
+            let reason = format!(
+                "{} more refusals, not recorded one by one (the first {} are)",
+                egress.refusals_dropped,
+                crate::egress::Egress::REFUSALS_KEPT
+            );
+            refusals.push(("*".into(), 0, reason));
+        }
+        for (host, port, reason) in refusals {
             let event = Event::EgressRefused(EgressRefused {
                 head: self.head_from(d),
-                host: r.host.clone(),
-                port: r.port,
-                reason: r.reason.clone(),
+                host,
+                port,
+                reason,
             });
             self.rec.note(&event);
             self.tell(Notice::Recorded { event: &event });
