@@ -335,6 +335,11 @@ impl Begun {
         })
     }
 
+    /// Whether the ruleset governs the network (see [`Handled`]).
+    pub fn handles_net(&self) -> bool {
+        self.handled.net
+    }
+
     /// Create and open every granted directory and add it to the ruleset.
     /// Nothing is restricted yet.
     pub fn finish(self, grants: &Grants) -> Result<Prepared, RulesetError> {

@@ -261,6 +261,8 @@ pub(super) fn prepare(
         Vec::new()
     };
     let net = match (args.network, args.proxy) {
+        // Asked for, or `auto` on a kernel that cannot confine it.
+        _ if !begun.handles_net() => confine::Net::Open,
         (NetworkMode::Open, _) => confine::Net::Open,
         (NetworkMode::Provider, Some(port)) => confine::Net::Proxy(port),
         // No door named (a Slurm node, or an exec that gave none): none.

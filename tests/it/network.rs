@@ -359,6 +359,29 @@ fn required_with_a_confined_network_is_refused_where_the_kernel_has_no_seccomp()
     assert!(refused.stdout.contains("seccomp"), "{}", refused.stdout);
     assert!(!fx.p.exists("results/w/out.md"), "nothing ran");
 
+    // `auto` there runs the job with an open network, and says so on its
+    // row.
+    fx.p.write(
+        "spec.toml",
+        &fx.p
+            .read("spec.toml")
+            .replace("confinement = \"required\"", "confinement = \"auto\""),
+    );
+    fx.plan();
+    let mut cmd = fx.command(&["exec", "plan.json", "--format", "json"]);
+    cmd.env(okstra::confine::seccomp::SIMULATE_UNAVAILABLE_ENV, "1");
+    let ran = run(cmd);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let row = fx.dispatch_rows("w").pop().expect("a row");
+    assert_eq!(row["network"], "open", "{row}");
+    assert_ne!(row["confinement"], "none", "{row}");
+    fx.p.write(
+        "spec.toml",
+        &fx.p
+            .read("spec.toml")
+            .replace("confinement = \"auto\"", "confinement = \"required\""),
+    );
+
     // Its near miss: `network = "open"` needs no seccomp, and runs.
     fx.p.write(
         "spec.toml",
