@@ -70,5 +70,50 @@ impl Egress {
     pub const REFUSALS_KEPT: usize = 100;
 }
 
+/// Reads `bytes` as a door reads a worker's request (the head, where it
+/// goes, whether `allow` lets it through, and a plain request's head as its
+/// server would get it), panicking where an invariant fails: for the fuzz
+/// target `proxy_head`. A worker's bytes are untrusted input.
+pub fn check_request(bytes: &[u8], allow: &[String]) {
+    let allow = Allow::parse(allow).unwrap_or_default();
+    let Ok(Some((parsed, len))) = head::parse(bytes, 16 * 1024) else {
+        return;
+    };
+    assert!(len <= bytes.len() && len <= 16 * 1024);
+    let Ok(target) = head::target(&parsed) else {
+        return;
+    };
+    let (host, port) = target.host_port();
+    assert_eq!(host, host.to_ascii_lowercase(), "hosts compare lowercased");
+    assert!(port > 0);
+    let _ = allow.matches(host, port);
+    if let head::Target::Forward {
+        authority, path, ..
+    } = &target
+    {
+        let sent = head::origin_form(&parsed, authority, path);
+        // What goes upstream is one whole head, without the proxy's own
+        // headers, asking the server to close.
+        // (Room for the two headers the rewrite may add: the proxy's own
+        // limit on what it reads is no limit on what it sends.)
+        let mut headers = vec![httparse::EMPTY_HEADER; parsed.headers.len() + 2];
+        let mut again = httparse::Request::new(&mut headers);
+        match again.parse(&sent) {
+            Ok(httparse::Status::Complete(n)) => {
+                assert_eq!(n, sent.len(), "the rewritten head is all head")
+            }
+            other => panic!(
+                "the rewritten head does not parse ({other:?}): {:?}",
+                String::from_utf8_lossy(&sent)
+            ),
+        }
+        assert!(again
+            .headers
+            .iter()
+            .all(|h| !h.name.eq_ignore_ascii_case("proxy-authorization")));
+        assert!(sent.ends_with(b"Connection: close\r\n\r\n"));
+    }
+}
+
 #[cfg(test)]
 mod tests;
