@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Planning memory benchmark (issue 13): the peak RSS of `okstra plan` on a
 # minified JSON spec made of nothing but errors (benches/gen_error_spec.py),
-# at 1 MB and at 10 MB.
+# at 1 MB and at 10 MB; and (docs/exec.md: inputs are digested as they are
+# read) on the demo with a 1 GiB sparse prompt, under MAX_PROMPT_MIB
+# (default 50) resident.
 #
 # usage: benches/plan_memory.sh [size_mb]    (default 10)
 #   MAX_RATIO   peak RSS / spec size allowed at the larger size (default 10,
@@ -53,6 +55,17 @@ for mb in 1 "$size"; do
     exit 1
   fi
 done
+
+# A prompt of 1 GiB (sparse: no disk spent), in the demo project.
+big=$work/big-prompt
+cp -r specs/demo "$big"
+truncate -s 1G "$big/prompts/implement.md"
+(cd "$big" && /usr/bin/time -v "$bin" plan pipeline.toml --manifest run-manifest.json \
+  --out plan.json >/dev/null 2>"$big/time.txt")
+prompt_kib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$big/time.txt")
+max_prompt=${MAX_PROMPT_MIB:-50}
+echo "a 1 GiB prompt: peak RSS $((prompt_kib / 1024)) MiB (bound ${max_prompt} MiB)"
+[ "$prompt_kib" -le $((max_prompt * 1024)) ] || exit 1
 
 python3 - "${bytes[1]}" "${rss[1]}" "${bytes[$size]}" "${rss[$size]}" "$max_ratio" "$max_growth" <<'PY'
 import sys

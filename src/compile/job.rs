@@ -419,12 +419,13 @@ fn resolve_planned(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, ok: &mut bool
     planned
 }
 
-/// Record the prompt as a plan input; `false` (reported) when it cannot be
+/// Record the prompt as a plan input, digested as it is read (a prompt of
+/// any size costs the same memory); `false` (reported) when it cannot be
 /// read.
 fn record_prompt(ctx: &mut Ctx, src: &SourceFile, entry: &Entry, prompt: &Resolved) -> bool {
-    match std::fs::read(&prompt.abs) {
-        Ok(bytes) => {
-            ctx.record_input("prompt", &prompt.display, &bytes);
+    match std::fs::File::open(&prompt.abs).and_then(crate::canonical::sha256_hex_of) {
+        Ok(sha256) => {
+            ctx.record_input_digest("prompt", &prompt.display, sha256);
             true
         }
         Err(e) => {

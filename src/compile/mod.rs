@@ -144,8 +144,13 @@ impl Ctx {
 
     /// Record an input file's digest (kind, project-relative display path).
     pub fn record_input(&mut self, kind: &str, display: &str, bytes: &[u8]) {
+        self.record_input_digest(kind, display, sha256_hex(bytes));
+    }
+
+    /// [`Ctx::record_input`] of an input digested already (streamed).
+    pub fn record_input_digest(&mut self, kind: &str, display: &str, sha256: String) {
         self.inputs
-            .insert((kind.to_string(), display.to_string()), sha256_hex(bytes));
+            .insert((kind.to_string(), display.to_string()), sha256);
     }
 
     pub fn take_inputs(&mut self) -> Vec<InputRecord> {

@@ -4,7 +4,6 @@
 //! authority moved.
 
 use super::jobs::Jobs;
-use crate::canonical::sha256_hex;
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::model::{binding_problem, str_of, Manifest};
 use crate::paths;
@@ -21,8 +20,10 @@ pub fn stale_inputs(plan: &Plan, root: &Path) -> Vec<Diagnostic> {
         .par_iter()
         .filter_map(|input| {
             let path = paths::abs_of(root, &input.path);
-            let message = match std::fs::read(&path) {
-                Ok(bytes) if sha256_hex(&bytes) == input.sha256 => return None,
+            // Streamed: memory does not grow with the input.
+            let digest = std::fs::File::open(&path).and_then(crate::canonical::sha256_hex_of);
+            let message = match digest {
+                Ok(sha256) if sha256 == input.sha256 => return None,
                 Ok(_) => format!(
                     "{} `{}` changed since the plan was made",
                     input.kind, input.path
