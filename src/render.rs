@@ -347,34 +347,25 @@ fn reads_line(job: &Job, offer: &Offer) -> Option<String> {
 /// its door in the egress proxy and what the door lets through; `None`
 /// when it is not confined here.
 fn network_line(job: &Job, offer: &Offer) -> Option<String> {
-    let wanted = job.write_enforcement.confinement;
-    if crate::confine::decide(wanted, offer) != Ok(true) {
-        return None;
-    }
-    let network = job.network.as_ref()?;
-    let mode = network.mode();
-    Some(match crate::confine::decide_net(wanted, mode, offer) {
-        Ok(false) if mode == crate::vocab::NetworkMode::Open => "open".into(),
-        Ok(false) | Err(_) => format!(
-            "{mode} asked, open here: {}",
-            crate::confine::net_unavailable(offer).unwrap_or_default()
-        ),
-        Ok(true) if mode == crate::vocab::NetworkMode::None => "none: no connection".into(),
-        Ok(true) if job.backend == crate::vocab::Backend::Slurm => {
+    use crate::egress::job::Here;
+    Some(match crate::egress::job::here(job, offer) {
+        Here::Unconfined => return None,
+        Here::Open => "open".into(),
+        Here::OpenHere(why) => format!("asked confined, open here: {why}"),
+        Here::Refused(why) => format!("not here: exec will refuse it ({why})"),
+        Here::None => "none: no connection".into(),
+        Here::NoDoor => {
             "none on a Slurm node (exec's proxy is not reachable there): set network = \"open\""
                 .into()
         }
-        Ok(true) => match crate::egress::job::allow_of(job) {
-            Ok(allow) if allow.is_empty() => {
-                "through the egress proxy to no host (`network = { allow = [...] }` adds some)"
-                    .into()
-            }
-            Ok(allow) => format!(
-                "through the egress proxy to {}",
-                allow.describe().join(", ")
-            ),
-            Err(e) => format!("through the egress proxy, but {e}"),
-        },
+        Here::Door(Ok(allow)) if allow.is_empty() => {
+            "through the egress proxy to no host (`network = { allow = [...] }` adds some)".into()
+        }
+        Here::Door(Ok(allow)) => format!(
+            "through the egress proxy to {}",
+            allow.describe().join(", ")
+        ),
+        Here::Door(Err(e)) => format!("through the egress proxy, but {e}"),
     })
 }
 

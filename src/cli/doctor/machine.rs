@@ -140,24 +140,19 @@ pub fn network_for(plan: &Plan) -> Option<Check> {
     let mut lines = Vec::new();
     let mut refused = Vec::new();
     for job in plan.jobs() {
-        let Some(network) = &job.network else {
-            continue;
-        };
-        let wanted = job.write_enforcement.confinement;
-        if okstra::confine::decide(wanted, &offer) != Ok(true) {
-            continue;
-        }
-        let here = match okstra::confine::decide_net(wanted, network.mode(), &offer) {
-            Err(why) => {
+        use okstra::egress::job::Here;
+        let here = match okstra::egress::job::here(job, &offer) {
+            Here::Unconfined => continue,
+            Here::Refused(why) => {
                 refused.push(job.label().to_string());
                 format!("refused ({why})")
             }
-            Ok(false) => "open".to_string(),
-            Ok(true) => match (network.mode(), okstra::egress::job::allow_of(job)) {
-                (okstra::vocab::NetworkMode::None, _) => "none".to_string(),
-                (_, Ok(allow)) => allow.describe().join(", "),
-                (_, Err(e)) => format!("unusable: {e}"),
-            },
+            Here::Open => "open".to_string(),
+            Here::OpenHere(why) => format!("open here ({why})"),
+            Here::None => "none".to_string(),
+            Here::NoDoor => "none (a Slurm node has no door)".to_string(),
+            Here::Door(Ok(allow)) => allow.describe().join(", "),
+            Here::Door(Err(e)) => format!("unusable: {e}"),
         };
         lines.push(format!("{}: {here}", job.label()));
     }

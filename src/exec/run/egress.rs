@@ -5,9 +5,9 @@
 
 use super::Runner;
 use crate::confine;
+use crate::egress::job::Here;
 use crate::egress::{Door, Egress, Limits, Proxy};
 use crate::plan::Job;
-use crate::vocab::{Backend, NetworkMode};
 use std::collections::HashMap;
 use std::io;
 
@@ -29,20 +29,13 @@ impl Runner<'_> {
         job: &Job,
         attempt: u64,
     ) -> io::Result<Option<u16>> {
-        let Some(network) = &job.network else {
-            return Ok(None);
-        };
         let offer = self.offer.get_or_init(confine::offer);
-        let wanted = job.write_enforcement.confinement;
-        if network.mode() != NetworkMode::Provider
-            || job.backend == Backend::Slurm
-            || confine::decide(wanted, offer) != Ok(true)
-            || confine::decide_net(wanted, network.mode(), offer) != Ok(true)
-        {
-            return Ok(None);
-        }
-        let allow = crate::egress::job::allow_of(job)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let allow = match crate::egress::job::here(job, offer) {
+            Here::Door(allow) => {
+                allow.map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?
+            }
+            _ => return Ok(None),
+        };
         let proxy = match &mut self.doors.proxy {
             Some(proxy) => proxy,
             slot => slot.insert(Proxy::start(Limits::default())?),
