@@ -149,7 +149,7 @@ pub struct Settled {
     /// The network the confined worker had: `provider`, `none` or `open`
     /// (docs/confinement.md#network).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<String>,
+    pub network: Option<crate::vocab::NetworkMode>,
     /// Where the worker's connections through the egress proxy went
     /// (docs/confinement.md#network), one entry per destination.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -125,7 +125,7 @@ pub struct Ended {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confinement: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<String>,
+    pub network: Option<crate::vocab::NetworkMode>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<crate::egress::Destination>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -199,7 +199,7 @@ impl Ended {
             cli_session_id: s.cli_session_id.clone(),
             failure_kind: s.failure_kind.clone(),
             confinement: s.confinement.clone(),
-            network: s.network.clone(),
+            network: s.network,
             egress: s.egress.clone(),
             cli_argv: s.cli_argv.clone(),
             usage: s.usage.clone(),
@@ -269,7 +269,7 @@ mod tests {
             cli_argv: vec!["x".into()],
             usage: Some(Usage::default()),
             confinement: Some("landlock-abi7".into()),
-            network: Some("provider".into()),
+            network: Some(crate::vocab::NetworkMode::Provider),
             egress: vec![crate::egress::Destination {
                 host: "api.example.com".into(),
                 port: 443,

@@ -83,7 +83,7 @@ pub struct StatusReport {
     /// What confinement the wrapper applied (`landlock-abi<N>`, `none`).
     pub confinement: Option<String>,
     /// The network it confined the child to (`provider`, `none`, `open`).
-    pub network: Option<String>,
+    pub network: Option<crate::vocab::NetworkMode>,
 }
 
 impl StatusReport {
@@ -109,7 +109,7 @@ impl StatusReport {
             served_model: text(&doc.served_model),
             cli_session_id: text(&doc.cli_session_id),
             confinement: text(&doc.confinement),
-            network: text(&doc.network),
+            network: doc.network,
         }
     }
 }

@@ -191,7 +191,7 @@ fn prepare(
     status.status.log_offset = Some(log_start);
     let applied = confined.as_ref().map_or("none", |c| c.rules.applied);
     status.status.confinement = Some(applied.to_string());
-    status.status.network = confined.as_ref().map(|c| c.network().to_string());
+    status.status.network = confined.as_ref().map(|c| c.network());
     Ok(Ready {
         provider,
         served_check,

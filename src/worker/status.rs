@@ -99,7 +99,7 @@ pub struct StatusSidecar {
     /// `provider` (through its door in exec's egress proxy), `none`, or
     /// `open`. Absent when unconfined, or when it never started.
     #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
-    pub network: Option<String>,
+    pub network: Option<crate::vocab::NetworkMode>,
     /// What kind of failure a non-zero exit was, where it can be told.
     #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<FailureKind>,
