@@ -382,15 +382,16 @@ fn refused_egress(rows: &Rows<'_>) -> String {
     let mut out = Vec::new();
     for d in &rows.dispatches {
         let d = tree(d);
-        let Some(egress) = d.get("egress").and_then(Value::as_array) else {
-            continue;
-        };
-        for e in egress.iter().filter(|e| e["allowed"] == false) {
+        let egress: Vec<okstra::egress::Destination> = d
+            .get("egress")
+            .and_then(|e| serde_json::from_value(e.clone()).ok())
+            .unwrap_or_default();
+        for e in egress.iter().filter(|e| !e.allowed) {
             out.push(vec![
-                dispatch_line(&d, false, false)[0].clone(),
+                who(&d),
                 cell(&d, "attempt"),
-                format!("{}:{}", cell(e, "host"), cell(e, "port")),
-                cell(e, "connections"),
+                format!("{}:{}", e.host, e.port),
+                e.connections.to_string(),
             ]);
         }
     }
@@ -424,16 +425,20 @@ fn with_usage(any: bool, mut row: Vec<String>, total: Option<&UsageTotal>) -> Ve
     row
 }
 
-/// One dispatch row of `okstra status`: who, attempt, status, id, the Slurm
-/// job and its state (where the run has Slurm attempts), and why.
-fn dispatch_line(d: &Value, slurm: bool, any: bool) -> Vec<String> {
-    let who = if d.get("executionLabel").is_some() {
+/// Who a dispatch row is for: its execution label (v2), else its worker id.
+fn who(d: &Value) -> String {
+    if d.get("executionLabel").is_some() {
         cell(d, "executionLabel")
     } else {
         cell(d, "workerId")
-    };
+    }
+}
+
+/// One dispatch row of `okstra status`: who, attempt, status, id, the Slurm
+/// job and its state (where the run has Slurm attempts), and why.
+fn dispatch_line(d: &Value, slurm: bool, any: bool) -> Vec<String> {
     let mut row = vec![
-        who,
+        who(d),
         cell(d, "attempt"),
         cell(d, "status"),
         cell(d, "dispatchId"),
