@@ -324,7 +324,7 @@ impl Begun {
         // (docs/confinement.md#network).
         let filters = handled
             .net
-            .then(|| seccomp::Filters::cached(false))
+            .then(seccomp::Filters::cached)
             .transpose()
             .map_err(RulesetError::Seccomp)?;
         Ok(Begun {
