@@ -333,14 +333,7 @@ fn reads_line(job: &Job, offer: &Offer) -> Option<String> {
     if crate::confine::decide(job.write_enforcement.confinement, offer) != Ok(true) {
         return None;
     }
-    if job.read_paths.iter().any(|p| p == "/") {
-        return Some("every file (readPaths has `/`)".into());
-    }
-    let mut line = "the project, its write directories, the system, its PATH and installation, named home files".to_string();
-    if !job.read_paths.is_empty() {
-        line.push_str(&format!(", and {}", job.read_paths.join(", ")));
-    }
-    Some(line)
+    Some(crate::confine::reads::describe(&job.read_paths))
 }
 
 /// Where a job confined here may connect (docs/confinement.md#network):

@@ -59,6 +59,21 @@ pub const HOME_FILES: [&str; 19] = [
     "go/bin",
 ];
 
+/// The scope in a few words, for the review, doctor and a worker's log.
+pub const SUMMARY: &str =
+    "the project, its write directories, the system, its PATH and installation, named home files";
+
+/// What a confined job with `read_paths` may read, in a few words.
+pub fn describe(read_paths: &[String]) -> String {
+    if read_paths.iter().any(|p| p == "/") {
+        return "every file (readPaths has `/`)".into();
+    }
+    match read_paths {
+        [] => SUMMARY.to_string(),
+        paths => format!("{SUMMARY}, and {}", paths.join(", ")),
+    }
+}
+
 /// What the read scope is made from.
 pub struct Inputs<'a> {
     pub root: &'a Path,

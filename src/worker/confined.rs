@@ -168,11 +168,11 @@ impl Confined {
 
     /// The network the child is confined to, as the status sidecar names
     /// it.
-    pub fn network(&self) -> &'static str {
+    pub fn network(&self) -> NetworkMode {
         match self.net {
-            confine::Net::Open => "open",
-            confine::Net::Proxy(_) => "provider",
-            confine::Net::None => "none",
+            confine::Net::Open => NetworkMode::Open,
+            confine::Net::Proxy(_) => NetworkMode::Provider,
+            confine::Net::None => NetworkMode::None,
         }
     }
 
@@ -193,7 +193,8 @@ impl Confined {
             ));
             if self.rules.reads.is_some() {
                 say(format_args!(
-                    "it may read only the project, its write directories, the system's locations, its PATH and installation, its provider's state, a few named files of the home, and the spec's readPaths (docs/confinement.md#reads); add a path the worker needs to readPaths"
+                    "it may read only {}, its provider's state and the spec's readPaths (docs/confinement.md#reads); add a path the worker needs to readPaths",
+                    confine::reads::SUMMARY
                 ));
             }
             match self.net {

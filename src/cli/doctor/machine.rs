@@ -183,13 +183,9 @@ pub fn reads_for(plan: &Plan) -> Option<Check> {
     let lines: Vec<String> = plan
         .jobs()
         .filter(|j| okstra::confine::decide(j.write_enforcement.confinement, &offer) == Ok(true))
-        .map(|j| match j.read_paths.as_slice() {
-            [] => format!(
-                "{}: the project, the system, its PATH and installation",
-                j.label()
-            ),
-            paths if paths.iter().any(|p| p == "/") => format!("{}: every file", j.label()),
-            paths => format!("{}: those and {}", j.label(), paths.join(", ")),
+        .map(|j| {
+            let reads = okstra::confine::reads::describe(&j.read_paths);
+            format!("{}: {reads}", j.label())
         })
         .collect();
     (!lines.is_empty()).then(|| check("reads", Level::Ok, some_of(&lines), ""))
