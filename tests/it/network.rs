@@ -14,22 +14,12 @@
 
 use crate::common::*;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Records each try: `t NAME 'shell'` appends `NAME: refused|allowed:
-/// <output>` to the result.
-const PRELUDE: &str = r#"set -u
-R="$OKSTRA_RESULT_PATH"
-mkdir -p "$(dirname "$R")"
-: > "$R"
-t() { if out=$(sh -c "$2" 2>&1); then v=allowed; else v=refused; fi; printf '%s: %s: %s\n' "$1" "$v" "$out" | tr -d '\r\n' >> "$R"; echo >> "$R"; }
-"#;
 
 /// Counts connections to a TCP listener, answering each with a small
 /// HTTP response (the "allowed host" and the "local service").
@@ -69,36 +59,6 @@ fn udp_listener() -> (u16, Arc<AtomicUsize>) {
         }
     });
     (port, count)
-}
-
-/// The worker's lines: name -> (refused?, what it printed).
-fn outcomes(fx: &Fx, id: &str) -> BTreeMap<String, (bool, String)> {
-    fx.p.read(&format!("results/{id}/out.md"))
-        .lines()
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(": ")?;
-            let (verdict, out) = rest.split_once(": ").unwrap_or((rest, ""));
-            Some((name.to_string(), (verdict == "refused", out.to_string())))
-        })
-        .collect()
-}
-
-#[track_caller]
-fn assert_refused(o: &BTreeMap<String, (bool, String)>, name: &str, said: &str) {
-    let (refused, out) = o
-        .get(name)
-        .unwrap_or_else(|| panic!("no outcome for {name}: {o:?}"));
-    assert!(*refused, "{name} was allowed: {out}");
-    assert!(out.contains(said), "{name}: expected `{said}`, got: {out}");
-}
-
-#[track_caller]
-fn assert_allowed(o: &BTreeMap<String, (bool, String)>, name: &str, said: &str) {
-    let (refused, out) = o
-        .get(name)
-        .unwrap_or_else(|| panic!("no outcome for {name}: {o:?}"));
-    assert!(!*refused, "{name} was refused: {out}");
-    assert!(out.contains(said), "{name}: expected `{said}`, got: {out}");
 }
 
 /// `python3 -c` of the system's python (a version manager's shim reads a
@@ -221,7 +181,7 @@ fn a_confined_worker_cannot_read_secrets_nor_reach_the_network_but_its_near_miss
         .defaults("confinement = \"required\"")
         .worker_env("HOME", fx.home())
         .worker_env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .prelude(PRELUDE);
+        .prelude(TRY_PRELUDE);
     fx.stage(
         "only",
         [job("h", hostile_script(&targets))
@@ -234,30 +194,30 @@ fn a_confined_worker_cannot_read_secrets_nor_reach_the_network_but_its_near_miss
     fx.plan();
     let run = fx.exec(&["--format", "json"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let o = outcomes(&fx, "h");
+    let o = tries(&fx, "h");
 
-    assert_refused(&o, "read_ssh", "Permission denied");
-    assert_refused(&o, "read_aws", "Permission denied");
-    assert_refused(&o, "read_sibling", "Permission denied");
-    assert_refused(&o, "list_home", "Permission denied");
-    assert_refused(&o, "direct_curl", "");
-    assert_refused(&o, "direct_python", "Permission denied");
-    assert_refused(&o, "proxy_refused", "status=403");
+    assert_try_refused(&o, "read_ssh", "Permission denied");
+    assert_try_refused(&o, "read_aws", "Permission denied");
+    assert_try_refused(&o, "read_sibling", "Permission denied");
+    assert_try_refused(&o, "list_home", "Permission denied");
+    assert_try_refused(&o, "direct_curl", "");
+    assert_try_refused(&o, "direct_python", "Permission denied");
+    assert_try_refused(&o, "proxy_refused", "status=403");
     // The 403 names the host and the spec key that would allow it.
-    assert_refused(&o, "proxy_refused", "blocked.example");
-    assert_refused(&o, "proxy_refused", "network = { allow");
-    assert_refused(&o, "udp", "Permission denied");
-    assert_refused(&o, "dns", "Permission denied");
-    assert_refused(&o, "raw", "Permission denied");
-    assert_refused(&o, "io_uring", "Permission denied");
-    assert_refused(&o, "unix_other", "Permission denied");
+    assert_try_refused(&o, "proxy_refused", "blocked.example");
+    assert_try_refused(&o, "proxy_refused", "network = { allow");
+    assert_try_refused(&o, "udp", "Permission denied");
+    assert_try_refused(&o, "dns", "Permission denied");
+    assert_try_refused(&o, "raw", "Permission denied");
+    assert_try_refused(&o, "io_uring", "Permission denied");
+    assert_try_refused(&o, "unix_other", "Permission denied");
 
-    assert_allowed(&o, "read_project", "readme");
-    assert_allowed(&o, "read_usr", "");
-    assert_allowed(&o, "proxy_allowed", "hello from the allowed host");
-    assert_allowed(&o, "python", "42");
-    assert_allowed(&o, "git", "1");
-    assert_allowed(&o, "cc_make", "built");
+    assert_try_allowed(&o, "read_project", "readme");
+    assert_try_allowed(&o, "read_usr", "");
+    assert_try_allowed(&o, "proxy_allowed", "hello from the allowed host");
+    assert_try_allowed(&o, "python", "42");
+    assert_try_allowed(&o, "git", "1");
+    assert_try_allowed(&o, "cc_make", "built");
 
     // Nothing reached the test's listeners but through the proxy.
     assert_eq!(direct_hits.load(Ordering::SeqCst), 0, "direct TCP arrived");
@@ -313,7 +273,7 @@ fn network_none_allows_no_connection_and_open_allows_any() {
     fx.commands()
         .defaults("confinement = \"required\"")
         .worker_env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .prelude(PRELUDE);
+        .prelude(TRY_PRELUDE);
     let try_it =
         format!("t direct 'curl -sS --max-time 5 --noproxy \"*\" http://127.0.0.1:{port}/'\n");
     fx.stage(
@@ -330,8 +290,8 @@ fn network_none_allows_no_connection_and_open_allows_any() {
     fx.plan();
     let run = fx.exec(&["--format", "json"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    assert_refused(&outcomes(&fx, "none"), "direct", "");
-    assert_allowed(&outcomes(&fx, "open"), "direct", "local service");
+    assert_try_refused(&tries(&fx, "none"), "direct", "");
+    assert_try_allowed(&tries(&fx, "open"), "direct", "local service");
     assert_eq!(hits.load(Ordering::SeqCst), 1, "only the open worker's");
 }
 
@@ -344,7 +304,7 @@ fn required_with_a_confined_network_is_refused_where_the_kernel_has_no_seccomp()
     fx.v1();
     fx.commands()
         .defaults("confinement = \"required\"")
-        .prelude(PRELUDE);
+        .prelude(TRY_PRELUDE);
     fx.stage("only", [job("w", "t x true\n").result("results/w/out.md")]);
     fx.plan();
     let mut cmd = fx.command(&["exec", "plan.json", "--format", "json"]);
@@ -431,7 +391,7 @@ fn a_flood_is_bounded_per_worker_and_a_killed_exec_leaves_nothing_listening() {
     fx.commands()
         .defaults("confinement = \"required\"")
         .worker_env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .prelude(PRELUDE);
+        .prelude(TRY_PRELUDE);
     let script = format!(
         "t flood '/usr/bin/python3 flood.py 127.0.0.1:{allowed}'\n\
          t after 'curl -sS --max-time 10 -f http://127.0.0.1:{allowed}/'\n\
@@ -453,10 +413,10 @@ fn a_flood_is_bounded_per_worker_and_a_killed_exec_leaves_nothing_listening() {
     wait_for("the worker's door", 60, || {
         std::fs::read_to_string(&door).is_ok_and(|d| d.ends_with('\n'))
     });
-    let o = outcomes(&fx, "f");
+    let o = tries(&fx, "f");
     // 64 tunnels a worker at once; the rest turned away, the proxy intact.
-    assert_allowed(&o, "flood", "200=64 503=36 other=0");
-    assert_allowed(&o, "after", "after the flood");
+    assert_try_allowed(&o, "flood", "200=64 503=36 other=0");
+    assert_try_allowed(&o, "after", "after the flood");
     let url = std::fs::read_to_string(&door).unwrap();
     let port: u16 = url.trim().rsplit(':').next().unwrap().parse().unwrap();
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
