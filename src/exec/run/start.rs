@@ -66,14 +66,6 @@ impl Runner<'_> {
             .takes_session_id
             .then(|| uuid::Uuid::new_v4().to_string());
         let tmp_dir = self.private_tmp(&job, attempt)?;
-        let proxy = self.open_door(i, &job, attempt)?;
-        let argv = self.worker_argv(
-            &job,
-            attempt,
-            session_id.as_deref(),
-            tmp_dir.as_deref(),
-            proxy,
-        );
         let status = self.abs(&job.status_path());
         // okstra's own writes never go through a symlink
         // (docs/exec.md#never-through-a-symlink): the log is opened here, below
@@ -106,6 +98,16 @@ impl Runner<'_> {
         // (docs/exec.md#settling-an-attempt).
         let completion_paths_before =
             crate::exec::artifacts::before(&self.root, &job.completion_paths)?;
+        // The door last, so that nothing fallible comes between opening it
+        // and the start, whose failure closes it again.
+        let proxy = self.open_door(i, &job, attempt)?;
+        let argv = self.worker_argv(
+            &job,
+            attempt,
+            session_id.as_deref(),
+            tmp_dir.as_deref(),
+            proxy,
+        );
         crate::fault::point("spawn");
         let started = self.backend.start(&Launch {
             job: &job,
@@ -116,7 +118,14 @@ impl Runner<'_> {
             log_file: &log_file,
             status: &status,
             title: &title,
-        })?;
+        });
+        let started = match started {
+            Ok(started) => started,
+            Err(e) => {
+                self.close_door(i, attempt);
+                return Err(e);
+            }
+        };
         Ok(Dispatched {
             head: self.head(i, &job, attempt),
             handle: started.handle,
