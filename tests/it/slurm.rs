@@ -287,11 +287,21 @@ fn ctrl_c_cancels_every_slurm_job_and_the_next_exec_finishes() {
     );
     fx.plan();
     let mut child = spawn_exec(&fx, "first");
-    wait_for("every worker to start on its node", 60, || {
-        ["a", "b", "c"]
-            .iter()
-            .all(|k| fx.scratch(&format!("{k}.started")).exists())
-    });
+    // Workers can start before exec's first team-state flush, which status
+    // reads: wait for both.
+    wait_for(
+        "every worker to start on its node, and team-state",
+        60,
+        || {
+            ["a", "b", "c"]
+                .iter()
+                .all(|k| fx.scratch(&format!("{k}.started")).exists())
+                && fx.p.exists("run/team-state.json")
+                && ["a", "b", "c"]
+                    .iter()
+                    .all(|k| !fx.dispatch_rows(k).is_empty())
+        },
+    );
     // While they run, status shows each one's Slurm job and state.
     let status = fx.okstra(&["status", "--manifest", "run/run-manifest.json"]);
     assert_code(&status, 0);
