@@ -1,6 +1,8 @@
-//! The private `TMPDIR` of a confined worker
-//! (docs/confinement.md#its-private-tmpdir): where it lives, who makes it, and
-//! how it goes, however the attempt ended.
+//! An attempt's private directory, which holds a confined worker's
+//! `TMPDIR` (docs/confinement.md#its-private-tmpdir) and an agent CLI's
+//! private state (docs/confinement.md#provider-state): where it lives, who
+//! makes it, and how it goes, however the attempt ended. (Called the
+//! TMPDIR below, as it was first.)
 //!
 //! Every one lives in `<system temp>/okstra-<uid>` ([`Root`]), a directory
 //! of this user's alone (mode 0700, reached without a symlink: `/tmp` is
@@ -10,7 +12,7 @@
 //! removes it once it has settled the attempt. That covers a wrapper that
 //! cleaned up nothing: one killed by the SIGKILL that ends exec's stop of a
 //! worker ignoring SIGTERM, or by `kill -9`. The wrapper makes the
-//! directory when it confines its worker and removes it as soon as the
+//! directory when it confines its worker or runs an agent CLI, and removes it as soon as the
 //! worker ended, so a finished attempt holds no disk until its batch
 //! settles; a wrapper run by hand names its own ([`own_name`]) and is its
 //! only remover.

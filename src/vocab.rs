@@ -376,7 +376,8 @@ open_vocabulary! {
         CliError = "cli-error",
         /// The command was not found or could not be executed.
         CliNotFound = "cli-not-found",
-        /// The confinement asked for could not be applied: nothing started.
+        /// The confinement asked for, or the attempt's private directory
+        /// and CLI state, could not be made: nothing started.
         ConfinementFailed = "confinement-failed",
         /// The provider reported a model the selection does not allow.
         ServedModelMismatch = "served-model-mismatch",

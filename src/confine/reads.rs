@@ -82,8 +82,6 @@ pub struct Inputs<'a> {
     pub path: Option<&'a OsStr>,
     /// The program the worker runs (`claude`, or a command's `argv[0]`).
     pub program: Option<&'a str>,
-    /// Files the provider's CLI reads besides its state directories.
-    pub provider_files: &'a [PathBuf],
     /// The spec's `readPaths`: `~/` is the home, relative is the project's.
     pub read_paths: &'a [String],
 }
@@ -138,7 +136,6 @@ pub fn scope_cached(inputs: &Inputs) -> Option<Vec<PathBuf>> {
         Option<PathBuf>,
         Option<std::ffi::OsString>,
         Option<String>,
-        Vec<PathBuf>,
         Vec<String>,
     );
     static SCOPES: OnceLock<Mutex<HashMap<Key, Option<Vec<PathBuf>>>>> = OnceLock::new();
@@ -147,7 +144,6 @@ pub fn scope_cached(inputs: &Inputs) -> Option<Vec<PathBuf>> {
         inputs.home.map(Path::to_path_buf),
         inputs.path.map(OsStr::to_os_string),
         inputs.program.map(str::to_string),
-        inputs.provider_files.to_vec(),
         inputs.read_paths.to_vec(),
     );
     let mut cache = SCOPES
@@ -171,7 +167,6 @@ pub fn scope(inputs: &Inputs) -> Option<Vec<PathBuf>> {
     if let Some(program) = inputs.program {
         paths.extend(installation(program, inputs.path, inputs.root));
     }
-    paths.extend(inputs.provider_files.iter().cloned());
     for p in inputs.read_paths {
         let p = resolve(p, inputs.root, inputs.home)?;
         if p == Path::new("/") {
@@ -253,7 +248,6 @@ mod tests {
             home: Some(home),
             path: None,
             program: None,
-            provider_files: &[PathBuf::from("/home/u/.claude.json")],
             read_paths: &["~/data".into(), "vendor".into(), "/srv/x".into()],
         })
         .unwrap();
@@ -262,14 +256,22 @@ mod tests {
             "/usr",
             "/etc",
             "/home/u/.gitconfig",
-            "/home/u/.claude.json",
             "/home/u/data",
             "/work/p/vendor",
             "/srv/x",
         ] {
             assert!(got.contains(&PathBuf::from(wanted)), "{wanted}: {got:?}");
         }
-        for secret in ["/home/u", "/home/u/.ssh", "/home/u/.aws", "/home/u/.cargo"] {
+        // The provider's state is the attempt's private copy, granted as
+        // a directory it writes: never the user's.
+        for secret in [
+            "/home/u",
+            "/home/u/.ssh",
+            "/home/u/.aws",
+            "/home/u/.cargo",
+            "/home/u/.claude.json",
+            "/home/u/.claude",
+        ] {
             assert!(!got.contains(&PathBuf::from(secret)), "{secret}");
         }
     }
@@ -282,7 +284,6 @@ mod tests {
                 home: None,
                 path: None,
                 program: None,
-                provider_files: &[],
                 read_paths: read,
             })
         };

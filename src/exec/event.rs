@@ -74,8 +74,9 @@ pub struct Dispatched {
     /// The wrapper argv exec started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub argv: Vec<String>,
-    /// The confined worker's private TMPDIR exec named (`--tmp-dir`), which
-    /// exec removes once it settled the attempt, a resumed exec too.
+    /// The attempt's private directory exec named (`--tmp-dir`): the
+    /// confined worker's TMPDIR and its CLI's private state are in it.
+    /// exec removes it once it settled the attempt, a resumed exec too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tmp_dir: Option<String>,
     /// What each completion path was before the attempt started, so that
@@ -154,6 +155,11 @@ pub struct Settled {
     /// (docs/confinement.md#network), one entry per destination.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<crate::egress::Destination>,
+    /// What the attempt wrote in its CLI's private state (none of it
+    /// reached the user's), and what became of a login it refreshed
+    /// (docs/confinement.md#provider-state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_state: Option<crate::provider::state::Report>,
     /// The attempt ended because exec was interrupted or died, not by its
     /// own doing: the next exec starts a new attempt that does not count
     /// against the retry limit (docs/exec.md#crash-safety-and-resume).
@@ -305,6 +311,7 @@ mod tests {
             confinement: None,
             network: None,
             egress: Vec::new(),
+            provider_state: None,
             resumable: true,
             mutation_audit: None,
             error_log_append: None,

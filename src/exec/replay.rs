@@ -368,6 +368,7 @@ mod tests {
             confinement: None,
             network: None,
             egress: Vec::new(),
+            provider_state: None,
             resumable,
             mutation_audit: None,
             error_log_append: None,

@@ -128,6 +128,8 @@ pub struct Ended {
     pub network: Option<crate::vocab::NetworkMode>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<crate::egress::Destination>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_state: Option<crate::provider::state::Report>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cli_argv: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -201,6 +203,7 @@ impl Ended {
             confinement: s.confinement.clone(),
             network: s.network,
             egress: s.egress.clone(),
+            provider_state: s.provider_state.clone(),
             cli_argv: s.cli_argv.clone(),
             usage: s.usage.clone(),
             resumable: s.resumable,
@@ -278,6 +281,12 @@ mod tests {
                 bytes_out: 10,
                 bytes_in: 20,
             }],
+            provider_state: Some(crate::provider::state::Report {
+                var: "CLAUDE_CONFIG_DIR".into(),
+                writes: vec!["settings.json".into()],
+                more_writes: 0,
+                credentials: None,
+            }),
             resumable: true,
             mutation_audit: None,
             error_log_append: None,
@@ -334,6 +343,12 @@ mod tests {
   "promptMetadataPath": "prompts/impl.md.meta.json",
   "promptPath": "prompts/impl.md",
   "provider": "command",
+  "providerState": {
+    "var": "CLAUDE_CONFIG_DIR",
+    "writes": [
+      "settings.json"
+    ]
+  },
   "reason": "why",
   "resultPath": "results/impl.md",
   "resumable": true,

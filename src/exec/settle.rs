@@ -84,6 +84,8 @@ pub struct StatusReport {
     pub confinement: Option<String>,
     /// The network it confined the child to (`provider`, `none`, `open`).
     pub network: Option<crate::vocab::NetworkMode>,
+    /// What the attempt wrote in its CLI's private state.
+    pub provider_state: Option<crate::provider::state::Report>,
 }
 
 impl StatusReport {
@@ -110,6 +112,7 @@ impl StatusReport {
             cli_session_id: text(&doc.cli_session_id),
             confinement: text(&doc.confinement),
             network: doc.network,
+            provider_state: doc.provider_state.clone(),
         }
     }
 }

@@ -4,8 +4,8 @@ use super::failure::Credentials;
 use super::login::{self, Found, Login, Where};
 use super::usage::{count, CostSource, TokensFrom, Usage};
 use super::{
-    field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    Session, API_SIGNS,
+    field, or_default, push_model, state, strings, Adapter, ArgvRequest, FailureKind, Output,
+    Program, Session, API_SIGNS,
 };
 use serde_json::Value;
 use std::collections::HashMap;
@@ -79,18 +79,47 @@ impl Adapter for Claude {
         field(event, "session_id").map(str::to_string)
     }
 
-    /// `~/.claude` (or `CLAUDE_CONFIG_DIR`): sessions, settings, todos.
-    fn state_dirs(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
-        vec![var("CLAUDE_CONFIG_DIR").map_or_else(|| home.join(".claude"), PathBuf::from)]
+    /// `CLAUDE_CONFIG_DIR` moves everything claude keeps (its
+    /// `.credentials.json`, `settings.json`, and `.claude.json`, otherwise
+    /// in `~/`) into one directory. Seeded with the login, the settings and
+    /// `.claude.json` (which holds an API key from /login), the user's
+    /// CLAUDE.md, agents, commands and skills.
+    fn private_state(
+        &self,
+        home: &Path,
+        var: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Option<state::Layout> {
+        let (dir, global) = match var("CLAUDE_CONFIG_DIR") {
+            Some(d) => (PathBuf::from(&d), PathBuf::from(d).join(".claude.json")),
+            None => (home.join(".claude"), home.join(".claude.json")),
+        };
+        let from_dir = |name: &'static str| state::Seed {
+            from: dir.join(name),
+            to: name,
+        };
+        let mut seeds: Vec<state::Seed> =
+            ["settings.json", "CLAUDE.md", "agents", "commands", "skills"]
+                .into_iter()
+                .map(from_dir)
+                .collect();
+        seeds.push(state::Seed {
+            from: global,
+            to: ".claude.json",
+        });
+        Some(state::Layout {
+            var: "CLAUDE_CONFIG_DIR",
+            seeds,
+            credentials: Some(from_dir(".credentials.json")),
+        })
     }
 
-    /// Its global settings and login state, `.claude.json`, beside the
-    /// state directory (or in `CLAUDE_CONFIG_DIR`, which holds both).
-    fn read_files(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
-        vec![var("CLAUDE_CONFIG_DIR").map_or_else(
-            || home.join(".claude.json"),
-            |d| PathBuf::from(d).join(".claude.json"),
-        )]
+    /// A claude.ai login: an access and a refresh token, and when the
+    /// access token expires (milliseconds), which a refresh moves on.
+    fn credentials_stamp(&self, doc: &Value) -> Option<i128> {
+        let oauth = doc.get("claudeAiOauth")?;
+        field(oauth, "accessToken")?;
+        field(oauth, "refreshToken")?;
+        oauth.get("expiresAt")?.as_i64().map(i128::from)
     }
 
     fn login(&self, at: &Where) -> Option<Login> {

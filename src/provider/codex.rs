@@ -4,8 +4,8 @@ use super::failure::Credentials;
 use super::login::{self, Found, Login, Where};
 use super::usage::{count, TokensFrom, Usage};
 use super::{
-    field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    ProviderOptions, Session, API_SIGNS,
+    field, or_default, push_model, state, strings, Adapter, ArgvRequest, FailureKind, Output,
+    Program, ProviderOptions, Session, API_SIGNS,
 };
 use serde_json::Value;
 use std::ffi::OsString;
@@ -85,9 +85,36 @@ impl Adapter for Codex {
         }
     }
 
-    /// `~/.codex` (or `CODEX_HOME`): sessions, logs, auth.
-    fn state_dirs(&self, home: &Path, var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
-        vec![var("CODEX_HOME").map_or_else(|| home.join(".codex"), PathBuf::from)]
+    /// `CODEX_HOME` (default `~/.codex`) holds everything codex keeps.
+    /// Seeded with its login (`auth.json`), `config.toml`, the user's
+    /// AGENTS.md, prompts, rules and skills.
+    fn private_state(
+        &self,
+        home: &Path,
+        var: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Option<state::Layout> {
+        let dir = var("CODEX_HOME").map_or_else(|| home.join(".codex"), PathBuf::from);
+        let from_dir = |name: &'static str| state::Seed {
+            from: dir.join(name),
+            to: name,
+        };
+        Some(state::Layout {
+            var: "CODEX_HOME",
+            seeds: ["config.toml", "AGENTS.md", "prompts", "rules", "skills"]
+                .into_iter()
+                .map(from_dir)
+                .collect(),
+            credentials: Some(from_dir("auth.json")),
+        })
+    }
+
+    /// A ChatGPT login: tokens with a refresh token, and `last_refresh`
+    /// (RFC 3339), which a refresh moves on.
+    fn credentials_stamp(&self, doc: &Value) -> Option<i128> {
+        field(doc.get("tokens")?, "refresh_token")?;
+        let when = humantime::parse_rfc3339_weak(field(doc, "last_refresh")?).ok()?;
+        let since = when.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(since.as_nanos() as i128)
     }
 
     fn login(&self, at: &Where) -> Option<Login> {

@@ -4,8 +4,8 @@ use super::failure::Credentials;
 use super::login::{self, Found, Login, Where};
 use super::usage::{count, TokensFrom, Usage};
 use super::{
-    field, or_default, push_model, strings, Adapter, ArgvRequest, FailureKind, Output, Program,
-    Session, API_SIGNS,
+    field, or_default, push_model, state, strings, Adapter, ArgvRequest, FailureKind, Output,
+    Program, Session, API_SIGNS,
 };
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -87,9 +87,44 @@ impl Adapter for Gemini {
         field(event, "session_id").map(str::to_string)
     }
 
-    /// `~/.gemini`: settings, chats, the project's temp files.
-    fn state_dirs(&self, home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
-        vec![home.join(".gemini")]
+    /// `GEMINI_CLI_HOME` names the home whose `.gemini/` gemini keeps
+    /// everything in (settings, OAuth files, chats). Seeded with its login
+    /// (`oauth_creds.json`, `google_accounts.json`), the settings, the
+    /// user's GEMINI.md, commands and `.gemini/.env` (not `~/.env`, which
+    /// is not gemini's alone).
+    fn private_state(
+        &self,
+        home: &Path,
+        var: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Option<state::Layout> {
+        let dir = var("GEMINI_CLI_HOME")
+            .map_or_else(|| home.to_path_buf(), PathBuf::from)
+            .join(".gemini");
+        let from_dir = |name: &'static str| state::Seed {
+            from: dir.join(&name[".gemini/".len()..]),
+            to: name,
+        };
+        Some(state::Layout {
+            var: "GEMINI_CLI_HOME",
+            seeds: [
+                ".gemini/settings.json",
+                ".gemini/google_accounts.json",
+                ".gemini/GEMINI.md",
+                ".gemini/.env",
+                ".gemini/commands",
+            ]
+            .into_iter()
+            .map(from_dir)
+            .collect(),
+            credentials: Some(from_dir(".gemini/oauth_creds.json")),
+        })
+    }
+
+    /// A Google login: an access token, and when it expires
+    /// (`expiry_date`, milliseconds), which a refresh moves on.
+    fn credentials_stamp(&self, doc: &Value) -> Option<i128> {
+        field(doc, "access_token")?;
+        doc.get("expiry_date")?.as_i64().map(i128::from)
     }
 
     fn login(&self, at: &Where) -> Option<Login> {
@@ -143,7 +178,10 @@ impl Adapter for Gemini {
             return None;
         }
         let suffix = format!("-{}.jsonl", &id[..8]);
-        let tmp = session.home.join(".gemini").join("tmp");
+        let tmp = session
+            .dir("GEMINI_CLI_HOME", "")
+            .join(".gemini")
+            .join("tmp");
         let chat = std::fs::read_dir(tmp)
             .ok()?
             .flatten()

@@ -23,6 +23,7 @@ mod failure;
 mod gemini;
 pub mod hosts;
 pub mod login;
+pub mod state;
 pub mod usage;
 
 pub use failure::Failure;
@@ -113,26 +114,20 @@ impl Provider {
             .filter(|s| !s.is_empty())
     }
 
-    /// The directories the CLI keeps its own state in (sessions, settings,
-    /// caches), which a confined worker must be able to write
-    /// (docs/confinement.md#what-a-confined-worker-may-write), for the
-    /// wrapper's environment: `HOME` and the CLI's own variables.
-    pub fn state_dirs(self) -> Vec<PathBuf> {
+    /// How the CLI's private state per attempt is laid out and seeded
+    /// from the user's (docs/confinement.md#provider-state), given the
+    /// wrapper's environment (`HOME` and the CLI's own variable); `None` for
+    /// `command`, or where `HOME` is unset.
+    pub fn private_state(self) -> Option<state::Layout> {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        let Some(home) = var("HOME").map(PathBuf::from) else {
-            return Vec::new();
-        };
-        self.adapter().state_dirs(&home, &var)
+        let home = var("HOME").map(PathBuf::from)?;
+        self.adapter().private_state(&home, &var)
     }
 
-    /// Files outside its state directories the CLI reads, which a worker
-    /// whose reads are confined must still reach (docs/confinement.md#reads).
-    pub fn read_files(self) -> Vec<PathBuf> {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        let Some(home) = var("HOME").map(PathBuf::from) else {
-            return Vec::new();
-        };
-        self.adapter().read_files(&home, &var)
+    /// How fresh a credentials document of this CLI's is (larger is newer),
+    /// where `doc` is one; `None` where it is not.
+    pub fn credentials_stamp(self, doc: &Value) -> Option<i128> {
+        self.adapter().credentials_stamp(doc)
     }
 
     /// Whether the CLI would find itself logged in for a worker that sees
@@ -268,16 +263,20 @@ trait Adapter: Sync {
         None
     }
 
-    /// Where the CLI writes its own state, given the home directory and the
-    /// environment (found by running it confined; PROVIDERS.md).
-    fn state_dirs(&self, _home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
-        Vec::new()
+    /// Its private state's variable and seeds, given the home directory and
+    /// the environment (found by running it; docs/confinement.md#provider-state).
+    fn private_state(
+        &self,
+        _home: &Path,
+        _var: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Option<state::Layout> {
+        None
     }
 
-    /// Files outside its state directories the CLI reads (found by running
-    /// it with its reads confined).
-    fn read_files(&self, _home: &Path, _var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
-        Vec::new()
+    /// The freshness of its credentials document `doc`, where it is a valid
+    /// one.
+    fn credentials_stamp(&self, _doc: &Value) -> Option<i128> {
+        None
     }
 
     /// The CLI's options changed for a run under okstra's confinement, with

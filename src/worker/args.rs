@@ -97,15 +97,15 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "MODE", default_value_t = Confinement::None)]
     pub confinement: Confinement,
     /// A directory a confined child may write, besides its private TMPDIR
-    /// and its provider's state (repeatable; relative to the project root
+    /// and its CLI's private state (repeatable; relative to the project root
     /// unless absolute). Made when missing; never reached through a symlink.
     #[arg(long = "confine-dir", value_name = "DIR")]
     pub confine_dirs: Vec<PathBuf>,
-    /// The private TMPDIR of a confined child, `<temp>/okstra-<uid>/<name>`,
+    /// The attempt's private directory, `<temp>/okstra-<uid>/<name>`,
     /// named by exec, which removes it once it settled the attempt (so a
-    /// wrapper killed before it cleaned up leaves nothing); made here when
-    /// the child is confined. Without it a confined child gets one named
-    /// here.
+    /// wrapper killed before it cleaned up leaves nothing); made here for
+    /// an agent CLI (its private state, `state/`) or a confined child (its
+    /// TMPDIR, `tmp/`). Without it the wrapper names one here.
     #[arg(long, value_name = "DIR")]
     pub tmp_dir: Option<PathBuf>,
     /// Confine the child's reads too (docs/confinement.md#reads): it may

@@ -5,6 +5,7 @@
 
 use super::confined::{self, Ahead, ConfineFailure, Confined};
 use super::output::{CatalogError, OutputWatch, ServedCheck, ServedMismatch};
+use super::private::AttemptDir;
 use super::slot::PidReport;
 use super::status::{self, StatusFile, StatusSidecar};
 use super::supervise::{supervise, Heartbeat, Outcome};
@@ -109,7 +110,8 @@ pub(super) fn execute(
         .timeout_seconds
         .map(|s| started + Duration::from_secs(s));
     let check = ready.served_check.take();
-    let mut watch = OutputWatch::new(ready.provider, &paths.log, ready.log_start, check);
+    let mut watch = OutputWatch::new(ready.provider, &paths.log, ready.log_start, check)
+        .with_state(ready.dir.as_ref().and_then(AttemptDir::state_env));
     let mut heartbeat = Heartbeat::new(&mut status, timing.heartbeat);
     let outcome = supervise(
         &mut child,
@@ -133,7 +135,11 @@ pub(super) fn execute(
         ready.confined.as_ref(),
         &mut status.status,
     );
+    // The private state's writes listed and a refreshed login written
+    // back before the sidecar's last write; the directory goes after it.
+    status.status.provider_state = ready.dir.as_ref().and_then(AttemptDir::finish);
     let code = status.finish(code, error);
+    drop(ready.dir.take());
     if args.presentation == Presentation::Live {
         say(format_args!(
             "{} attempt {}: exited {code} after {:.1} s",
@@ -151,6 +157,8 @@ struct Ready {
     provider: Provider,
     served_check: Option<ServedCheck>,
     confined: Option<Confined>,
+    /// The attempt's private directory (its TMPDIR, its CLI's state).
+    dir: Option<AttemptDir>,
     argv: Vec<String>,
     env: Vec<(String, String)>,
     /// Where this attempt's output starts in the log.
@@ -177,14 +185,21 @@ fn prepare(
             return Err(usage.code());
         }
     };
+    // The attempt's private directory lives until the attempt ended, then
+    // goes: its CLI's state seeded from the user's
+    // (docs/confinement.md#provider-state), confined or not.
+    let dir = match private_dir(args, &paths.root, provider) {
+        Ok(dir) => dir,
+        Err(problem) => return Err(refuse_confinement(args, status, &problem)),
+    };
     // Prepared here, before the sidecar says the attempt started: only the
-    // restriction itself is left for the start. The private TMPDIR lives
-    // until the attempt ended, then goes.
-    let confined = match confined::prepare(args, &paths.root, provider, ahead) {
+    // restriction itself is left for the start.
+    let confined = match confined::prepare(args, &paths.root, provider, ahead, dir.as_ref()) {
         Ok(confined) => confined,
         Err(problem) => return Err(refuse_confinement(args, status, &problem)),
     };
-    let (argv, env) = child_command(args, paths, provider, confined.as_ref());
+    let (argv, mut env) = child_command(args, paths, provider, confined.as_ref());
+    env.extend(dir.as_ref().and_then(AttemptDir::state_env));
     // Output of earlier attempts may already be in the log; look only past it.
     let log_start = fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
     status.status.argv = argv.clone();
@@ -196,10 +211,26 @@ fn prepare(
         provider,
         served_check,
         confined,
+        dir,
         argv,
         env,
         log_start,
     })
+}
+
+/// The attempt's private directory, its CLI's state seeded: `None` where
+/// it needs none (an unconfined `command` job).
+fn private_dir(
+    args: &WorkerArgs,
+    root: &Path,
+    provider: Provider,
+) -> Result<Option<AttemptDir>, ConfineFailure> {
+    let Some(mut dir) = AttemptDir::make_for(args, root, provider).map_err(ConfineFailure::Tmp)?
+    else {
+        return Ok(None);
+    };
+    dir.seed(provider).map_err(ConfineFailure::State)?;
+    Ok(Some(dir))
 }
 
 /// What can be refused before starting anything: the provider, parsed, and

@@ -1,14 +1,14 @@
 //! A worker's confinement as the wrapper prepares and applies it
 //! (docs/confinement.md#kernel-confinement): the ruleset begun ahead while a
-//! gated wrapper waits, the private TMPDIR, the directories granted, and the
+//! gated wrapper waits, the TMPDIR and private state granted, and the
 //! start of the child from a thread that restricts itself (see `starter`).
 
+use super::private::AttemptDir;
 use super::starter::{Order, Starter};
 use super::{say, WorkerArgs};
 use crate::confine::{self, RulesetError};
 use crate::process::{SpawnSpec, Spawned};
 use crate::provider::Provider;
-use crate::tmpdir;
 use crate::vocab::{Confinement, NetworkMode};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,8 +22,12 @@ pub(super) enum ConfineFailure {
     Required(String),
     #[error(transparent)]
     Ruleset(#[from] RulesetError),
-    #[error("cannot make a private TMPDIR: {0}")]
+    #[error("cannot make the attempt's private directory: {0}")]
     Tmp(io::Error),
+    /// Seeding the CLI's private state (docs/confinement.md#provider-state):
+    /// never run on the user's shared state instead.
+    #[error("cannot seed the CLI's private state from the user's: {0}")]
+    State(io::Error),
     #[error("cannot start the thread that confines the worker: {0}")]
     Thread(io::Error),
     #[error("cannot confine the worker: {0}")]
@@ -73,54 +77,11 @@ impl Ahead {
 /// A worker's confinement, prepared in the wrapper.
 pub(super) struct Confined {
     pub rules: confine::Prepared,
-    /// The private TMPDIR, removed when the attempt is over.
-    tmp: PrivateTmp,
+    /// The private TMPDIR, in the attempt's directory.
+    tmp: PathBuf,
     /// The thread made ahead to start the child, where one was.
     starter: Option<io::Result<Starter>>,
     net: confine::Net,
-}
-
-/// The confined worker's private TMPDIR (see [`crate::tmpdir`]): the one
-/// exec named (`--tmp-dir`), or one named here; removed when dropped, once
-/// the worker ended. exec removes one it named again once it settled the
-/// attempt, so a wrapper killed before this ran leaves nothing behind.
-struct PrivateTmp {
-    root: tmpdir::Root,
-    name: String,
-    path: PathBuf,
-}
-
-impl PrivateTmp {
-    fn make(args: &WorkerArgs, project: &Path) -> io::Result<PrivateTmp> {
-        let (root, name) = match &args.tmp_dir {
-            Some(dir) => tmpdir::Root::of(dir)?,
-            None => (tmpdir::Root::system(project)?, tmpdir::own_name()),
-        };
-        // A TMPDIR in the project would let the worker write there.
-        if root
-            .path()
-            .canonicalize()?
-            .starts_with(project.canonicalize()?)
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is inside the project", root.path().display()),
-            ));
-        }
-        let path = root.create(&name)?;
-        Ok(PrivateTmp { root, name, path })
-    }
-}
-
-impl Drop for PrivateTmp {
-    fn drop(&mut self) {
-        if let Err(err) = self.root.remove(&self.name) {
-            say(format_args!(
-                "cannot remove the worker's private TMPDIR {}: {err}",
-                self.path.display()
-            ));
-        }
-    }
 }
 
 impl Confined {
@@ -156,7 +117,7 @@ impl Confined {
     /// `IS_SANDBOX=1`, since it now is in one (so `bypassPermissions` runs
     /// as root).
     pub fn env(&self, provider: Provider) -> Vec<(String, String)> {
-        let mut env = vec![("TMPDIR".into(), self.tmp.path.display().to_string())];
+        let mut env = vec![("TMPDIR".into(), self.tmp.display().to_string())];
         if provider == Provider::Claude {
             env.push(("IS_SANDBOX".into(), "1".into()));
         }
@@ -234,6 +195,7 @@ pub(super) fn prepare(
     root: &Path,
     provider: Provider,
     ahead: Option<Ahead>,
+    dir: Option<&AttemptDir>,
 ) -> Result<Option<Confined>, ConfineFailure> {
     let (starter, begun) = match ahead {
         Some(ahead) => (Some(ahead.starter), ahead.rules?),
@@ -252,9 +214,13 @@ pub(super) fn prepare(
             }
         }
     };
-    let tmp = PrivateTmp::make(args, root).map_err(ConfineFailure::Tmp)?;
-    let mut outside = vec![tmp.path.clone()];
-    outside.extend(provider.state_dirs());
+    // Made for every worker that may be confined (see `AttemptDir`).
+    let dir = dir.ok_or_else(|| ConfineFailure::Tmp(io::ErrorKind::NotFound.into()))?;
+    let tmp = dir.make_tmp().map_err(ConfineFailure::Tmp)?;
+    // Its provider's private state, never the user's
+    // (docs/confinement.md#provider-state).
+    let mut outside = vec![tmp.clone()];
+    outside.extend(dir.state_dir().map(Path::to_path_buf));
     outside.extend(confine::test_also_writable());
     let reads = if args.confine_reads {
         read_scope(args, root, provider)
@@ -298,7 +264,6 @@ fn read_scope(args: &WorkerArgs, root: &Path, provider: Provider) -> Vec<PathBuf
         home: home.as_deref(),
         path: path.as_deref(),
         program,
-        provider_files: &provider.read_files(),
         read_paths: &args.read_paths,
     });
     // `None`: a read path of `/`, every file as before.

@@ -34,6 +34,7 @@ pub mod args;
 mod attempt;
 mod confined;
 mod output;
+mod private;
 mod slot;
 mod starter;
 mod status;

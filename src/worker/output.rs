@@ -106,6 +106,8 @@ pub(super) struct OutputWatch {
     skipping: bool,
     facts: OutputFacts,
     check: Option<ServedCheck>,
+    /// The variable pointing the CLI at its private state, and its value.
+    state_env: Option<(String, String)>,
 }
 
 impl OutputWatch {
@@ -119,7 +121,15 @@ impl OutputWatch {
             skipping: false,
             facts: OutputFacts::default(),
             check,
+            state_env: None,
         }
+    }
+
+    /// The variable pointing the CLI at its private state, where it had
+    /// one: its session files are there.
+    pub fn with_state(mut self, env: Option<(String, String)>) -> Self {
+        self.state_env = env;
+        self
     }
 
     /// Read what was appended since the last call (up to [`OUTPUT_CHUNK`]);
@@ -221,7 +231,12 @@ impl OutputWatch {
         let usage = self.facts.usage.clone().or_else(|| {
             let id = self.facts.cli_session_id.as_deref()?;
             let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
-            let var = |name: &str| std::env::var_os(name);
+            // The CLI's private state (docs/confinement.md#provider-state)
+            // over this process's environment, as the CLI saw them.
+            let var = |name: &str| match &self.state_env {
+                Some((k, v)) if k == name => Some(v.into()),
+                _ => std::env::var_os(name),
+            };
             self.provider.usage_from_session(&provider::Session {
                 home: Path::new(&home),
                 var: &var,

@@ -100,6 +100,10 @@ pub struct StatusSidecar {
     /// `open`. Absent when unconfined, or when it never started.
     #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::vocab::NetworkMode>,
+    /// What the attempt wrote in its CLI's private state, and what became
+    /// of a login it refreshed (docs/confinement.md#provider-state).
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub provider_state: Option<crate::provider::state::Report>,
     /// What kind of failure a non-zero exit was, where it can be told.
     #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<FailureKind>,

@@ -135,12 +135,17 @@ fn assert_nothing_left(fx: &Fx, ids: &[&str]) {
             dir.display()
         );
         assert!(!dir.exists(), "{} is left", dir.display());
+        // The TMPDIR is `tmp/` in the attempt's private directory, which
+        // the dispatch records.
+        assert_eq!(dir.file_name().unwrap(), "tmp");
+        let attempt_dir = dir.parent().unwrap();
+        assert!(!attempt_dir.exists(), "{} is left", attempt_dir.display());
         let recorded: Vec<Value> = fx
             .events_of("worker-dispatched", id)
             .into_iter()
             .map(|e| e["tmpDir"].clone())
             .collect();
-        assert_eq!(recorded, [Value::from(dir.display().to_string())]);
+        assert_eq!(recorded, [Value::from(attempt_dir.display().to_string())]);
     }
     assert_eq!(leftovers(fx), Vec::<String>::new());
     assert_eq!(
@@ -277,10 +282,10 @@ echo done > "$OKSTRA_RESULT_PATH"
     assert!(message.contains("theirs"), "{message}");
     assert!(
         fx.p.read("prompts/a.md.log")
-            .contains("cannot remove the worker's private TMPDIR"),
+            .contains("cannot remove the attempt's private directory"),
         "the wrapper said so too"
     );
     assert!(planted.join("f").exists());
     // Root tidies up what the test planted.
-    std::fs::remove_dir_all(tmpdir(&fx, "a")).unwrap();
+    std::fs::remove_dir_all(tmpdir(&fx, "a").parent().unwrap()).unwrap();
 }

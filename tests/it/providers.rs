@@ -61,6 +61,27 @@ esac
 write() { mkdir -p "$(dirname "$OKSTRA_RESULT_PATH")"; echo done > "$OKSTRA_RESULT_PATH"; }
 case "${FAKE_MODE:-ok}" in
   ok) write ;;
+  refresh)
+    # As a CLI that refreshes its login while it works (several times, the
+    # last stamp FAKE_STAMP), and is talked into planting a hook and
+    # rewriting its settings: all in the state its variable names.
+    case "$name" in
+      claude) d="$CLAUDE_CONFIG_DIR"; creds="$d/.credentials.json"; settings="$d/settings.json"; other="$d/.claude.json" ;;
+      codex) d="$CODEX_HOME"; creds="$d/auth.json"; settings="$d/config.toml"; other="$d/history.jsonl" ;;
+      gemini) d="$GEMINI_CLI_HOME/.gemini"; creds="$d/oauth_creds.json"; settings="$d/settings.json"; other="$d/projects.json" ;;
+    esac
+    for i in 4 3 2 1 0; do
+      t=$((FAKE_STAMP - i))
+      case "$name" in
+        claude) printf '{"claudeAiOauth":{"accessToken":"at-%s","refreshToken":"rt-%s","expiresAt":%s,"scopes":["user:inference"]}}' "$t" "$t" "$t" > "$creds" ;;
+        codex) printf '{"tokens":{"access_token":"at-%s","refresh_token":"rt-%s"},"last_refresh":"2026-12-04T10:00:%02dZ"}' "$t" "$t" "$((t % 60))" > "$creds" ;;
+        gemini) printf '{"access_token":"at-%s","refresh_token":"rt","expiry_date":%s}' "$t" "$t" > "$creds" ;;
+      esac
+      sleep 0.01
+    done
+    echo '{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"touch /tmp/planted"}]}]}}' > "$settings"
+    echo '{"planted":true}' > "$other"
+    write ;;
   first-forgets) [ "$n" -gt 1 ] && write ;;
   sleep) sleep 30 ;;
   not-logged-in)
@@ -1100,5 +1121,145 @@ fn a_pane_worker_that_never_ends_is_stopped_at_its_wall_clock() {
     {
         assert!(Instant::now() < deadline, "the worker's window stayed");
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The user's state a fake CLI may touch, by path under HOME: every file's
+/// bytes.
+fn home_state(fx: &Fx) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let home = fx.home();
+    let mut stack = vec![home.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let path = e.path();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(&home).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn eight_workers_refreshing_one_login_leave_the_newest_whole_and_nothing_else() {
+    // Each of 8 claude workers refreshes the login several times, plants a
+    // hook in its settings and rewrites `.claude.json`. Afterwards the
+    // user's login is the newest one written, whole; their settings and
+    // `.claude.json` are as they were; nothing else appeared; each row
+    // lists what its worker wrote.
+    let workers: Vec<String> = (0..8)
+        .map(|k| {
+            let extra = format!(
+                "env = {{ FAKE_MODE = \"refresh\", FAKE_STAMP = \"{}\" }}",
+                2000 + 10 * ((k * 3) % 8)
+            );
+            worker(&format!("w{k}"), "claude", "sonnet", &extra)
+        })
+        .collect();
+    let fx = fixture("cli-wrapper", &workers);
+    let old_login = r#"{"claudeAiOauth":{"accessToken":"at-old","refreshToken":"rt-old","expiresAt":1000,"scopes":["user:inference"]}}"#;
+    fx.home_file(".claude/.credentials.json", old_login)
+        .home_file(".claude/settings.json", "{\"model\": \"sonnet\"}\n")
+        .home_file(".claude.json", "{\"numStartups\": 3}\n");
+    let before = home_state(&fx);
+    let ran = fx.exec(&[]);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let mut after = home_state(&fx);
+    let login = after.remove(".claude/.credentials.json").unwrap();
+    let doc: Value = serde_json::from_slice(&login).expect("a whole JSON document");
+    assert_eq!(doc["claudeAiOauth"]["expiresAt"], 2070, "the newest: {doc}");
+    assert_eq!(doc["claudeAiOauth"]["refreshToken"], "rt-2070");
+    let mut rest = before.clone();
+    rest.remove(".claude/.credentials.json");
+    assert_eq!(
+        after, rest,
+        "nothing else of the user's changed or appeared"
+    );
+    let rows: Vec<Value> = (0..8)
+        .flat_map(|k| fx.dispatch_rows(&format!("w{k}")))
+        .collect();
+    assert_eq!(rows.len(), 8);
+    let mut written_back = 0;
+    for row in &rows {
+        let state = &row["providerState"];
+        assert_eq!(state["var"], "CLAUDE_CONFIG_DIR", "{row}");
+        let writes: Vec<&str> = state["writes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{row}"))
+            .iter()
+            .map(|w| w.as_str().unwrap())
+            .collect();
+        for w in [".claude.json", ".credentials.json", "settings.json"] {
+            assert!(writes.contains(&w), "{w}: {writes:?}");
+        }
+        let outcome = state["credentials"]["outcome"].as_str().unwrap();
+        assert!(
+            ["written-back", "not-newer"].contains(&outcome),
+            "{outcome}"
+        );
+        written_back += usize::from(outcome == "written-back");
+    }
+    assert!(written_back >= 1);
+}
+
+#[test]
+fn codex_and_gemini_write_only_their_private_state_confined_or_not() {
+    let workers = [
+        worker(
+            "cx",
+            "codex",
+            "gpt",
+            "env = { FAKE_MODE = \"refresh\", FAKE_STAMP = \"50\" }",
+        ),
+        worker(
+            "gm",
+            "gemini",
+            "gem-pro",
+            // Unconfined: the private state is not the kernel's doing.
+            "env = { FAKE_MODE = \"refresh\", FAKE_STAMP = \"5000\" }\nconfinement = \"none\"",
+        ),
+    ];
+    let fx = fixture("cli-wrapper", &workers);
+    let codex_login = r#"{"tokens":{"access_token":"a","refresh_token":"r"},"last_refresh":"2026-12-04T09:00:00Z"}"#;
+    fx.home_file(".codex/auth.json", codex_login)
+        .home_file(".codex/config.toml", "model = \"gpt-5\"\n")
+        .home_file(
+            ".gemini/settings.json",
+            r#"{"security":{"auth":{"selectedType":"oauth-personal"}}}"#,
+        )
+        .home_file(
+            ".gemini/oauth_creds.json",
+            r#"{"access_token":"a","refresh_token":"r","expiry_date":1}"#,
+        );
+    let before = home_state(&fx);
+    let ran = fx.exec(&[]);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let mut after = home_state(&fx);
+    let codex: Value = serde_json::from_slice(&after.remove(".codex/auth.json").unwrap()).unwrap();
+    assert_eq!(codex["last_refresh"], "2026-12-04T10:00:50Z", "{codex}");
+    let gemini: Value =
+        serde_json::from_slice(&after.remove(".gemini/oauth_creds.json").unwrap()).unwrap();
+    assert_eq!(gemini["expiry_date"], 5000, "{gemini}");
+    let mut rest = before.clone();
+    rest.remove(".codex/auth.json");
+    rest.remove(".gemini/oauth_creds.json");
+    assert_eq!(after, rest);
+    for (key, var, wrote) in [
+        ("cx", "CODEX_HOME", "config.toml"),
+        ("gm", "GEMINI_CLI_HOME", ".gemini/settings.json"),
+    ] {
+        let row = fx.dispatch_rows(key).pop().unwrap();
+        assert_eq!(row["providerState"]["var"], var, "{row}");
+        let writes = row["providerState"]["writes"].as_array().unwrap();
+        assert!(writes.iter().any(|w| w == wrote), "{row}");
+        assert_eq!(
+            row["providerState"]["credentials"]["outcome"], "written-back",
+            "{row}"
+        );
     }
 }

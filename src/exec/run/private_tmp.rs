@@ -1,22 +1,25 @@
-//! The private TMPDIR of a worker confined here
-//! (docs/confinement.md#its-private-tmpdir): named and cleared before its
-//! attempt starts, removed when it ended, whoever ended it.
+//! The private directory of an attempt run here
+//! (docs/confinement.md#its-private-tmpdir): its confined worker's TMPDIR,
+//! its agent CLI's private state (docs/confinement.md#provider-state);
+//! named and cleared before the attempt starts, removed when it ended,
+//! whoever ended it.
 
 use super::Runner;
 use crate::diag::{Code, Diagnostic};
 use crate::exec::event::Dispatched;
 use crate::plan::Job;
+use crate::provider::state::{finish_recorded, Report};
 use crate::tmpdir;
 use crate::vocab::Backend;
 use std::path::{Path, PathBuf};
 
 impl Runner<'_> {
-    /// The private TMPDIR exec names for an attempt whose worker will be
-    /// confined here (docs/confinement.md#its-private-tmpdir,
-    /// [`crate::tmpdir`]), cleared of whatever an earlier start of the same
-    /// attempt left there. `None` for a worker that runs unconfined, or on
-    /// another machine (a Slurm node's temp directory is not exec's to reach:
-    /// there the wrapper names and removes its own).
+    /// The private directory exec names for an attempt whose worker will
+    /// be confined here or runs an agent CLI ([`crate::tmpdir`]), cleared
+    /// of whatever an earlier start of the same attempt left there. `None`
+    /// for an unconfined `command` job, or on another machine (a Slurm
+    /// node's temp directory is not exec's to reach: there the wrapper
+    /// names and removes its own).
     pub(super) fn private_tmp(
         &mut self,
         job: &Job,
@@ -24,7 +27,7 @@ impl Runner<'_> {
     ) -> std::io::Result<Option<PathBuf>> {
         let offer = self.offer.get_or_init(crate::confine::offer);
         let confined = crate::confine::decide(job.write_enforcement.confinement, offer);
-        if job.backend == Backend::Slurm || confined != Ok(true) {
+        if job.backend == Backend::Slurm || (confined != Ok(true) && !job.provider.is_agent()) {
             return Ok(None);
         }
         if self.tmp_root.is_none() {
@@ -40,17 +43,22 @@ impl Runner<'_> {
         tmpdir::attempt_name(&self.root, self.rec.store().path(), &job.key, attempt)
     }
 
-    /// Remove an ended attempt's private TMPDIR, whoever ended it: the
+    /// Remove an ended attempt's private directory, whoever ended it: the
     /// wrapper removes it itself, but one killed first (the SIGKILL that
-    /// ends a stop, `kill -9`) cannot. Done before the settlement is
+    /// ends a stop, `kill -9`) cannot. Its CLI's private state is finished
+    /// first, as the wrapper would have: its writes listed (returned) and a
+    /// refreshed login written back. Done before the settlement is
     /// recorded, so an exec that dies in between leaves it to the next,
     /// which settles the attempt again. One that cannot be removed is
     /// reported (`exec/cleanup-incomplete`, exit 1), never passed over.
-    pub(super) fn remove_private_tmp(&mut self, job: &Job, d: &Dispatched) {
-        let Some(recorded) = &d.tmp_dir else {
-            return;
-        };
+    pub(super) fn remove_private_tmp(&mut self, job: &Job, d: &Dispatched) -> Option<Report> {
+        let recorded = d.tmp_dir.as_ref()?;
         let expected = self.tmp_name(job, d.head.attempt);
+        // Only a directory named as expected: the record is not trusted
+        // to point at what the wrapper made.
+        let state = (Path::new(recorded).file_name() == Some(expected.as_ref()))
+            .then(|| finish_recorded(Path::new(recorded)))
+            .flatten();
         // Through the root this exec opened, where the record lies in it:
         // no path walk and no check again per attempt.
         let removed = match &self.tmp_root {
@@ -59,7 +67,7 @@ impl Runner<'_> {
         };
         if let Err(e) = removed {
             let text = format!(
-                "{} (attempt {}): its private TMPDIR was not removed: {e}",
+                "{} (attempt {}): its private directory was not removed: {e}",
                 job.label(),
                 d.head.attempt
             );
@@ -70,5 +78,6 @@ impl Runner<'_> {
                     .help("remove it by hand once nothing of the worker runs any more (`chmod -R u+rwx` first if it holds read-only directories)"),
             );
         }
+        state
     }
 }

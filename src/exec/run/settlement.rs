@@ -108,7 +108,7 @@ impl Runner<'_> {
         let job = self.job(i);
         let attempt = e.dispatched.head.attempt;
         let first = job.first_attempt();
-        self.remove_private_tmp(&job, &e.dispatched);
+        let state = self.remove_private_tmp(&job, &e.dispatched);
         let egress = self.close_door(i, attempt).unwrap_or_default();
         let (mut facts, report) = self.facts_of(&job, &e);
         let summary;
@@ -117,6 +117,9 @@ impl Runner<'_> {
         let mut settled = self.settled(&job, &e, &facts, &d, report, summary);
         self.note_refusals(&e.dispatched, &egress);
         settled.egress = egress.destinations;
+        // The wrapper's account of its private state, else exec's own of
+        // the one a killed wrapper left.
+        settled.provider_state = settled.provider_state.take().or(state);
         self.usages[i].extend(settled.usage.clone());
         // A lost attempt found by this exec resumes at once; an interrupted
         // one is for the next exec.
@@ -176,6 +179,7 @@ impl Runner<'_> {
             confinement: report.confinement,
             network: report.network,
             egress: Vec::new(),
+            provider_state: report.provider_state,
             resumable: d.resumable,
             mutation_audit: summary,
             error_log_append,
