@@ -312,7 +312,7 @@ fn confinement_line(job: &Job, offer: &Offer) -> String {
         .map(|d| if d.is_empty() { ".".into() } else { d })
         .collect();
     let state = if job.provider.is_agent() {
-        ", its provider's state"
+        ", its CLI's private state"
     } else {
         ""
     };
@@ -748,7 +748,7 @@ mod tests {
         let required = job("claude", "required", &["claude"]);
         assert_eq!(
             confinement_line(&required, &none),
-            "required, not here: exec will refuse it · may write under out (+ a private TMPDIR, its provider's state)"
+            "required, not here: exec will refuse it · may write under out (+ a private TMPDIR, its CLI's private state)"
         );
         assert!(confinement_line(&job("command", "none", &[]), &here)
             .starts_with("no (confinement none)"));

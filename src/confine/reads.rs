@@ -1,6 +1,6 @@
 //! What a confined worker may read and run (docs/confinement.md#reads),
 //! besides the directories it may write (its write scopes, its private
-//! TMPDIR, its provider's state), which it may read too.
+//! TMPDIR, its CLI's private state), which it may read too.
 //!
 //! The project root; the system's locations; the directories of its PATH
 //! and the installation its program belongs to; the few files of the

@@ -377,19 +377,20 @@ fn selected_type(at: &Where, gemini_dir: &Path) -> Found<(String, PathBuf)> {
     Found::Absent
 }
 
-/// A variable as gemini sees it: its environment, else the first `.env`
-/// it finds from the project root up to `/`, else `~/.env`. (`.gemini/.env`
+/// A variable as gemini sees it in a worker: its environment, else the
+/// first `.env` it finds from the project root up to `/`. (gemini's last
+/// resort, `.env` in its home, is the attempt's private home there
+/// (docs/confinement.md#provider-state), which holds none; `.gemini/.env`
 /// files count only in a folder gemini trusts, which cannot be told here.)
 fn gemini_var(at: &Where, name: &str) -> Option<(String, String)> {
     if let Some(v) = (at.var)(name) {
         return Some((v, "the environment".into()));
     }
-    let from_project = at
+    let file = at
         .project_root
         .ancestors()
         .map(|d| d.join(".env"))
-        .find(|p| p.is_file());
-    let file = from_project.or_else(|| Some(at.home()?.join(".env")).filter(|p| p.is_file()))?;
+        .find(|p| p.is_file())?;
     let value = login::dotenv_value(&file, name)?;
     Some((value, file.display().to_string()))
 }

@@ -154,7 +154,7 @@ impl Confined {
             ));
             if self.rules.reads.is_some() {
                 say(format_args!(
-                    "it may read only {}, its provider's state and the spec's readPaths (docs/confinement.md#reads); add a path the worker needs to readPaths",
+                    "it may read only {}, its CLI's private state and the spec's readPaths (docs/confinement.md#reads); add a path the worker needs to readPaths",
                     confine::reads::SUMMARY
                 ));
             }
