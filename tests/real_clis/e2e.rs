@@ -16,7 +16,7 @@
 use crate::common::{self, Fx, Job, Run};
 use crate::mock_api::{MockApi, Script, Step, Tokens};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The catalog entry each CLI's jobs are pinned to, and its model id.
@@ -97,6 +97,16 @@ struct Worker<'a> {
 /// One worker `w` of `provider`, its result `out/w.md`, the mock
 /// answering with `steps` and naming `served` as the model that served.
 fn one(provider: &str, steps: Vec<Step>, served: &str, extra: &str) -> Option<(Fx, MockApi)> {
+    one_in(provider, |_| steps, served, extra)
+}
+
+/// [`one`], its steps made knowing the project (its fake HOME).
+fn one_in(
+    provider: &str,
+    steps: impl FnOnce(&Fx) -> Vec<Step>,
+    served: &str,
+    extra: &str,
+) -> Option<(Fx, MockApi)> {
     setup(
         &[Worker {
             key: "w",
@@ -104,7 +114,7 @@ fn one(provider: &str, steps: Vec<Step>, served: &str, extra: &str) -> Option<(F
             stage: "agents",
             extra,
         }],
-        |_| vec![(cli(provider), script(provider, steps, served))],
+        |fx| vec![(cli(provider), script(provider, steps(fx), served))],
     )
 }
 
@@ -114,7 +124,7 @@ fn one(provider: &str, steps: Vec<Step>, served: &str, extra: &str) -> Option<(F
 /// (having said why) where a CLI is missing.
 fn setup(
     workers: &[Worker],
-    scripts: impl FnOnce(&Path) -> Vec<(&'static str, Script)>,
+    scripts: impl FnOnce(&Fx) -> Vec<(&'static str, Script)>,
 ) -> Option<(Fx, MockApi)> {
     let mut dirs = Vec::new();
     for w in workers {
@@ -128,7 +138,7 @@ fn setup(
         ".gemini/settings.json",
         r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
     );
-    let mock = MockApi::per_cli(&root, scripts(&root));
+    let mock = MockApi::per_cli(&root, scripts(&fx));
     let mut manifest = json!({
         "taskKey": "e2e",
         "teamStatePath": "run/team-state.json",
@@ -414,6 +424,128 @@ fn codex_reaches_its_api_only_through_the_proxy() {
 #[test]
 fn gemini_reaches_its_api_only_through_the_proxy() {
     reaches_its_api_only_through_the_proxy("gemini", "approvalMode = \"yolo\"");
+}
+
+// ---------------------------------------------------------------------------
+// Provider state: the CLI runs on private state seeded from the user's
+// (docs/confinement.md#provider-state); a worker told to plant a hook in the
+// user's settings cannot, and what it plants in its own dies with it.
+// ---------------------------------------------------------------------------
+
+/// The user's state files of `provider`, by path under HOME, and what
+/// each holds before the run.
+fn user_state(provider: &str) -> Vec<(&'static str, &'static str)> {
+    match provider {
+        "claude" => vec![
+            (".claude/settings.json", "{\"model\": \"sonnet\"}\n"),
+            (
+                ".claude.json",
+                "{\"numStartups\": 3, \"hasCompletedOnboarding\": true}\n",
+            ),
+        ],
+        "codex" => vec![(".codex/config.toml", "# the user's own\n")],
+        "gemini" => vec![(
+            ".gemini/settings.json",
+            r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+        )],
+        other => panic!("no such provider {other}"),
+    }
+}
+
+/// Every file under HOME, by path, with its bytes.
+fn home_files(fx: &Fx) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let home = fx.home();
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![home.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                let rel = e.path().strip_prefix(&home).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+/// The mock tells the confined CLI to write a hook into the user's
+/// settings (and `.claude.json`) with its own file tool, then to plant one
+/// in the settings its variable names with its shell tool, then to write
+/// its result. The user's files are byte-identical afterwards (the first
+/// writes were refused by the kernel), and the row lists what it wrote in
+/// its private state.
+fn cannot_plant_a_hook_in_the_users_state(provider: &str, settings: (&str, &str), extra: &str) {
+    let (var, planted) = settings;
+    if !common::landlock_here() {
+        return;
+    }
+    let hook = r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"touch /tmp/okstra-planted-hook"}]}]}}"#;
+    let (_, served) = pinned(provider);
+    let steps = |fx: &Fx| {
+        let home = fx.home();
+        let mut steps: Vec<Step> = user_state(provider)
+            .into_iter()
+            .map(|(rel, _)| Step::WriteFile {
+                path: home.join(rel).display().to_string(),
+                content: format!("{hook}\n"),
+            })
+            .collect();
+        steps.push(Step::Shell(format!(
+            "printf '%s' '{hook}' > \"${var}/{planted}\""
+        )));
+        steps.push(write_result(provider, "out/w.md"));
+        steps.push(Step::Answer("done".into()));
+        steps
+    };
+    let Some((fx, _mock)) = one_in(provider, steps, served, extra) else {
+        return;
+    };
+    for (rel, text) in user_state(provider) {
+        fx.home_file(rel, text);
+    }
+    let before = home_files(&fx);
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
+    assert_eq!(ran.code, 0, "{log}");
+    assert!(read(&fx, "out/w.md").contains(provider), "{log}");
+    assert_eq!(
+        home_files(&fx),
+        before,
+        "the user's home is as it was\n{log}"
+    );
+    let row = &rows(&fx, "w")[0];
+    let state = &row["providerState"];
+    let writes = state["writes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(state["var"], var, "{state}");
+    assert!(
+        writes.iter().any(|w| w == planted),
+        "{planted} in {state}\n{log}"
+    );
+}
+
+#[test]
+fn claude_cannot_plant_a_hook_in_the_users_state() {
+    cannot_plant_a_hook_in_the_users_state(
+        "claude",
+        ("CLAUDE_CONFIG_DIR", "settings.json"),
+        "permissionMode = \"bypassPermissions\"",
+    );
+}
+
+#[test]
+fn codex_cannot_plant_a_hook_in_the_users_state() {
+    cannot_plant_a_hook_in_the_users_state("codex", ("CODEX_HOME", "config.toml"), "");
+}
+
+#[test]
+fn gemini_cannot_plant_a_hook_in_the_users_state() {
+    cannot_plant_a_hook_in_the_users_state(
+        "gemini",
+        ("GEMINI_CLI_HOME", ".gemini/settings.json"),
+        "approvalMode = \"yolo\"",
+    );
 }
 
 // ---------------------------------------------------------------------------
