@@ -548,6 +548,33 @@ fn gemini_cannot_plant_a_hook_in_the_users_state() {
     );
 }
 
+#[test]
+fn claude_logs_in_from_the_users_settings_through_its_private_copy() {
+    // No key in the environment: the only login is the API key in the
+    // user's `~/.claude/settings.json`, which reaches the CLI as the
+    // attempt's private copy. The user's files are untouched.
+    let steps = vec![
+        write_result("claude", "out/w.md"),
+        Step::Answer("done".into()),
+    ];
+    let (_, served) = pinned("claude");
+    let Some((fx, mock)) = one("claude", steps, served, "") else {
+        return;
+    };
+    fx.run_env_remove("ANTHROPIC_API_KEY");
+    fx.home_file(
+        ".claude/settings.json",
+        r#"{"env": {"ANTHROPIC_API_KEY": "mock-key"}}"#,
+    );
+    let before = home_files(&fx);
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
+    assert_eq!(ran.code, 0, "{log}");
+    assert_eq!(rows(&fx, "w")[0]["status"], "completed", "{log}");
+    assert_eq!(mock.model_requests("claude"), 2, "{log}");
+    assert_eq!(home_files(&fx), before);
+}
+
 // ---------------------------------------------------------------------------
 // Another model served than the pinned one: the served-model check.
 // ---------------------------------------------------------------------------
