@@ -104,6 +104,11 @@ impl AttemptDir {
 
 impl Drop for AttemptDir {
     fn drop(&mut self) {
+        // Most often a trivial job's: an empty TMPDIR and no state, gone
+        // with two rmdirs and no walk.
+        if self.state.is_none() {
+            let _ = std::fs::remove_dir(self.path.join(TMP));
+        }
         if let Err(err) = self.root.remove(&self.name) {
             say(format_args!(
                 "cannot remove the attempt's private directory {}: {err}",

@@ -262,15 +262,16 @@ fn claude_argv_prompt_and_a_fresh_session_id_per_attempt() {
     }
     assert_ne!(sessions[0], sessions[1], "a fresh session id per attempt");
     // Confined by default where the kernel offers Landlock: claude is told
-    // it is in a sandbox, and may write its own state directory, made in
-    // this test's HOME.
+    // it is in a sandbox. Confined or not, it runs on private state: nothing
+    // of claude's is made in this test's HOME.
     let confined = okstra::confine::offer().applied() != "none";
     let sandbox = std::fs::read_to_string(fx.scratch_dir().join("cl.1.sandbox")).unwrap();
     assert_eq!(sandbox.trim() == "1", confined, "IS_SANDBOX={sandbox}");
-    assert_eq!(fx.home().join(".claude").is_dir(), confined);
+    assert!(!fx.home().join(".claude").exists());
     let rows = fx.dispatch_rows("cl");
     assert_eq!(rows.len(), 2, "{rows:?}");
     for (row, sid) in rows.iter().zip(&sessions) {
+        assert_eq!(row["providerState"]["var"], "CLAUDE_CONFIG_DIR", "{row}");
         assert_eq!(&row["sessionId"], sid, "{row}");
         // The CLI echoes the id okstra gave it.
         assert_eq!(&row["cliSessionId"], sid, "{row}");
