@@ -160,6 +160,11 @@ impl Private {
         Ok(Private { dir, record })
     }
 
+    /// The seeded files, by their paths below the state directory.
+    pub fn seeded(&self) -> impl Iterator<Item = &str> {
+        self.record.files.keys().map(String::as_str)
+    }
+
     /// The private state directory.
     pub fn dir(&self) -> &Path {
         &self.dir

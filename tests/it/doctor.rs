@@ -470,3 +470,39 @@ fn the_text_report_names_each_fix_and_the_count() {
     assert!(text.contains("      fix: "), "{text}");
     assert!(text.ends_with("2 problems found\n"), "{text}");
 }
+
+#[test]
+fn a_cli_state_that_cannot_be_seeded_fails_the_run_that_needs_it() {
+    // Each attempt runs on private state seeded from the user's
+    // (docs/confinement.md#provider-state); a seed that cannot be copied
+    // would refuse every attempt, so doctor says so first.
+    let fx = fixture();
+    let mut m = v1_manifest();
+    m["recommendedWorkers"] = json!(["claude"]);
+    fx.p.write_json("run/run-manifest.json", &m);
+    cli(&fx, "claude", "2.1.197 (Claude Code)");
+    fx.run_env("ANTHROPIC_API_KEY", "sk-test");
+    fx.home_file(".claude/settings.json", "{}");
+    fx.home_file(".claude.json", "{}");
+    let run = with_manifest(&fx, &[]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert_eq!(status(&run, "state claude"), "ok");
+    let d = detail(&run, "state claude");
+    assert!(
+        d.contains("CLAUDE_CONFIG_DIR")
+            && d.contains("settings.json")
+            && d.contains(".claude.json"),
+        "{d}"
+    );
+    // A link that resolves to itself cannot be read.
+    std::fs::remove_file(fx.home().join(".claude/settings.json")).unwrap();
+    std::os::unix::fs::symlink("settings.json", fx.home().join(".claude/settings.json")).unwrap();
+    let run = with_manifest(&fx, &[]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert_eq!(status(&run, "state claude"), "fail");
+    let d = detail(&run, "state claude");
+    assert!(
+        d.contains("settings.json") && d.contains("confinement-failed"),
+        "{d}"
+    );
+}

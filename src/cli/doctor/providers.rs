@@ -5,7 +5,7 @@
 use super::{check, version_of, which, Check, Level, VERSION_TIMEOUT};
 use okstra::plan::{Job, Plan};
 use okstra::provider::login::{Login, Where};
-use okstra::provider::Provider;
+use okstra::provider::{state, Provider};
 use std::path::Path;
 
 /// Which CLIs the checks are for.
@@ -74,8 +74,42 @@ pub fn checks(need: &Need, root: &Path) -> Vec<Check> {
         if let Some(login) = login {
             out.push(login_check(cli, login, miss));
         }
+        out.extend(state_check(provider, cli, miss));
     }
     out
+}
+
+/// Whether each attempt's private state can be seeded from the user's
+/// (docs/confinement.md#provider-state): seeded once here, into a temporary
+/// directory, as the wrapper will; a seed it cannot copy refuses every
+/// attempt of the CLI.
+fn state_check(provider: Provider, cli: &str, miss: Level) -> Option<Check> {
+    let layout = provider.private_state()?;
+    let name = format!("state {cli}");
+    let tried = tempfile::tempdir()
+        .and_then(|dir| state::Private::seed(dir.path(), provider, &layout).map(|p| (p, dir)));
+    Some(match tried {
+        Ok((private, _dir)) => {
+            let seeded: Vec<&str> = private.seeded().collect();
+            let what = if seeded.is_empty() {
+                "nothing of the user's to seed".to_string()
+            } else {
+                format!("seeded with {}", seeded.join(", "))
+            };
+            check(
+                name,
+                Level::Ok,
+                format!("private per attempt ({}): {what}", layout.var),
+                "",
+            )
+        }
+        Err(e) => check(
+            name,
+            miss,
+            format!("each attempt's private state cannot be seeded: {e}"),
+            "make the file readable, or move it away: exec would refuse every attempt of this CLI (confinement-failed)",
+        ),
+    })
 }
 
 /// Whether `provider`'s CLI is ready to run a worker here, as doctor checks
