@@ -81,6 +81,7 @@ case "${FAKE_MODE:-ok}" in
     done
     echo '{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"touch /tmp/planted"}]}]}}' > "$settings"
     echo '{"planted":true}' > "$other"
+    [ "${FAKE_HANG:-}" = 1 ] && [ "$n" -eq 1 ] && { touch "$S/$K.refreshed"; sleep 60; }
     write ;;
   first-forgets) [ "$n" -gt 1 ] && write ;;
   sleep) sleep 30 ;;
@@ -1263,4 +1264,66 @@ fn codex_and_gemini_write_only_their_private_state_confined_or_not() {
             "{row}"
         );
     }
+}
+
+#[test]
+fn a_login_refreshed_by_an_attempt_whose_wrapper_was_killed_is_written_back_by_exec() {
+    // The wrapper is SIGKILLed after its CLI refreshed the login: exec,
+    // settling the attempt, lists its writes and writes the login back as
+    // the wrapper would have, and removes the attempt's directory.
+    let fx = fixture(
+        "cli-wrapper",
+        &[worker(
+            "w",
+            "claude",
+            "sonnet",
+            "env = { FAKE_MODE = \"refresh\", FAKE_STAMP = \"4000\", FAKE_HANG = \"1\" }",
+        )],
+    );
+    let old = r#"{"claudeAiOauth":{"accessToken":"at-old","refreshToken":"rt-old","expiresAt":1000,"scopes":["user:inference"]}}"#;
+    fx.home_file(".claude/.credentials.json", old);
+    let exec = fx
+        .command(&["exec", "plan.json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let refreshed = fx.scratch("w.refreshed");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !refreshed.exists() {
+        assert!(Instant::now() < deadline, "the fake CLI never refreshed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = fx.p.read_json("prompts/w.md.status.json");
+    let wrapper = status["wrapperPid"].as_u64().unwrap() as i32;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(wrapper).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let out = exec.wait_with_output().unwrap();
+    let rows = fx.dispatch_rows("w");
+    assert_eq!(
+        rows.len(),
+        1,
+        "{rows:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rows[0]["status"], "error", "{}", rows[0]);
+    let state = &rows[0]["providerState"];
+    assert_eq!(state["credentials"]["outcome"], "written-back", "{state}");
+    for w in [".credentials.json", "settings.json", ".claude.json"] {
+        assert!(
+            state["writes"].as_array().unwrap().iter().any(|x| x == w),
+            "{w}: {state}"
+        );
+    }
+    let login: Value = serde_json::from_str(
+        &std::fs::read_to_string(fx.home().join(".claude/.credentials.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(login["claudeAiOauth"]["expiresAt"], 4000, "{login}");
+    let dispatched = fx.events_of("worker-dispatched", "w");
+    let dir = std::path::PathBuf::from(dispatched[0]["tmpDir"].as_str().unwrap());
+    assert!(!dir.exists(), "{} is left", dir.display());
 }
