@@ -12,7 +12,7 @@
 
 use super::backend::{Backends, Dispatch, Local};
 use super::decide::End;
-use super::event::Dispatched;
+use super::event::{Dispatched, StageSnapshot};
 use super::jobs::Jobs;
 use super::record::Recorder;
 use super::replay::{History, Next};
@@ -73,6 +73,9 @@ pub(super) struct Runner<'a> {
     interrupt: Arc<AtomicBool>,
     interrupted: bool,
     histories: Vec<History>,
+    /// Each stage's baseline as the events log records it
+    /// ([`super::baseline`]).
+    baselines: Vec<Option<StageSnapshot>>,
     /// What each job's settled attempts of this plan spent, as recorded
     /// (by earlier execs too): its report's usage.
     usages: Vec<Vec<crate::provider::Usage>>,
@@ -142,6 +145,7 @@ impl<'a> Runner<'a> {
             interrupt,
             interrupted: false,
             histories: vec![History::default(); n],
+            baselines: vec![None; plan.stages.len()],
             usages: vec![Vec::new(); n],
             forged: HashMap::new(),
             reports: vec![None; n],
@@ -327,7 +331,15 @@ impl<'a> Runner<'a> {
                 },
             }
         }
-        let baseline = match self.stage_snapshot(si, indices) {
+        // A stage with nothing left to start or settle needs no baseline.
+        let idle = pending.is_empty() && ended.is_empty() && adopted.is_empty();
+        let snapshot = if idle {
+            self.keep_snapshot(si);
+            Ok(None)
+        } else {
+            self.stage_snapshot(si, indices)
+        };
+        let baseline = match snapshot {
             Ok(None) => Baseline::Off,
             Ok(Some(s)) => Baseline::Taken(s),
             Err(why) => {
