@@ -3,8 +3,8 @@
 //! there, given what the events log recorded of it.
 //!
 //! Exec writes the file and syncs it, then records the sha256 of its bytes
-//! in a `stage-snapshot-written` event, synced too, all before the stage's
-//! first dispatch. A file is used only where that record vouches for its
+//! in a `stage-snapshot-written` event ahead of the stage's first dispatch
+//! record, durable with it before anything of the stage runs. A file is used only where that record vouches for its
 //! bytes. A file without a record (exec died between the two) was never
 //! vouched for and is not even read: a fresh walk replaces it, which is sound
 //! only while nothing of the stage was dispatched, since until then no

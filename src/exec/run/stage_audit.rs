@@ -84,8 +84,8 @@ impl Runner<'_> {
 
     /// Walk the tree for stage `si`'s baseline (or take the previous
     /// stage's last walk), store it at `rel` and record it: the file is
-    /// synced before its record is written, and the record before anything
-    /// of the stage is dispatched.
+    /// synced before its record is written, and the record is durable
+    /// before anything of the stage runs.
     fn take_baseline(
         &mut self,
         si: usize,
@@ -120,9 +120,12 @@ impl Runner<'_> {
             path: rel,
             sha256: crate::canonical::sha256_hex(&text),
         });
+        // Written ahead of the stage's first dispatch record, in the same
+        // file: the sync that makes the dispatch durable, before any worker
+        // of the stage starts, makes this durable too.
         self.rec.note(&event);
         self.rec
-            .commit(Sync::Data)
+            .commit(Sync::None)
             .map_err(|e| format!("cannot record the audit snapshot {}: {e}", path.display()))?;
         self.tell(Notice::Recorded { event: &event });
         Ok(taken)
