@@ -7,7 +7,7 @@
 //! runner then looks at the status sidecars and processes of attempts that
 //! were in flight.
 //!
-//! It also collects each stage's `stage-snapshot-written` record: what the
+//! Each stage's `stage-snapshot-written` record is collected too: what the
 //! stage's audit baseline must hold when a later exec reads it back
 //! ([`super::baseline`]).
 //!
