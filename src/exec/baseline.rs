@@ -31,11 +31,16 @@ pub enum OnDisk<S> {
     Missing,
     /// It could not be opened or read to its end: why.
     Unreadable(String),
-    /// Read to its end: the sha256 of its bytes, and the snapshot they hold
-    /// (or why they hold none).
+    /// Read to its end: the sha256 of its bytes, and the snapshot they hold.
     Read {
         sha256: String,
-        snapshot: Result<S, String>,
+        snapshot: S,
+    },
+    /// Read to its end, but its bytes hold no snapshot this okstra reads:
+    /// their sha256, and why.
+    Unparsable {
+        sha256: String,
+        why: String,
     },
 }
 
@@ -75,15 +80,13 @@ pub fn choose<S>(
             Choice::Incomplete("it is missing, though recorded before the stage started".into())
         }
         OnDisk::Unreadable(why) => Choice::Incomplete(why),
-        OnDisk::Read { sha256, .. } if sha256 != want => Choice::Incomplete(format!(
-            "it changed since exec wrote it (sha256 {sha256}, recorded {want})"
-        )),
-        OnDisk::Read {
-            snapshot: Err(why), ..
-        } => Choice::Incomplete(why),
-        OnDisk::Read {
-            snapshot: Ok(s), ..
-        } => Choice::Use(s),
+        OnDisk::Read { sha256, .. } | OnDisk::Unparsable { sha256, .. } if sha256 != want => {
+            Choice::Incomplete(format!(
+                "it changed since exec wrote it (sha256 {sha256}, recorded {want})"
+            ))
+        }
+        OnDisk::Unparsable { why, .. } => Choice::Incomplete(why),
+        OnDisk::Read { snapshot, .. } => Choice::Use(snapshot),
     }
 }
 
@@ -96,7 +99,7 @@ mod tests {
     fn read(sha256: &str) -> impl FnOnce() -> OnDisk<&'static str> + '_ {
         move || OnDisk::Read {
             sha256: sha256.into(),
-            snapshot: Ok("stored"),
+            snapshot: "stored",
         }
     }
 
@@ -133,15 +136,19 @@ mod tests {
             ));
             assert_eq!(why, "EIO");
         }
-        // Bytes as recorded that no longer parse (another okstra's format).
-        let gone = || OnDisk::<()>::Read {
-            sha256: A.into(),
-            snapshot: Err("snapshot version 1".into()),
+        // Bytes as recorded that no longer parse (another okstra's format),
+        // and bytes that do not parse and are not as recorded.
+        let old = |sha256: &str| {
+            let sha256 = sha256.to_string();
+            move || OnDisk::<()>::Unparsable {
+                sha256,
+                why: "snapshot version 1".into(),
+            }
         };
-        assert_eq!(
-            incomplete(choose(Some(A), gone, false)),
-            "snapshot version 1"
-        );
+        let why = incomplete(choose(Some(A), old(A), false));
+        assert_eq!(why, "snapshot version 1");
+        let why = incomplete(choose(Some(A), old("bbbb"), false));
+        assert!(why.contains("changed"), "{why}");
     }
 
     #[test]

@@ -331,35 +331,8 @@ impl<'a> Runner<'a> {
                 },
             }
         }
-        // A stage with nothing left to start or settle needs no baseline.
-        let idle = pending.is_empty() && ended.is_empty() && adopted.is_empty();
-        let snapshot = if idle {
-            self.keep_snapshot(si);
-            Ok(None)
-        } else {
-            self.stage_snapshot(si, indices)
-        };
-        let baseline = match snapshot {
-            Ok(None) => Baseline::Off,
-            Ok(Some(s)) => Baseline::Taken(s),
-            Err(why) => {
-                // Nothing new starts in a tree the audit cannot vouch for.
-                for (i, attempt) in pending.drain(..) {
-                    let reason = format!("audit/incomplete: {why}");
-                    let job = self.job(i);
-                    self.rec.unstarted_error(&job, &reason);
-                    let first = job.first_attempt();
-                    self.report(
-                        i,
-                        WorkerStatus::Error,
-                        attempt.saturating_sub(first),
-                        &reason,
-                        Duration::ZERO,
-                    );
-                }
-                Baseline::Broken(why)
-            }
-        };
+        let busy = !(pending.is_empty() && ended.is_empty() && adopted.is_empty());
+        let baseline = self.stage_baseline(si, indices, busy, &mut pending);
         let settle_now = matches!(baseline, Baseline::Off);
         if !ended.is_empty() || !adopted.is_empty() {
             let (more, retries) = self.wait_round(si, Vec::new(), adopted, settle_now);

@@ -15,10 +15,12 @@ use crate::exec::report::Notice;
 use crate::paths;
 use crate::plan::Plan;
 use crate::state::journal::Sync;
+use crate::state::WorkerStatus;
 use crate::vocab::MutationAudit;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// How one attempt is audited.
 pub(super) enum Judge<'v> {
@@ -46,11 +48,50 @@ pub(super) enum RoundAudit {
 }
 
 impl Runner<'_> {
+    /// Stage `si`'s baseline where it has attempts to start or settle
+    /// (`busy`); one with none needs none, and its file, if any, is only
+    /// watched as okstra's own. Where the audit cannot vouch for the tree,
+    /// nothing new starts in it: each attempt of `pending` settles `error`
+    /// unstarted.
+    pub(super) fn stage_baseline(
+        &mut self,
+        si: usize,
+        indices: &[usize],
+        busy: bool,
+        pending: &mut Vec<(usize, u64)>,
+    ) -> Baseline {
+        if !busy {
+            let path = self.abs(&baseline::path_of(self.plan, si));
+            self.rec.keep_snapshot(&path);
+            return Baseline::Off;
+        }
+        match self.stage_snapshot(si, indices) {
+            Ok(None) => Baseline::Off,
+            Ok(Some(s)) => Baseline::Taken(s),
+            Err(why) => {
+                for (i, attempt) in pending.drain(..) {
+                    let reason = format!("audit/incomplete: {why}");
+                    let job = self.job(i);
+                    self.rec.unstarted_error(&job, &reason);
+                    let first = job.first_attempt();
+                    self.report(
+                        i,
+                        WorkerStatus::Error,
+                        attempt.saturating_sub(first),
+                        &reason,
+                        Duration::ZERO,
+                    );
+                }
+                Baseline::Broken(why)
+            }
+        }
+    }
+
     /// The stage's baseline for the mutation audit: taken before its first
     /// round, or read back when an earlier exec took it, as
     /// [`baseline::choose`] says. `Ok(None)`: no job of the stage is
     /// audited. `Err`: the audit cannot vouch for the tree.
-    pub(super) fn stage_snapshot(
+    fn stage_snapshot(
         &mut self,
         si: usize,
         indices: &[usize],
@@ -131,14 +172,6 @@ impl Runner<'_> {
         Ok(taken)
     }
 
-    /// Watch stage `si`'s baseline, where there is one, as okstra's own
-    /// file, though this exec does not need it (its stage has nothing left
-    /// to start or settle).
-    pub(super) fn keep_snapshot(&mut self, si: usize) {
-        let path = self.abs(&baseline::path_of(self.plan, si));
-        self.rec.keep_snapshot(&path);
-    }
-
     /// The audit could not vouch for the tree: said once as `audit/incomplete`
     /// (docs/audit.md#the-mutation-audit); what the jobs it covers settle with.
     pub(super) fn incomplete(&mut self, e: &audit::AuditError) -> String {
@@ -165,9 +198,10 @@ fn read_back(path: &Path) -> OnDisk<audit::Snapshot> {
         Err(e) => return OnDisk::Unreadable(e.to_string()),
     };
     match audit::Snapshot::read_digested(file) {
-        Ok((sha256, snapshot)) => OnDisk::Read {
+        Ok((sha256, Ok(snapshot))) => OnDisk::Read { sha256, snapshot },
+        Ok((sha256, Err(e))) => OnDisk::Unparsable {
             sha256,
-            snapshot: snapshot.map_err(|e| e.source.to_string()),
+            why: e.source.to_string(),
         },
         Err(e) => OnDisk::Unreadable(e.to_string()),
     }
