@@ -155,6 +155,34 @@ pub struct Forged {
     pub why: String,
 }
 
+/// Why a record is not believed: no executor writes it. Stages and
+/// attempts are numbered from 1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotBelieved {
+    #[error("a record of stage {stage} while stage {earlier} had not completed")]
+    Early { stage: usize, earlier: usize },
+    #[error("attempt {attempt} recorded after attempt {latest}")]
+    GoingBack { attempt: u64, latest: u64 },
+    #[error("attempt {0} dispatched again after it settled")]
+    DispatchedAgain(u64),
+    #[error("attempt {0} settled but never dispatched")]
+    NeverDispatched(u64),
+    #[error("a retry of attempt {0} before it settled")]
+    RetryUnsettled(u64),
+    #[error("the plan has no stage {0}")]
+    NoStage(usize),
+    #[error("stage {0}'s snapshot recorded again")]
+    SnapshotAgain(usize),
+    #[error("stage {0}'s snapshot recorded after its first dispatch")]
+    SnapshotAfterDispatch(usize),
+    #[error("stage {stage}'s snapshot recorded at {at}, not {path}")]
+    SnapshotElsewhere {
+        stage: usize,
+        at: String,
+        path: String,
+    },
+}
+
 /// Each job's history (by its index in plan order), each stage's recorded
 /// baseline, and the records that were not believed.
 #[derive(Debug, Default)]
@@ -203,7 +231,7 @@ pub fn replay(plan: &Plan, jobs: &Jobs, events: impl IntoIterator<Item = Event>)
                 // The stage being worked on: the first one not complete yet.
                 stage: fold.first_incomplete(plan.stages.len()).unwrap_or(stage),
                 what,
-                why,
+                why: why.to_string(),
             });
         }
     }
@@ -272,7 +300,7 @@ impl<'j> Fold<'j> {
     /// Whether an executor could have written a record of job `i`'s
     /// `attempt` now: not while an earlier stage is incomplete, and not for
     /// an attempt before the latest recorded. `Err` says why not.
-    fn in_order(&self, i: usize, attempt: u64) -> Result<(), String> {
+    fn in_order(&self, i: usize, attempt: u64) -> Result<(), NotBelieved> {
         self.open(self.stage_of[i])?;
         let latest = self.replay.histories[i]
             .attempts
@@ -280,20 +308,19 @@ impl<'j> Fold<'j> {
             .map(|a| a.attempt)
             .unwrap_or(0);
         if attempt < latest {
-            return Err(format!("attempt {attempt} recorded after attempt {latest}"));
+            return Err(NotBelieved::GoingBack { attempt, latest });
         }
         Ok(())
     }
 
     /// Whether an executor could be working on `stage` now: not while an
     /// earlier stage is incomplete. `Err` says why not.
-    fn open(&self, stage: usize) -> Result<(), String> {
+    fn open(&self, stage: usize) -> Result<(), NotBelieved> {
         match self.first_incomplete(stage) {
-            Some(earlier) => Err(format!(
-                "a record of stage {} while stage {} had not completed",
-                stage + 1,
-                earlier + 1
-            )),
+            Some(earlier) => Err(NotBelieved::Early {
+                stage: stage + 1,
+                earlier: earlier + 1,
+            }),
             None => Ok(()),
         }
     }
@@ -302,32 +329,26 @@ impl<'j> Fold<'j> {
     /// not have written it: exec records a stage's baseline once, at the
     /// path the plan gives it, once every earlier stage completed and before
     /// the stage's first dispatch. `Err` says why not.
-    fn baseline(&mut self, plan: &Plan, s: StageSnapshot) -> Result<(), String> {
-        let Some(si) = s
-            .stage_number
-            .checked_sub(1)
-            .filter(|&si| si < plan.stages.len())
-        else {
-            return Err(format!("the plan has no stage {}", s.stage_number));
+    fn baseline(&mut self, plan: &Plan, s: StageSnapshot) -> Result<(), NotBelieved> {
+        let stage = s.stage_number;
+        let Some(si) = stage.checked_sub(1).filter(|&si| si < plan.stages.len()) else {
+            return Err(NotBelieved::NoStage(stage));
         };
         self.open(si)?;
         if self.replay.baselines[si].is_some() {
-            return Err(format!("stage {}'s snapshot recorded again", si + 1));
+            return Err(NotBelieved::SnapshotAgain(stage));
         }
         let histories = &self.replay.histories;
         if (0..histories.len()).any(|i| self.stage_of[i] == si && histories[i].dispatched()) {
-            return Err(format!(
-                "stage {}'s snapshot recorded after its first dispatch",
-                si + 1
-            ));
+            return Err(NotBelieved::SnapshotAfterDispatch(stage));
         }
         let path = super::baseline::path_of(plan, si);
         if s.path != path {
-            return Err(format!(
-                "stage {}'s snapshot recorded at {}, not {path}",
-                si + 1,
-                s.path
-            ));
+            return Err(NotBelieved::SnapshotElsewhere {
+                stage,
+                at: s.path,
+                path,
+            });
         }
         self.replay.baselines[si] = Some(s);
         Ok(())
@@ -336,7 +357,7 @@ impl<'j> Fold<'j> {
     /// Add `event` to its attempt of job `i`, unless it contradicts what is
     /// recorded of that attempt: a dispatch after it settled, a settling
     /// without a dispatch, a retry before it settled. `Err` says which.
-    fn record(&mut self, i: usize, event: Event) -> Result<(), String> {
+    fn record(&mut self, i: usize, event: Event) -> Result<(), NotBelieved> {
         let Some(attempt) = event.head().map(|h| h.attempt) else {
             return Ok(());
         };
@@ -344,20 +365,14 @@ impl<'j> Fold<'j> {
         match event {
             Event::WorkerDispatched(d) => {
                 if record.settled.is_some() || record.completed {
-                    return Err(format!(
-                        "attempt {} dispatched again after it settled",
-                        d.head.attempt
-                    ));
+                    return Err(NotBelieved::DispatchedAgain(d.head.attempt));
                 }
                 record.dispatched = Some(d);
             }
             Event::WorkerResultCollected(s) | Event::WorkerFailed(s)
                 if record.dispatched.is_none() =>
             {
-                return Err(format!(
-                    "attempt {} settled but never dispatched",
-                    s.head.attempt
-                ));
+                return Err(NotBelieved::NeverDispatched(s.head.attempt));
             }
             Event::WorkerResultCollected(s) => {
                 record.completed = true;
@@ -371,10 +386,7 @@ impl<'j> Fold<'j> {
             Event::EgressRefused(_) | Event::StageSnapshotWritten(_) => {}
             Event::WorkerRetryScheduled(r) => {
                 if record.settled.is_none() {
-                    return Err(format!(
-                        "a retry of attempt {} before it settled",
-                        r.head.attempt
-                    ));
+                    return Err(NotBelieved::RetryUnsettled(r.head.attempt));
                 }
                 record.retry_scheduled = true;
             }
