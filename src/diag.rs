@@ -155,7 +155,7 @@ codes! {
     ExecConfinementUnavailable = "exec/confinement-unavailable", PlanRefused,
         "a job requires kernel confinement (`confinement = \"required\"`) that this machine cannot apply";
     AuditIncomplete = "audit/incomplete", JobsFailed,
-        "the mutation audit could not walk or compare the tree; the jobs it covers settle `error`";
+        "the mutation audit could not walk or compare the tree, or a stage's recorded baseline is missing or changed; the jobs it covers settle `error`";
     ExecCleanupIncomplete = "exec/cleanup-incomplete", JobsFailed,
         "a confined worker's private TMPDIR could not be removed once its attempt settled";
 }

@@ -37,7 +37,7 @@ mod walk;
 pub use compare::{ChangeKind, ChangedPath, Changes, Compared};
 pub use error::{AuditError, Step};
 pub use judge::{attribute, judge, judge_in, out_of_plan_edits, Attributed, AuditResult, Outcome};
-pub use own::{file_fingerprint, Fingerprint, RunningFingerprint};
+pub use own::{file_fingerprint, open_own, Fingerprint, RunningFingerprint};
 pub use snapshot::{Entry, Kind, Root, Snapshot, SNAPSHOT_VERSION};
 
 use std::path::{Path, PathBuf};

@@ -142,17 +142,9 @@ impl RunningFingerprint {
 pub fn file_fingerprint(path: &Path) -> Result<Fingerprint, AuditError> {
     let shown = || name::escape(path.as_os_str().as_bytes()).into_owned();
     let fail = |e: io::Error| AuditError::new(Step::Hash, shown(), e);
-    let file = open_no_symlinks(path).map_err(fail)?;
-    let st = rfs::fstat(&file).map_err(|e| fail(e.into()))?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(fail(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        )));
-    }
+    let mut f = open_own(path).map_err(fail)?;
     let mut h = Sha256::new();
     let mut len = 0u64;
-    let mut f = std::fs::File::from(file);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match f.read(&mut buf) {
@@ -168,6 +160,20 @@ pub fn file_fingerprint(path: &Path) -> Result<Fingerprint, AuditError> {
         len,
         sha256: h.finalize().into(),
     })
+}
+
+/// Open one of okstra's own files to read it: as [`file_fingerprint`]
+/// does, no symlink followed on the way and only a regular file.
+pub fn open_own(path: &Path) -> io::Result<std::fs::File> {
+    let file = open_no_symlinks(path)?;
+    let st = rfs::fstat(&file)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(std::fs::File::from(file))
 }
 
 fn open_no_symlinks(path: &Path) -> io::Result<OwnedFd> {

@@ -172,6 +172,38 @@ impl Snapshot {
         })
     }
 
+    /// Read a stored sidecar as [`Self::from_json`] does, from `reader`,
+    /// with the sha256 (hex) of the bytes read. They are digested as they
+    /// are parsed: the digest is of exactly the bytes the snapshot came
+    /// from (a second read could meet another file), and memory holds the
+    /// snapshot, not the file as well. A sidecar that does not parse is
+    /// still read to its end, so its digest is the whole file's. `Err`: the
+    /// file could not be read.
+    pub fn read_digested(
+        reader: impl io::Read,
+    ) -> io::Result<(String, Result<Snapshot, AuditError>)> {
+        let digesting = Digesting {
+            inner: reader,
+            sha: Sha256::new(),
+        };
+        // serde reads a byte at a time: the buffer keeps that off the file
+        // and hands the digest whole blocks.
+        let mut input = io::BufReader::with_capacity(64 * 1024, digesting);
+        let parsed = match serde_json::from_reader(&mut input) {
+            Ok(s) => Ok(s),
+            Err(e) if e.is_io() => return Err(e.into()),
+            Err(e) => {
+                io::copy(&mut input, &mut io::sink())?;
+                Err(AuditError::new(
+                    Step::Snapshot,
+                    "snapshot sidecar",
+                    io::Error::new(io::ErrorKind::InvalidData, e),
+                ))
+            }
+        };
+        Ok((hex(&input.into_inner().sha.finalize()), parsed))
+    }
+
     pub fn to_json(&self) -> Vec<u8> {
         // Serialising plain data into memory cannot fail.
         serde_json::to_vec(self).unwrap_or_default()
@@ -267,6 +299,20 @@ impl Snapshot {
             })
             .max_by_key(|(_, _, len)| *len)
             .map(|(d, rest, _)| (d, rest))
+    }
+}
+
+/// A reader that digests what passes through it.
+struct Digesting<R> {
+    inner: R,
+    sha: Sha256,
+}
+
+impl<R: io::Read> io::Read for Digesting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.sha.update(&buf[..n]);
+        Ok(n)
     }
 }
 
@@ -432,5 +478,52 @@ mod tests {
                 .contains("snapshot version 1 (this okstra reads version 2)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_sidecar_read_back_comes_with_the_digest_of_every_byte_read() {
+        let entry = Entry {
+            // Not UTF-8: escaped in the file, read back through a reader.
+            name: b"a\xffb".to_vec(),
+            kind: Kind::File,
+            size: 3,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            ino: 3,
+            mode: 0o100644,
+            hash: Some([7; 32]),
+            target: None,
+            dir: None,
+        };
+        let mut roots = vec![Root {
+            path: vec![],
+            dir: Some(0),
+        }];
+        let dirs = into_preorder(&mut roots, vec![Some(vec![entry])]);
+        let digest = tree_digest(&roots, &dirs);
+        let s = Snapshot {
+            version: SNAPSHOT_VERSION,
+            taken_at_ns: 5,
+            roots,
+            dirs,
+            digest,
+        };
+        let bytes = s.to_json();
+        let (sha, back) = Snapshot::read_digested(&bytes[..]).unwrap();
+        assert_eq!(sha, crate::canonical::sha256_hex(&bytes));
+        assert_eq!(back.unwrap(), s);
+        // A byte the tree digest does not cover: the snapshot still reads,
+        // the file's digest tells it changed.
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        let edited = text.replace("\"takenAtNs\":5", "\"takenAtNs\":6");
+        assert_ne!(edited, text);
+        let (sha, back) = Snapshot::read_digested(edited.as_bytes()).unwrap();
+        assert_eq!(back.unwrap().digest, s.digest);
+        assert_ne!(sha, crate::canonical::sha256_hex(&bytes));
+        // One that does not parse is read to its end all the same.
+        let broken = [&bytes[..10], b"!", &bytes[10..]].concat();
+        let (sha, back) = Snapshot::read_digested(&broken[..]).unwrap();
+        assert!(back.is_err());
+        assert_eq!(sha, crate::canonical::sha256_hex(&broken));
     }
 }

@@ -26,6 +26,10 @@ pub enum Event {
     /// The egress proxy refused one of the attempt's connections
     /// (docs/confinement.md#network); recorded as the attempt settles.
     EgressRefused(EgressRefused),
+    /// A stage's audit baseline was written and synced; recorded (and
+    /// synced) before the stage's first dispatch, so that a later exec uses
+    /// that file or none (docs/audit.md#the-stages-baseline).
+    StageSnapshotWritten(StageSnapshot),
 }
 
 /// What every event of an attempt carries: when, which plan, which job and
@@ -196,13 +200,40 @@ pub struct EgressRefused {
     pub reason: String,
 }
 
+/// Where a stage's audit baseline was written, and what it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StageSnapshot {
+    pub ts: String,
+    pub plan_digest: String,
+    /// The stage's name.
+    pub stage: String,
+    /// Its place in the plan, from 1.
+    pub stage_number: usize,
+    /// The snapshot file, project-relative.
+    pub path: String,
+    /// sha256 of the file's bytes, 64 lowercase hex digits.
+    pub sha256: String,
+}
+
 impl Event {
-    pub fn head(&self) -> &Head {
+    /// Who and which attempt an event of a job is about; `None` for a
+    /// record of the stage as a whole.
+    pub fn head(&self) -> Option<&Head> {
         match self {
-            Event::WorkerDispatched(d) => &d.head,
-            Event::WorkerFailed(s) | Event::WorkerResultCollected(s) => &s.head,
-            Event::WorkerRetryScheduled(r) => &r.head,
-            Event::EgressRefused(r) => &r.head,
+            Event::WorkerDispatched(d) => Some(&d.head),
+            Event::WorkerFailed(s) | Event::WorkerResultCollected(s) => Some(&s.head),
+            Event::WorkerRetryScheduled(r) => Some(&r.head),
+            Event::EgressRefused(r) => Some(&r.head),
+            Event::StageSnapshotWritten(_) => None,
+        }
+    }
+
+    /// The plan the record belongs to.
+    pub fn plan_digest(&self) -> &str {
+        match self {
+            Event::StageSnapshotWritten(s) => &s.plan_digest,
+            _ => self.head().map_or("", |h| &h.plan_digest),
         }
     }
 
@@ -329,6 +360,17 @@ mod tests {
                 "worker-result-collected",
             ),
             (Event::WorkerRetryScheduled(retry), "worker-retry-scheduled"),
+            (
+                Event::StageSnapshotWritten(StageSnapshot {
+                    ts: "t".into(),
+                    plan_digest: "sha256:0".into(),
+                    stage: "build".into(),
+                    stage_number: 1,
+                    path: "run/snapshots/0-stage-1.json".into(),
+                    sha256: "0".repeat(64),
+                }),
+                "stage-snapshot-written",
+            ),
         ] {
             let v: Value = serde_json::from_str(&e.line()).unwrap();
             assert_eq!(v["type"], name);
@@ -341,7 +383,8 @@ mod tests {
         // Extra keys are ignored; a v2 identity reads back.
         let line = r#"{"type":"worker-failed","ts":"t","schemaVersion":"2.0","executionIdentityVersion":2,"participantRef":"p","attempt":2,"dispatchId":"inv:attempt-2","workerKey":"k","planDigest":"d","maxAttempts":2,"dispatchMode":"pane","degradedFrom":"pane","status":"error","reason":"x","exitCode":1,"sessionId":"","somethingNew":[1]}"#;
         let e: Event = serde_json::from_str(line).unwrap();
-        assert_eq!(e.head().attempt, 2);
-        assert_eq!(e.head().who.participant_ref.as_deref(), Some("p"));
+        let head = e.head().unwrap();
+        assert_eq!(head.attempt, 2);
+        assert_eq!(head.who.participant_ref.as_deref(), Some("p"));
     }
 }

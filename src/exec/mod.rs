@@ -14,6 +14,7 @@
 
 pub mod artifacts;
 pub mod backend;
+pub mod baseline;
 pub mod decide;
 pub mod event;
 pub mod jobs;

@@ -121,8 +121,8 @@ impl Recorder {
         rows(&mut self.ledger, job, event, then, None);
     }
 
-    /// An event that changes no row (an egress refusal): the events log
-    /// alone.
+    /// An event that changes no row (an egress refusal, a stage's
+    /// snapshot): the events log alone.
     pub fn note(&mut self, event: &Event) {
         self.events.push(&event.line());
     }
@@ -301,8 +301,9 @@ impl Recorder {
         self.ledger.flush_if_dirty()
     }
 
-    /// Note a stage snapshot exec just wrote, for [`Self::own_file_changes`].
-    pub fn wrote_snapshot(&mut self, path: &Path) {
+    /// Watch a stage snapshot of this run as exec leaves it (written now,
+    /// or read back as its record vouches), for [`Self::own_file_changes`].
+    pub fn keep_snapshot(&mut self, path: &Path) {
         if let Ok(Some(stamp)) = Stamp::at(path) {
             self.snapshots.retain(|(p, _)| p != path);
             self.snapshots.push((path.to_path_buf(), stamp));
@@ -455,7 +456,9 @@ fn rows(
     then: Then,
     dispatched: Option<&Dispatched>,
 ) {
-    let head = event.head();
+    let Some(head) = event.head() else {
+        return;
+    };
     match event {
         Event::WorkerDispatched(d) => {
             if has_worker_row(job) {
@@ -486,6 +489,8 @@ fn rows(
                 ledger.patch_worker(&job.key, status.into(), &s.reason, &fields);
             }
         }
-        Event::WorkerRetryScheduled(_) | Event::EgressRefused(_) => {}
+        Event::WorkerRetryScheduled(_)
+        | Event::EgressRefused(_)
+        | Event::StageSnapshotWritten(_) => {}
     }
 }

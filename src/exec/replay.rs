@@ -7,15 +7,21 @@
 //! runner then looks at the status sidecars and processes of attempts that
 //! were in flight.
 //!
+//! Each stage's `stage-snapshot-written` record is collected too: what the
+//! stage's audit baseline must hold when a later exec reads it back
+//! ([`super::baseline`]).
+//!
 //! It also checks that the records read like something an executor wrote.
 //! An executor never dispatches a job of a stage before every job of the
 //! stages before it completed, never settles what it did not dispatch, and
-//! never goes back to an earlier attempt. Lines that break these rules were
-//! written by someone else (a worker forging a later stage's result, say)
-//! and are not believed: they are reported, and the stage they fall into is
-//! judged for them (docs/audit.md#the-mutation-audit).
+//! never goes back to an earlier attempt; it records a stage's baseline
+//! once, before the stage's first dispatch, at the path the plan gives it.
+//! Lines that break these rules were written by someone else (a worker
+//! forging a later stage's result, or a baseline of its own, say) and are
+//! not believed: they are reported, and the stage they fall into is judged
+//! for them (docs/audit.md#the-mutation-audit).
 
-use super::event::{Dispatched, Event, Settled};
+use super::event::{Dispatched, Event, Settled, StageSnapshot};
 use super::jobs::Jobs;
 use crate::plan::{Plan, MAX_ATTEMPTS};
 use std::collections::HashMap;
@@ -90,6 +96,11 @@ impl History {
                 .count() as u64
     }
 
+    /// Whether some attempt of the job was dispatched.
+    pub fn dispatched(&self) -> bool {
+        self.attempts.iter().any(|a| a.dispatched.is_some())
+    }
+
     /// An attempt this exec settled resumable.
     pub fn note_resumable(&mut self) {
         self.resumed_here += 1;
@@ -138,46 +149,89 @@ pub struct Forged {
     /// The stage that was being worked on when it was written: the stage
     /// whose jobs are judged for it.
     pub stage: usize,
-    pub worker_key: String,
-    pub attempt: u64,
+    /// Which record: `a record of <key> attempt <n>`, or of a stage's
+    /// snapshot.
+    pub what: String,
     pub why: String,
 }
 
-/// Each job's history (by its index in plan order) and the records that
-/// were not believed.
+/// Why a record is not believed: no executor writes it. Stages and
+/// attempts are numbered from 1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotBelieved {
+    #[error("a record of stage {stage} while stage {earlier} had not completed")]
+    Early { stage: usize, earlier: usize },
+    #[error("attempt {attempt} recorded after attempt {latest}")]
+    GoingBack { attempt: u64, latest: u64 },
+    #[error("attempt {0} dispatched again after it settled")]
+    DispatchedAgain(u64),
+    #[error("attempt {0} settled but never dispatched")]
+    NeverDispatched(u64),
+    #[error("a retry of attempt {0} before it settled")]
+    RetryUnsettled(u64),
+    #[error("the plan has no stage {0}")]
+    NoStage(usize),
+    #[error("stage {0}'s snapshot recorded again")]
+    SnapshotAgain(usize),
+    #[error("stage {0}'s snapshot recorded after its first dispatch")]
+    SnapshotAfterDispatch(usize),
+    #[error("stage {stage}'s snapshot recorded at {at}, not {path}")]
+    SnapshotElsewhere {
+        stage: usize,
+        at: String,
+        path: String,
+    },
+}
+
+/// Each job's history (by its index in plan order), each stage's recorded
+/// baseline, and the records that were not believed.
 #[derive(Debug, Default)]
 pub struct Replay {
     pub histories: Vec<History>,
+    /// The `stage-snapshot-written` record of each stage, by its index.
+    pub baselines: Vec<Option<StageSnapshot>>,
     pub forged: Vec<Forged>,
 }
 
 /// Fold `events` (the whole log, any plan) into the histories of `plan`'s
-/// jobs.
+/// jobs and the baselines of its stages.
 pub fn replay(plan: &Plan, jobs: &Jobs, events: impl IntoIterator<Item = Event>) -> Replay {
     let mut fold = Fold::new(plan, jobs);
+    let last = plan.stages.len().saturating_sub(1);
     let mut n = 0;
     for event in events {
-        let head = event.head();
-        if head.plan_digest != plan.digest {
+        if event.plan_digest() != plan.digest {
             continue;
         }
         n += 1;
-        let (key, attempt) = (head.worker_key.clone(), head.attempt);
-        let Some(i) = fold.job_of(&key) else {
-            continue;
+        let (what, stage, believed) = match event {
+            Event::StageSnapshotWritten(s) => {
+                let what = format!("a record of stage {}'s snapshot", s.stage_number);
+                let stage = s.stage_number.saturating_sub(1).min(last);
+                (what, stage, fold.baseline(plan, s))
+            }
+            event => {
+                let Some(head) = event.head() else {
+                    continue;
+                };
+                let (key, attempt) = (head.worker_key.clone(), head.attempt);
+                let Some(i) = fold.job_of(&key) else {
+                    continue;
+                };
+                let believed = fold
+                    .in_order(i, attempt)
+                    .and_then(|()| fold.record(i, event));
+                let what = format!("a record of {key} attempt {attempt}");
+                (what, fold.stage_of[i], believed)
+            }
         };
-        let believed = fold
-            .in_order(i, attempt)
-            .and_then(|()| fold.record(i, event));
         if let Err(why) = believed {
-            let stage = fold.stage_of[i];
             fold.replay.forged.push(Forged {
                 index: n,
                 // The stage being worked on: the first one not complete yet.
                 stage: fold.first_incomplete(plan.stages.len()).unwrap_or(stage),
-                worker_key: key,
-                attempt,
-                why,
+                what,
+                why: why.to_string(),
             });
         }
     }
@@ -221,6 +275,7 @@ impl<'j> Fold<'j> {
             counted: vec![false; jobs.len()],
             replay: Replay {
                 histories: vec![History::default(); jobs.len()],
+                baselines: vec![None; plan.stages.len()],
                 forged: Vec::new(),
             },
         }
@@ -245,48 +300,79 @@ impl<'j> Fold<'j> {
     /// Whether an executor could have written a record of job `i`'s
     /// `attempt` now: not while an earlier stage is incomplete, and not for
     /// an attempt before the latest recorded. `Err` says why not.
-    fn in_order(&self, i: usize, attempt: u64) -> Result<(), String> {
-        let stage = self.stage_of[i];
-        if let Some(earlier) = self.first_incomplete(stage) {
-            return Err(format!(
-                "a record of stage {} while stage {} had not completed",
-                stage + 1,
-                earlier + 1
-            ));
-        }
+    fn in_order(&self, i: usize, attempt: u64) -> Result<(), NotBelieved> {
+        self.open(self.stage_of[i])?;
         let latest = self.replay.histories[i]
             .attempts
             .last()
             .map(|a| a.attempt)
             .unwrap_or(0);
         if attempt < latest {
-            return Err(format!("attempt {attempt} recorded after attempt {latest}"));
+            return Err(NotBelieved::GoingBack { attempt, latest });
         }
+        Ok(())
+    }
+
+    /// Whether an executor could be working on `stage` now: not while an
+    /// earlier stage is incomplete. `Err` says why not.
+    fn open(&self, stage: usize) -> Result<(), NotBelieved> {
+        match self.first_incomplete(stage) {
+            Some(earlier) => Err(NotBelieved::Early {
+                stage: stage + 1,
+                earlier: earlier + 1,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Keep `s` as its stage's recorded baseline, unless an executor could
+    /// not have written it: exec records a stage's baseline once, at the
+    /// path the plan gives it, once every earlier stage completed and before
+    /// the stage's first dispatch. `Err` says why not.
+    fn baseline(&mut self, plan: &Plan, s: StageSnapshot) -> Result<(), NotBelieved> {
+        let stage = s.stage_number;
+        let Some(si) = stage.checked_sub(1).filter(|&si| si < plan.stages.len()) else {
+            return Err(NotBelieved::NoStage(stage));
+        };
+        self.open(si)?;
+        if self.replay.baselines[si].is_some() {
+            return Err(NotBelieved::SnapshotAgain(stage));
+        }
+        let histories = &self.replay.histories;
+        if (0..histories.len()).any(|i| self.stage_of[i] == si && histories[i].dispatched()) {
+            return Err(NotBelieved::SnapshotAfterDispatch(stage));
+        }
+        let path = super::baseline::path_of(plan, si);
+        if s.path != path {
+            return Err(NotBelieved::SnapshotElsewhere {
+                stage,
+                at: s.path,
+                path,
+            });
+        }
+        self.replay.baselines[si] = Some(s);
         Ok(())
     }
 
     /// Add `event` to its attempt of job `i`, unless it contradicts what is
     /// recorded of that attempt: a dispatch after it settled, a settling
     /// without a dispatch, a retry before it settled. `Err` says which.
-    fn record(&mut self, i: usize, event: Event) -> Result<(), String> {
-        let record = self.replay.histories[i].entry(event.head().attempt);
+    fn record(&mut self, i: usize, event: Event) -> Result<(), NotBelieved> {
+        let Some(attempt) = event.head().map(|h| h.attempt) else {
+            return Ok(());
+        };
+        let record = self.replay.histories[i].entry(attempt);
         match event {
             Event::WorkerDispatched(d) => {
                 if record.settled.is_some() || record.completed {
-                    return Err(format!(
-                        "attempt {} dispatched again after it settled",
-                        d.head.attempt
-                    ));
+                    return Err(NotBelieved::DispatchedAgain(d.head.attempt));
                 }
                 record.dispatched = Some(d);
             }
             Event::WorkerResultCollected(s) | Event::WorkerFailed(s)
                 if record.dispatched.is_none() =>
             {
-                return Err(format!(
-                    "attempt {} settled but never dispatched",
-                    s.head.attempt
-                ));
+                return Err(NotBelieved::NeverDispatched(s.head.attempt));
             }
             Event::WorkerResultCollected(s) => {
                 record.completed = true;
@@ -297,13 +383,10 @@ impl<'j> Fold<'j> {
                 }
             }
             Event::WorkerFailed(s) => record.settled = Some(s),
-            Event::EgressRefused(_) => {}
+            Event::EgressRefused(_) | Event::StageSnapshotWritten(_) => {}
             Event::WorkerRetryScheduled(r) => {
                 if record.settled.is_none() {
-                    return Err(format!(
-                        "a retry of attempt {} before it settled",
-                        r.head.attempt
-                    ));
+                    return Err(NotBelieved::RetryUnsettled(r.head.attempt));
                 }
                 record.retry_scheduled = true;
             }
@@ -509,6 +592,100 @@ mod tests {
         );
         assert_eq!(r.forged.len(), 1);
         assert!(matches!(&nexts(&r)[0], Next::InFlight { .. }));
+    }
+
+    fn snapshot(stage_number: usize) -> Event {
+        Event::StageSnapshotWritten(StageSnapshot {
+            ts: "t".into(),
+            plan_digest: "sha256:plan".into(),
+            stage: format!("s{}", stage_number.saturating_sub(1)),
+            stage_number,
+            path: format!("snapshots/plan-stage-{stage_number}.json"),
+            sha256: format!("{stage_number:064}"),
+        })
+    }
+
+    fn sha_of(r: &Replay) -> Vec<Option<&str>> {
+        r.baselines
+            .iter()
+            .map(|b| b.as_ref().map(|b| b.sha256.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_stages_snapshot_record_before_its_first_dispatch_is_kept() {
+        let p = plan(&[&["a"], &["b"]]);
+        let r = replay(
+            &p,
+            [
+                snapshot(1),
+                dispatched("a", 1),
+                done("a", 1),
+                snapshot(2),
+                dispatched("b", 1),
+            ],
+        );
+        assert!(r.forged.is_empty(), "{:?}", r.forged);
+        let one = format!("{:064}", 1);
+        let two = format!("{:064}", 2);
+        assert_eq!(sha_of(&r), [Some(one.as_str()), Some(two.as_str())]);
+        assert!(r.histories[0].dispatched() && r.histories[1].dispatched());
+        // Near miss: a record of another plan is passed over.
+        let mut other = snapshot(1);
+        if let Event::StageSnapshotWritten(s) = &mut other {
+            s.plan_digest = "sha256:other".into();
+        }
+        let r = replay(&p, [other]);
+        assert!(r.forged.is_empty());
+        assert_eq!(sha_of(&r), [None, None]);
+    }
+
+    #[test]
+    fn a_snapshot_record_no_executor_would_write_is_not_believed() {
+        // A worker of stage 1 records a baseline of its own making: after
+        // the stage's first dispatch, or a second one, or ahead of its
+        // stage, or elsewhere than the plan keeps it, or of no stage.
+        let p = plan(&[&["a"], &["b"]]);
+        let one = format!("{:064}", 1);
+        let mut again = snapshot(1);
+        if let Event::StageSnapshotWritten(s) = &mut again {
+            s.sha256 = "f".repeat(64);
+        }
+        let mut elsewhere = snapshot(2);
+        if let Event::StageSnapshotWritten(s) = &mut elsewhere {
+            s.path = "run/mine.json".into();
+        }
+        // One record of `events` is not believed, for `why`; the stages'
+        // baselines are then `kept`.
+        let one_forged = |events: Vec<Event>, why: &str, kept: [Option<&str>; 2]| {
+            let r = replay(&p, events);
+            assert_eq!(r.forged.len(), 1, "{why}: {:?}", r.forged);
+            assert!(r.forged[0].why.contains(why), "{why}: {:?}", r.forged);
+            assert!(r.forged[0].what.contains("snapshot"), "{:?}", r.forged);
+            assert_eq!(sha_of(&r), kept, "{why}");
+        };
+        let kept = [Some(one.as_str()), None];
+        one_forged(
+            vec![dispatched("a", 1), snapshot(1)],
+            "after its first dispatch",
+            [None, None],
+        );
+        one_forged(
+            vec![snapshot(1), again, dispatched("a", 1)],
+            "recorded again",
+            kept,
+        );
+        one_forged(
+            vec![snapshot(1), dispatched("a", 1), snapshot(2)],
+            "stage 2 while stage 1",
+            kept,
+        );
+        one_forged(
+            vec![snapshot(1), dispatched("a", 1), done("a", 1), elsewhere],
+            "not snapshots/plan-stage-2.json",
+            kept,
+        );
+        one_forged(vec![snapshot(3)], "no stage 3", [None, None]);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 
 use super::backend::{Backends, Dispatch, Local};
 use super::decide::End;
-use super::event::Dispatched;
+use super::event::{Dispatched, StageSnapshot};
 use super::jobs::Jobs;
 use super::record::Recorder;
 use super::replay::{History, Next};
@@ -73,6 +73,9 @@ pub(super) struct Runner<'a> {
     interrupt: Arc<AtomicBool>,
     interrupted: bool,
     histories: Vec<History>,
+    /// Each stage's baseline as the events log records it
+    /// ([`super::baseline`]).
+    baselines: Vec<Option<StageSnapshot>>,
     /// What each job's settled attempts of this plan spent, as recorded
     /// (by earlier execs too): its report's usage.
     usages: Vec<Vec<crate::provider::Usage>>,
@@ -142,6 +145,7 @@ impl<'a> Runner<'a> {
             interrupt,
             interrupted: false,
             histories: vec![History::default(); n],
+            baselines: vec![None; plan.stages.len()],
             usages: vec![Vec::new(); n],
             forged: HashMap::new(),
             reports: vec![None; n],
@@ -327,27 +331,8 @@ impl<'a> Runner<'a> {
                 },
             }
         }
-        let baseline = match self.stage_snapshot(si, indices) {
-            Ok(None) => Baseline::Off,
-            Ok(Some(s)) => Baseline::Taken(s),
-            Err(why) => {
-                // Nothing new starts in a tree the audit cannot vouch for.
-                for (i, attempt) in pending.drain(..) {
-                    let reason = format!("audit/incomplete: {why}");
-                    let job = self.job(i);
-                    self.rec.unstarted_error(&job, &reason);
-                    let first = job.first_attempt();
-                    self.report(
-                        i,
-                        WorkerStatus::Error,
-                        attempt.saturating_sub(first),
-                        &reason,
-                        Duration::ZERO,
-                    );
-                }
-                Baseline::Broken(why)
-            }
-        };
+        let busy = !(pending.is_empty() && ended.is_empty() && adopted.is_empty());
+        let baseline = self.stage_baseline(si, indices, busy, &mut pending);
         let settle_now = matches!(baseline, Baseline::Off);
         if !ended.is_empty() || !adopted.is_empty() {
             let (more, retries) = self.wait_round(si, Vec::new(), adopted, settle_now);

@@ -5,7 +5,7 @@
 //! [`super::decide`].
 
 use super::decide::{End, Sidecar};
-use crate::canonical::{is_sha256_hex, sha256_hex};
+use crate::canonical::{is_sha256_hex, sha256_hex_of};
 use crate::diag::WrapperExit;
 use crate::provider::Usage;
 use crate::worker::StatusSidecar;
@@ -48,8 +48,9 @@ pub fn audit_sidecar_failure(worker_result: &Path) -> Option<String> {
             "audit sidecar `resultSha256` `{recorded}` is not 64 lowercase hex digits"
         ));
     }
-    let bytes = match std::fs::read(worker_result) {
-        Ok(b) => b,
+    // Streamed: a worker result may be large, and only its digest counts.
+    let actual = match std::fs::File::open(worker_result).and_then(sha256_hex_of) {
+        Ok(digest) => digest,
         Err(e) => {
             return Some(format!(
                 "worker result {} cannot be read: {e}",
@@ -57,7 +58,6 @@ pub fn audit_sidecar_failure(worker_result: &Path) -> Option<String> {
             ))
         }
     };
-    let actual = sha256_hex(&bytes);
     if actual != recorded {
         return Some(format!(
             "audit sidecar `resultSha256` {recorded} is not the worker result's sha256 {actual}"
@@ -203,6 +203,7 @@ pub fn mark_idle_timeout(own: &crate::beneath::Beneath, path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canonical::sha256_hex;
     use crate::vocab::FailureKind;
 
     fn tree() -> (tempfile::TempDir, PathBuf) {

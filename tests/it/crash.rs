@@ -162,7 +162,8 @@ fn a_crash_at_every_fault_point_loses_nothing_and_runs_nothing_twice() {
             "journal-sync",
             "settle-commit",
             "atomic-rename",
-            "snapshot-write"
+            "snapshot-write",
+            "snapshot-record"
         ]
         .iter()
         .all(|k| kinds.contains(&k.to_string())),

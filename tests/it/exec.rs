@@ -119,8 +119,15 @@ fn success() {
         .iter()
         .map(|e| e["type"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(types, ["worker-dispatched", "worker-result-collected"]);
-    for e in fx.events() {
+    assert_eq!(
+        types,
+        [
+            "stage-snapshot-written",
+            "worker-dispatched",
+            "worker-result-collected"
+        ]
+    );
+    for e in fx.events().iter().skip(1) {
         assert_eq!(e["workerId"], "a");
         assert_eq!(e["attempt"], 1);
         assert_eq!(e["maxAttempts"], 2);

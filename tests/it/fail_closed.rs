@@ -153,17 +153,17 @@ fn a_baseline_that_does_not_read_back_is_never_replaced_by_a_fresh_walk() {
     let run = fx.okstra(&["exec", "plan.json", "--format", "json"]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert!(
-        run.codes().contains(&"audit/incomplete".to_string()) || {
-            let reason = run.json()["jobs"][0]["reason"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            reason.contains("audit/incomplete")
-        },
+        run.codes().contains(&"audit/incomplete".to_string()),
         "{}",
         run.stdout
     );
-    assert_ne!(run.json()["jobs"][0]["status"], "completed");
+    let job = &run.json()["jobs"][0];
+    assert_eq!(job["status"], "error", "{job}");
+    let reason = job["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("audit/incomplete") && reason.contains("changed since exec wrote it"),
+        "{reason}"
+    );
 }
 
 /// A stage-1 worker that appends to one of okstra's own files.

@@ -112,7 +112,9 @@ impl Reporter for Junit {
         let mut state = self.state.borrow_mut();
         match notice {
             Notice::Recorded { event } => {
-                let head = event.head();
+                let Some(head) = event.head() else {
+                    return;
+                };
                 let key = (
                     head.stage.clone().unwrap_or_default(),
                     head.worker_key.clone(),
@@ -159,7 +161,9 @@ impl Reporter for Junit {
                             exit_code: s.exit_code,
                         });
                     }
-                    Event::WorkerRetryScheduled(_) | Event::EgressRefused(_) => {}
+                    Event::WorkerRetryScheduled(_)
+                    | Event::EgressRefused(_)
+                    | Event::StageSnapshotWritten(_) => {}
                 }
             }
             Notice::Finished { report } => {

@@ -245,6 +245,8 @@ fn describe(event: &Event) -> Option<String> {
             r.head.attempt,
             r.reason
         ),
+        // Bookkeeping of the audit, nothing a person acts on.
+        Event::StageSnapshotWritten(_) => return None,
     })
 }
 

@@ -45,15 +45,15 @@ impl Runner<'_> {
         }
         for f in &replayed.forged {
             let text = format!(
-                "{}: a record of {} attempt {} that okstra did not write ({})",
+                "{}: {} that okstra did not write ({})",
                 self.rec.events_path().display(),
-                f.worker_key,
-                f.attempt,
+                f.what,
                 f.why
             );
             self.forged.entry(f.stage).or_default().push(text);
         }
         self.histories = replayed.histories;
+        self.baselines = replayed.baselines;
         self.usages = self
             .histories
             .iter()

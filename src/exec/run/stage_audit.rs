@@ -1,19 +1,26 @@
 //! The mutation audit of a stage (docs/audit.md#the-mutation-audit): its
-//! baseline taken (or read back) before the first round, what every walk
-//! covers, and the verdict on each attempt after its round's compare.
+//! baseline taken and recorded (or read back, as its record vouches) before
+//! the first round, what every walk covers, and the verdict on each attempt
+//! after its round's compare.
 
 use super::Runner;
 use crate::audit;
+use crate::exec::baseline::{self, Choice, OnDisk};
 use crate::exec::decide;
 use crate::exec::decide::{Audit, Facts, Status};
+use crate::exec::event::{Event, StageSnapshot};
 use crate::exec::jobs::Jobs;
 use crate::exec::record::Recorder;
+use crate::exec::report::Notice;
 use crate::paths;
 use crate::plan::Plan;
+use crate::state::journal::Sync;
+use crate::state::WorkerStatus;
 use crate::vocab::MutationAudit;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// How one attempt is audited.
 pub(super) enum Judge<'v> {
@@ -41,10 +48,50 @@ pub(super) enum RoundAudit {
 }
 
 impl Runner<'_> {
+    /// Stage `si`'s baseline where it has attempts to start or settle
+    /// (`busy`); one with none needs none, and its file, if any, is only
+    /// watched as okstra's own. Where the audit cannot vouch for the tree,
+    /// nothing new starts in it: each attempt of `pending` settles `error`
+    /// unstarted.
+    pub(super) fn stage_baseline(
+        &mut self,
+        si: usize,
+        indices: &[usize],
+        busy: bool,
+        pending: &mut Vec<(usize, u64)>,
+    ) -> Baseline {
+        if !busy {
+            let path = self.abs(&baseline::path_of(self.plan, si));
+            self.rec.keep_snapshot(&path);
+            return Baseline::Off;
+        }
+        match self.stage_snapshot(si, indices) {
+            Ok(None) => Baseline::Off,
+            Ok(Some(s)) => Baseline::Taken(s),
+            Err(why) => {
+                for (i, attempt) in pending.drain(..) {
+                    let reason = format!("audit/incomplete: {why}");
+                    let job = self.job(i);
+                    self.rec.unstarted_error(&job, &reason);
+                    let first = job.first_attempt();
+                    self.report(
+                        i,
+                        WorkerStatus::Error,
+                        attempt.saturating_sub(first),
+                        &reason,
+                        Duration::ZERO,
+                    );
+                }
+                Baseline::Broken(why)
+            }
+        }
+    }
+
     /// The stage's baseline for the mutation audit: taken before its first
-    /// round, or read back when an earlier exec took it. `Ok(None)`: no job
-    /// of the stage is audited. `Err`: the audit cannot vouch for the tree.
-    pub(super) fn stage_snapshot(
+    /// round, or read back when an earlier exec took it, as
+    /// [`baseline::choose`] says. `Ok(None)`: no job of the stage is
+    /// audited. `Err`: the audit cannot vouch for the tree.
+    fn stage_snapshot(
         &mut self,
         si: usize,
         indices: &[usize],
@@ -55,29 +102,37 @@ impl Runner<'_> {
         {
             return Ok(None);
         }
-        let path = self.snapshot_path(si);
-        match std::fs::read(&path) {
-            // An earlier exec's baseline, read back. One that does not read
-            // is never replaced by a fresh walk: that would take in whatever
-            // the workers already changed.
-            Ok(bytes) => {
-                let s = audit::Snapshot::from_json(&bytes).map_err(|e| {
-                    format!(
-                        "the stage's audit baseline {} cannot be read back: {e}",
-                        path.display()
-                    )
-                })?;
-                self.rec.wrote_snapshot(&path);
-                return Ok(Some(s));
+        let rel = baseline::path_of(self.plan, si);
+        let path = self.abs(&rel);
+        let recorded = self.baselines[si].as_ref().map(|r| r.sha256.as_str());
+        let dispatched_before = indices.iter().any(|&i| self.histories[i].dispatched());
+        match baseline::choose(recorded, || read_back(&path), dispatched_before) {
+            Choice::Use(s) => {
+                self.rec.keep_snapshot(&path);
+                Ok(Some(s))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(format!(
-                    "cannot read the stage's audit baseline {}: {e}",
-                    path.display()
-                ))
+            Choice::Fresh => self.take_baseline(si, rel, &path).map(Some),
+            Choice::Incomplete(why) => {
+                let e = audit::AuditError::new(
+                    audit::Step::Snapshot,
+                    rel,
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, why),
+                );
+                Err(self.incomplete(&e))
             }
         }
+    }
+
+    /// Walk the tree for stage `si`'s baseline (or take the previous
+    /// stage's last walk), store it at `rel` and record it: the file is
+    /// synced before its record is written, and the record is durable
+    /// before anything of the stage runs.
+    fn take_baseline(
+        &mut self,
+        si: usize,
+        rel: String,
+        path: &Path,
+    ) -> Result<audit::Snapshot, String> {
         // The previous stage's last compare walked the tree as it was when
         // that stage ended: nothing ran since, so it is this stage's
         // baseline (and anything written in between is caught here).
@@ -88,14 +143,33 @@ impl Runner<'_> {
         let text = taken.to_json();
         crate::fault::point("snapshot-write");
         self.own
-            .relative(&path)
+            .relative(path)
             .and_then(|rel| {
                 self.own
                     .write_atomic(rel, &text, crate::fsutil::Durability::Fsync)
             })
             .map_err(|e| format!("cannot store the audit snapshot {}: {e}", path.display()))?;
-        self.rec.wrote_snapshot(&path);
-        Ok(Some(taken))
+        self.rec.keep_snapshot(path);
+        // Killed here, the file has no record: the next exec never reads
+        // it, and walks afresh only if nothing of the stage was dispatched.
+        crate::fault::point("snapshot-record");
+        let event = Event::StageSnapshotWritten(StageSnapshot {
+            ts: crate::clock::now(),
+            plan_digest: self.plan.digest.clone(),
+            stage: self.plan.stages[si].name.clone(),
+            stage_number: si + 1,
+            path: rel,
+            sha256: crate::canonical::sha256_hex(&text),
+        });
+        // Written ahead of the stage's first dispatch record, in the same
+        // file: the sync that makes the dispatch durable, before any worker
+        // of the stage starts, makes this durable too.
+        self.rec.note(&event);
+        self.rec
+            .commit(Sync::None)
+            .map_err(|e| format!("cannot record the audit snapshot {}: {e}", path.display()))?;
+        self.tell(Notice::Recorded { event: &event });
+        Ok(taken)
     }
 
     /// The audit could not vouch for the tree: said once as `audit/incomplete`
@@ -105,26 +179,31 @@ impl Runner<'_> {
         e.to_string()
     }
 
-    pub(super) fn snapshot_path(&self, si: usize) -> PathBuf {
-        let short = self.plan.digest.trim_start_matches("sha256:");
-        self.abs(&self.plan.run.team_state_path)
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default()
-            .join("snapshots")
-            .join(format!(
-                "{}-stage-{}.json",
-                &short[..short.len().min(16)],
-                si + 1
-            ))
-    }
-
     pub(super) fn audit_options(&self) -> audit::SnapshotOptions<'_> {
         audit::SnapshotOptions {
             roots: &self.audit_roots,
             project_root: &self.root,
             exclude: &self.audit_exclude,
         }
+    }
+}
+
+/// What is at `path`, where a stage's baseline is kept, read once: its
+/// bytes' digest and the snapshot they hold. Opened as okstra's own files
+/// are: a symlink or a FIFO put there is unreadable, not followed.
+fn read_back(path: &Path) -> OnDisk<audit::Snapshot> {
+    let file = match audit::open_own(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return OnDisk::Missing,
+        Err(e) => return OnDisk::Unreadable(e.to_string()),
+    };
+    match audit::Snapshot::read_digested(file) {
+        Ok((sha256, Ok(snapshot))) => OnDisk::Read { sha256, snapshot },
+        Ok((sha256, Err(e))) => OnDisk::Unparsable {
+            sha256,
+            why: e.source.to_string(),
+        },
+        Err(e) => OnDisk::Unreadable(e.to_string()),
     }
 }
 
