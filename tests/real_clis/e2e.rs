@@ -14,7 +14,7 @@
 //! the mock: no credentials, no network.
 
 use crate::common::{self, Fx, Job, Run};
-use crate::mock_api::{MockApi, Script, Step, Tokens};
+use crate::mock_api::{MockApi, Script, Step, StepBy, Tokens};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -76,6 +76,8 @@ fn script(provider: &str, steps: Vec<Step>, served: &str) -> Script {
         steps,
         served_model: served.into(),
         tokens: tokens(provider),
+        step_by: StepBy::Arrival,
+        together: None,
     }
 }
 
