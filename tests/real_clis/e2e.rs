@@ -14,13 +14,13 @@
 //! the mock: no credentials, no network.
 
 use crate::common::{self, Fx, Job, Run};
-use crate::mock_api::{MockApi, Script, Step, Tokens};
+use crate::mock_api::{MockApi, Script, Step, StepBy, Tokens};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The catalog entry each CLI's jobs are pinned to, and its model id.
-fn pinned(provider: &str) -> (&'static str, &'static str) {
+pub(crate) fn pinned(provider: &str) -> (&'static str, &'static str) {
     match provider {
         "claude" => ("claude-pinned", "claude-sonnet-4-5"),
         "codex" => ("gpt-pinned", "gpt-5"),
@@ -76,6 +76,8 @@ fn script(provider: &str, steps: Vec<Step>, served: &str) -> Script {
         steps,
         served_model: served.into(),
         tokens: tokens(provider),
+        step_by: StepBy::Arrival,
+        together: None,
     }
 }
 
@@ -87,11 +89,11 @@ fn write_result(provider: &str, path: &str) -> Step {
 }
 
 /// A worker of the spec: state key, provider, extra TOML lines.
-struct Worker<'a> {
-    key: &'a str,
-    provider: &'a str,
-    stage: &'a str,
-    extra: &'a str,
+pub(crate) struct Worker<'a> {
+    pub key: &'a str,
+    pub provider: &'a str,
+    pub stage: &'a str,
+    pub extra: &'a str,
 }
 
 /// One worker `w` of `provider`, its result `out/w.md`, the mock
@@ -122,7 +124,7 @@ fn one_in(
 /// the mock (which stops when dropped). okstra runs with an environment of
 /// PATH, a fresh HOME and TMPDIR, and each CLI pointed at the mock. `None`
 /// (having said why) where a CLI is missing.
-fn setup(
+pub(crate) fn setup(
     workers: &[Worker],
     scripts: impl FnOnce(&Fx) -> Vec<(&'static str, Script)>,
 ) -> Option<(Fx, MockApi)> {
@@ -195,7 +197,7 @@ fn setup(
 }
 
 /// `okstra exec plan.json`, its output shown.
-fn exec(fx: &Fx) -> Run {
+pub(crate) fn exec(fx: &Fx) -> Run {
     let ran = fx.exec(&[]);
     eprintln!(
         "okstra exec exited {}\n{}\n{}",
@@ -205,7 +207,7 @@ fn exec(fx: &Fx) -> Run {
 }
 
 /// A file of the project, "" where there is none (yet).
-fn read(fx: &Fx, rel: &str) -> String {
+pub(crate) fn read(fx: &Fx, rel: &str) -> String {
     std::fs::read_to_string(fx.root().join(rel)).unwrap_or_default()
 }
 
@@ -239,7 +241,7 @@ fn events(fx: &Fx, ty: &str, key: &str) -> Vec<Value> {
 }
 
 /// The worker's log, shown when an assertion needs it.
-fn log(fx: &Fx, key: &str) -> String {
+pub(crate) fn log(fx: &Fx, key: &str) -> String {
     read(fx, &format!("prompts/{key}.md.log"))
 }
 

@@ -9,7 +9,9 @@
 //! [`Step`] of the test's script: call the CLI's own file-writing tool,
 //! answer, fail with a status, refuse the key, or stall. Every answer reports the script's
 //! [`Tokens`] and names its served model, so a test knows exactly what the
-//! CLI was told it spent.
+//! CLI was told it spent. "Next" is counted over all of a dialect's
+//! requests, or, for many CLIs at once, within each conversation
+//! ([`StepBy`]).
 //!
 //! std only: one thread accepts, one thread per connection; every response
 //! is written whole with `Connection: close`. Dropping the server stops it,
@@ -22,16 +24,18 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the API does with one model request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     /// Ask the CLI to write `content` to `path` (relative to the project
-    /// root) with its own tool: claude's `Write`, codex's `apply_patch`
-    /// (through its shell tool), gemini's `write_file`.
+    /// root, or absolute) with its own tool: claude's `Write`, codex's
+    /// `apply_patch` (through its shell tool), gemini's `write_file`. A
+    /// [`RESULT`] in `path` becomes the file the conversation's prompt
+    /// asks for.
     WriteFile { path: String, content: String },
     /// Ask the CLI to run this shell command with its own tool: claude's
     /// `Bash`, codex's `exec_command`, gemini's `run_shell_command`.
@@ -95,6 +99,24 @@ impl Tokens {
     }
 }
 
+/// In a [`Step::WriteFile`] path, the file named by the prompt "Write
+/// <file> with your file-writing tool." of the conversation asking.
+pub const RESULT: &str = "{result}";
+
+/// The prompt's sentence that names the file for [`RESULT`].
+const RESULT_ASKED: (&str, &str) = ("Write ", " with your file-writing tool");
+
+/// How a request finds its step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepBy {
+    /// The dialect's requests in the order they arrive: one conversation
+    /// at a time.
+    Arrival,
+    /// The model turns the request's own conversation already holds, so
+    /// that many CLIs at once each go through the whole script.
+    Conversation,
+}
+
 /// What the API answers, request by request.
 #[derive(Debug, Clone)]
 pub struct Script {
@@ -103,6 +125,24 @@ pub struct Script {
     pub served_model: String,
     /// What each answer (not a failure, not a stall) reports.
     pub tokens: Tokens,
+    pub step_by: StepBy,
+    /// Hold the first step's requests until this many are held, then
+    /// answer them all: that many CLIs were running at once. Past
+    /// [`GATHER_WITHIN`] the held are answered anyway.
+    pub together: Option<usize>,
+}
+
+/// How long [`Script::together`] waits for the rest.
+pub const GATHER_WITHIN: Duration = Duration::from_secs(90);
+
+/// The requests of one dialect held together (see [`Script::together`]).
+#[derive(Default)]
+struct Gathering {
+    held: usize,
+    /// Bumped as the held are let go.
+    round: u64,
+    /// How many were let go each time.
+    sizes: Vec<usize>,
 }
 
 /// One request the server received.
@@ -119,6 +159,8 @@ struct Shared {
     scripts: HashMap<&'static str, Script>,
     /// Model requests of each dialect so far (its next step's index).
     next: Mutex<HashMap<&'static str, usize>>,
+    gatherings: Mutex<HashMap<&'static str, Gathering>>,
+    gathered: Condvar,
     spent: Mutex<HashMap<&'static str, Tokens>>,
     requests: Mutex<Vec<Request>>,
     stop: AtomicBool,
@@ -149,6 +191,8 @@ impl MockApi {
             root: root.to_path_buf(),
             scripts: scripts.into_iter().collect(),
             next: Mutex::new(HashMap::new()),
+            gatherings: Mutex::new(HashMap::new()),
+            gathered: Condvar::new(),
             spent: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -190,6 +234,18 @@ impl MockApi {
     /// Every request received, in order.
     pub fn requests(&self) -> Vec<Request> {
         self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// How many first requests of `cli` were let go together, each time
+    /// (see [`Script::together`]).
+    pub fn gathered(&self, cli: &str) -> Vec<usize> {
+        self.shared
+            .gatherings
+            .lock()
+            .unwrap()
+            .get(cli)
+            .map(|g| g.sizes.clone())
+            .unwrap_or_default()
     }
 
     /// Model requests `cli` made (answered, failed or stalled).
@@ -278,15 +334,36 @@ fn serve(s: &Shared, conn: TcpStream) {
         );
         return;
     };
-    let step = {
+    let index = {
         let mut next = s.next.lock().unwrap();
         let n = next.entry(cli).or_insert(0);
         *n += 1;
-        script
-            .steps
-            .get(*n - 1)
-            .cloned()
-            .unwrap_or_else(|| Step::Answer("done".into()))
+        match script.step_by {
+            StepBy::Arrival => *n - 1,
+            StepBy::Conversation => model_turns(dialect, &req.body),
+        }
+    };
+    if let (0, Some(n)) = (index, script.together) {
+        gather(s, cli, n);
+    }
+    let step = script
+        .steps
+        .get(index)
+        .cloned()
+        .unwrap_or_else(|| Step::Answer("done".into()));
+    let step = match step {
+        Step::WriteFile { path, content } if path.contains(RESULT) => {
+            let Some(file) = asked_result(dialect, &req.body) else {
+                let body = error_body(dialect, 400);
+                respond(&mut out, 400, "application/json", body.as_bytes());
+                return;
+            };
+            Step::WriteFile {
+                path: path.replace(RESULT, &file),
+                content,
+            }
+        }
+        step => step,
     };
     match step {
         Step::Stall => {
@@ -323,6 +400,112 @@ fn serve(s: &Shared, conn: TcpStream) {
                 .add(&script.tokens);
             respond(&mut out, 200, "text/event-stream", body.as_bytes());
         }
+    }
+}
+
+/// Wait until `n` requests of `cli` wait here, or [`GATHER_WITHIN`] has
+/// passed; the last to come lets them all go.
+fn gather(s: &Shared, cli: &'static str, n: usize) {
+    let deadline = Instant::now() + GATHER_WITHIN;
+    let mut all = s.gatherings.lock().unwrap();
+    let g = all.entry(cli).or_default();
+    g.held += 1;
+    let round = g.round;
+    if g.held >= n {
+        let size = g.held;
+        g.sizes.push(size);
+        g.held = 0;
+        g.round += 1;
+        s.gathered.notify_all();
+        return;
+    }
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        all = s.gathered.wait_timeout(all, left).unwrap().0;
+        let g = all.get_mut(cli).expect("the gathering");
+        if g.round != round {
+            return;
+        }
+        if left.is_zero() {
+            // The rest never came: let go of those here.
+            let size = g.held;
+            g.sizes.push(size);
+            g.held = 0;
+            g.round += 1;
+            s.gathered.notify_all();
+            return;
+        }
+    }
+}
+
+/// How many model turns the conversation a request carries already holds
+/// (each CLI sends its whole conversation every time): claude's
+/// `assistant` messages; codex's model output items (`message`s of the
+/// assistant, `function_call`s, `reasoning`) in `input`; gemini's `model`
+/// contents.
+fn model_turns(dialect: Dialect, body: &Value) -> usize {
+    let items = |key: &str| body[key].as_array().map(Vec::as_slice).unwrap_or_default();
+    match dialect {
+        Dialect::Anthropic => items("messages")
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .count(),
+        // One model answer may be several items (reasoning, then a call):
+        // count the runs of them between the CLI's own items.
+        Dialect::OpenAi => {
+            let from_model = |i: &Value| match i["type"].as_str() {
+                Some("function_call" | "reasoning" | "custom_tool_call") => true,
+                Some("message") | None => i["role"] == "assistant",
+                _ => false,
+            };
+            let mut turns = 0;
+            let mut inside = false;
+            for i in items("input") {
+                let m = from_model(i);
+                if m && !inside {
+                    turns += 1;
+                }
+                inside = m;
+            }
+            turns
+        }
+        Dialect::Gemini => items("contents")
+            .iter()
+            .filter(|c| c["role"] == "model")
+            .count(),
+    }
+}
+
+/// The file a request's conversation asks for in the words of
+/// [`RESULT_ASKED`]: the first such sentence in its text.
+fn asked_result(dialect: Dialect, body: &Value) -> Option<String> {
+    let mut texts = Vec::new();
+    collect_strings(
+        match dialect {
+            Dialect::Anthropic => &body["messages"],
+            Dialect::OpenAi => &body["input"],
+            Dialect::Gemini => &body["contents"],
+        },
+        &mut texts,
+    );
+    let (before, after) = RESULT_ASKED;
+    texts.iter().find_map(|t| {
+        t.match_indices(before).find_map(|(at, _)| {
+            let rest = &t[at + before.len()..];
+            let end = rest.find(after)?;
+            let file = &rest[..end];
+            (!file.is_empty() && !file.contains(char::is_whitespace)).then(|| file.to_string())
+        })
+    })
+}
+
+/// Every string in `v`, depth first.
+fn collect_strings<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+    match v {
+        Value::String(s) => out.push(s),
+        Value::Array(a) => a.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(o) => o.values().for_each(|v| collect_strings(v, out)),
+        _ => {}
     }
 }
 
@@ -425,6 +608,7 @@ fn answer(s: &Shared, script: &Script, dialect: Dialect, step: &Step) -> String 
     let n = s.requests.lock().unwrap().len();
     let t = &script.tokens;
     let model = &script.served_model;
+    // An absolute path replaces the root (`Path::join`).
     let abs = |p: &str| s.root.join(p).display().to_string();
     match dialect {
         Dialect::Anthropic => {
@@ -552,4 +736,69 @@ fn answer(s: &Shared, script: &Script, dialect: Dialect, step: &Step) -> String 
             format!("data: {chunk}\r\n\r\n")
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// A conversation's step and its result, from bodies shaped as each CLI
+// sends them (claude 2.1.197, codex 0.171, gemini 0.61).
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_conversation_counts_its_own_model_turns() {
+    let claude = json!({"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "<system-reminder>...</system-reminder>"},
+                                     {"type": "text", "text": "Write out/a.md with your file-writing tool."}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Write", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]},
+    ]});
+    assert_eq!(model_turns(Dialect::Anthropic, &claude), 1);
+    // codex sends its whole input each time (no `previous_response_id`);
+    // one answer's reasoning and call are one turn.
+    let codex = json!({"input": [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Write out/b.md with your file-writing tool.\n"}]},
+        {"type": "reasoning", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"type": "function_call", "call_id": "c2", "name": "exec_command", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c2", "output": "ok"},
+    ]});
+    assert_eq!(model_turns(Dialect::OpenAi, &codex), 2);
+    let gemini = json!({"contents": [
+        {"role": "user", "parts": [{"text": "context"}, {"text": "Write out/c.md with your file-writing tool."}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "write_file", "args": {}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "write_file", "response": {}}}]},
+    ]});
+    assert_eq!(model_turns(Dialect::Gemini, &gemini), 1);
+    assert_eq!(
+        asked_result(Dialect::Anthropic, &claude).as_deref(),
+        Some("out/a.md")
+    );
+    assert_eq!(
+        asked_result(Dialect::OpenAi, &codex).as_deref(),
+        Some("out/b.md")
+    );
+    assert_eq!(
+        asked_result(Dialect::Gemini, &gemini).as_deref(),
+        Some("out/c.md")
+    );
+    // A first request: no turn yet.
+    assert_eq!(
+        model_turns(
+            Dialect::Anthropic,
+            &json!({"messages": [claude["messages"][0]]})
+        ),
+        0
+    );
+}
+
+#[test]
+fn no_result_is_asked_without_the_sentence() {
+    let body = json!({"messages": [{"role": "user", "content": "Write the report with your file-writing tool."}]});
+    assert_eq!(asked_result(Dialect::Anthropic, &body), None);
+    let body = json!({"messages": [{"role": "user", "content": "Write it down. Write out/x.md with your file-writing tool."}]});
+    assert_eq!(
+        asked_result(Dialect::Anthropic, &body).as_deref(),
+        Some("out/x.md")
+    );
 }
