@@ -224,6 +224,29 @@ pub fn scratch_env(scratch: &Path) -> String {
 }
 
 /// The lines of a file that may not exist yet (a worker's run counter).
+/// Every file below `dir` (symlinks as they are, not followed), by its
+/// path under `dir`, with its bytes: a home or tree to compare before and
+/// after a run.
+pub fn files_under(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&path).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
 pub fn lines_of(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()

@@ -1126,27 +1126,6 @@ fn a_pane_worker_that_never_ends_is_stopped_at_its_wall_clock() {
     }
 }
 
-/// The user's state a fake CLI may touch, by path under HOME: every file's
-/// bytes.
-fn home_state(fx: &Fx) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let mut out = std::collections::BTreeMap::new();
-    let home = fx.home();
-    let mut stack = vec![home.clone()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let e = e.unwrap();
-            let path = e.path();
-            if e.file_type().unwrap().is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path.strip_prefix(&home).unwrap().display().to_string();
-                out.insert(rel, std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn eight_workers_refreshing_one_login_leave_the_newest_whole_and_nothing_else() {
     // Each of 8 claude workers refreshes the login several times, plants a
@@ -1168,10 +1147,10 @@ fn eight_workers_refreshing_one_login_leave_the_newest_whole_and_nothing_else() 
     fx.home_file(".claude/.credentials.json", old_login)
         .home_file(".claude/settings.json", "{\"model\": \"sonnet\"}\n")
         .home_file(".claude.json", "{\"numStartups\": 3}\n");
-    let before = home_state(&fx);
+    let before = files_under(&fx.home());
     let ran = fx.exec(&[]);
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
-    let mut after = home_state(&fx);
+    let mut after = files_under(&fx.home());
     let login = after.remove(".claude/.credentials.json").unwrap();
     let doc: Value = serde_json::from_slice(&login).expect("a whole JSON document");
     assert_eq!(doc["claudeAiOauth"]["expiresAt"], 2070, "the newest: {doc}");
@@ -1238,10 +1217,10 @@ fn codex_and_gemini_write_only_their_private_state_confined_or_not() {
             ".gemini/oauth_creds.json",
             r#"{"access_token":"a","refresh_token":"r","expiry_date":1}"#,
         );
-    let before = home_state(&fx);
+    let before = files_under(&fx.home());
     let ran = fx.exec(&[]);
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
-    let mut after = home_state(&fx);
+    let mut after = files_under(&fx.home());
     let codex: Value = serde_json::from_slice(&after.remove(".codex/auth.json").unwrap()).unwrap();
     assert_eq!(codex["last_refresh"], "2026-12-04T10:00:50Z", "{codex}");
     let gemini: Value =

@@ -105,32 +105,16 @@ fn seed_home(home: &Path) {
 /// `~/.gemini`, and `~/.claude.json`, by its path under HOME, with the
 /// digest of its bytes.
 fn state(home: &Path) -> BTreeMap<PathBuf, String> {
-    fn walk(home: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            let Ok(kind) = e.file_type() else { continue };
-            if kind.is_dir() {
-                walk(home, &path, out);
-            } else {
-                let digest = std::fs::read(&path)
-                    .map(|b| format!("{:x}", Sha256::digest(&b)))
-                    .unwrap_or_else(|e| format!("unreadable: {e}"));
-                out.insert(path.strip_prefix(home).unwrap().to_path_buf(), digest);
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    for d in [".claude", ".codex", ".gemini"] {
-        walk(home, &home.join(d), &mut out);
-    }
-    let file = home.join(".claude.json");
-    if let Ok(b) = std::fs::read(&file) {
-        out.insert(".claude.json".into(), format!("{:x}", Sha256::digest(&b)));
-    }
-    out
+    let state_file = |rel: &str| {
+        [".claude", ".codex/", ".gemini/"]
+            .iter()
+            .any(|p| rel.starts_with(p))
+    };
+    crate::common::files_under(home)
+        .into_iter()
+        .filter(|(rel, _)| state_file(rel))
+        .map(|(rel, bytes)| (PathBuf::from(rel), format!("{:x}", Sha256::digest(&bytes))))
+        .collect()
 }
 
 /// The files of `before` changed or removed in `after`, and those added.

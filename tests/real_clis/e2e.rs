@@ -454,24 +454,6 @@ fn user_state(provider: &str) -> Vec<(&'static str, &'static str)> {
     }
 }
 
-/// Every file under HOME, by path, with its bytes.
-fn home_files(fx: &Fx) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let home = fx.home();
-    let mut out = std::collections::BTreeMap::new();
-    let mut stack = vec![home.clone()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).unwrap().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else {
-                let rel = e.path().strip_prefix(&home).unwrap().display().to_string();
-                out.insert(rel, std::fs::read(e.path()).unwrap_or_default());
-            }
-        }
-    }
-    out
-}
-
 /// The mock tells the confined CLI to write a hook into the user's
 /// settings (and `.claude.json`) with its own file tool, then to plant one
 /// in the settings its variable names with its shell tool, then to write
@@ -507,13 +489,13 @@ fn cannot_plant_a_hook_in_the_users_state(provider: &str, settings: (&str, &str)
     for (rel, text) in user_state(provider) {
         fx.home_file(rel, text);
     }
-    let before = home_files(&fx);
+    let before = common::files_under(&fx.home());
     let ran = exec(&fx);
     let log = log(&fx, "w");
     assert_eq!(ran.code, 0, "{log}");
     assert!(read(&fx, "out/w.md").contains(provider), "{log}");
     assert_eq!(
-        home_files(&fx),
+        common::files_under(&fx.home()),
         before,
         "the user's home is as it was\n{log}"
     );
@@ -568,13 +550,13 @@ fn claude_logs_in_from_the_users_settings_through_its_private_copy() {
         ".claude/settings.json",
         r#"{"env": {"ANTHROPIC_API_KEY": "mock-key"}}"#,
     );
-    let before = home_files(&fx);
+    let before = common::files_under(&fx.home());
     let ran = exec(&fx);
     let log = log(&fx, "w");
     assert_eq!(ran.code, 0, "{log}");
     assert_eq!(rows(&fx, "w")[0]["status"], "completed", "{log}");
     assert_eq!(mock.model_requests("claude"), 2, "{log}");
-    assert_eq!(home_files(&fx), before);
+    assert_eq!(common::files_under(&fx.home()), before);
 }
 
 // ---------------------------------------------------------------------------
