@@ -20,6 +20,9 @@ mod names;
 mod repo;
 mod tree;
 
+#[cfg(test)]
+mod tests;
+
 pub use names::{branch_name_ok, message_with_trailers, ref_component, trailers};
 pub use repo::Repo;
 pub use tree::Worktree;
