@@ -31,5 +31,6 @@ pub mod state;
 pub mod tmpdir;
 pub mod vocab;
 pub mod worker;
+pub mod worktree;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
