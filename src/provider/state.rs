@@ -91,7 +91,7 @@ pub struct Report {
     /// The variable the CLI was pointed with (`CLAUDE_CONFIG_DIR`, ...).
     pub var: String,
     /// Paths below the private state directory the attempt created,
-    /// changed or removed (the first [`LISTED`], sorted); none of them
+    /// changed or removed (the first 50, sorted); none of them
     /// reached the user's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writes: Vec<String>,

@@ -118,7 +118,7 @@ impl Repo {
     /// Commit everything changed in `wt` (new, changed and deleted files;
     /// ignored ones left out) to its branch, with `message` (its trailers
     /// included) as given. Hooks never run; the identity is
-    /// [`Repo::identity`]'s. The new commit's sha, or None when nothing
+    /// `Repo::identity`'s. The new commit's sha, or None when nothing
     /// changed (no commit is made).
     pub fn commit_all(&self, wt: &Worktree, message: &str) -> Result<Option<String>, GitError> {
         self.clear_locks(wt)?;
