@@ -89,9 +89,9 @@ impl Adapter for Gemini {
 
     /// `GEMINI_CLI_HOME` names the home whose `.gemini/` gemini keeps
     /// everything in (settings, OAuth files, chats). Seeded with its login
-    /// (`oauth_creds.json`, `google_accounts.json`), the settings, the
-    /// user's GEMINI.md, commands and `.gemini/.env` (not `~/.env`, which
-    /// is not gemini's alone).
+    /// (`oauth_creds.json`, `google_accounts.json`), the settings and the
+    /// folders the user trusts, the user's GEMINI.md, commands and
+    /// `.gemini/.env` (not `~/.env`, which is not gemini's alone).
     fn private_state(
         &self,
         home: &Path,
@@ -108,6 +108,7 @@ impl Adapter for Gemini {
             var: "GEMINI_CLI_HOME",
             seeds: [
                 ".gemini/settings.json",
+                ".gemini/trustedFolders.json",
                 ".gemini/google_accounts.json",
                 ".gemini/GEMINI.md",
                 ".gemini/.env",
