@@ -537,6 +537,12 @@ fn job_write_lines(out: &mut String, job: &Job, offer: &Offer, root: bool) {
     if let Some(network) = network_line(job, offer) {
         say!(out, "      network   {network}");
     }
+    if let Some(var) = job.provider.state_var() {
+        say!(
+            out,
+            "      state     private per attempt ({var}): the user's login and settings copied in, the rest gone with the attempt"
+        );
+    }
     if let Some(warning) = root_bypass_warning(job, offer, root) {
         say!(out, "      warning:  {warning}");
     }

@@ -15,6 +15,10 @@ use std::path::{Path, PathBuf};
 
 pub struct Claude;
 
+/// The variable the CLI takes its state directory from (found by running
+/// it: with it set, nothing is written in the home).
+const STATE_VAR: &str = "CLAUDE_CONFIG_DIR";
+
 /// The permission mode a job gets when it names none: edits without asking,
 /// nothing else.
 pub const DEFAULT_PERMISSION_MODE: &str = "acceptEdits";
@@ -107,7 +111,7 @@ impl Adapter for Claude {
             to: ".claude.json",
         });
         Some(state::Layout {
-            var: "CLAUDE_CONFIG_DIR",
+            var: STATE_VAR,
             seeds,
             credentials: Some(from_dir(".credentials.json")),
         })
@@ -120,6 +124,10 @@ impl Adapter for Claude {
         field(oauth, "accessToken")?;
         field(oauth, "refreshToken")?;
         oauth.get("expiresAt")?.as_i64().map(i128::from)
+    }
+
+    fn state_var(&self) -> Option<&'static str> {
+        Some(STATE_VAR)
     }
 
     fn login(&self, at: &Where) -> Option<Login> {

@@ -14,6 +14,10 @@ use std::path::{Path, PathBuf};
 
 pub struct Codex;
 
+/// The variable the CLI takes its state directory from (found by running
+/// it: with it set, nothing is written in the home).
+const STATE_VAR: &str = "CODEX_HOME";
+
 /// The sandbox a job gets when it names none: writes inside the workspace.
 pub const DEFAULT_SANDBOX_MODE: &str = "workspace-write";
 
@@ -99,7 +103,7 @@ impl Adapter for Codex {
             to: name,
         };
         Some(state::Layout {
-            var: "CODEX_HOME",
+            var: STATE_VAR,
             seeds: ["config.toml", "AGENTS.md", "prompts", "rules", "skills"]
                 .into_iter()
                 .map(from_dir)
@@ -115,6 +119,10 @@ impl Adapter for Codex {
         let when = humantime::parse_rfc3339_weak(field(doc, "last_refresh")?).ok()?;
         let since = when.duration_since(std::time::UNIX_EPOCH).ok()?;
         Some(since.as_nanos() as i128)
+    }
+
+    fn state_var(&self) -> Option<&'static str> {
+        Some(STATE_VAR)
     }
 
     fn login(&self, at: &Where) -> Option<Login> {

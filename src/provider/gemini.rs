@@ -15,6 +15,10 @@ use std::path::{Path, PathBuf};
 
 pub struct Gemini;
 
+/// The variable the CLI takes its state directory from (found by running
+/// it: with it set, nothing is written in the home).
+const STATE_VAR: &str = "GEMINI_CLI_HOME";
+
 /// The approval mode a job gets when it names none: edits approved,
 /// nothing else.
 pub const DEFAULT_APPROVAL_MODE: &str = "auto_edit";
@@ -105,7 +109,7 @@ impl Adapter for Gemini {
             to: name,
         };
         Some(state::Layout {
-            var: "GEMINI_CLI_HOME",
+            var: STATE_VAR,
             seeds: [
                 ".gemini/settings.json",
                 ".gemini/trustedFolders.json",
@@ -126,6 +130,10 @@ impl Adapter for Gemini {
     fn credentials_stamp(&self, doc: &Value) -> Option<i128> {
         field(doc, "access_token")?;
         doc.get("expiry_date")?.as_i64().map(i128::from)
+    }
+
+    fn state_var(&self) -> Option<&'static str> {
+        Some(STATE_VAR)
     }
 
     fn login(&self, at: &Where) -> Option<Login> {

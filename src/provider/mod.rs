@@ -124,6 +124,12 @@ impl Provider {
         self.adapter().private_state(&home, &var)
     }
 
+    /// The variable that points the CLI at its private state per attempt
+    /// (`CLAUDE_CONFIG_DIR`, ...); `None` for `command`.
+    pub fn state_var(self) -> Option<&'static str> {
+        self.adapter().state_var()
+    }
+
     /// How fresh a credentials document of this CLI's is (larger is newer),
     /// where `doc` is one; `None` where it is not.
     pub fn credentials_stamp(self, doc: &Value) -> Option<i128> {
@@ -276,6 +282,11 @@ trait Adapter: Sync {
     /// The freshness of its credentials document `doc`, where it is a valid
     /// one.
     fn credentials_stamp(&self, _doc: &Value) -> Option<i128> {
+        None
+    }
+
+    /// The variable that points the CLI at its private state.
+    fn state_var(&self) -> Option<&'static str> {
         None
     }
 

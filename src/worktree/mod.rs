@@ -1,4 +1,5 @@
-//! Git worktrees for workers (docs: SPEC §11): the project's repository
+//! Git worktrees for workers, the layer a `worktree = "git"` job is to be
+//! built on (not yet wired to a spec key): the project's repository
 //! ([`Repo`]), one worktree and branch per worker ([`Worktree`]), the
 //! commits okstra makes there, and the names it gives them.
 //!

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 /// okstra's identity on its commits, unless the repository's own config
 /// (`git config --local`) sets `user.name` / `user.email`.
-pub const OKSTRA_NAME: &str = "okstra";
-pub const OKSTRA_EMAIL: &str = "okstra@localhost";
+pub const IDENTITY_NAME: &str = "okstra";
+pub const IDENTITY_EMAIL: &str = "okstra@localhost";
 
 /// The subject of [`Repo::index_commit`]'s commit.
 const INDEX_SUBJECT: &str = "okstra: the index at plan time";
@@ -254,8 +254,8 @@ impl Repo {
     pub(super) fn identity(&self, call: Call) -> Result<Call, GitError> {
         let name = self.local_config("user.name")?;
         let email = self.local_config("user.email")?;
-        let name = name.as_deref().unwrap_or(OKSTRA_NAME);
-        let email = email.as_deref().unwrap_or(OKSTRA_EMAIL);
+        let name = name.as_deref().unwrap_or(IDENTITY_NAME);
+        let email = email.as_deref().unwrap_or(IDENTITY_EMAIL);
         Ok(call
             .env("GIT_AUTHOR_NAME", name)
             .env("GIT_AUTHOR_EMAIL", email)
