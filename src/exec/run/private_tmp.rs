@@ -56,7 +56,9 @@ impl Runner<'_> {
         let expected = self.tmp_name(job, d.head.attempt);
         // Only a directory named as expected: the record is not trusted
         // to point at what the wrapper made.
-        let state = (Path::new(recorded).file_name() == Some(expected.as_ref()))
+        // Only an agent's attempt has state to finish.
+        let ours = Path::new(recorded).file_name() == Some(expected.as_ref());
+        let state = (ours && job.provider.is_agent())
             .then(|| finish_recorded(Path::new(recorded)))
             .flatten();
         // Through the root this exec opened, where the record lies in it:
