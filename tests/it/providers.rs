@@ -1148,7 +1148,30 @@ fn eight_workers_refreshing_one_login_leave_the_newest_whole_and_nothing_else() 
         .home_file(".claude/settings.json", "{\"model\": \"sonnet\"}\n")
         .home_file(".claude.json", "{\"numStartups\": 3}\n");
     let before = files_under(&fx.home());
+    // A reader of the user's login all through the run, as the user's own
+    // claude would be: it never sees a torn or missing file.
+    let login = fx.home().join(".claude/.credentials.json");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (login, done) = (login.clone(), std::sync::Arc::clone(&done));
+        std::thread::spawn(move || {
+            let (mut reads, mut torn) = (0u32, Vec::new());
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                match std::fs::read(&login) {
+                    Ok(b) if serde_json::from_slice::<Value>(&b).is_ok() => reads += 1,
+                    other => torn.push(format!("{other:?}")),
+                }
+            }
+            (reads, torn)
+        })
+    };
     let ran = fx.exec(&[]);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (reads, torn) = reader.join().unwrap();
+    assert!(
+        reads > 0 && torn.is_empty(),
+        "{reads} whole reads; torn: {torn:?}"
+    );
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
     let mut after = files_under(&fx.home());
     let login = after.remove(".claude/.credentials.json").unwrap();
