@@ -36,6 +36,9 @@ stop_pidfile() {
     kill -9 "$pid" 2>/dev/null || true
 }
 
+# Whether the process of a pid file is running.
+alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
 munge_answers() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 
 up() {
@@ -46,11 +49,16 @@ up() {
             exit 1
         }
     done
-    if [ -e "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
+    if alive "$dir/slurmctld.pid" && alive "$dir/slurmd.pid"; then
         say "already up ($dir)"
         env_line
         return 0
     fi
+    # Half a cluster (one daemon gone: a run killed mid-way) would leave its
+    # node down and every job pending: what is left of it is stopped, and
+    # the cluster made afresh.
+    stop_pidfile "$dir/slurmd.pid"
+    stop_pidfile "$dir/slurmctld.pid"
     rm -rf "$dir"
     mkdir -p "$dir/state" "$dir/spool"
     if ! munge_answers; then
