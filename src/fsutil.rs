@@ -53,6 +53,46 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Re
     write_atomic_with(path, durability, |out| out.write_all(bytes))
 }
 
+/// [`write_atomic`] with the file's permission bits `mode` from the start
+/// (a secret's 0600: the temporary is never readable by others either),
+/// durable ([`Durability::Fsync`]).
+pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write_atomic_in(path, Durability::Fsync, mode, |out| out.write_all(bytes))
+}
+
+/// Remove the temporaries a killed [`write_atomic`] of `path` left beside
+/// it (`.<name>.<pid>.<32 hex>.tmp`), never another file. Only for a caller
+/// holding the lock every writer of `path` takes: a live writer's
+/// temporary would go too.
+pub fn remove_stale_temporaries(path: &Path) -> io::Result<()> {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Ok(());
+    };
+    let prefix = format!(".{name}.");
+    let ours = |entry: &str| {
+        let Some(rest) = entry
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".tmp"))
+        else {
+            return false;
+        };
+        let Some((pid, id)) = rest.split_once('.') else {
+            return false;
+        };
+        !pid.is_empty()
+            && pid.bytes().all(|b| b.is_ascii_digit())
+            && id.len() == 32
+            && id.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    for entry in fs::read_dir(parent_dir(path))? {
+        let entry = entry?;
+        if ours(&entry.file_name().to_string_lossy()) {
+            fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// [`write_atomic`], the content streamed by `write` into the temporary
 /// (buffered) instead of handed over whole: for a large document made as it
 /// is written. If `write` fails, nothing is renamed and `path` stays as it
@@ -60,6 +100,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Re
 pub fn write_atomic_with<T>(
     path: &Path,
     durability: Durability,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+) -> io::Result<T> {
+    write_atomic_in(path, durability, 0o644, write)
+}
+
+/// The one atomic write: [`write_atomic_with`], the new file made with
+/// permission bits `mode`.
+fn write_atomic_in<T>(
+    path: &Path,
+    durability: Durability,
+    mode: u32,
     write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
 ) -> io::Result<T> {
     ensure_parent(path)?;
@@ -79,7 +130,7 @@ pub fn write_atomic_with<T>(
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o644)
+            .mode(mode)
             .open(&tmp)?;
         let mut out = io::BufWriter::with_capacity(64 * 1024, file);
         let value = write(&mut out)?;
@@ -354,6 +405,36 @@ fn ends_torn(file: &File, len: u64) -> io::Result<bool> {
 mod tests {
     use super::*;
     use std::sync::{Arc, Barrier};
+
+    #[test]
+    fn a_secret_is_written_with_its_mode_and_only_our_temporaries_are_cleared() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("creds.json");
+        write_atomic_mode(&path, b"secret", 0o600).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"secret");
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let left = dir
+            .path()
+            .join(".creds.json.4242.0123456789abcdef0123456789abcdef.tmp");
+        let theirs = [
+            ".creds.json.tmp.4242",
+            ".creds.json.x.0123456789abcdef0123456789abcdef.tmp",
+            ".other.json.4242.0123456789abcdef0123456789abcdef.tmp",
+            "creds.json.bak",
+        ];
+        fs::write(&left, "torn").unwrap();
+        for t in theirs {
+            fs::write(dir.path().join(t), "keep").unwrap();
+        }
+        remove_stale_temporaries(&path).unwrap();
+        assert!(!left.exists());
+        for t in theirs {
+            assert!(dir.path().join(t).exists(), "{t}");
+        }
+        assert_eq!(fs::read(&path).unwrap(), b"secret");
+    }
 
     #[test]
     fn write_atomic_creates_parents_and_replaces() {

@@ -111,7 +111,6 @@ impl Adapter for Claude {
             to: ".claude.json",
         });
         Some(state::Layout {
-            var: STATE_VAR,
             seeds,
             credentials: Some(from_dir(".credentials.json")),
         })

@@ -103,7 +103,6 @@ impl Adapter for Codex {
             to: name,
         };
         Some(state::Layout {
-            var: STATE_VAR,
             seeds: ["config.toml", "AGENTS.md", "prompts", "rules", "skills"]
                 .into_iter()
                 .map(from_dir)

@@ -109,7 +109,6 @@ impl Adapter for Gemini {
             to: name,
         };
         Some(state::Layout {
-            var: STATE_VAR,
             seeds: [
                 ".gemini/settings.json",
                 ".gemini/trustedFolders.json",

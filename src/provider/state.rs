@@ -20,6 +20,7 @@
 //! wrapper that was killed before it could.
 
 use crate::canonical::sha256_hex;
+use crate::fsutil;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -31,8 +32,6 @@ use std::path::{Path, PathBuf};
 /// How one CLI's private state is laid out and seeded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
-    /// The variable that points the CLI at the private state directory.
-    pub var: &'static str,
     /// The user's files and directories copied in, each to its place
     /// below the private state directory.
     pub seeds: Vec<Seed>,
@@ -67,7 +66,6 @@ const LISTED: usize = 50;
 #[serde(rename_all = "camelCase")]
 pub struct SeedRecord {
     pub provider: super::Provider,
-    pub var: String,
     /// Each seeded file, relative to the state directory, and the sha256
     /// of what was copied.
     pub files: BTreeMap<String, String>,
@@ -150,7 +148,6 @@ impl Private {
         });
         let record = SeedRecord {
             provider,
-            var: layout.var.to_string(),
             files,
             credentials,
         };
@@ -172,7 +169,7 @@ impl Private {
 
     /// The variable, and its value, that point the CLI here.
     pub fn env(&self) -> (String, String) {
-        (self.record.var.clone(), self.dir.display().to_string())
+        (var_of(&self.record).into(), self.dir.display().to_string())
     }
 
     /// List what the attempt wrote, and write a refreshed login back.
@@ -182,12 +179,29 @@ impl Private {
 }
 
 /// [`Private::finish`] for the attempt directory `attempt_dir` whose
-/// wrapper did not (killed first): `None` when it holds no seed record.
-pub fn finish_recorded(attempt_dir: &Path) -> Option<Report> {
-    let text = fs::read(attempt_dir.join(SEED_RECORD)).ok()?;
-    let record: SeedRecord = serde_json::from_slice(&text).ok()?;
-    let dir = attempt_dir.join(STATE);
-    dir.is_dir().then(|| finish(&dir, &record))
+/// wrapper did not (killed first): `Ok(None)` when it holds no seed record
+/// (the wrapper died before it seeded anything); `Err` when the record is
+/// there but cannot be read, so a refreshed login may be lost.
+pub fn finish_recorded(attempt_dir: &Path) -> io::Result<Option<Report>> {
+    let path = attempt_dir.join(SEED_RECORD);
+    let text = match fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(at(&path, "cannot read", e)),
+    };
+    let record: SeedRecord = serde_json::from_slice(&text).map_err(|e| {
+        at(
+            &path,
+            "cannot read",
+            io::Error::new(io::ErrorKind::InvalidData, e),
+        )
+    })?;
+    Ok(Some(finish(&attempt_dir.join(STATE), &record)))
+}
+
+/// The variable that points the record's CLI at its state.
+fn var_of(record: &SeedRecord) -> &'static str {
+    record.provider.state_var().unwrap_or_default()
 }
 
 fn finish(dir: &Path, record: &SeedRecord) -> Report {
@@ -195,11 +209,11 @@ fn finish(dir: &Path, record: &SeedRecord) -> Report {
     let more_writes = writes.len().saturating_sub(LISTED);
     writes.truncate(LISTED);
     let credentials = record.credentials.as_ref().and_then(|c| {
-        let seeded = record.files.get(&c.at).map(String::as_str);
+        let seeded = record.files.get(&c.at)?;
         write_back(&dir.join(&c.at), seeded, &c.user, record.provider)
     });
     Report {
-        var: record.var.clone(),
+        var: var_of(record).into(),
         writes,
         more_writes,
         credentials,
@@ -220,29 +234,40 @@ fn copy_in(
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(at(from, "cannot read", e)),
     };
-    if meta.is_file() {
-        let bytes = fs::read(from).map_err(|e| at(from, "cannot read", e))?;
-        if let Some(parent) = to.parent() {
-            fs::create_dir_all(parent).map_err(|e| at(parent, "cannot make", e))?;
-        }
-        // The user's mode, so a 0600 login stays 0600.
-        let mode = meta.permissions().mode() & 0o777;
-        let mut out = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode | 0o600)
-            .open(to)
-            .map_err(|e| at(to, "cannot write", e))?;
-        out.write_all(&bytes)
-            .map_err(|e| at(to, "cannot write", e))?;
-        files.insert(rel.to_string(), sha256_hex(&bytes));
-        return Ok(());
+    if meta.is_dir() {
+        let mut budget = SEED_LIMIT;
+        copy_dir(from, to, rel, files, &mut budget, 0)
+    } else if meta.is_file() {
+        copy_file(from, to, &meta, rel, files)
+    } else {
+        Ok(())
     }
-    if !meta.is_dir() {
-        return Ok(());
+}
+
+/// Copy the file `from` (`meta` its metadata) to `to`, keeping its mode
+/// (a 0600 login stays 0600).
+fn copy_file(
+    from: &Path,
+    to: &Path,
+    meta: &fs::Metadata,
+    rel: &str,
+    files: &mut BTreeMap<String, String>,
+) -> io::Result<()> {
+    let bytes = fs::read(from).map_err(|e| at(from, "cannot read", e))?;
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent).map_err(|e| at(parent, "cannot make", e))?;
     }
-    let mut budget = SEED_LIMIT;
-    copy_dir(from, to, rel, files, &mut budget, 0)
+    let mode = meta.permissions().mode() & 0o777;
+    let mut out = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode | 0o600)
+        .open(to)
+        .map_err(|e| at(to, "cannot write", e))?;
+    out.write_all(&bytes)
+        .map_err(|e| at(to, "cannot write", e))?;
+    files.insert(rel.to_string(), sha256_hex(&bytes));
+    Ok(())
 }
 
 fn copy_dir(
@@ -264,11 +289,14 @@ fn copy_dir(
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let name = entry.file_name();
-        let Some(text) = name.to_str() else { continue };
         let (src, dst) = (entry.path(), to.join(&name));
-        let sub = format!("{rel}/{text}");
-        let Ok(meta) = fs::metadata(&src) else {
-            continue; // a dangling link: the CLI would not see it either
+        // The record's key; the copy keeps the name's own bytes.
+        let sub = format!("{rel}/{}", name.to_string_lossy());
+        let meta = match fs::metadata(&src) {
+            Ok(meta) => meta,
+            // A dangling link: the CLI would not see it either.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(at(&src, "cannot read", e)),
         };
         if meta.is_dir() {
             copy_dir(&src, &dst, &sub, files, budget, depth + 1)?;
@@ -283,7 +311,7 @@ fn copy_dir(
                     )),
                 )
             })?;
-            copy_in(&src, &dst, &sub, files)?;
+            copy_file(&src, &dst, &meta, &sub, files)?;
         }
     }
     Ok(())
@@ -305,9 +333,13 @@ fn written(dir: &Path, seeded: &BTreeMap<String, String>) -> Vec<String> {
 }
 
 /// Every file (its digest) and symlink (its target's) below `dir`, by
-/// path; directories are walked, never followed through a link.
+/// path; directories are walked, never followed through a link. What
+/// cannot be read (a worker's `chmod 000`) is listed as written: it is not
+/// as seeded, as far as anyone can tell.
 fn walk(dir: &Path, rel: &str, found: &mut BTreeMap<String, String>) {
     let Ok(entries) = fs::read_dir(dir) else {
+        let shown = if rel.is_empty() { "." } else { rel };
+        found.insert(shown.to_string(), UNREADABLE.into());
         return;
     };
     for entry in entries.flatten() {
@@ -326,128 +358,81 @@ fn walk(dir: &Path, rel: &str, found: &mut BTreeMap<String, String>) {
             let target = fs::read_link(entry.path()).unwrap_or_default();
             found.insert(sub, format!("link:{}", target.display()));
         } else {
-            let digest = digest_file(&entry.path()).unwrap_or_default();
+            let digest = digest_file(&entry.path()).unwrap_or_else(|_| UNREADABLE.into());
             found.insert(sub, digest);
         }
     }
 }
+
+/// What [`walk`] notes of a path it could not read: never a digest.
+const UNREADABLE: &str = "unreadable";
 
 fn digest_file(path: &Path) -> io::Result<String> {
     crate::canonical::sha256_hex_of(fs::File::open(path)?)
 }
 
 /// Write the credentials file `private` back over the user's `user` if the
-/// CLI rewrote it (it is no longer `seeded`) into a valid credentials
-/// document newer than the user's. Under an exclusive lock on the user's
-/// directory, through a file beside it renamed into place, so concurrent
-/// attempts and the user's own CLI never read a torn one. `None`: the CLI
-/// left it as seeded.
+/// CLI rewrote it (its digest is no longer `seeded`) into a valid
+/// credentials document newer than the user's. Under an exclusive lock on
+/// the user's directory (waited for at most `OKSTRA_LOCK_TIMEOUT_SECONDS`),
+/// written beside it and renamed into place with its mode
+/// ([`fsutil::write_atomic_mode`]), so concurrent attempts and the user's
+/// own CLI never read a torn one. `None`: the CLI left it as seeded, or
+/// removed it.
 pub fn write_back(
     private: &Path,
-    seeded: Option<&str>,
+    seeded: &str,
     user: &Path,
     provider: super::Provider,
 ) -> Option<WriteBack> {
-    let ours = fs::read(private).ok();
-    let changed = match (&ours, seeded) {
-        (Some(bytes), Some(digest)) => sha256_hex(bytes) != digest,
-        (None, _) => false,
-        (Some(_), None) => true,
-    };
-    if !changed {
+    let ours = fs::read(private).ok()?;
+    if sha256_hex(&ours) == seeded {
         return None;
     }
-    let ours = ours.expect("read above");
-    let refused = |reason: &str| {
+    let refused = |reason: String| {
         Some(WriteBack::Refused {
             file: user.to_path_buf(),
-            reason: reason.to_string(),
+            reason,
         })
     };
-    if seeded.is_none() {
-        return refused("the user had no credentials file to refresh");
-    }
     let Some(our_stamp) = stamp_of(provider, &ours) else {
-        return refused("the attempt's copy is not a valid credentials document");
+        return refused("the attempt's copy is not a valid credentials document".into());
     };
     // Written through a symlink to where the user keeps it.
-    let target = match user.canonicalize() {
-        Ok(target) => target,
-        Err(_) => return refused("the user's credentials file is gone"),
+    let Ok(target) = user.canonicalize() else {
+        return refused("the user's credentials file is gone".into());
     };
-    let Some(parent) = target.parent() else {
-        return refused("the user's credentials file has no directory");
-    };
-    let outcome = locked(parent, || {
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    let replaced = (|| {
+        let handle = fs::File::open(dir)?;
+        let _lock =
+            fsutil::FileLock::file_within(handle, dir, crate::state::team_state::lock_timeout())?;
+        // A temporary of ours that a killed okstra left beside it.
+        fsutil::remove_stale_temporaries(&target)?;
         let theirs = fs::read(&target)?;
-        let newer = match stamp_of(provider, &theirs) {
-            Some(their_stamp) => our_stamp > their_stamp,
-            // The user's own is not valid: a valid refresh replaces it.
-            None => true,
-        };
-        if !newer {
-            return Ok(WriteBack::NotNewer {
-                file: user.to_path_buf(),
-            });
+        // The user's own not valid: a valid refresh replaces it.
+        if stamp_of(provider, &theirs).is_some_and(|their| our_stamp <= their) {
+            return Ok(false);
         }
-        replace(&target, &ours)?;
-        Ok(WriteBack::WrittenBack {
+        let mode = fs::metadata(&target)?.permissions().mode() & 0o777;
+        fsutil::write_atomic_mode(&target, &ours, mode)?;
+        Ok::<_, io::Error>(true)
+    })();
+    match replaced {
+        Ok(true) => Some(WriteBack::WrittenBack {
             file: user.to_path_buf(),
-        })
-    });
-    Some(outcome.unwrap_or_else(|e| WriteBack::Refused {
-        file: user.to_path_buf(),
-        reason: format!("cannot write it back: {e}"),
-    }))
+        }),
+        Ok(false) => Some(WriteBack::NotNewer {
+            file: user.to_path_buf(),
+        }),
+        Err(e) => refused(format!("cannot write it back: {e}")),
+    }
 }
 
 /// How fresh a credentials document of `provider` is, where it is one.
 fn stamp_of(provider: super::Provider, bytes: &[u8]) -> Option<i128> {
     let doc: Value = serde_json::from_slice(bytes).ok()?;
     provider.credentials_stamp(&doc)
-}
-
-/// Run `f` holding an exclusive `flock` on the directory `dir`.
-fn locked<T>(dir: &Path, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-    use rustix::fs::{flock, FlockOperation};
-    let handle = fs::File::open(dir)?;
-    flock(&handle, FlockOperation::LockExclusive)?;
-    let out = f();
-    // Closing the file releases the lock.
-    drop(handle);
-    out
-}
-
-/// Replace `target` with `bytes`: written beside it, synced, renamed over
-/// it, the directory synced; its mode kept. A temporary file an earlier
-/// okstra left there (killed mid-write) is removed first.
-fn replace(target: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = target.parent().unwrap_or(Path::new("."));
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let prefix = format!(".{name}.okstra-");
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = fs::remove_file(e.path());
-            }
-        }
-    }
-    let mode = fs::metadata(target).map_or(0o600, |m| m.permissions().mode() & 0o777);
-    let temp = dir.join(format!("{prefix}{}", std::process::id()));
-    let mut out = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&temp)?;
-    out.write_all(bytes)?;
-    out.sync_all()?;
-    drop(out);
-    fs::rename(&temp, target)?;
-    fs::File::open(dir)?.sync_all()
 }
 
 fn at(path: &Path, what: &str, e: io::Error) -> io::Error {
@@ -598,7 +583,12 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
-        assert!(names.iter().all(|n| !n.contains("okstra")), "{names:?}");
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.contains("okstra") && !n.ends_with(".tmp")),
+            "{names:?}"
+        );
     }
 
     #[test]
@@ -606,15 +596,9 @@ mod tests {
         let h = home();
         let p = Private::seed(&h.attempt, Provider::Claude, &layout(&h.home)).unwrap();
         fs::write(p.dir().join(".credentials.json"), claude_login(999, "x")).unwrap();
-        // Not seeded, so not a credentials file of the record's.
+        // Not seeded, so not a credentials file of the record's: nothing
+        // goes back.
         assert_eq!(p.finish().credentials, None);
-        let got = write_back(
-            &p.dir().join(".credentials.json"),
-            None,
-            &h.home.join(".claude/.credentials.json"),
-            Provider::Claude,
-        );
-        assert!(matches!(got, Some(WriteBack::Refused { .. })), "{got:?}");
         assert!(!h.home.join(".claude/.credentials.json").exists());
     }
 
@@ -645,14 +629,18 @@ mod tests {
         let p = Private::seed(&h.attempt, Provider::Claude, &layout(&h.home)).unwrap();
         fs::write(p.dir().join(".credentials.json"), claude_login(5, "b")).unwrap();
         drop(p);
-        let report = finish_recorded(&h.attempt).unwrap();
+        let report = finish_recorded(&h.attempt).unwrap().unwrap();
         assert_eq!(report.writes, [".credentials.json"]);
         assert!(matches!(
             report.credentials,
             Some(WriteBack::WrittenBack { .. })
         ));
         assert_eq!(fs::read(&user).unwrap(), claude_login(5, "b"));
-        assert_eq!(finish_recorded(&h.home), None, "no record there");
+        assert_eq!(finish_recorded(&h.home).unwrap(), None, "no record there");
+        // A record that does not read: an error, never a silent pass.
+        fs::write(h.attempt.join(SEED_RECORD), "{").unwrap();
+        let err = finish_recorded(&h.attempt).unwrap_err();
+        assert!(err.to_string().contains(SEED_RECORD), "{err}");
     }
 
     #[test]

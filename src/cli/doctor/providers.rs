@@ -99,7 +99,7 @@ fn state_check(provider: Provider, cli: &str, miss: Level) -> Option<Check> {
             check(
                 name,
                 Level::Ok,
-                format!("private per attempt ({}): {what}", layout.var),
+                format!("private per attempt ({}): {what}", private.env().0),
                 "",
             )
         }

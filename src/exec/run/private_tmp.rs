@@ -49,37 +49,57 @@ impl Runner<'_> {
     /// first, as the wrapper would have: its writes listed (returned) and a
     /// refreshed login written back. Done before the settlement is
     /// recorded, so an exec that dies in between leaves it to the next,
-    /// which settles the attempt again. One that cannot be removed is
+    /// which settles the attempt again. A directory that cannot be removed,
+    /// or state that cannot be finished (then kept, the login in it), is
     /// reported (`exec/cleanup-incomplete`, exit 1), never passed over.
     pub(super) fn remove_private_tmp(&mut self, job: &Job, d: &Dispatched) -> Option<Report> {
-        let recorded = d.tmp_dir.as_ref()?;
+        let recorded = Path::new(d.tmp_dir.as_ref()?);
         let expected = self.tmp_name(job, d.head.attempt);
-        // Only a directory named as expected: the record is not trusted
-        // to point at what the wrapper made.
-        // Only an agent's attempt has state to finish.
-        let ours = Path::new(recorded).file_name() == Some(expected.as_ref());
-        let state = (ours && job.provider.is_agent())
-            .then(|| finish_recorded(Path::new(recorded)))
-            .flatten();
+        // Only a directory named as expected (the record is not trusted to
+        // point at what the wrapper made), and only an agent's has state.
+        let ours = recorded.file_name() == Some(expected.as_ref());
+        let state = match ours && job.provider.is_agent() {
+            true => finish_recorded(recorded),
+            false => Ok(None),
+        };
+        let state = match state {
+            Ok(state) => state,
+            Err(e) => {
+                self.cleanup_incomplete(
+                    job,
+                    d,
+                    format!("its CLI's private state was not finished, and is kept: {e}"),
+                    "a login the CLI refreshed may be in its state directory: copy it back by hand if the CLI asks you to log in again, then remove the directory",
+                );
+                return None;
+            }
+        };
         // Through the root this exec opened, where the record lies in it:
         // no path walk and no check again per attempt.
         let removed = match &self.tmp_root {
-            Some(root) => root.remove_recorded(Path::new(recorded), &expected),
-            None => tmpdir::remove_recorded(Path::new(recorded), &expected),
+            Some(root) => root.remove_recorded(recorded, &expected),
+            None => tmpdir::remove_recorded(recorded, &expected),
         };
         if let Err(e) = removed {
-            let text = format!(
-                "{} (attempt {}): its private directory was not removed: {e}",
-                job.label(),
-                d.head.attempt
-            );
-            self.say(text.clone());
-            self.problems.push(
-                Diagnostic::new(Code::ExecCleanupIncomplete, text)
-                    .worker(job.label().to_string())
-                    .help("remove it by hand once nothing of the worker runs any more (`chmod -R u+rwx` first if it holds read-only directories)"),
+            self.cleanup_incomplete(
+                job,
+                d,
+                format!("its private directory was not removed: {e}"),
+                "remove it by hand once nothing of the worker runs any more (`chmod -R u+rwx` first if it holds read-only directories)",
             );
         }
         state
+    }
+
+    /// `exec/cleanup-incomplete` for attempt `d` of `job`: said, and a
+    /// problem of the run.
+    fn cleanup_incomplete(&mut self, job: &Job, d: &Dispatched, what: String, help: &'static str) {
+        let text = format!("{} (attempt {}): {what}", job.label(), d.head.attempt);
+        self.say(text.clone());
+        self.problems.push(
+            Diagnostic::new(Code::ExecCleanupIncomplete, text)
+                .worker(job.label().to_string())
+                .help(help),
+        );
     }
 }
