@@ -157,7 +157,7 @@ codes! {
     AuditIncomplete = "audit/incomplete", JobsFailed,
         "the mutation audit could not walk or compare the tree, or a stage's recorded baseline is missing or changed; the jobs it covers settle `error`";
     ExecCleanupIncomplete = "exec/cleanup-incomplete", JobsFailed,
-        "a confined worker's private TMPDIR could not be removed once its attempt settled";
+        "an attempt's private directory could not be removed once it settled, or its CLI's private state could not be finished (kept)";
 }
 
 /// How a command ends. Mapped to a process exit code in exactly one place.
