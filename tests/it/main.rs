@@ -11,6 +11,7 @@
 mod common;
 
 mod audit;
+mod baseline;
 mod cli;
 mod confinement;
 mod crash;

@@ -1,8 +1,9 @@
 //! The real agent CLIs (claude, codex, gemini), installed by
 //! `scripts/install-agent-clis.sh`: each accepts the argv okstra builds
 //! (`argv`), runs end to end against a mock of its vendor's API (`e2e`,
-//! `mock_api`), 16 at once without touching the user's own state
-//! (`concurrency`), and is judged logged in as it judges itself (`login`).
+//! `mock_api`), on private state that keeps the user's own untouched
+//! (`private_state`; 16 at once: `concurrency`), and is judged logged in
+//! as it judges itself (`login`).
 //!
 //! A binary of its own, apart from tests/it/: these tests run the vendors'
 //! node CLIs (heavy to start) and hold them to wall-clock limits (a refused
@@ -18,3 +19,4 @@ mod concurrency;
 mod e2e;
 mod login;
 mod mock_api;
+mod private_state;
