@@ -97,6 +97,23 @@ impl Project {
         files
     }
 
+    /// The worktree of task `t`, key `k`, made at `HEAD` on [`BRANCH`].
+    fn worktree(&self) -> (PathBuf, Worktree) {
+        let path = self.wt_path("t", "k");
+        let wt = self
+            .repo
+            .prepare_worktree(&path, BRANCH, "HEAD", false)
+            .unwrap();
+        (path, wt)
+    }
+
+    /// The user's checkout as it was `before`, and no hook of theirs ran.
+    #[track_caller]
+    fn assert_untouched(&self, before: &BTreeMap<PathBuf, Vec<u8>>) {
+        assert_eq!(&self.snapshot(), before);
+        self.no_hook_ran();
+    }
+
     fn no_hook_ran(&self) {
         assert!(
             !self.hook_marker.exists(),
@@ -143,11 +160,7 @@ impl Project {
 fn prepare_makes_a_worktree_then_adopts_it() {
     let p = project();
     let before = p.snapshot();
-    let path = p.wt_path("t", "k");
-    let wt = p
-        .repo
-        .prepare_worktree(&path, BRANCH, "HEAD", false)
-        .unwrap();
+    let (path, wt) = p.worktree();
     assert_eq!(wt.path(), path);
     assert_eq!(wt.branch(), BRANCH);
     p.assert_ready(&wt, &p.base);
@@ -165,19 +178,14 @@ fn prepare_makes_a_worktree_then_adopts_it() {
     assert_eq!(again, wt);
     assert_eq!(fs::read_to_string(path.join("a.txt")).unwrap(), "edited\n");
 
-    assert_eq!(p.snapshot(), before);
-    p.no_hook_ran();
+    p.assert_untouched(&before);
 }
 
 #[test]
 fn fresh_resets_tree_and_branch_to_the_base() {
     let p = project();
     let before = p.snapshot();
-    let path = p.wt_path("t", "k");
-    let wt = p
-        .repo
-        .prepare_worktree(&path, BRANCH, "HEAD", false)
-        .unwrap();
+    let (path, wt) = p.worktree();
     fs::write(path.join("a.txt"), "committed\n").unwrap();
     p.repo.commit_all(&wt, "work\n").unwrap().unwrap();
     fs::write(path.join("a.txt"), "dirty\n").unwrap();
@@ -197,8 +205,7 @@ fn fresh_resets_tree_and_branch_to_the_base() {
         p.repo.branch_tip(BRANCH).unwrap().as_deref(),
         Some(&*p.base)
     );
-    assert_eq!(p.snapshot(), before);
-    p.no_hook_ran();
+    p.assert_untouched(&before);
 }
 
 /// Each way a killed git can leave a worktree: prepare repairs it, and the
@@ -324,11 +331,7 @@ fn what_is_not_ours_is_left_alone() {
 fn commit_all_commits_everything_with_trailers_and_no_hooks() {
     let p = project();
     let before = p.snapshot();
-    let path = p.wt_path("t", "k");
-    let wt = p
-        .repo
-        .prepare_worktree(&path, BRANCH, "HEAD", false)
-        .unwrap();
+    let (path, wt) = p.worktree();
     assert_eq!(p.repo.commit_all(&wt, "nothing\n").unwrap(), None);
 
     fs::write(path.join("a.txt"), "changed\n").unwrap();
@@ -401,8 +404,7 @@ fn commit_all_commits_everything_with_trailers_and_no_hooks() {
         None
     );
 
-    assert_eq!(p.snapshot(), before);
-    p.no_hook_ran();
+    p.assert_untouched(&before);
 
     // Control: the hooks are live for a git without okstra's settings.
     let plain = std::process::Command::new("git")
@@ -420,11 +422,7 @@ fn commit_all_commits_everything_with_trailers_and_no_hooks() {
 fn keep_attempt_keeps_changes_off_the_branch() {
     let p = project();
     let before = p.snapshot();
-    let path = p.wt_path("t", "k");
-    let wt = p
-        .repo
-        .prepare_worktree(&path, BRANCH, "HEAD", false)
-        .unwrap();
+    let (path, wt) = p.worktree();
     let keep = "okstra-attempts/t/k/1";
     assert_eq!(
         p.repo.keep_attempt(&wt, &p.base, keep, "kept\n").unwrap(),
@@ -468,19 +466,14 @@ fn keep_attempt_keeps_changes_off_the_branch() {
     assert_eq!(p.repo.branch_tip(BRANCH).unwrap(), Some(p.base.clone()));
     p.assert_ready(&wt, &p.base);
 
-    assert_eq!(p.snapshot(), before);
-    p.no_hook_ran();
+    p.assert_untouched(&before);
 }
 
 #[test]
 fn remove_keeps_the_branch_and_leaves_no_registration() {
     let p = project();
     let before = p.snapshot();
-    let path = p.wt_path("t", "k");
-    let wt = p
-        .repo
-        .prepare_worktree(&path, BRANCH, "HEAD", false)
-        .unwrap();
+    let (path, wt) = p.worktree();
     fs::write(path.join("a.txt"), "uncommitted\n").unwrap();
     p.repo.remove_worktree(&wt).unwrap();
     assert!(!path.exists());
@@ -503,8 +496,7 @@ fn remove_keeps_the_branch_and_leaves_no_registration() {
     p.repo.prune().unwrap();
     let admins = fs::read_dir(p.top.join(".git/worktrees")).map_or(0, |d| d.count());
     assert_eq!(admins, 0);
-    assert_eq!(p.snapshot(), before);
-    p.no_hook_ran();
+    p.assert_untouched(&before);
 }
 
 #[test]
@@ -698,11 +690,7 @@ fn trailer_blocks() {
 #[test]
 fn a_lock_near_a_live_git_is_refused() {
     let p = project();
-    let path = p.wt_path("t", "k");
-    let wt = p
-        .repo
-        .prepare_worktree(&path, BRANCH, "HEAD", false)
-        .unwrap();
+    let (path, wt) = p.worktree();
     let lock = wt.admin_dir().join("index.lock");
     fs::write(&lock, "").unwrap();
     // A git that waits on its stdin, working in the worktree.

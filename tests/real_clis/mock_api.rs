@@ -145,6 +145,15 @@ struct Gathering {
     sizes: Vec<usize>,
 }
 
+impl Gathering {
+    /// Let go of every request held here: the round is over.
+    fn let_go(&mut self) {
+        self.sizes.push(self.held);
+        self.held = 0;
+        self.round += 1;
+    }
+}
+
 /// One request the server received.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -412,10 +421,7 @@ fn gather(s: &Shared, cli: &'static str, n: usize) {
     g.held += 1;
     let round = g.round;
     if g.held >= n {
-        let size = g.held;
-        g.sizes.push(size);
-        g.held = 0;
-        g.round += 1;
+        g.let_go();
         s.gathered.notify_all();
         return;
     }
@@ -428,10 +434,7 @@ fn gather(s: &Shared, cli: &'static str, n: usize) {
         }
         if left.is_zero() {
             // The rest never came: let go of those here.
-            let size = g.held;
-            g.sizes.push(size);
-            g.held = 0;
-            g.round += 1;
+            g.let_go();
             s.gathered.notify_all();
             return;
         }
