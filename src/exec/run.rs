@@ -5,7 +5,7 @@
 //! This file holds the loop and the runner's state; its rooms hold the
 //! steps: `resume` (where an earlier exec left each job), `round` (start
 //! held, record, let go once durable, watch, stop), `start` (one attempt's
-//! wrapper), `gate` (the binding gate at each start), `private_tmp`,
+//! wrapper), `gate` (the binding gate at each start), `private_dir`,
 //! `stage_audit` (the stage's baseline and each attempt's verdict) and
 //! `settlement` (decide, record, report). Every decision is recorded
 //! before anything follows from it.
@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 mod egress;
 mod gate;
-mod private_tmp;
+mod private_dir;
 mod resume;
 mod round;
 mod settlement;

@@ -108,7 +108,7 @@ impl Runner<'_> {
         let job = self.job(i);
         let attempt = e.dispatched.head.attempt;
         let first = job.first_attempt();
-        let state = self.remove_private_tmp(&job, &e.dispatched);
+        let state = self.remove_private_dir(&job, &e.dispatched);
         let egress = self.close_door(i, attempt).unwrap_or_default();
         let (mut facts, report) = self.facts_of(&job, &e);
         let summary;

@@ -65,7 +65,7 @@ impl Runner<'_> {
         let session_id = job
             .takes_session_id
             .then(|| uuid::Uuid::new_v4().to_string());
-        let tmp_dir = self.private_tmp(&job, attempt)?;
+        let tmp_dir = self.private_dir(&job, attempt)?;
         let status = self.abs(&job.status_path());
         // okstra's own writes never go through a symlink
         // (docs/exec.md#never-through-a-symlink): the log is opened here, below

@@ -20,7 +20,7 @@ impl Runner<'_> {
     /// for an unconfined `command` job, or on another machine (a Slurm
     /// node's temp directory is not exec's to reach: there the wrapper
     /// names and removes its own).
-    pub(super) fn private_tmp(
+    pub(super) fn private_dir(
         &mut self,
         job: &Job,
         attempt: u64,
@@ -52,7 +52,7 @@ impl Runner<'_> {
     /// which settles the attempt again. A directory that cannot be removed,
     /// or state that cannot be finished (then kept, the login in it), is
     /// reported (`exec/cleanup-incomplete`, exit 1), never passed over.
-    pub(super) fn remove_private_tmp(&mut self, job: &Job, d: &Dispatched) -> Option<Report> {
+    pub(super) fn remove_private_dir(&mut self, job: &Job, d: &Dispatched) -> Option<Report> {
         let recorded = Path::new(d.tmp_dir.as_ref()?);
         let expected = self.tmp_name(job, d.head.attempt);
         // Only a directory named as expected (the record is not trusted to
