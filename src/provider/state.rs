@@ -113,8 +113,19 @@ pub enum WriteBack {
     WrittenBack { file: PathBuf },
     /// The user's was as new or newer (another attempt wrote back first).
     NotNewer { file: PathBuf },
-    /// Not written back, and why.
+    /// Not written back, and why: not a login this CLI's user may be given.
     Refused { file: PathBuf, reason: String },
+    /// Not written back because the write could not be done (the lock not
+    /// had in time, an I/O error): the attempt's copy is kept for another
+    /// try, and the run fails if that cannot be done either.
+    Failed { file: PathBuf, reason: String },
+}
+
+impl WriteBack {
+    /// Whether the attempt's login is still to be written back.
+    pub fn failed(&self) -> bool {
+        matches!(self, WriteBack::Failed { .. })
+    }
 }
 
 /// An attempt's private state, seeded.
@@ -425,7 +436,10 @@ pub fn write_back(
         Ok(false) => Some(WriteBack::NotNewer {
             file: user.to_path_buf(),
         }),
-        Err(e) => refused(format!("cannot write it back: {e}")),
+        Err(e) => Some(WriteBack::Failed {
+            file: user.to_path_buf(),
+            reason: format!("cannot write it back: {e}"),
+        }),
     }
 }
 

@@ -137,7 +137,7 @@ pub(super) fn execute(
     );
     // The private state's writes listed and a refreshed login written
     // back before the sidecar's last write; the directory goes after it.
-    status.status.provider_state = ready.dir.as_ref().and_then(AttemptDir::finish);
+    status.status.provider_state = ready.dir.as_mut().and_then(AttemptDir::finish);
     let code = status.finish(code, error);
     drop(ready.dir.take());
     if args.presentation == Presentation::Live {

@@ -24,6 +24,9 @@ pub(super) struct AttemptDir {
     pub path: PathBuf,
     /// The agent CLI's private state, once seeded.
     pub state: Option<Private>,
+    /// Left in place when dropped: it holds a refreshed login not yet
+    /// written back, which exec tries again.
+    keep: bool,
 }
 
 impl AttemptDir {
@@ -59,6 +62,7 @@ impl AttemptDir {
             name,
             path,
             state: None,
+            keep: false,
         }))
     }
 
@@ -90,13 +94,24 @@ impl AttemptDir {
 
     /// What the attempt wrote in its private state, a refreshed login
     /// written back: done once the worker ended, before the directory goes.
-    pub fn finish(&self) -> Option<Report> {
+    /// A write-back that could not be done keeps the directory for exec's
+    /// try (docs/confinement.md#provider-state).
+    pub fn finish(&mut self) -> Option<Report> {
         let report = self.state.as_ref()?.finish();
-        if let Some(state::WriteBack::Refused { file, reason }) = &report.credentials {
-            say(format_args!(
+        match &report.credentials {
+            Some(state::WriteBack::Refused { file, reason }) => say(format_args!(
                 "the CLI's refreshed login was not written back to {}: {reason}",
                 file.display()
-            ));
+            )),
+            Some(state::WriteBack::Failed { file, reason }) => {
+                say(format_args!(
+                    "the CLI's refreshed login could not be written back to {} ({reason}): {} is kept for exec to try again",
+                    file.display(),
+                    self.path.display()
+                ));
+                self.keep = true;
+            }
+            _ => {}
         }
         Some(report)
     }
@@ -104,6 +119,9 @@ impl AttemptDir {
 
 impl Drop for AttemptDir {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         // Most often a trivial job's: an empty TMPDIR and no state, gone
         // with two rmdirs and no walk.
         if self.state.is_none() {

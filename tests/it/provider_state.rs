@@ -277,3 +277,46 @@ fn a_login_that_cannot_be_copied_refuses_the_attempt_before_the_cli_runs() {
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
     assert!(fx.scratch("w.count").exists());
 }
+
+#[test]
+fn a_refreshed_login_that_cannot_be_written_back_in_time_is_kept_and_reported() {
+    // Something holds the lock on the user's `~/.claude` all through the run
+    // (the user's own tool, say), and locks are waited for 1 s: the wrapper
+    // cannot write the refreshed login back and keeps it; exec tries again,
+    // cannot either, and fails the run with `exec/cleanup-incomplete`,
+    // the login kept in the attempt's directory. The user's is untouched.
+    let fx = fixture(
+        "cli-wrapper",
+        &[worker(
+            "w",
+            "claude",
+            "sonnet",
+            "env = { FAKE_MODE = \"refresh\", FAKE_STAMP = \"4000\" }",
+        )],
+    );
+    fx.home_file(".claude/.credentials.json", OLD_LOGIN);
+    fx.run_env("OKSTRA_LOCK_TIMEOUT_SECONDS", "1");
+    let held = std::fs::File::open(fx.home().join(".claude")).unwrap();
+    held.lock().unwrap();
+    let ran = fx.exec(&[]);
+    drop(held);
+    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr.contains("exec/cleanup-incomplete") && ran.stderr.contains("is kept"),
+        "{}",
+        ran.stderr
+    );
+    let row = fx.dispatch_rows("w").pop().unwrap();
+    assert_eq!(row["status"], "completed", "{row}");
+    let outcome = &row["providerState"]["credentials"];
+    assert_eq!(outcome["outcome"], "failed", "{row}");
+    assert!(
+        outcome["reason"].as_str().unwrap().contains("not released"),
+        "{outcome}"
+    );
+    assert_eq!(user_login(&fx)["claudeAiOauth"]["expiresAt"], 1000);
+    let dir = attempt_dir(&fx);
+    let kept = std::fs::read_to_string(dir.join("state/.credentials.json")).unwrap();
+    assert!(kept.contains("\"expiresAt\":4000"), "{kept}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -63,6 +63,15 @@ impl Runner<'_> {
             false => Ok(None),
         };
         let state = match state {
+            Ok(Some(report)) if report.credentials.as_ref().is_some_and(|c| c.failed()) => {
+                self.cleanup_incomplete(
+                    job,
+                    d,
+                    "its CLI's refreshed login could not be written back, and is kept in its private state".into(),
+                    "copy the credentials file from the kept directory's state/ over your own by hand (the row's providerState says why it failed), then remove the directory",
+                );
+                return Some(report);
+            }
             Ok(state) => state,
             Err(e) => {
                 self.cleanup_incomplete(

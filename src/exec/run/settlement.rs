@@ -117,9 +117,10 @@ impl Runner<'_> {
         let mut settled = self.settled(&job, &e, &facts, &d, report, summary);
         self.note_refusals(&e.dispatched, &egress);
         settled.egress = egress.destinations;
-        // The wrapper's account of its private state, else exec's own of
-        // the one a killed wrapper left.
-        settled.provider_state = settled.provider_state.take().or(state);
+        // exec's account of the private state, where it finished it (a
+        // killed wrapper's, or one whose write-back failed), else the
+        // wrapper's.
+        settled.provider_state = state.or(settled.provider_state.take());
         self.usages[i].extend(settled.usage.clone());
         // A lost attempt found by this exec resumes at once; an interrupted
         // one is for the next exec.
