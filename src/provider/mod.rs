@@ -117,11 +117,16 @@ impl Provider {
     /// How the CLI's private state per attempt is laid out and seeded
     /// from the user's (docs/confinement.md#provider-state), given the
     /// wrapper's environment (`HOME` and the CLI's own variable); `None` for
-    /// `command`, or where `HOME` is unset.
+    /// `command`. Without `HOME` there is nothing to seed from, and the CLI
+    /// still gets its private state, empty: it never falls back to where
+    /// it would look by itself (node finds the home in the password file).
     pub fn private_state(self) -> Option<state::Layout> {
+        self.state_var()?;
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        let home = var("HOME").map(PathBuf::from)?;
-        self.adapter().private_state(&home, &var)
+        match var("HOME") {
+            Some(home) => self.adapter().private_state(Path::new(&home), &var),
+            None => Some(state::Layout::default()),
+        }
     }
 
     /// The variable that points the CLI at its private state per attempt

@@ -30,7 +30,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// How one CLI's private state is laid out and seeded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Layout {
     /// The user's files and directories copied in, each to its place
     /// below the private state directory.

@@ -320,3 +320,36 @@ fn a_refreshed_login_that_cannot_be_written_back_in_time_is_kept_and_reported() 
     assert!(kept.contains("\"expiresAt\":4000"), "{kept}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn without_a_home_the_cli_still_runs_on_private_state() {
+    // Nothing to seed from, but the CLI is pointed at an empty private
+    // state all the same, never left to find a home of its own.
+    let fx = fixture(
+        "cli-wrapper",
+        &[worker(
+            "w",
+            "claude",
+            "sonnet",
+            "env = { FAKE_MODE = \"refresh\", FAKE_STAMP = \"4000\" }",
+        )],
+    );
+    fx.run_env_remove("HOME");
+    let ran = fx.exec(&[]);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let row = fx.dispatch_rows("w").pop().unwrap();
+    let state = &row["providerState"];
+    assert_eq!(state["var"], "CLAUDE_CONFIG_DIR", "{row}");
+    assert!(
+        state["writes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w == "settings.json"),
+        "{state}"
+    );
+    assert!(
+        state.get("credentials").is_none(),
+        "nothing seeded, nothing back: {state}"
+    );
+}
