@@ -11,7 +11,7 @@
 //! listed on its row ([`Report`]). The one thing that goes back is a
 //! credentials file the CLI refreshed: under a lock on the user's directory,
 //! and only where it is a valid credentials document newer than the user's
-//! ([`write_back`]), so N workers never tear it and a rotated refresh token
+//! (`write_back`), so N workers never tear it and a rotated refresh token
 //! is not lost.
 //!
 //! The attempt's directory holds `state/` (what the variable names) and
@@ -36,7 +36,7 @@ pub struct Layout {
     /// below the private state directory.
     pub seeds: Vec<Seed>,
     /// The user's credentials file, which a refresh during the attempt
-    /// may replace ([`write_back`]).
+    /// may replace (`write_back`).
     pub credentials: Option<Seed>,
 }
 
@@ -49,9 +49,9 @@ pub struct Seed {
 }
 
 /// The private state directory in an attempt's directory.
-pub const STATE: &str = "state";
+const STATE: &str = "state";
 /// What was seeded, in an attempt's directory.
-pub const SEED_RECORD: &str = "seed.json";
+const SEED_RECORD: &str = "seed.json";
 
 /// The most bytes a seeded directory may hold: a user's commands or
 /// skills, never a cache.
@@ -64,22 +64,22 @@ const LISTED: usize = 50;
 /// back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SeedRecord {
-    pub provider: super::Provider,
+struct SeedRecord {
+    provider: super::Provider,
     /// Each seeded file, relative to the state directory, and the sha256
     /// of what was copied.
-    pub files: BTreeMap<String, String>,
+    files: BTreeMap<String, String>,
     /// The credentials file: where it is below the state directory, and
     /// the user's it came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credentials: Option<CredentialsSeed>,
+    credentials: Option<CredentialsSeed>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CredentialsSeed {
-    pub at: String,
-    pub user: PathBuf,
+struct CredentialsSeed {
+    at: String,
+    user: PathBuf,
 }
 
 /// What an attempt did with its private state, for its row.
@@ -390,7 +390,7 @@ fn digest_file(path: &Path) -> io::Result<String> {
 /// ([`fsutil::write_atomic_mode`]), so concurrent attempts and the user's
 /// own CLI never read a torn one. `None`: the CLI left it as seeded, or
 /// removed it.
-pub fn write_back(
+fn write_back(
     private: &Path,
     seeded: &str,
     user: &Path,
