@@ -4,7 +4,7 @@
 //! directories of the user's (`~/.claude` and `~/.claude.json`, `~/.codex`,
 //! `~/.gemini`), written as if by one CLI at a time. okstra gives every
 //! attempt of an agent worker its own instead, confined or not, through the
-//! variable each CLI honours ([`Layout::var`], found by running them): a
+//! variable each CLI honours (`Provider::state_var`, found by running them): a
 //! directory seeded with copies of the user's login and of the settings the
 //! user chose, the rest empty. What the worker writes there (a hook planted
 //! in `settings.json`, an MCP server, history) dies with the attempt and is
