@@ -146,6 +146,10 @@ codes! {
         "an input changed or vanished since the plan was made";
     PlanUnreadable = "plan/unreadable", PlanRefused,
         "a plan file that cannot be read or parsed";
+    PlanDirtyTree = "plan/dirty-tree", PlanRefused,
+        "a `worktree = \"git\"` job based on `HEAD` while the checkout has changes `HEAD` does not hold";
+    PlanWorktreeBase = "plan/worktree-base", PlanRefused,
+        "a `worktree = \"git\"` job without a base: no git, no repository or commit, or a `worktreeBase` naming no commit";
     ExecBindingChanged = "exec/binding-changed", PlanRefused,
         "a v2 job's role execution or model binding changed since planning";
     ExecLocked = "exec/locked", Locked,
@@ -158,6 +162,8 @@ codes! {
         "the mutation audit could not walk or compare the tree, or a stage's recorded baseline is missing or changed; the jobs it covers settle `error`";
     ExecCleanupIncomplete = "exec/cleanup-incomplete", JobsFailed,
         "an attempt's private directory could not be removed once it settled, or its CLI's private state could not be finished (kept)";
+    ExecWorktree = "exec/worktree", JobsFailed,
+        "a job's git worktree could not be made, committed, kept or removed, or holds work of another run; the job settles `error`";
 }
 
 /// How a command ends. Mapped to a process exit code in exactly one place.

@@ -233,6 +233,11 @@ pub struct Job {
     pub completion_paths: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree_path: Option<String>,
+    /// `worktree = "git"` (docs/worktrees.md): the job runs in its own git
+    /// worktree (`worktree_path`), on its own branch, from a base commit
+    /// fixed here; exec commits its result there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_worktree: Option<GitWorktree>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model_execution_value: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -272,6 +277,22 @@ pub struct Job {
     /// How a `slurm` job is submitted; present exactly on `slurm` jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmOptions>,
+}
+
+/// A job's git worktree, as planned (docs/worktrees.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitWorktree {
+    /// The full sha of the commit the worktree starts from, every attempt.
+    pub base: String,
+    /// What the base was taken from: `head`, `index`, or the commit-ish
+    /// `worktreeBase` named.
+    pub base_from: String,
+    /// `okstra/<taskKey>/<state key>`, each part made a ref component.
+    pub branch: String,
+    /// Whether the worktree stays once its branch holds the commit
+    /// (`worktreeKeep`, default true).
+    pub keep: bool,
 }
 
 /// A job's `network` as the spec wrote it: a mode, or hosts allowed

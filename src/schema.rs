@@ -1209,6 +1209,12 @@ mod tests {
             worker_result_path: "r.md".into(),
             completion_paths: vec!["r.md".into()],
             worktree_path: full.then(|| "wt".into()),
+            git_worktree: full.then(|| crate::plan::GitWorktree {
+                base: "0".repeat(40),
+                base_from: "head".into(),
+                branch: "okstra/t/w".into(),
+                keep: true,
+            }),
             model_execution_value: if full { "gpt".into() } else { String::new() },
             invocation: full.then(|| Invocation {
                 invocation_id: "inv".into(),

@@ -591,6 +591,7 @@ fn assemble(
         worker_result_path: paths.worker_result.display.clone(),
         completion_paths: paths.completion.clone(),
         worktree_path: paths.worktree.as_ref().map(|w| w.display.clone()),
+        git_worktree: None,
         model_execution_value: d.model_execution_value,
         dispatch_id: None,
         invocation: d.invocation,
