@@ -399,6 +399,9 @@ open_vocabulary! {
         AuditIncomplete = "audit-incomplete",
         /// The mutation audit found writes outside the write policy.
         WritePolicy = "write-policy",
+        /// exec could not make, commit or keep the attempt's git worktree
+        /// (docs/worktrees.md#running).
+        Worktree = "worktree",
         /// A non-zero exit of no kind more precise.
         Exit = "exit",
     }
@@ -416,6 +419,7 @@ impl FailureKind {
                 | FailureKind::Lost
                 | FailureKind::AuditIncomplete
                 | FailureKind::CliNotFound
+                | FailureKind::Worktree
         )
     }
 }

@@ -356,6 +356,7 @@ fn status_text(
         );
     }
     text.push_str(&refused_egress(rows));
+    text.push_str(&worktree_branches(rows));
     if let Some(run) = &spent.run {
         let mut lines: Vec<Vec<String>> = spent
             .stages
@@ -399,6 +400,31 @@ fn refused_egress(rows: &Rows<'_>) -> String {
         return String::new();
     }
     let heads = ["dispatch", "attempt", "egress refused", "connections"];
+    format!("\n{}", render::table(&heads, &out))
+}
+
+/// The table of what each attempt of a `worktree = "git"` job left
+/// (docs/worktrees.md#running): who, attempt, its branch and the commit it
+/// got, or the branch its work was kept on; "" where no job has a worktree.
+fn worktree_branches(rows: &Rows<'_>) -> String {
+    let short = |sha: String| sha.chars().take(12).collect::<String>();
+    let mut out = Vec::new();
+    for d in &rows.dispatches {
+        let d = tree(d);
+        let branch = cell(&d, "worktreeBranch");
+        if branch.is_empty() {
+            continue;
+        }
+        let (branch, commit) = match cell(&d, "worktreeKeptBranch") {
+            kept if kept.is_empty() => (branch, short(cell(&d, "worktreeCommit"))),
+            kept => (kept, short(cell(&d, "worktreeKeptCommit"))),
+        };
+        out.push(vec![who(&d), cell(&d, "attempt"), branch, commit]);
+    }
+    if out.is_empty() {
+        return String::new();
+    }
+    let heads = ["dispatch", "attempt", "branch", "commit"];
     format!("\n{}", render::table(&heads, &out))
 }
 

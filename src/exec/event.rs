@@ -88,6 +88,31 @@ pub struct Dispatched {
     /// absent in lines of an older okstra, where presence alone counts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub completion_paths_before: Vec<super::artifacts::PathBefore>,
+    /// The git worktree the attempt runs in, made at its base before it
+    /// started (docs/worktrees.md#running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<WorktreeUse>,
+}
+
+/// A job's git worktree as one attempt used it (docs/worktrees.md#running):
+/// where, on which branch, from which base; once settled, the commit its
+/// branch got (completed) or where what it left was kept (not completed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeUse {
+    pub path: String,
+    pub branch: String,
+    pub base: String,
+    /// The commit on `branch` holding what the attempt changed; absent
+    /// where it changed nothing (or has not settled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// `okstra-attempts/<taskKey>/<state key>/<N>`: what an attempt that
+    /// did not complete left, kept for inspection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_branch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_commit: Option<String>,
 }
 
 /// How a backend knows an attempt it started.
@@ -175,6 +200,10 @@ pub struct Settled {
     /// How appending the error-log record went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_log_append: Option<Value>,
+    /// The attempt's git worktree and what became of its changes
+    /// (docs/worktrees.md#running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<WorktreeUse>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -259,6 +288,7 @@ impl Dispatched {
             argv: vec![],
             tmp_dir: None,
             completion_paths_before: vec![],
+            worktree: None,
         }
     }
 }
@@ -315,6 +345,7 @@ mod tests {
             argv: vec![],
             tmp_dir: None,
             completion_paths_before: vec![],
+            worktree: None,
         });
         let line = e.line();
         assert!(
@@ -346,6 +377,7 @@ mod tests {
             resumable: true,
             mutation_audit: None,
             error_log_append: None,
+            worktree: None,
         };
         let retry = RetryScheduled {
             head: head(),

@@ -128,7 +128,11 @@ pub fn verify(
     // One pass over the jobs (each parsed once); the kernel is asked only
     // when some job requires confinement.
     let offer = std::cell::OnceCell::new();
+    let mut bases = std::collections::BTreeSet::new();
     for (_, job) in jobs.each() {
+        if let Some(g) = &job.git_worktree {
+            bases.insert(g.base.clone());
+        }
         if let Some(why) = bindings.as_ref().and_then(|m| binding_change(m, &job)) {
             diags.push(
                 Diagnostic::new(Code::ExecBindingChanged, format!("{}: {why}", job.label()))
@@ -141,11 +145,44 @@ pub fn verify(
             diags.extend(unconfinable(&job, offer.get_or_init(crate::confine::offer)));
         }
     }
+    diags.extend(missing_bases(&bases, root));
     if diags.is_empty() {
         Ok(stamp.filter(|_| manifest.is_some()))
     } else {
         Err(diags)
     }
+}
+
+/// The base commits of the plan's worktree jobs that the repository no
+/// longer holds, or the repository itself gone (docs/worktrees.md#planning):
+/// the plan is stale.
+fn missing_bases(bases: &std::collections::BTreeSet<String>, root: &Path) -> Vec<Diagnostic> {
+    if bases.is_empty() {
+        return Vec::new();
+    }
+    let stale = |message: String| {
+        Diagnostic::new(Code::PlanStale, message)
+            .help("make a new plan where the repository is: okstra plan SPEC --manifest M")
+    };
+    let repo = match crate::worktree::Repo::find(root) {
+        Ok(Some(repo)) => repo,
+        Ok(None) => {
+            return vec![stale(format!(
+                "the plan has worktree jobs, but {} is no longer in a git repository",
+                root.display()
+            ))]
+        }
+        Err(e) => return vec![stale(format!("the plan has worktree jobs, but {e}"))],
+    };
+    bases
+        .iter()
+        .filter(|b| !repo.commit_exists(b))
+        .map(|b| {
+            stale(format!(
+                "the base commit {b} of the plan's worktree jobs is no longer in the repository"
+            ))
+        })
+        .collect()
 }
 
 #[cfg(test)]

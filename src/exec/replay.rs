@@ -455,6 +455,7 @@ mod tests {
             resumable,
             mutation_audit: None,
             error_log_append: None,
+            worktree: None,
         }
     }
 

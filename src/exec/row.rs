@@ -76,6 +76,10 @@ pub struct DispatchRow {
     pub completion_paths: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worktree_path: Option<String>,
+    /// The job's own branch, for a `worktree = "git"` job
+    /// (docs/worktrees.md#running).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree_branch: Option<String>,
     pub model_execution_value: String,
     pub write_policy_digest: String,
     pub write_enforcement: WriteEnforcement,
@@ -136,6 +140,14 @@ pub struct Ended {
     pub usage: Option<Usage>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub resumable: bool,
+    /// The commit the job's branch got from this attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree_commit: Option<String>,
+    /// Where what an attempt that did not complete left was kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree_kept_branch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree_kept_commit: Option<String>,
 }
 
 impl DispatchRow {
@@ -173,6 +185,7 @@ impl DispatchRow {
             worker_result_path: job.worker_result_path.clone(),
             completion_paths: job.completion_paths.clone(),
             worktree_path: job.worktree_path.clone(),
+            worktree_branch: job.git_worktree.as_ref().map(|g| g.branch.clone()),
             model_execution_value: job.model_execution_value.clone(),
             write_policy_digest: job.write_policy.digest.clone(),
             write_enforcement: job.write_enforcement.clone(),
@@ -207,6 +220,9 @@ impl Ended {
             cli_argv: s.cli_argv.clone(),
             usage: s.usage.clone(),
             resumable: s.resumable,
+            worktree_commit: s.worktree.as_ref().and_then(|w| w.commit.clone()),
+            worktree_kept_branch: s.worktree.as_ref().and_then(|w| w.kept_branch.clone()),
+            worktree_kept_commit: s.worktree.as_ref().and_then(|w| w.kept_commit.clone()),
         }
     }
 }
@@ -247,6 +263,7 @@ mod tests {
             argv: vec!["a".into()],
             tmp_dir: None,
             completion_paths_before: vec![],
+            worktree: None,
         }
     }
 
@@ -290,6 +307,7 @@ mod tests {
             resumable: true,
             mutation_audit: None,
             error_log_append: None,
+            worktree: None,
         };
         let expected: Value = serde_json::from_str(
             r#"{

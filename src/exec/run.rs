@@ -42,6 +42,7 @@ mod round;
 mod settlement;
 mod stage_audit;
 mod start;
+mod worktrees;
 
 use gate::BindingVerdicts;
 use resume::Found;
@@ -102,6 +103,8 @@ pub(super) struct Runner<'a> {
     tmp_root: Option<tmpdir::Root>,
     /// The egress proxy and the doors of the attempts running through it.
     doors: egress::Doors,
+    /// The repository and the worktrees of `worktree = "git"` jobs.
+    trees: worktrees::Trees,
 }
 
 impl<'a> Runner<'a> {
@@ -119,7 +122,9 @@ impl<'a> Runner<'a> {
             root,
             manifest_stamp,
         } = verified;
-        let (audit_roots, audit_exclude) = audit_walk(root, plan, jobs, &rec);
+        let (audit_roots, mut audit_exclude, git_worktrees) = audit_walk(root, plan, jobs, &rec);
+        let (trees, own_refs) = worktrees::Trees::open(root, git_worktrees);
+        audit_exclude.extend(own_refs);
         let n = jobs.len();
         let mut backend = Backends::new(Local::new(opts.worker.clone()));
         let mut rec = rec;
@@ -162,6 +167,7 @@ impl<'a> Runner<'a> {
             offer: std::cell::OnceCell::new(),
             tmp_root: None,
             doors: egress::Doors::default(),
+            trees,
         }
     }
 
@@ -225,6 +231,7 @@ impl<'a> Runner<'a> {
             self.run_stage(si, &indices);
             self.hear_backends();
             self.end_of_stage();
+            self.remove_committed_worktrees(&indices);
             let done = indices.iter().all(|&i| {
                 self.reports[i]
                     .as_ref()
@@ -331,6 +338,12 @@ impl<'a> Runner<'a> {
                 },
             }
         }
+        let in_flight: Vec<usize> = ended
+            .iter()
+            .map(|e| e.job)
+            .chain(adopted.iter().map(|r| r.job))
+            .collect();
+        self.prepare_worktrees(&mut pending, &in_flight);
         let busy = !(pending.is_empty() && ended.is_empty() && adopted.is_empty());
         let baseline = self.stage_baseline(si, indices, busy, &mut pending);
         let settle_now = matches!(baseline, Baseline::Off);

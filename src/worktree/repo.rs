@@ -226,6 +226,27 @@ impl Repo {
         Ok(None)
     }
 
+    /// The branches under `refs/heads/<prefix>/` (names without
+    /// `refs/heads/`), sorted.
+    pub fn branches_under(&self, prefix: &str) -> Result<Vec<String>, GitError> {
+        let prefix = prefix.trim_end_matches('/');
+        if !branch_name_ok(prefix) {
+            return Err(GitError::BadName(prefix.to_string()));
+        }
+        let text = self
+            .call()
+            .args(["for-each-ref", "--format=%(refname)"])
+            .arg(format!("refs/heads/{prefix}/"))
+            .text()?;
+        let mut out: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("refs/heads/"))
+            .map(str::to_string)
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     /// `git worktree prune`: drops the registrations of worktrees whose
     /// directory is gone (the user's as well as okstra's).
     pub fn prune(&self) -> Result<(), GitError> {

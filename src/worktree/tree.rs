@@ -128,6 +128,8 @@ impl Repo {
             return Ok(None);
         }
         let commit = self.commit_tree(wt, &tree, &head, message)?;
+        // Killed here, the commit is an object no ref names: made again.
+        crate::fault::point("worktree-commit-ref");
         wt.call()
             .args(["update-ref", "-m", "okstra: commit"])
             .arg(format!("refs/heads/{}", wt.branch))
@@ -166,6 +168,7 @@ impl Repo {
             head.clone()
         };
         self.clear_ref_lock(keep_ref, &wt.path)?;
+        crate::fault::point("worktree-keep-ref");
         wt.call()
             .args(["update-ref", "-m", "okstra: attempt kept"])
             .arg(format!("refs/heads/{keep_ref}"))
@@ -184,19 +187,46 @@ impl Repo {
         Ok(Some(kept))
     }
 
-    /// Remove `wt`'s files and registration, keeping its branch (`git
-    /// worktree remove --force` when it is complete, then whatever is left
-    /// of it, its registration included, by hand: other worktrees'
-    /// registrations are left alone). Already gone is fine.
-    pub fn remove_worktree(&self, wt: &Worktree) -> Result<(), GitError> {
-        let path = self.place(&wt.path)?;
-        if let Found::Complete { .. } = self.inspect(&path, &wt.branch)? {
+    /// The paths changed in `wt` against its `HEAD` (staged, unstaged and
+    /// untracked; ignored ones left out), relative to the worktree. Reads
+    /// only: optional locks are off, so the index is not refreshed.
+    pub fn changes_in(&self, wt: &Worktree) -> Result<Vec<String>, GitError> {
+        let out = wt
+            .call()
+            .args([
+                "status",
+                "--porcelain=v1",
+                "-z",
+                "--untracked-files=all",
+                "--no-renames",
+            ])
+            .run()?;
+        Ok(out
+            .split(|&b| b == 0)
+            .filter(|f| f.len() > 3)
+            .map(|f| String::from_utf8_lossy(&f[3..]).into_owned())
+            .collect())
+    }
+
+    /// [`Repo::remove_worktree`] of the worktree okstra made at `path` on
+    /// `branch`, whether or not this process made it.
+    pub fn remove_worktree_at(&self, path: &Path, branch: &str) -> Result<(), GitError> {
+        let path = self.place(path)?;
+        if let Found::Complete { .. } = self.inspect(&path, branch)? {
             self.call()
                 .args(["worktree", "remove", "--force"])
                 .arg(&path)
                 .run()?;
         }
         self.discard(&path)
+    }
+
+    /// Remove `wt`'s files and registration, keeping its branch (`git
+    /// worktree remove --force` when it is complete, then whatever is left
+    /// of it, its registration included, by hand: other worktrees'
+    /// registrations are left alone). Already gone is fine.
+    pub fn remove_worktree(&self, wt: &Worktree) -> Result<(), GitError> {
+        self.remove_worktree_at(&wt.path, &wt.branch)
     }
 
     /// `path` made absolute with a canonical parent (created if missing),
@@ -354,6 +384,7 @@ impl Repo {
             .arg(format!("refs/heads/{branch}"))
             .arg(base)
             .run()?;
+        crate::fault::point("worktree-add");
         self.call()
             .args(["worktree", "add", "--no-checkout", "--end-of-options"])
             .arg(&path)
@@ -370,6 +401,8 @@ impl Repo {
             branch: branch.to_string(),
             admin,
         };
+        // Killed here, the worktree has no index: half-made, made again.
+        crate::fault::point("worktree-checkout");
         wt.call()
             .args(["reset", "--hard", "-q", "--no-recurse-submodules"])
             .run()?;
@@ -378,10 +411,14 @@ impl Repo {
 
     /// Put `wt` back at `base` on its branch, its files clean.
     fn reset_to(&self, wt: &Worktree, base: &str) -> Result<(), GitError> {
-        wt.call()
-            .args(["symbolic-ref", "HEAD"])
-            .arg(format!("refs/heads/{}", wt.branch))
-            .run()?;
+        // `HEAD` is written only where it left the branch: the audit reads
+        // it, and a rewrite of the same text would still be a new file.
+        if self.check_on_branch(wt).is_err() {
+            wt.call()
+                .args(["symbolic-ref", "HEAD"])
+                .arg(format!("refs/heads/{}", wt.branch))
+                .run()?;
+        }
         wt.call()
             .args(["update-ref", "-m", "okstra: fresh attempt"])
             .arg(format!("refs/heads/{}", wt.branch))

@@ -38,3 +38,4 @@ mod slurm;
 mod snapshots;
 mod validate_parity;
 mod worker;
+mod worktrees;

@@ -205,6 +205,69 @@ fn some_of(lines: &[String]) -> String {
     text
 }
 
+/// A plan's `worktree = "git"` jobs need the user's git (2.36 or later, on
+/// PATH), the repository they were planned in, and each base commit
+/// (docs/worktrees.md#running); `None` when no job has a worktree.
+pub fn git_for(plan: &Plan, root: &std::path::Path) -> Option<Check> {
+    let jobs: Vec<&okstra::plan::Job> = plan.jobs().filter(|j| j.git_worktree.is_some()).collect();
+    if jobs.is_empty() {
+        return None;
+    }
+    let fail = |detail: String, fix: &str| Some(check("git", Level::Fail, detail, fix));
+    let version = match okstra::worktree::git_version() {
+        Ok(v) => v,
+        Err(e) => return fail(e.to_string(), "install git 2.36 or later and put it on PATH"),
+    };
+    if !git_new_enough(&version) {
+        return fail(
+            format!("git {version} is older than 2.36, which worktree jobs need"),
+            "install git 2.36 or later",
+        );
+    }
+    let repo = match okstra::worktree::Repo::find(root) {
+        Ok(Some(repo)) => repo,
+        Ok(None) => {
+            return fail(
+                format!("{} is not in a git repository", root.display()),
+                "run exec where the plan was made",
+            )
+        }
+        Err(e) => return fail(e.to_string(), "check that git works in the project"),
+    };
+    let mut missing: Vec<String> = jobs
+        .iter()
+        .filter_map(|j| j.git_worktree.as_ref())
+        .map(|g| g.base.clone())
+        .filter(|b| !repo.commit_exists(b))
+        .collect();
+    missing.sort();
+    missing.dedup();
+    if !missing.is_empty() {
+        return fail(
+            format!("the planned base commit(s) {} are not in the repository", missing.join(", ")),
+            "plan again: the base is fixed when the plan is made",
+        );
+    }
+    Some(check(
+        "git",
+        Level::Ok,
+        format!(
+            "git {version}; {} worktree job(s) in {}",
+            jobs.len(),
+            repo.top().display()
+        ),
+        "",
+    ))
+}
+
+/// Whether `git --version`'s number is 2.36 or later.
+fn git_new_enough(version: &str) -> bool {
+    let mut parts = version.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= (2, 36)
+}
+
 /// A plan's `pane` jobs need the terminal multiplexer okstra runs in to
 /// answer (tmux through `$TMUX`, cmux); without one they degrade to
 /// `cli-wrapper`, recorded as `degradedFrom: "pane"`.
@@ -245,4 +308,19 @@ pub fn pane_for(plan: &Plan) -> Option<Check> {
             )
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::git_new_enough;
+
+    #[test]
+    fn git_236_or_later_does_worktrees() {
+        assert!(git_new_enough("2.47.3"));
+        assert!(git_new_enough("2.36.0"));
+        assert!(git_new_enough("3.0"));
+        assert!(!git_new_enough("2.35.9"));
+        assert!(!git_new_enough("2.9.5"));
+        assert!(!git_new_enough("garbled"));
+    }
 }

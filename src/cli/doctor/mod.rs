@@ -262,6 +262,7 @@ fn used_checks(plan: Option<&Plan>, named: Option<&[Provider]>, root: &Path) -> 
     out.extend(machine::network_for(p));
     out.extend(machine::reads_for(p));
     out.extend(machine::pane_for(p));
+    out.extend(machine::git_for(p, root));
     out.extend(slurm::checks(p, root));
     out.extend(providers::checks(&providers::Need::Plan(p), root));
     out

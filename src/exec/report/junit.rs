@@ -57,6 +57,9 @@ struct End {
     reason: String,
     failure_kind: Option<FailureKind>,
     exit_code: Option<i32>,
+    /// A `worktree = "git"` job's branch and commit (or where its work was
+    /// kept), docs/worktrees.md#running.
+    worktree: Option<crate::exec::event::WorktreeUse>,
 }
 
 /// What the reporter half collects and the writer half writes.
@@ -159,6 +162,7 @@ impl Reporter for Junit {
                             reason: s.reason.clone(),
                             failure_kind: s.failure_kind.clone(),
                             exit_code: s.exit_code,
+                            worktree: s.worktree.clone(),
                         });
                     }
                     Event::WorkerRetryScheduled(_)
@@ -278,6 +282,16 @@ fn case_of(report: &JobReport, attempts: &[Attempt]) -> TestCase {
     if let Some(code) = last_end.and_then(|e| e.exit_code) {
         case.add_property(Property::new("exitCode", code.to_string()));
     }
+    if let Some(w) = last_end.and_then(|e| e.worktree.as_ref()) {
+        let (branch, commit) = match &w.kept_branch {
+            Some(kept) => (kept, &w.kept_commit),
+            None => (&w.branch, &w.commit),
+        };
+        case.add_property(Property::new("worktreeBranch", branch.as_str()));
+        if let Some(commit) = commit {
+            case.add_property(Property::new("worktreeCommit", commit.as_str()));
+        }
+    }
     if let Some(tail) = last.map(|a| a.log_tail.as_str()).filter(|t| !t.is_empty()) {
         case.set_system_out(tail);
     }
@@ -359,6 +373,7 @@ mod tests {
                 },
                 failure_kind: kind.map(FailureKind::from),
                 exit_code: Some(if completed { 0 } else { 1 }),
+                worktree: None,
             }),
             log_tail: format!("log of {n}"),
             ..Attempt::default()

@@ -113,8 +113,10 @@ impl Runner<'_> {
         let (mut facts, report) = self.facts_of(&job, &e);
         let summary;
         (facts.audit, summary) = audit_of(&facts, judge, own);
-        let d = decide::decide(&facts);
+        let mut d = decide::decide(&facts);
+        let worktree = self.settle_worktree(&job, &e, &mut d, &report);
         let mut settled = self.settled(&job, &e, &facts, &d, report, summary);
+        settled.worktree = worktree;
         self.note_refusals(&e.dispatched, &egress);
         settled.egress = egress.destinations;
         // exec's account of the private state, where it finished it (a
@@ -184,6 +186,7 @@ impl Runner<'_> {
             resumable: d.resumable,
             mutation_audit: summary,
             error_log_append,
+            worktree: None,
         }
     }
 

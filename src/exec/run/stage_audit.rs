@@ -246,19 +246,22 @@ pub(super) fn audit_of(facts: &Facts, judge: Judge, own: &[String]) -> (Audit, O
 
 /// What every audit walk of the run covers and leaves out: the project root
 /// and every worktree outside it, minus okstra's own files (which are
-/// checked against what exec wrote instead).
+/// checked against what exec wrote instead); and whether any job runs in a
+/// git worktree of its own (found on the same pass over the jobs).
 pub(super) fn audit_walk(
     root: &Path,
     plan: &Plan,
     jobs: &Jobs,
     rec: &Recorder,
-) -> (Vec<PathBuf>, Vec<PathBuf>) {
+) -> (Vec<PathBuf>, Vec<PathBuf>, bool) {
     let abs = |p: &str| paths::abs_of(root, p);
+    let mut git_worktrees = false;
     // Each implementer may have a worktree of its own outside the project:
     // a set keeps the check linear in the number of jobs.
     let mut roots = vec![root.to_path_buf()];
     let mut outside = HashSet::new();
     for (_, job) in jobs.each() {
+        git_worktrees |= job.git_worktree.is_some();
         if let Some(w) = &job.worktree_path {
             let w = abs(w);
             if !w.starts_with(root) && outside.insert(w.clone()) {
@@ -284,5 +287,5 @@ pub(super) fn audit_walk(
     if let (Some(dir), Some(name)) = (events.parent(), events.file_name()) {
         exclude.push(dir.join(format!(".{}.lock", name.to_string_lossy())));
     }
-    (roots, exclude)
+    (roots, exclude, git_worktrees)
 }

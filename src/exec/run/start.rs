@@ -136,6 +136,7 @@ impl Runner<'_> {
             argv: started.argv,
             tmp_dir: tmp_dir.map(|d| d.display().to_string()),
             completion_paths_before,
+            worktree: self.worktree_use(&job),
         })
     }
 }
