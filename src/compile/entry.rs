@@ -468,11 +468,21 @@ mod tests {
         assert!(f.planned_paths.is_empty());
         assert_eq!(fields(json!({})).completion_paths, None);
         let w = fields(json!({"worktree": "svn", "worktreeBase": 3, "worktreeKeep": "no"}));
-        assert_eq!((w.worktree.as_deref(), w.worktree_base.as_deref(), w.worktree_keep), (Some("svn"), None, None));
+        assert_eq!(
+            (
+                w.worktree.as_deref(),
+                w.worktree_base.as_deref(),
+                w.worktree_keep
+            ),
+            (Some("svn"), None, None)
+        );
         assert!(!w.git_worktree());
         let w = fields(json!({"worktree": "git", "worktreeBase": "index", "worktreeKeep": false}));
         assert!(w.git_worktree());
-        assert_eq!((w.worktree_base.as_deref(), w.worktree_keep), (Some("index"), Some(false)));
+        assert_eq!(
+            (w.worktree_base.as_deref(), w.worktree_keep),
+            (Some("index"), Some(false))
+        );
     }
 
     #[test]

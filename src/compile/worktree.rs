@@ -148,7 +148,15 @@ pub fn plan_job(
             } else {
                 "worktree"
             };
-            report(ctx, facts, src, entry, &format!("base {base_from}"), &why, at);
+            report(
+                ctx,
+                facts,
+                src,
+                entry,
+                &format!("base {base_from}"),
+                &why,
+                at,
+            );
             return None;
         }
     };
@@ -156,7 +164,9 @@ pub fn plan_job(
     let branch = branch(task_key, key);
     if !branch_name_ok(&branch) {
         let why = Why {
-            message: format!("the branch `{branch}` made of the task key and state key is not one git accepts"),
+            message: format!(
+                "the branch `{branch}` made of the task key and state key is not one git accepts"
+            ),
             help: "rename the task key or the worker's state key",
         };
         report(ctx, facts, src, entry, &branch, &why, "worktree");
@@ -192,7 +202,12 @@ fn report(
         return;
     }
     let d = ctx
-        .at(src, Code::PlanWorktreeBase, why.message.clone(), &entry.ptr(key))
+        .at(
+            src,
+            Code::PlanWorktreeBase,
+            why.message.clone(),
+            &entry.ptr(key),
+        )
         .help(why.help);
     ctx.push(with_worker(d, entry));
 }
@@ -278,7 +293,8 @@ pub fn check_dirty(ctx: &mut Ctx, run: &RunFacts, stages: &[Stage], plan_out: Op
         Ok(found) => found,
         Err(e) => {
             let mut d = *anchor;
-            d.message = format!("cannot tell whether the checkout holds changes `HEAD` lacks: {e}").into();
+            d.message =
+                format!("cannot tell whether the checkout holds changes `HEAD` lacks: {e}").into();
             ctx.push(d.help("`git status` must work in the repository; or set worktreeBase = \"index\" or a commit"));
             return;
         }
@@ -289,7 +305,9 @@ pub fn check_dirty(ctx: &mut Ctx, run: &RunFacts, stages: &[Stage], plan_out: Op
     }
     let mut d = *anchor;
     d.message = dirty_message(&repo.top().display().to_string(), &dirty).into();
-    ctx.push(d.help("commit or stash them, or set worktreeBase = \"index\" (what is staged) or a commit"));
+    ctx.push(d.help(
+        "commit or stash them, or set worktreeBase = \"index\" (what is staged) or a commit",
+    ));
 }
 
 /// The files a job writes besides its worktree: its artifacts.
@@ -322,10 +340,13 @@ struct Within<'a> {
 impl<'a> Within<'a> {
     fn new(repo: &'a Repo, root: &'a Path) -> Option<Within<'a>> {
         let rel = root.strip_prefix(repo.top()).ok()?;
-        let rel = paths::path_text(rel);
         Some(Within {
             top: repo.top(),
-            prefix: if rel.is_empty() { rel } else { format!("{rel}/") },
+            prefix: if rel.as_os_str().is_empty() {
+                String::new()
+            } else {
+                format!("{}/", paths::path_text(rel))
+            },
         })
     }
 
