@@ -47,7 +47,7 @@ pub fn build_job(
 ) -> Option<Job> {
     let provider = resolve_provider(ctx, src, entry, &parsed);
     let paths = resolve_paths(ctx, src, entry, &parsed.state_key, Prompt::Read);
-    let git = plan_git_worktree(ctx, run, src, entry, &parsed.state_key);
+    let git = worktree::plan_entry(ctx, run, src, entry, &parsed.state_key);
     let (provider, mut paths, git) = (provider?, paths?, git?);
     if let Some((path, _)) = &git {
         paths.worktree = Some(Resolved {
@@ -79,25 +79,6 @@ pub fn build_job(
         set_commands(&mut job, &root, run, manifest, entry, &command, &paths.aux);
     }
     Some(job)
-}
-
-/// Step 2, for `worktree = "git"`: the keys that may go with it, and the
-/// worktree's path and record (`Some(None)`: the entry asks for none;
-/// `None`: refused, reported).
-fn plan_git_worktree(
-    ctx: &mut Ctx,
-    run: &RunFacts,
-    src: &SourceFile,
-    entry: &Entry,
-    key: &str,
-) -> Option<Option<(String, plan::GitWorktree)>> {
-    if !worktree::check_keys(ctx, src, entry) {
-        return None;
-    }
-    if !entry.fields.git_worktree() {
-        return Some(None);
-    }
-    worktree::plan_job(ctx, run, src, entry, key).map(Some)
 }
 
 /// The steps of [`build_job`] that need nothing but the spec: the
@@ -780,7 +761,7 @@ fn set_commands(
         .as_deref()
         .filter(|_| job.git_worktree.is_some());
     let (cwd, dirs) = match workdir {
-        Some(w) => (paths::abs_of(root, w), git_write_dirs(root, job, aux)),
+        Some(w) => (paths::abs_of(root, w), worktree::write_dirs(root, job, aux)),
         None => (
             root.to_path_buf(),
             write_dirs(root, job.worktree_path.as_deref(), aux),
@@ -815,26 +796,6 @@ fn write_dirs(root: &Path, worktree: Option<&str>, aux: &[String]) -> Vec<PathBu
     }
     dirs.retain(|d| d != root);
     dirs.dedup();
-    dirs
-}
-
-/// The directories a git-worktree job's CLI must be allowed to write, its
-/// working directory being its worktree: the worktree, the directories of
-/// its result, worker result and completion files (in the project), and
-/// its auxiliary roots.
-fn git_write_dirs(root: &Path, job: &Job, aux: &[String]) -> Vec<PathBuf> {
-    let worktree = job.worktree_path.as_deref().map(|w| paths::abs_of(root, w));
-    let files = [&job.result_path, &job.worker_result_path]
-        .into_iter()
-        .chain(&job.completion_paths);
-    let parents = files.filter_map(|f| paths::abs_of(root, f).parent().map(Path::to_path_buf));
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    let aux = aux.iter().map(|a| paths::abs_of(root, a));
-    for d in worktree.into_iter().chain(parents).chain(aux) {
-        if !dirs.contains(&d) {
-            dirs.push(d);
-        }
-    }
     dirs
 }
 

@@ -15,7 +15,7 @@ use crate::source::SourceFile;
 use crate::worktree::{branch_name_ok, ref_component, Repo};
 use std::cell::{OnceCell, RefCell};
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `worktreeBase` when the entry names none.
 pub const HEAD: &str = "head";
@@ -117,7 +117,7 @@ pub fn check_keys(ctx: &mut Ctx, src: &SourceFile, entry: &Entry) -> bool {
 /// The git worktree of the job `key` an entry asking for one makes: its
 /// path (project-relative) and record. `None` when refused (reported at
 /// the entry's `worktree`, or its `worktreeBase`).
-pub fn plan_job(
+fn plan_job(
     ctx: &mut Ctx,
     run: &RunFacts,
     src: &SourceFile,
@@ -186,6 +186,45 @@ pub fn plan_job(
         keep: f.worktree_keep.unwrap_or(true),
     };
     Some((worktree_path(task_key, key), record))
+}
+
+/// Step 2 of `build_job` for `worktree = "git"`: the keys that may go
+/// with it, and the worktree's path and record (`Some(None)`: the entry
+/// asks for none; `None`: refused, reported).
+pub fn plan_entry(
+    ctx: &mut Ctx,
+    run: &RunFacts,
+    src: &SourceFile,
+    entry: &Entry,
+    key: &str,
+) -> Option<Option<(String, GitWorktree)>> {
+    if !check_keys(ctx, src, entry) {
+        return None;
+    }
+    if !entry.fields.git_worktree() {
+        return Some(None);
+    }
+    plan_job(ctx, run, src, entry, key).map(Some)
+}
+
+/// The directories a git-worktree job's CLI must be allowed to write, its
+/// working directory being its worktree: the worktree, the directories of
+/// its result, worker result and completion files (in the project), and
+/// its auxiliary roots.
+pub fn write_dirs(root: &Path, job: &Job, aux: &[String]) -> Vec<PathBuf> {
+    let worktree = job.worktree_path.as_deref().map(|w| paths::abs_of(root, w));
+    let files = [&job.result_path, &job.worker_result_path]
+        .into_iter()
+        .chain(&job.completion_paths);
+    let parents = files.filter_map(|f| paths::abs_of(root, f).parent().map(Path::to_path_buf));
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let aux = aux.iter().map(|a| paths::abs_of(root, a));
+    for d in worktree.into_iter().chain(parents).chain(aux) {
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+    dirs
 }
 
 /// `plan/worktree-base` at the entry's `key`, once per `cause`.
