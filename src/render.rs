@@ -468,6 +468,20 @@ fn job_path_lines(out: &mut String, job: &Job) {
     if let Some(w) = &job.worktree_path {
         say!(out, "      worktree  {w}");
     }
+    if let Some(g) = &job.git_worktree {
+        say!(
+            out,
+            "      branch    {}  from {} ({}){}",
+            g.branch,
+            g.base.get(..12).unwrap_or(&g.base),
+            g.base_from,
+            if g.keep {
+                ""
+            } else {
+                " · worktree removed once committed (worktreeKeep = false)"
+            }
+        );
+    }
 }
 
 /// The wrapper line exec starts, and the provider argv that line makes the
@@ -607,6 +621,8 @@ fn wrapper_runs(line: Vec<String>, asked: &mut Asked, confined: bool) -> Result<
     }
     let root = std::path::absolute(&args.project_root).unwrap_or(args.project_root.clone());
     let write_dirs: Vec<_> = args.write_dirs.iter().map(|d| root.join(d)).collect();
+    // The CLI works where the wrapper starts it: `--workdir`, else the root.
+    let cwd = args.workdir.as_ref().map_or(root.clone(), |w| root.join(w));
     let mut options = ProviderOptions {
         permission_mode: args.permission_mode.clone(),
         sandbox_mode: args.sandbox_mode.clone(),
@@ -621,12 +637,12 @@ fn wrapper_runs(line: Vec<String>, asked: &mut Asked, confined: bool) -> Result<
     let argv = provider::build_argv(&ArgvRequest {
         provider,
         model: &args.model,
-        project_root: &root,
+        project_root: &cwd,
         write_dirs: &write_dirs,
         options: &options,
         command: &args.command,
         session_id: None,
-        project_is_git_repo: asked.in_git(&root),
+        project_is_git_repo: asked.in_git(&cwd),
     });
     Ok((argv, provider.takes_session_id(), note))
 }

@@ -132,7 +132,11 @@ pub fn run(args: &RunArgs) -> ExitStatus {
     if let Err(d) = check_junit(args.junit.as_deref()) {
         return report(&Diagnostics::from(d), args.format);
     }
-    let plan = match compile::compile(&plan_cmd::request(Some(args.spec.clone()), &args.target)) {
+    let plan = match compile::compile(&plan_cmd::request(
+        Some(args.spec.clone()),
+        &args.target,
+        None,
+    )) {
         Ok(p) => p,
         Err(d) => return report(&d, args.format),
     };

@@ -249,14 +249,17 @@ and one thing a newcomer would find confusing. Change no other file."
 }
 
 /// What a run leaves under `.okstra/` that is not worth committing; the
-/// manifest, spec schema and prompts stay.
+/// manifest, spec schema and prompts stay. `worktrees/` holds the git
+/// worktrees of `worktree = "git"` workers (docs/worktrees.md#planning):
+/// their work is on their branches.
 const GITIGNORE_TEXT: &str =
-    "# Written by `okstra init`: the run's state, logs and results stay out of git.
+    "# Written by `okstra init`: the run's state, logs, results and worktrees stay out of git.
 /run/*
 !/run/run-manifest.json
 /results/
 /prompts/*.log
 /prompts/*.status.json
+/worktrees/
 ";
 
 /// A file init writes: where (relative to the project root), its text,

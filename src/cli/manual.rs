@@ -29,7 +29,11 @@ pub const ENVIRONMENT: &[Var] = &[
     },
     Var {
         name: "OKSTRA_PROJECT_ROOT",
-        what: "set for every worker: the project root, its working directory.",
+        what: "set for every worker: the project root, its working directory (unless it has a git worktree: see OKSTRA_WORKTREE).",
+    },
+    Var {
+        name: "OKSTRA_WORKTREE",
+        what: "set for a worktree = \"git\" worker: its git worktree (absolute), its working directory; its result files are still under OKSTRA_PROJECT_ROOT.",
     },
     Var {
         name: "OKSTRA_PROMPT_PATH",

@@ -30,7 +30,9 @@ pub struct ShowArgs {
     pub format: Format,
 }
 
-pub fn request(spec: Option<PathBuf>, target: &RunTarget) -> Request {
+/// What to compile; `out`, where the plan will be written (`okstra plan
+/// --out`), where that is known before the plan is made.
+pub fn request(spec: Option<PathBuf>, target: &RunTarget, out: Option<PathBuf>) -> Request {
     Request {
         project_root: target.project_root.clone(),
         manifest: target.manifest.clone(),
@@ -38,6 +40,7 @@ pub fn request(spec: Option<PathBuf>, target: &RunTarget) -> Request {
         workers: target.workers.clone(),
         created_at: okstra::clock::plan_created_at(),
         records: &okstra::state::team_state::RUN_RECORDS,
+        plan_out: out,
     }
 }
 
@@ -80,7 +83,11 @@ fn record_skips(
 }
 
 pub fn plan(args: &PlanArgs) -> Ended {
-    let compiled = match compile::compile_full(&request(args.spec.clone(), &args.target)) {
+    let compiled = match compile::compile_full(&request(
+        args.spec.clone(),
+        &args.target,
+        Some(args.out.clone()),
+    )) {
         Ok(c) => c,
         Err(diags) => return Ok(report(&diags, args.format)),
     };

@@ -91,6 +91,15 @@ pub struct WorkerFields {
     pub completion_paths: Option<Vec<String>>,
     #[serde(default, deserialize_with = "text")]
     pub worktree_path: Option<String>,
+    /// `worktree = "git"` (docs/worktrees.md#planning), as written: another
+    /// word is the schema's to report, and reads as no git worktree.
+    #[serde(default, deserialize_with = "text")]
+    pub worktree: Option<String>,
+    /// `"head"` (the default), `"index"` or a commit-ish.
+    #[serde(default, deserialize_with = "text")]
+    pub worktree_base: Option<String>,
+    #[serde(default, deserialize_with = "flag")]
+    pub worktree_keep: Option<bool>,
     #[serde(default, deserialize_with = "text")]
     pub model_execution_value: Option<String>,
     #[serde(default, deserialize_with = "texts")]
@@ -135,6 +144,12 @@ impl WorkerFields {
     /// Read an entry's keys (unknown keys are the schema's business).
     pub fn read(values: Map<String, Value>) -> WorkerFields {
         WorkerFields::deserialize(Value::Object(values)).unwrap_or_default()
+    }
+
+    /// Whether the entry asks for a git worktree of its own
+    /// (`worktree = "git"`).
+    pub fn git_worktree(&self) -> bool {
+        self.worktree.as_deref() == Some("git")
     }
 
     /// The v2-only identity keys (`identity::V2_ONLY_KEYS`) that are present.
@@ -349,6 +364,10 @@ fn text_map<'de, D: Deserializer<'de>>(d: D) -> Result<TextMap, D::Error> {
     })
 }
 
+fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    Value::deserialize(d).map(|v| v.as_bool())
+}
+
 fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     Value::deserialize(d).map(|v| v.as_u64())
 }
@@ -448,6 +467,22 @@ mod tests {
         assert_eq!((f.mutation_audit, f.backend), (None, None));
         assert!(f.planned_paths.is_empty());
         assert_eq!(fields(json!({})).completion_paths, None);
+        let w = fields(json!({"worktree": "svn", "worktreeBase": 3, "worktreeKeep": "no"}));
+        assert_eq!(
+            (
+                w.worktree.as_deref(),
+                w.worktree_base.as_deref(),
+                w.worktree_keep
+            ),
+            (Some("svn"), None, None)
+        );
+        assert!(!w.git_worktree());
+        let w = fields(json!({"worktree": "git", "worktreeBase": "index", "worktreeKeep": false}));
+        assert!(w.git_worktree());
+        assert_eq!(
+            (w.worktree_base.as_deref(), w.worktree_keep),
+            (Some("index"), Some(false))
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@
 use super::authority::{self, Claim, Meta};
 use super::raw::Reported;
 use super::rules::Facts;
-use super::{identity, require_file, with_worker, Ctx, Entry, RunFacts};
+use super::{identity, require_file, with_worker, worktree, Ctx, Entry, RunFacts};
 use crate::diag::Code;
 use crate::model::{self, Manifest};
 use crate::paths::{self, Field, Resolved};
@@ -47,7 +47,14 @@ pub fn build_job(
 ) -> Option<Job> {
     let provider = resolve_provider(ctx, src, entry, &parsed);
     let paths = resolve_paths(ctx, src, entry, &parsed.state_key, Prompt::Read);
-    let (provider, paths) = (provider?, paths?);
+    let git = worktree::plan_entry(ctx, run, src, entry, &parsed.state_key);
+    let (provider, mut paths, git) = (provider?, paths?, git?);
+    if let Some((path, _)) = &git {
+        paths.worktree = Some(Resolved {
+            abs: ctx.root.join(path),
+            display: path.clone(),
+        });
+    }
     let meta = authority::load_metadata(ctx, &paths.prompt);
     let dispatch_kind = resolve_dispatch_kind(ctx, src, entry)?;
     let described = Described::of(entry, meta.as_ref(), dispatch_kind);
@@ -59,7 +66,9 @@ pub fn build_job(
     };
     let meta_path = meta.map(|m| m.display);
     let mut job = assemble(run, entry, parsed, provider, &paths, meta_path, described);
+    job.git_worktree = git.map(|(_, record)| record);
     let planned = planned_paths(&job.role, paths.planned.clone(), &run.planned_paths);
+    let planned = worktree::granted_planned(job.git_worktree.is_some(), planned);
     job.write_policy = write_policy(&job, &planned, &paths.aux);
     let command = command_argv(ctx, src, entry, job.provider, &job.key)?;
     // A refused plan is never written, and the batch rules read no
@@ -103,6 +112,7 @@ pub fn check_alone(
         reported.value(&entry.ptr("dispatchKind"));
     }
     check_network(ctx, src, entry);
+    worktree::check_keys(ctx, src, entry);
 }
 
 /// Each `network.allow` entry must be a rule the egress proxy can apply
@@ -146,8 +156,20 @@ pub fn sketch(
         return None;
     };
     command_argv(ctx, src, entry, provider, &parsed.state_key)?;
+    if !worktree::check_keys(ctx, src, entry) {
+        return None;
+    }
     let f = &entry.fields;
     let role = Role::from(f.role.clone().unwrap_or_default());
+    // The task key is the manifest's: without one, the worktree of each
+    // job is still its own, which is all the batch rules ask.
+    let git = f
+        .git_worktree()
+        .then(|| worktree::worktree_path("", &parsed.state_key));
+    let worktree = git
+        .as_deref()
+        .or(paths.worktree.as_ref().map(|w| w.display.as_str()));
+    let planned = worktree::granted_planned(git.is_some(), paths.planned);
     let artifacts = artifacts(
         &paths.prompt.display,
         &paths.result.display,
@@ -157,8 +179,8 @@ pub fn sketch(
     let write_policy = policy::build(&policy::PolicyInputs {
         role: &role,
         artifacts: &artifacts,
-        worktree: paths.worktree.as_ref().map(|w| w.display.as_str()),
-        planned_paths: &paths.planned,
+        worktree,
+        planned_paths: &planned,
         auxiliary_roots: &paths.aux,
     });
     Some(Facts {
@@ -732,14 +754,27 @@ fn set_commands(
     aux: &[String],
 ) {
     let options = provider_options(entry);
-    let dirs = write_dirs(root, job.worktree_path.as_deref(), aux);
-    job.provider_command = provider_argv(root, job, &options, command, &dirs);
+    // A git-worktree job's CLI works in its worktree; its result files are
+    // still the project's (docs/worktrees.md#running).
+    let workdir = job
+        .worktree_path
+        .as_deref()
+        .filter(|_| job.git_worktree.is_some());
+    let (cwd, dirs) = match workdir {
+        Some(w) => (paths::abs_of(root, w), worktree::write_dirs(root, job, aux)),
+        None => (
+            root.to_path_buf(),
+            write_dirs(root, job.worktree_path.as_deref(), aux),
+        ),
+    };
+    job.provider_command = provider_argv(&cwd, job, &options, command, &dirs);
     let model_ref = selected_model_ref(manifest, job);
     job.pricing = model_ref
         .as_deref()
         .and_then(|r| crate::provider::Pricing::of(manifest.model(r)?));
     job.command = wrapper_command(&WrapperCommand {
         root,
+        workdir,
         job,
         options: &options,
         command,
@@ -819,6 +854,9 @@ fn selected_model_ref(manifest: &Manifest, job: &Job) -> Option<String> {
 /// Everything `okstra worker ...` is built from.
 struct WrapperCommand<'a> {
     root: &'a Path,
+    /// The worker's working directory where it is not the root (a
+    /// git-worktree job's worktree), as the plan names it.
+    workdir: Option<&'a str>,
     job: &'a Job,
     options: &'a ProviderOptions,
     command: &'a [String],
@@ -841,6 +879,11 @@ fn wrapper_command(w: &WrapperCommand) -> Vec<String> {
         "worker".into(),
         "--project-root".into(),
         paths::path_text(w.root),
+    ];
+    if let Some(workdir) = w.workdir {
+        argv.extend(["--workdir".into(), workdir.into()]);
+    }
+    argv.extend([
         "--provider".into(),
         job.provider.as_str().into(),
         "--model".into(),
@@ -855,7 +898,7 @@ fn wrapper_command(w: &WrapperCommand) -> Vec<String> {
         job.key.clone(),
         "--presentation".into(),
         presentation.into(),
-    ];
+    ]);
     if let Some(meta) = &job.metadata_path {
         argv.extend(["--invocation-metadata".into(), meta.clone()]);
     }
@@ -1054,6 +1097,7 @@ mod tests {
         let agent = job(Provider::Claude, Backend::Pane);
         let argv = wrapper_command(&WrapperCommand {
             root,
+            workdir: None,
             job: &agent,
             options: &options,
             command: &[],
@@ -1068,6 +1112,7 @@ mod tests {
         let cmd = job(Provider::Command, Backend::CliWrapper);
         let argv = wrapper_command(&WrapperCommand {
             root,
+            workdir: None,
             job: &cmd,
             options: &ProviderOptions::default(),
             command: &["sh".into(), "-c".into(), "x".into()],

@@ -13,6 +13,7 @@ pub mod rules;
 mod seen;
 pub mod spec;
 pub mod translator;
+pub mod worktree;
 
 pub use entry::{Defaults, Entry};
 #[cfg(test)]
@@ -44,6 +45,10 @@ pub struct Request {
     /// Where the run's records are read from (a translator's reservation
     /// needs team-state's dispatch ids).
     pub records: &'static dyn crate::model::Records,
+    /// Where the plan will be written, where that is known: a plan left
+    /// there by an earlier run is not a change of the checkout
+    /// (docs/worktrees.md#planning).
+    pub plan_out: Option<PathBuf>,
 }
 
 /// A loaded input file with its parsed document.
@@ -367,6 +372,8 @@ pub struct RunFacts {
     pub planned_paths: Vec<String>,
     /// Where the run's records are read from.
     pub records: &'static dyn crate::model::Records,
+    /// What git said, asked once for the run (`worktree = "git"` jobs).
+    pub git: worktree::GitFacts,
 }
 
 /// A file named on the command line, as the plan names it; reported when
@@ -455,6 +462,7 @@ fn load_run(ctx: &mut Ctx, req: &Request) -> Option<RunFacts> {
         reservation_root,
         planned_paths,
         records: req.records,
+        git: worktree::GitFacts::default(),
     })
 }
 
@@ -538,6 +546,8 @@ fn compile_uncached(req: &Request) -> Result<Compiled, Diagnostics> {
             stages
         }
     };
+    // Once every job is built, whatever chose them.
+    worktree::check_dirty(&mut ctx, &run, &stages, req.plan_out.as_deref());
     if !ctx.diags.is_empty() {
         return Err(ctx.diags);
     }

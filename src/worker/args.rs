@@ -17,9 +17,17 @@ pub enum Presentation {
 /// unless absolute.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct WorkerArgs {
-    /// The project root: the child's working directory.
+    /// The project root: the child's working directory, unless
+    /// `--workdir` names another.
     #[arg(long, value_name = "PATH")]
     pub project_root: PathBuf,
+    /// The child's working directory instead of the project root (relative
+    /// to it unless absolute): a `worktree = "git"` job's worktree
+    /// (docs/worktrees.md#running), given to the worker as OKSTRA_WORKTREE.
+    /// The provider CLI works there; the prompt and result paths stay the
+    /// project's.
+    #[arg(long, value_name = "PATH")]
+    pub workdir: Option<PathBuf>,
     /// claude, codex, gemini or command.
     #[arg(long, value_name = "P")]
     pub provider: String,

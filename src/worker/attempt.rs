@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 /// Absolute paths of one invocation.
 pub(super) struct Paths {
     pub root: PathBuf,
+    /// `--workdir`: the child's working directory, when not the root.
+    pub workdir: Option<PathBuf>,
     pub prompt: PathBuf,
     result: PathBuf,
     worker_result: PathBuf,
@@ -34,6 +36,11 @@ pub(super) struct Paths {
 }
 
 impl Paths {
+    /// Where the child works: `--workdir`, else the project root.
+    pub fn cwd(&self) -> &Path {
+        self.workdir.as_deref().unwrap_or(&self.root)
+    }
+
     pub fn resolve(args: &WorkerArgs) -> io::Result<Paths> {
         let root = std::path::absolute(&args.project_root)?;
         let under = |p: &Path| root.join(p);
@@ -44,6 +51,7 @@ impl Paths {
             result: under(&args.result),
             worker_result: under(&args.worker_result),
             write_dirs: args.write_dirs.iter().map(|d| under(d)).collect(),
+            workdir: args.workdir.as_deref().map(under),
             prompt,
             root,
         })
@@ -56,6 +64,8 @@ impl Paths {
 pub(super) enum Refusal {
     #[error("the project root {} is not a directory", .0.display())]
     RootNotADirectory(PathBuf),
+    #[error("the working directory {} (--workdir) is not a directory", .0.display())]
+    WorkdirNotADirectory(PathBuf),
     #[error(transparent)]
     Provider(#[from] UnknownProvider),
     #[error("the command provider needs an argv after `--`")]
@@ -242,6 +252,9 @@ fn check_inputs(
     if !paths.root.is_dir() {
         return Err(Refusal::RootNotADirectory(paths.root.clone()));
     }
+    if let Some(w) = paths.workdir.as_ref().filter(|w| !w.is_dir()) {
+        return Err(Refusal::WorkdirNotADirectory(w.clone()));
+    }
     let provider = args.provider.parse::<Provider>()?;
     if provider == Provider::Command && args.command.is_empty() {
         return Err(Refusal::NoCommand);
@@ -289,12 +302,12 @@ fn child_command(
     let argv = provider::build_argv(&ArgvRequest {
         provider,
         model: &args.model,
-        project_root: &paths.root,
+        project_root: paths.cwd(),
         write_dirs: &paths.write_dirs,
         options: &options,
         command: &args.command,
         session_id: args.session_id.as_deref(),
-        project_is_git_repo: paths.root.ancestors().any(|d| d.join(".git").exists()),
+        project_is_git_repo: paths.cwd().ancestors().any(|d| d.join(".git").exists()),
     });
     let mut env = worker_env(args, paths);
     if let Some(c) = confined {
@@ -318,6 +331,9 @@ fn worker_env(args: &WorkerArgs, paths: &Paths) -> Vec<(String, String)> {
         ("OKSTRA_ATTEMPT".into(), args.attempt.to_string()),
         ("OKSTRA_WORKER_KEY".into(), args.worker_key.clone()),
     ];
+    if let Some(w) = &paths.workdir {
+        env.push(("OKSTRA_WORKTREE".into(), path(w)));
+    }
     if let Some(id) = &args.dispatch_id {
         env.push(("OKSTRA_DISPATCH_ID".into(), id.clone()));
     }
@@ -361,7 +377,7 @@ fn launch(
     }
     let spec = SpawnSpec {
         argv: &ready.argv,
-        cwd: &paths.root,
+        cwd: paths.cwd(),
         env: &ready.env,
         log: None,
         stdin: Some(&paths.prompt),

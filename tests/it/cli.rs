@@ -550,6 +550,16 @@ fn init_starts_a_run_that_plans_and_runs_as_printed() {
     assert!(m
         .read(".okstra/prompts/claude.md")
         .contains("**Result Path:** .okstra/results/claude.md"));
+    // What a run leaves stays out of git, git worktrees of workers too.
+    let ignored = m.read(".okstra/.gitignore");
+    for line in [
+        "/run/*",
+        "!/run/run-manifest.json",
+        "/results/",
+        "/worktrees/",
+    ] {
+        assert!(ignored.lines().any(|l| l == line), "{line}:\n{ignored}");
+    }
     let plan = printed_commands(&init.stdout, "plan");
     let exec = printed_commands(&init.stdout, "exec");
     assert_eq!(

@@ -29,6 +29,7 @@ mod plan_digest;
 mod plan_format;
 mod plan_paths;
 mod plan_rules;
+mod plan_worktree;
 mod private_tmp;
 mod provider_state;
 mod providers;

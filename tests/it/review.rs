@@ -179,3 +179,57 @@ fn a_confined_codex_job_shows_the_sandbox_it_runs_with() {
     assert!(runs(&text).contains("--sandbox workspace-write"), "{text}");
     assert!(!text.contains("confined here"), "{text}");
 }
+
+/// A `worktree = "git"` implementer: its worktree, its branch and base,
+/// that it is not kept, the wrapper's `--workdir`, the CLI allowed its
+/// worktree and its results' directory, and its policy granting the
+/// worktree instead of the checkout's planned paths.
+#[test]
+fn show_names_a_git_worktree_its_branch_and_base() {
+    let p = Project::new();
+    p.write_json("run/run-manifest.json", &v1_manifest());
+    p.write("prompts/claude.md", "# edit\n");
+    p.write(
+        "spec.toml",
+        r#"[[workers]]
+workerId = "claude"
+role = "implementer"
+promptPath = "prompts/claude.md"
+resultPath = "results/claude.md"
+modelExecutionValue = "sonnet"
+plannedPaths = ["src/**"]
+worktree = "git"
+worktreeKeep = false
+"#,
+    );
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "f",
+        ],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(p.root())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+    let text = plan_text(&p, "spec.toml");
+    assert!(
+        text.contains("--workdir .okstra/worktrees/fixture-task/claude"),
+        "{text}"
+    );
+    settings(&p).bind(|| insta::assert_snapshot!("show_git_worktree", text));
+}

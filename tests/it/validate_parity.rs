@@ -38,6 +38,7 @@ fn plan_codes(p: &Project) -> BTreeSet<String> {
         workers: Vec::new(),
         created_at: "2025-01-01T00:00:00Z".into(),
         records: &okstra::state::team_state::RUN_RECORDS,
+        plan_out: None,
     };
     match compile::compile(&req) {
         Ok(_) => BTreeSet::new(),

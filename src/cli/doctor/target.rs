@@ -142,6 +142,7 @@ pub fn plan_of(
                 workers: Vec::new(),
                 created_at: okstra::clock::plan_created_at(),
                 records: &okstra::state::team_state::RUN_RECORDS,
+                plan_out: None,
             })
         }
     }
