@@ -268,6 +268,9 @@ impl Runner<'_> {
         self.own
             .relative(&path)
             .and_then(|rel| {
+                if let Some(dir) = rel.parent() {
+                    self.own.create_dir_all(dir)?;
+                }
                 self.own
                     .write_atomic(rel, b"*\n", crate::fsutil::Durability::NoFsync)
             })
