@@ -60,7 +60,7 @@ fn repo_fixture_with(defaults: &[&str], jobs: Vec<Job>, setup: impl FnOnce(&Fx))
     fx.p.write("src/lib.txt", "broken\n");
     fx.p.write(
         ".gitignore",
-        "results/\nrun/*\n!run/run-manifest.json\nplan.json\n.okstra/\n",
+        "results/\nrun/*\n!run/run-manifest.json\nplan.json\n.okstra/\nprompts/*.log\nprompts/*.status.json\n",
     );
     let root = fx.root();
     git(&root, &["init", "-q", "-b", "main"]);
@@ -86,7 +86,8 @@ fn repo_fixture_with(defaults: &[&str], jobs: Vec<Job>, setup: impl FnOnce(&Fx))
 /// (the file and what it names), the index byte for byte, the config, the
 /// status, the branches that are not okstra's, and each tracked file.
 fn checkout(root: &Path) -> Vec<String> {
-    let read = |rel: &str| String::from_utf8_lossy(&std::fs::read(root.join(rel)).unwrap()).into_owned();
+    let read =
+        |rel: &str| String::from_utf8_lossy(&std::fs::read(root.join(rel)).unwrap()).into_owned();
     let index = std::fs::read(root.join(".git/index")).unwrap();
     let mut out = vec![
         read(".git/HEAD"),
@@ -94,7 +95,14 @@ fn checkout(root: &Path) -> Vec<String> {
         format!("{index:?}"),
         read(".git/config"),
         git(root, &["status", "--porcelain=v1", "--untracked-files=all"]),
-        git(root, &["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"]),
+        git(
+            root,
+            &[
+                "for-each-ref",
+                "--format=%(refname) %(objectname)",
+                "refs/heads/main",
+            ],
+        ),
     ];
     for f in git(root, &["ls-files"]).lines() {
         out.push(format!("{f}: {}", read(f)));
@@ -141,7 +149,10 @@ fn three_implementers_edit_one_file_each_on_its_own_branch() {
     let run = fx.exec(&["--format", "json"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(checkout(&root), before, "the user's checkout moved");
-    let digest = fx.p.read_json("plan.json")["digest"].as_str().unwrap().to_string();
+    let digest = fx.p.read_json("plan.json")["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for id in ["a", "b", "c"] {
         let g = planned(&fx, id)["gitWorktree"].clone();
         assert_eq!(g["base"], head.as_str());
@@ -162,16 +173,25 @@ fn three_implementers_edit_one_file_each_on_its_own_branch() {
             .map(str::to_string)
             .collect();
         changed.sort();
-        assert_eq!(changed, ["src/lib.txt".to_string(), format!("src/{id}.txt")]);
+        assert_eq!(
+            changed,
+            [format!("src/{id}.txt"), "src/lib.txt".to_string()]
+        );
         assert_eq!(trailer(&root, &tip, "Okstra-Plan-Digest"), digest);
         assert_eq!(trailer(&root, &tip, "Okstra-Task"), "fixture-task");
         let row = &fx.dispatch_rows(id)[0];
         let id_trailer = trailer(&root, &tip, "Okstra-Dispatch-Id");
-        assert!(id_trailer.ends_with(&format!("/{id}/attempt-1")), "{id_trailer}");
+        assert!(
+            id_trailer.ends_with(&format!("/{id}/attempt-1")),
+            "{id_trailer}"
+        );
         assert_eq!(row["worktreeBranch"], branch);
         assert_eq!(row["worktreeCommit"], tip.as_str());
         // okstra's identity: the repository sets none.
-        assert_eq!(git(&root, &["show", "-s", "--format=%an <%ae>", &tip]), "okstra <okstra@localhost>");
+        assert_eq!(
+            git(&root, &["show", "-s", "--format=%an <%ae>", &tip]),
+            "okstra <okstra@localhost>"
+        );
         let dispatched = &fx.events_of("worker-dispatched", id)[0];
         assert_eq!(dispatched["worktree"]["branch"], branch);
         assert_eq!(dispatched["worktree"]["base"], head.as_str());
@@ -179,21 +199,26 @@ fn three_implementers_edit_one_file_each_on_its_own_branch() {
     // Kept (the default): three worktrees registered, each clean at its
     // commit, under .okstra/worktrees/.
     let list = git(&root, &["worktree", "list", "--porcelain"]);
-    assert_eq!(list.matches(".okstra/worktrees/fixture-task/").count(), 3, "{list}");
+    assert_eq!(
+        list.matches(".okstra/worktrees/fixture-task/").count(),
+        3,
+        "{list}"
+    );
     let status = fx.okstra(&["status", "--manifest", "run/run-manifest.json"]);
-    assert!(status.stdout.contains("okstra/fixture-task/b"), "{}", status.stdout);
+    assert!(
+        status.stdout.contains("okstra/fixture-task/b"),
+        "{}",
+        status.stdout
+    );
 }
 
 #[test]
 fn a_worker_writing_outside_its_worktree_is_caught_and_nothing_is_committed() {
     // Unconfined, so the write lands and the audit must see it: one worker
     // writes the user's checkout, one a hook into the user's .git.
-    let into_checkout = format!(
-        "echo pwned > \"$OKSTRA_PROJECT_ROOT/src/lib.txt\"\n{EDIT}"
-    );
-    let into_git = format!(
-        "echo 'echo pwned' > \"$OKSTRA_PROJECT_ROOT/.git/hooks/post-commit\"\n{EDIT}"
-    );
+    let into_checkout = format!("echo pwned > \"$OKSTRA_PROJECT_ROOT/src/lib.txt\"\n{EDIT}");
+    let into_git =
+        format!("echo 'echo pwned' > \"$OKSTRA_PROJECT_ROOT/.git/hooks/post-commit\"\n{EDIT}");
     let jobs = vec![
         job("tree", into_checkout).implementer(&["src/**"]),
         job("hook", into_git).implementer(&["src/**"]),
@@ -203,11 +228,14 @@ fn a_worker_writing_outside_its_worktree_is_caught_and_nothing_is_committed() {
     let head = git(&root, &["rev-parse", "HEAD"]);
     let run = fx.exec(&["--format", "json"]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    for id in ["tree", "hook"] {
+    for (id, wrote) in [("tree", "src/lib.txt"), ("hook", ".git/hooks/post-commit")] {
         let row = fx.worker_row(id);
         assert_ne!(row["status"], "completed", "{id}: {row}");
         let reason = fx.reason(id);
-        assert!(reason.contains("write"), "{id}: {reason}");
+        assert!(
+            reason.contains("contract-failed-unattributed") && reason.contains(wrote),
+            "{id}: {reason}"
+        );
         let branch = format!("okstra/fixture-task/{id}");
         assert_eq!(
             git(&root, &["rev-parse", &format!("refs/heads/{branch}")]),
@@ -215,8 +243,18 @@ fn a_worker_writing_outside_its_worktree_is_caught_and_nothing_is_committed() {
             "{id}: nothing committed on its branch"
         );
         // What it left is kept for inspection, not committed.
-        let kept = git(&root, &["for-each-ref", "--format=%(refname)", &format!("refs/heads/okstra-attempts/fixture-task/{id}/")]);
-        assert!(kept.contains(&format!("okstra-attempts/fixture-task/{id}/1")), "{id}: {kept}");
+        let kept = git(
+            &root,
+            &[
+                "for-each-ref",
+                "--format=%(refname)",
+                &format!("refs/heads/okstra-attempts/fixture-task/{id}/"),
+            ],
+        );
+        assert!(
+            kept.contains(&format!("okstra-attempts/fixture-task/{id}/1")),
+            "{id}: {kept}"
+        );
     }
 }
 
@@ -242,7 +280,10 @@ fn a_confined_worker_cannot_write_the_checkout_or_git_and_gets_no_commit() {
     }
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let notes = std::fs::read_to_string(fx.scratch("notes")).unwrap_or_default();
-    assert!(notes.contains("refused-tree") && notes.contains("refused-git"), "{notes}");
+    assert!(
+        notes.contains("refused-tree") && notes.contains("refused-git"),
+        "{notes}"
+    );
     assert_eq!(checkout(&root), before);
     assert_eq!(
         git(&root, &["rev-parse", "refs/heads/okstra/fixture-task/esc"]),
@@ -252,10 +293,11 @@ fn a_confined_worker_cannot_write_the_checkout_or_git_and_gets_no_commit() {
 
 #[test]
 fn a_failed_attempt_is_kept_and_the_retry_starts_from_the_base() {
-    // Attempt 1 leaves a mess and fails; attempt 2 must not see it.
+    // Attempt 1 leaves a mess and exits 0 without its result (a retry
+    // follows, docs/exec.md#retries); attempt 2 must not see the mess.
     let script = r#"set -eu
 if [ "$OKSTRA_ATTEMPT" = 1 ]; then
-  echo mess > src/lib.txt; echo junk > junk.txt; exit 7
+  echo mess > src/lib.txt; echo junk > junk.txt; exit 0
 fi
 test "$(cat src/lib.txt)" = broken
 test ! -e junk.txt
@@ -267,14 +309,29 @@ mkdir -p "$(dirname "$OKSTRA_RESULT_PATH")"; echo done > "$OKSTRA_RESULT_PATH"
     let head = git(&root, &["rev-parse", "HEAD"]);
     let run = fx.exec(&["--format", "json"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let kept = git(&root, &["rev-parse", "refs/heads/okstra-attempts/fixture-task/w/1"]);
+    let kept = git(
+        &root,
+        &["rev-parse", "refs/heads/okstra-attempts/fixture-task/w/1"],
+    );
     assert_eq!(git(&root, &["show", &format!("{kept}:junk.txt")]), "junk");
-    assert_eq!(git(&root, &["show", &format!("{kept}:src/lib.txt")]), "mess");
+    assert_eq!(
+        git(&root, &["show", &format!("{kept}:src/lib.txt")]),
+        "mess"
+    );
     let tip = git(&root, &["rev-parse", "refs/heads/okstra/fixture-task/w"]);
-    assert_eq!(git(&root, &["rev-list", "--count", &format!("{head}..{tip}")]), "1");
-    assert_eq!(git(&root, &["show", &format!("{tip}:src/lib.txt")]), "second");
+    assert_eq!(
+        git(&root, &["rev-list", "--count", &format!("{head}..{tip}")]),
+        "1"
+    );
+    assert_eq!(
+        git(&root, &["show", &format!("{tip}:src/lib.txt")]),
+        "second"
+    );
     let rows = fx.dispatch_rows("w");
-    assert_eq!(rows[0]["worktreeKeptBranch"], "okstra-attempts/fixture-task/w/1");
+    assert_eq!(
+        rows[0]["worktreeKeptBranch"],
+        "okstra-attempts/fixture-task/w/1"
+    );
     assert_eq!(rows[0]["worktreeKeptCommit"], kept.as_str());
     assert_eq!(rows[1]["worktreeCommit"], tip.as_str());
 }
@@ -292,7 +349,10 @@ fn keep_false_removes_the_worktree_once_committed_and_leaves_no_registration() {
     let list = git(&root, &["worktree", "list", "--porcelain"]);
     assert!(!list.contains(".okstra/worktrees"), "{list}");
     let tip = git(&root, &["rev-parse", "refs/heads/okstra/fixture-task/w"]);
-    assert_eq!(git(&root, &["show", &format!("{tip}:src/lib.txt")]), "fixed by w");
+    assert_eq!(
+        git(&root, &["show", &format!("{tip}:src/lib.txt")]),
+        "fixed by w"
+    );
     // The commit was recorded before the worktree went.
     let collected = &fx.events_of("worker-result-collected", "w")[0];
     assert_eq!(collected["worktree"]["commit"], tip.as_str());
@@ -304,22 +364,54 @@ fn another_runs_branch_is_never_overwritten() {
     let root = fx.root();
     // A branch of the same name with a commit of its own.
     git(&root, &["branch", "okstra/fixture-task/w"]);
-    git(&root, &["worktree", "add", "-q", &fx.outside("elsewhere").join("wt").display().to_string(), "okstra/fixture-task/w"]);
+    git(
+        &root,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            &fx.outside("elsewhere").join("wt").display().to_string(),
+            "okstra/fixture-task/w",
+        ],
+    );
     let wt = fx.outside("elsewhere").join("wt");
     std::fs::write(wt.join("src/lib.txt"), "theirs\n").unwrap();
-    git(&wt, &["-c", "user.name=u", "-c", "user.email=u@e", "commit", "-qam", "theirs"]);
+    git(
+        &wt,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@e",
+            "commit",
+            "-qam",
+            "theirs",
+        ],
+    );
     let theirs = git(&root, &["rev-parse", "refs/heads/okstra/fixture-task/w"]);
     let run = fx.exec(&["--format", "json"]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    assert!(run.stdout.contains("exec/worktree") || run.stderr.contains("exec/worktree"), "{}\n{}", run.stdout, run.stderr);
-    assert!(fx.reason("w").contains("exec/worktree"), "{}", fx.reason("w"));
-    assert_eq!(git(&root, &["rev-parse", "refs/heads/okstra/fixture-task/w"]), theirs);
+    assert!(
+        run.stdout.contains("exec/worktree") || run.stderr.contains("exec/worktree"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(
+        fx.reason("w").contains("exec/worktree"),
+        "{}",
+        fx.reason("w")
+    );
+    assert_eq!(
+        git(&root, &["rev-parse", "refs/heads/okstra/fixture-task/w"]),
+        theirs
+    );
 }
 
-/// Attempt 1 of `flaky` edits its worktree, then fails; attempt 2 must
-/// start from the base and completes.
+/// Attempt 1 of `flaky` edits its worktree, then exits 0 without its
+/// result (a retry follows); attempt 2 must start from the base.
 const FLAKY: &str = r#"set -eu
-if [ "$OKSTRA_ATTEMPT" = 1 ]; then echo mess > src/lib.txt; exit 7; fi
+if [ "$OKSTRA_ATTEMPT" = 1 ]; then echo mess > src/lib.txt; exit 0; fi
 test "$(cat src/lib.txt)" = broken
 printf 'fixed by %s\n' "$OKSTRA_WORKER_KEY" > src/lib.txt
 mkdir -p "$(dirname "$OKSTRA_RESULT_PATH")"; echo done > "$OKSTRA_RESULT_PATH"
@@ -366,7 +458,10 @@ fn check_commits(fx: &Fx, before: &[String], what: &str) {
     let root = fx.root();
     let head = git(&root, &["rev-parse", "HEAD"]);
     for id in ["keep", "drop", "flaky"] {
-        let tip = git(&root, &["rev-parse", &format!("refs/heads/okstra/fixture-task/{id}")]);
+        let tip = git(
+            &root,
+            &["rev-parse", &format!("refs/heads/okstra/fixture-task/{id}")],
+        );
         assert_eq!(
             git(&root, &["rev-list", "--count", &format!("{head}..{tip}")]),
             "1",
@@ -379,16 +474,37 @@ fn check_commits(fx: &Fx, before: &[String], what: &str) {
         );
         let collected = fx.events_of("worker-result-collected", id);
         assert_eq!(collected.len(), 1, "{what}: {id} collected once");
-        assert_eq!(collected[0]["worktree"]["commit"], tip.as_str(), "{what}: {id}");
+        assert_eq!(
+            collected[0]["worktree"]["commit"],
+            tip.as_str(),
+            "{what}: {id}"
+        );
     }
-    let kept = git(&root, &["for-each-ref", "--format=%(refname)", "refs/heads/okstra-attempts/"]);
-    assert_eq!(kept, "refs/heads/okstra-attempts/fixture-task/flaky/1", "{what}");
+    let kept = git(
+        &root,
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/heads/okstra-attempts/",
+        ],
+    );
+    assert_eq!(
+        kept, "refs/heads/okstra-attempts/fixture-task/flaky/1",
+        "{what}"
+    );
     let list = git(&root, &["worktree", "list", "--porcelain"]);
     assert!(!list.contains("prunable"), "{what}: {list}");
     assert!(!list.contains("locked"), "{what}: {list}");
     assert!(!list.contains("fixture-task/drop"), "{what}: {list}");
-    assert_eq!(list.matches(".okstra/worktrees/fixture-task/").count(), 2, "{what}: {list}");
-    assert!(!root.join(".okstra/worktrees/fixture-task/drop").exists(), "{what}");
+    assert_eq!(
+        list.matches(".okstra/worktrees/fixture-task/").count(),
+        2,
+        "{what}: {list}"
+    );
+    assert!(
+        !root.join(".okstra/worktrees/fixture-task/drop").exists(),
+        "{what}"
+    );
     assert_eq!(checkout(&root), before, "{what}: the user's checkout moved");
 }
 
@@ -405,8 +521,18 @@ fn an_exec_killed_at_every_point_of_a_worktree_run_never_commits_twice_or_loses_
         .lines()
         .map(|l| l.split_once(' ').map_or(l, |(_, n)| n).to_string())
         .collect();
-    for kind in ["worktree-add", "worktree-checkout", "worktree-settle", "worktree-commit", "worktree-commit-ref", "worktree-keep-ref"] {
-        assert!(points.iter().any(|p| p == kind), "{kind} not reached: {points:?}");
+    for kind in [
+        "worktree-add",
+        "worktree-checkout",
+        "worktree-settle",
+        "worktree-commit",
+        "worktree-commit-ref",
+        "worktree-keep-ref",
+    ] {
+        assert!(
+            points.iter().any(|p| p == kind),
+            "{kind} not reached: {points:?}"
+        );
     }
     for n in 1..=points.len() {
         let fx = crash_fixture();

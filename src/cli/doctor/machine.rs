@@ -216,7 +216,12 @@ pub fn git_for(plan: &Plan, root: &std::path::Path) -> Option<Check> {
     let fail = |detail: String, fix: &str| Some(check("git", Level::Fail, detail, fix));
     let version = match okstra::worktree::git_version() {
         Ok(v) => v,
-        Err(e) => return fail(e.to_string(), "install git 2.36 or later and put it on PATH"),
+        Err(e) => {
+            return fail(
+                e.to_string(),
+                "install git 2.36 or later and put it on PATH",
+            )
+        }
     };
     if !git_new_enough(&version) {
         return fail(
@@ -244,7 +249,10 @@ pub fn git_for(plan: &Plan, root: &std::path::Path) -> Option<Check> {
     missing.dedup();
     if !missing.is_empty() {
         return fail(
-            format!("the planned base commit(s) {} are not in the repository", missing.join(", ")),
+            format!(
+                "the planned base commit(s) {} are not in the repository",
+                missing.join(", ")
+            ),
             "plan again: the base is fixed when the plan is made",
         );
     }
@@ -262,7 +270,9 @@ pub fn git_for(plan: &Plan, root: &std::path::Path) -> Option<Check> {
 
 /// Whether `git --version`'s number is 2.36 or later.
 fn git_new_enough(version: &str) -> bool {
-    let mut parts = version.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
     let major = parts.next().unwrap_or(0);
     let minor = parts.next().unwrap_or(0);
     (major, minor) >= (2, 36)

@@ -10,8 +10,9 @@
 //! plan did not make is never overwritten: the job settles `exec/worktree`.
 
 use super::{Ended, Runner};
+use crate::audit::Outcome as AuditOutcome;
 use crate::diag::{Code, Diagnostic};
-use crate::exec::decide::{Decision, End, Status};
+use crate::exec::decide::{Audit, Decision, End, Status};
 use crate::exec::event::WorktreeUse;
 use crate::exec::settle::StatusReport;
 use crate::plan::{GitWorktree, Job};
@@ -91,7 +92,11 @@ fn kept_branch(g: &GitWorktree, n: u64) -> String {
 pub(super) fn commit_dispatch_id(job: &Job, n: u64, plan_digest: &str) -> String {
     job.dispatch_id_for(n).unwrap_or_else(|| {
         let digest = plan_digest.strip_prefix("sha256:").unwrap_or(plan_digest);
-        format!("{}/{}/attempt-{n}", &digest[..digest.len().min(16)], job.key)
+        format!(
+            "{}/{}/attempt-{n}",
+            &digest[..digest.len().min(16)],
+            job.key
+        )
     })
 }
 
@@ -119,7 +124,11 @@ impl Runner<'_> {
     /// is in it and only the workers' edits differ. A job whose worktree
     /// cannot be made, or holds another run's work, settles `error`
     /// unstarted and leaves `pending`.
-    pub(super) fn prepare_worktrees(&mut self, pending: &mut Vec<(usize, u64)>, in_flight: &[usize]) {
+    pub(super) fn prepare_worktrees(
+        &mut self,
+        pending: &mut Vec<(usize, u64)>,
+        in_flight: &[usize],
+    ) {
         let mut refused = Vec::new();
         let mut any = false;
         for &(i, attempt) in pending.iter() {
@@ -160,8 +169,7 @@ impl Runner<'_> {
             let reason = format!("exec/worktree: {why}");
             self.say(format!("{} not started: {reason}", job.label()));
             self.problems.push(
-                Diagnostic::new(Code::ExecWorktree, format!("{}: {why}", job.label()))
-                    .help(HELP),
+                Diagnostic::new(Code::ExecWorktree, format!("{}: {why}", job.label())).help(HELP),
             );
             self.rec.unstarted_error(&job, &reason);
             let first = job.first_attempt();
@@ -242,7 +250,7 @@ impl Runner<'_> {
             repo.keep_attempt(&wt, &g.base, &kept_branch(g, attempt - 1), &message)
                 .map_err(fail)?;
         }
-        repo.prepare_worktree(&wt.path().to_path_buf(), &g.branch, &g.base, true)
+        repo.prepare_worktree(wt.path(), &g.branch, &g.base, true)
             .map_err(fail)
     }
 
@@ -311,32 +319,29 @@ impl Runner<'_> {
             kept_branch: None,
             kept_commit: None,
         };
-        let follows = d.retry
-            || (d.resumable && !self.interrupted && matches!(e.end, End::Lost(_)));
+        let follows =
+            d.retry || (d.resumable && !self.interrupted && matches!(e.end, End::Lost(_)));
         crate::fault::point("worktree-settle");
-        let done = self
-            .settling_tree(e.job, job, g)
-            .and_then(|wt| {
-                if d.status == Status::Completed {
-                    used.commit = self.commit(job, g, &wt, attempt, report)?;
-                } else {
-                    let kept = self.keep(job, g, &wt, attempt)?;
-                    if kept.is_some() {
-                        used.kept_branch = Some(kept_branch(g, attempt));
-                        used.kept_commit = kept;
-                    }
-                    if follows {
-                        let repo = self.trees.repo()?;
-                        repo.prepare_worktree(wt.path(), &g.branch, &g.base, true)
-                            .map_err(|e| e.to_string())?;
-                    }
+        let done = self.settling_tree(e.job, job, g).and_then(|wt| {
+            if d.status == Status::Completed {
+                used.commit = self.commit(job, g, &wt, attempt, report)?;
+            } else {
+                let kept = self.keep(job, g, &wt, attempt)?;
+                if kept.is_some() {
+                    used.kept_branch = Some(kept_branch(g, attempt));
+                    used.kept_commit = kept;
                 }
-                Ok(())
-            });
+                if follows {
+                    let repo = self.trees.repo()?;
+                    repo.prepare_worktree(wt.path(), &g.branch, &g.base, true)
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            Ok(())
+        });
         if let Err(why) = done {
             self.problems.push(
-                Diagnostic::new(Code::ExecWorktree, format!("{}: {why}", job.label()))
-                    .help(HELP),
+                Diagnostic::new(Code::ExecWorktree, format!("{}: {why}", job.label())).help(HELP),
             );
             d.status = Status::Error;
             d.reason = format!("exec/worktree: {why}");
@@ -362,7 +367,10 @@ impl Runner<'_> {
         let repo = self.trees.repo()?;
         let id = commit_dispatch_id(job, attempt, &self.plan.digest);
         let fail = |e: crate::worktree::GitError| e.to_string();
-        if let Some(sha) = repo.find_by_trailer(&g.branch, &g.base, &id).map_err(fail)? {
+        if let Some(sha) = repo
+            .find_by_trailer(&g.branch, &g.base, &id)
+            .map_err(fail)?
+        {
             return Ok(Some(sha));
         }
         let model = report
@@ -401,7 +409,10 @@ impl Runner<'_> {
         let fail = |e: crate::worktree::GitError| e.to_string();
         let branch = kept_branch(g, attempt);
         let message = self.kept_message(job, attempt);
-        match repo.keep_attempt(wt, &g.base, &branch, &message).map_err(fail)? {
+        match repo
+            .keep_attempt(wt, &g.base, &branch, &message)
+            .map_err(fail)?
+        {
             Some(sha) => Ok(Some(sha)),
             None => repo.branch_tip(&branch).map_err(fail),
         }
@@ -410,13 +421,41 @@ impl Runner<'_> {
     fn kept_message(&self, job: &Job, attempt: u64) -> String {
         let id = commit_dispatch_id(job, attempt, &self.plan.digest);
         message_with_trailers(
-            &format!("okstra: {} attempt {attempt}, kept (did not complete)", job.label()),
+            &format!(
+                "okstra: {} attempt {attempt}, kept (did not complete)",
+                job.label()
+            ),
             &[
                 ("Okstra-Task", &self.plan.run.task_key),
                 ("Okstra-Plan-Digest", &self.plan.digest),
                 ("Okstra-Dispatch-Id", &id),
             ],
         )
+    }
+
+    /// A failed attempt's own changes all inside its worktree are not left
+    /// in the tree: exec keeps them on `okstra-attempts/...` and puts the
+    /// worktree back at the base before anything follows
+    /// ([`Runner::settle_worktree`]), so they do not stand in the way of a
+    /// retry as a mutation left in the checkout would
+    /// (docs/worktrees.md#running). Any other verdict stands.
+    pub(super) fn worktree_resolves(&self, job: &Job, audit: Audit) -> Audit {
+        let (Some(_), Some(wt)) = (&job.git_worktree, &job.worktree_path) else {
+            return audit;
+        };
+        let inside = |p: &String| p.starts_with(&format!("{wt}/"));
+        match audit {
+            Audit::Judged {
+                status: AuditOutcome::MutationPresentUnresolved,
+                violations,
+                ..
+            } if violations.iter().all(inside) => Audit::Judged {
+                status: AuditOutcome::FailedNoMutation,
+                violations: Vec::new(),
+                retry_allowed: true,
+            },
+            other => other,
+        }
     }
 
     /// The recorded worktree of an attempt about to start.
@@ -452,10 +491,10 @@ impl Runner<'_> {
             if std::fs::symlink_metadata(&path).is_err() {
                 continue;
             }
-            let gone = self
-                .trees
-                .repo()
-                .and_then(|r| r.remove_worktree_at(&path, &g.branch).map_err(|e| e.to_string()));
+            let gone = self.trees.repo().and_then(|r| {
+                r.remove_worktree_at(&path, &g.branch)
+                    .map_err(|e| e.to_string())
+            });
             removed = true;
             self.trees.made.remove(&i);
             if let Err(why) = gone {
