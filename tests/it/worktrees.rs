@@ -260,11 +260,9 @@ fn a_worker_writing_outside_its_worktree_is_caught_and_nothing_is_committed() {
 
 #[test]
 fn a_confined_worker_cannot_write_the_checkout_or_git_and_gets_no_commit() {
-    let escape = format!(
-        "echo pwned > \"$OKSTRA_PROJECT_ROOT/src/lib.txt\" || echo refused-tree >> \"$SCRATCH/notes\"\n\
+    let escape = "echo pwned > \"$OKSTRA_PROJECT_ROOT/src/lib.txt\" || echo refused-tree >> \"$SCRATCH/notes\"\n\
          echo x > \"$OKSTRA_PROJECT_ROOT/.git/hooks/post-commit\" || echo refused-git >> \"$SCRATCH/notes\"\n\
-         exit 3\n"
-    );
+         exit 3\n";
     let jobs = vec![job("esc", escape).implementer(&["src/**"])];
     let fx = repo_fixture_with(&["confinement = \"required\""], jobs, |fx| {
         fx.scratch_env();
