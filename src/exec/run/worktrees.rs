@@ -18,7 +18,7 @@ use crate::exec::settle::StatusReport;
 use crate::plan::{GitWorktree, Job};
 use crate::state::WorkerStatus;
 use crate::vocab::FailureKind;
-use crate::worktree::{message_with_trailers, Repo, Worktree};
+use crate::worktree::{message_with_trailers, GitError, Repo, Worktree};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,10 +26,30 @@ use std::time::Duration;
 /// What to do about a git failure, in the job's reason and the report.
 const HELP: &str = "see docs/worktrees.md#crashes-and-resume; `git worktree list` and `git branch --list 'okstra*'` show what okstra made";
 
+/// Why a job's worktree could not be made, committed, kept or removed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TreeError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    /// The repository could not be found when exec started (why).
+    #[error("{0}")]
+    NoRepository(String),
+    /// Work okstra did not make in this run where it would write.
+    #[error("{what}: another run's work, which okstra never overwrites; {fix}, then exec again")]
+    Foreign { what: String, fix: String },
+    /// okstra's own file beside the worktrees.
+    #[error("cannot write {}: {source}", path.display())]
+    Own {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// The repository and the worktrees this exec made or adopted.
 #[derive(Default)]
 pub(super) struct Trees {
     /// Found at the first worktree job; why not, where it could not be.
+    /// (A message: the error is told once per job it stops.)
     repo: Option<Result<Repo, String>>,
     /// By job index.
     made: HashMap<usize, Worktree>,
@@ -65,11 +85,13 @@ impl Trees {
         (trees, exclude)
     }
 
-    fn repo(&self) -> Result<&Repo, String> {
+    fn repo(&self) -> Result<&Repo, TreeError> {
         match &self.repo {
             Some(Ok(repo)) => Ok(repo),
-            Some(Err(why)) => Err(why.clone()),
-            None => Err("the plan has no worktree job".into()),
+            Some(Err(why)) => Err(TreeError::NoRepository(why.clone())),
+            None => Err(TreeError::NoRepository(
+                "the plan has no worktree job".into(),
+            )),
         }
     }
 }
@@ -197,78 +219,94 @@ impl Runner<'_> {
     /// The worktree of a job no attempt of this plan has run in: made at
     /// the base, unless its branch, its kept attempts or the worktree there
     /// already hold work, which is an earlier run's and never overwritten.
-    fn first_for(&mut self, job: &Job, g: &GitWorktree) -> Result<Worktree, String> {
+    fn first_for(&mut self, job: &Job, g: &GitWorktree) -> Result<Worktree, TreeError> {
         self.ignore_worktrees_dir()?;
         let repo = self.trees.repo()?;
         let path = self.tree_path(job);
-        let fail = |e: crate::worktree::GitError| e.to_string();
-        if let Some(tip) = repo.branch_tip(&g.branch).map_err(fail)? {
+        if let Some(tip) = repo.branch_tip(&g.branch)? {
             if tip != g.base {
-                return Err(format!(
-                    "branch {} already points at {}, not at the planned base {}: another run's work, which okstra never overwrites; rename it (git branch -m {} <new name>) or delete it, then exec again",
-                    g.branch, short(&tip), short(&g.base), g.branch
-                ));
+                return Err(TreeError::Foreign {
+                    what: format!(
+                        "branch {} already points at {}, not at the planned base {}",
+                        g.branch,
+                        short(&tip),
+                        short(&g.base)
+                    ),
+                    fix: format!(
+                        "rename it (git branch -m {} <new name>) or delete it",
+                        g.branch
+                    ),
+                });
             }
         }
-        let kept = repo.branches_under(&attempts_prefix(g)).map_err(fail)?;
+        let kept = repo.branches_under(&attempts_prefix(g))?;
         if !kept.is_empty() {
-            return Err(format!(
-                "{} holds attempts of another run ({}); delete them (git branch -D {}) or keep them under another name, then exec again",
-                attempts_prefix(g),
-                kept.join(", "),
-                kept.join(" ")
-            ));
+            return Err(TreeError::Foreign {
+                what: format!(
+                    "{} holds attempts ({})",
+                    attempts_prefix(g),
+                    kept.join(", ")
+                ),
+                fix: format!(
+                    "delete them (git branch -D {}) or keep them under another name",
+                    kept.join(" ")
+                ),
+            });
         }
         if std::fs::symlink_metadata(&path).is_ok() {
-            let wt = repo
-                .prepare_worktree(&path, &g.branch, &g.base, false)
-                .map_err(fail)?;
-            let changes = repo.changes_in(&wt).map_err(fail)?;
+            let wt = repo.prepare_worktree(&path, &g.branch, &g.base, false)?;
+            let changes = repo.changes_in(&wt)?;
             if !changes.is_empty() {
-                return Err(format!(
-                    "the worktree {} holds changes okstra did not make in this run ({}); commit them elsewhere or remove it (git worktree remove --force {}), then exec again",
-                    path.display(),
-                    listed(&changes),
-                    path.display()
-                ));
+                return Err(TreeError::Foreign {
+                    what: format!(
+                        "the worktree {} holds changes ({})",
+                        path.display(),
+                        listed(&changes)
+                    ),
+                    fix: format!(
+                        "commit them elsewhere or remove it (git worktree remove --force {})",
+                        path.display()
+                    ),
+                });
             }
         }
-        repo.prepare_worktree(&path, &g.branch, &g.base, true)
-            .map_err(fail)
+        Ok(repo.prepare_worktree(&path, &g.branch, &g.base, true)?)
     }
 
     /// The worktree for attempt `attempt` of a job an earlier attempt ran
     /// in: what the attempt before it left is kept first (again, where an
     /// exec died before it was recorded: keeping is idempotent), then the
     /// worktree goes back to the base.
-    fn fresh_for(&mut self, job: &Job, g: &GitWorktree, attempt: u64) -> Result<Worktree, String> {
+    fn fresh_for(
+        &mut self,
+        job: &Job,
+        g: &GitWorktree,
+        attempt: u64,
+    ) -> Result<Worktree, TreeError> {
         let wt = self.adopt(job, g)?;
         let repo = self.trees.repo()?;
-        let fail = |e: crate::worktree::GitError| e.to_string();
         if attempt > job.first_attempt() {
             let message = self.kept_message(job, attempt - 1);
-            repo.keep_attempt(&wt, &g.base, &kept_branch(g, attempt - 1), &message)
-                .map_err(fail)?;
+            repo.keep_attempt(&wt, &g.base, &kept_branch(g, attempt - 1), &message)?;
         }
-        repo.prepare_worktree(wt.path(), &g.branch, &g.base, true)
-            .map_err(fail)
+        Ok(repo.prepare_worktree(wt.path(), &g.branch, &g.base, true)?)
     }
 
     /// The worktree as an earlier attempt left it (repaired where a killed
     /// git left it half-made or locked).
-    fn adopt(&mut self, job: &Job, g: &GitWorktree) -> Result<Worktree, String> {
+    fn adopt(&mut self, job: &Job, g: &GitWorktree) -> Result<Worktree, TreeError> {
         self.ignore_worktrees_dir()?;
         let path = self.tree_path(job);
-        self.trees
+        Ok(self
+            .trees
             .repo()?
-            .prepare_worktree(&path, &g.branch, &g.base, false)
-            .map_err(|e| e.to_string())
+            .prepare_worktree(&path, &g.branch, &g.base, false)?)
     }
 
     /// `.okstra/worktrees/.gitignore` ignoring everything: the worktrees
     /// never show in the user's `git status`, nor go into a `git add -A`
     /// of the checkout, whatever the project's own ignore files say.
-    fn ignore_worktrees_dir(&mut self) -> Result<(), String> {
+    fn ignore_worktrees_dir(&mut self) -> Result<(), TreeError> {
         let path = self.abs(".okstra/worktrees/.gitignore");
         if path.is_file() {
             return Ok(());
@@ -282,11 +320,19 @@ impl Runner<'_> {
                 self.own
                     .write_atomic(rel, b"*\n", crate::fsutil::Durability::NoFsync)
             })
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+            .map_err(|e| TreeError::Own {
+                path,
+                source: e.into(),
+            })
     }
 
     /// The job's worktree for settling attempt `e`: as made, else adopted.
-    fn settling_tree(&mut self, i: usize, job: &Job, g: &GitWorktree) -> Result<Worktree, String> {
+    fn settling_tree(
+        &mut self,
+        i: usize,
+        job: &Job,
+        g: &GitWorktree,
+    ) -> Result<Worktree, TreeError> {
         if let Some(wt) = self.trees.made.get(&i) {
             return Ok(wt.clone());
         }
@@ -333,8 +379,7 @@ impl Runner<'_> {
                 }
                 if follows {
                     let repo = self.trees.repo()?;
-                    repo.prepare_worktree(wt.path(), &g.branch, &g.base, true)
-                        .map_err(|e| e.to_string())?;
+                    repo.prepare_worktree(wt.path(), &g.branch, &g.base, true)?;
                 }
             }
             Ok(())
@@ -363,14 +408,10 @@ impl Runner<'_> {
         wt: &Worktree,
         attempt: u64,
         report: &StatusReport,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, TreeError> {
         let repo = self.trees.repo()?;
         let id = commit_dispatch_id(job, attempt, &self.plan.digest);
-        let fail = |e: crate::worktree::GitError| e.to_string();
-        if let Some(sha) = repo
-            .find_by_trailer(&g.branch, &g.base, &id)
-            .map_err(fail)?
-        {
+        if let Some(sha) = repo.find_by_trailer(&g.branch, &g.base, &id)? {
             return Ok(Some(sha));
         }
         let model = report
@@ -393,7 +434,7 @@ impl Runner<'_> {
             ],
         );
         crate::fault::point("worktree-commit");
-        repo.commit_all(wt, &message).map_err(fail)
+        Ok(repo.commit_all(wt, &message)?)
     }
 
     /// Keep what attempt `attempt` left; the kept commit (made now, or by an
@@ -404,17 +445,13 @@ impl Runner<'_> {
         g: &GitWorktree,
         wt: &Worktree,
         attempt: u64,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, TreeError> {
         let repo = self.trees.repo()?;
-        let fail = |e: crate::worktree::GitError| e.to_string();
         let branch = kept_branch(g, attempt);
         let message = self.kept_message(job, attempt);
-        match repo
-            .keep_attempt(wt, &g.base, &branch, &message)
-            .map_err(fail)?
-        {
+        match repo.keep_attempt(wt, &g.base, &branch, &message)? {
             Some(sha) => Ok(Some(sha)),
-            None => repo.branch_tip(&branch).map_err(fail),
+            None => Ok(repo.branch_tip(&branch)?),
         }
     }
 
@@ -491,10 +528,10 @@ impl Runner<'_> {
             if std::fs::symlink_metadata(&path).is_err() {
                 continue;
             }
-            let gone = self.trees.repo().and_then(|r| {
-                r.remove_worktree_at(&path, &g.branch)
-                    .map_err(|e| e.to_string())
-            });
+            let gone = self
+                .trees
+                .repo()
+                .and_then(|r| Ok(r.remove_worktree_at(&path, &g.branch)?));
             removed = true;
             self.trees.made.remove(&i);
             if let Err(why) = gone {
