@@ -146,9 +146,18 @@ fn three_implementers_edit_one_file_each_on_its_own_branch() {
     let root = fx.root();
     let before = checkout(&root);
     let head = git(&root, &["rev-parse", "HEAD"]);
-    let run = fx.exec(&["--format", "json"]);
+    let run = fx.exec(&["--format", "json", "--junit", "run/junit.xml"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(checkout(&root), before, "the user's checkout moved");
+    let junit = fx.p.read("run/junit.xml");
+    let status = fx.okstra(&[
+        "status",
+        "--manifest",
+        "run/run-manifest.json",
+        "--format",
+        "json",
+    ]);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
     let digest = fx.p.read_json("plan.json")["digest"]
         .as_str()
         .unwrap()
@@ -187,6 +196,22 @@ fn three_implementers_edit_one_file_each_on_its_own_branch() {
         );
         assert_eq!(row["worktreeBranch"], branch);
         assert_eq!(row["worktreeCommit"], tip.as_str());
+        let shown = status["dispatches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["workerKey"] == *id)
+            .unwrap();
+        assert_eq!(shown["worktreeBranch"], branch);
+        assert_eq!(shown["worktreeCommit"], tip.as_str());
+        assert!(
+            junit.contains(&format!(
+                r#"<property name="worktreeBranch" value="{branch}"/>"#
+            )) && junit.contains(&format!(
+                r#"<property name="worktreeCommit" value="{tip}"/>"#
+            )),
+            "{junit}"
+        );
         // okstra's identity: the repository sets none.
         assert_eq!(
             git(&root, &["show", "-s", "--format=%an <%ae>", &tip]),

@@ -113,7 +113,7 @@ impl Runner<'_> {
         let (mut facts, report) = self.facts_of(&job, &e);
         let summary;
         (facts.audit, summary) = audit_of(&facts, judge, own);
-        facts.audit = self.worktree_resolves(&job, facts.audit);
+        facts.audit = super::worktrees::resolved_in_worktree(&job, facts.audit);
         let mut d = decide::decide(&facts);
         let worktree = self.settle_worktree(&job, &e, &mut d, &report);
         let mut settled = self.settled(&job, &e, &facts, &d, report, summary);

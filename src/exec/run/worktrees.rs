@@ -470,31 +470,6 @@ impl Runner<'_> {
         )
     }
 
-    /// A failed attempt's own changes all inside its worktree are not left
-    /// in the tree: exec keeps them on `okstra-attempts/...` and puts the
-    /// worktree back at the base before anything follows
-    /// ([`Runner::settle_worktree`]), so they do not stand in the way of a
-    /// retry as a mutation left in the checkout would
-    /// (docs/worktrees.md#running). Any other verdict stands.
-    pub(super) fn worktree_resolves(&self, job: &Job, audit: Audit) -> Audit {
-        let (Some(_), Some(wt)) = (&job.git_worktree, &job.worktree_path) else {
-            return audit;
-        };
-        let inside = |p: &String| p.starts_with(&format!("{wt}/"));
-        match audit {
-            Audit::Judged {
-                status: AuditOutcome::MutationPresentUnresolved,
-                violations,
-                ..
-            } if violations.iter().all(inside) => Audit::Judged {
-                status: AuditOutcome::FailedNoMutation,
-                violations: Vec::new(),
-                retry_allowed: true,
-            },
-            other => other,
-        }
-    }
-
     /// The recorded worktree of an attempt about to start.
     pub(super) fn worktree_use(&self, job: &Job) -> Option<WorktreeUse> {
         let g = job.git_worktree.as_ref()?;
@@ -550,6 +525,31 @@ impl Runner<'_> {
     }
 }
 
+/// A failed attempt's own changes all inside its worktree are not left
+/// in the tree: exec keeps them on `okstra-attempts/...` and puts the
+/// worktree back at the base before anything follows
+/// (`Runner::settle_worktree`), so they do not stand in the way of a
+/// retry as a mutation left in the checkout would
+/// (docs/worktrees.md#running). Any other verdict stands.
+pub(super) fn resolved_in_worktree(job: &Job, audit: Audit) -> Audit {
+    let (Some(_), Some(wt)) = (&job.git_worktree, &job.worktree_path) else {
+        return audit;
+    };
+    let inside = |p: &String| p.starts_with(&format!("{wt}/"));
+    match audit {
+        Audit::Judged {
+            status: AuditOutcome::MutationPresentUnresolved,
+            violations,
+            ..
+        } if violations.iter().all(inside) => Audit::Judged {
+            status: AuditOutcome::FailedNoMutation,
+            violations: Vec::new(),
+            retry_allowed: true,
+        },
+        other => other,
+    }
+}
+
 /// The first 12 hex digits of a sha.
 fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
@@ -567,6 +567,95 @@ fn listed(paths: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn job(dispatch: bool) -> Job {
+        let mut j = json!({
+            "key": "w", "identity": {"version": "1", "workerId": "w"}, "provider": "command",
+            "backend": "cli-wrapper", "role": "implementer", "dispatchKind": "initial", "round": 1,
+            "promptPath": "p.md", "resultPath": "r.md", "workerResultPath": "r.md",
+            "completionPaths": ["r.md"], "worktreePath": ".okstra/worktrees/t/w",
+            "gitWorktree": {"base": "a".repeat(40), "baseFrom": "head", "branch": "okstra/t/w", "keep": true},
+            "command": [], "providerCommand": [], "takesSessionId": false,
+            "idleTimeoutSeconds": 600, "livenessMode": "wrapper-status",
+            "writePolicy": {"role": "implementer", "allow": [], "digest": ""},
+            "writeEnforcement": {"mutationAudit": "batch"}
+        });
+        if dispatch {
+            j["invocation"] = json!({"invocationId": "inv-1", "audience": "a", "assignmentRef": "x/w", "digests": {}});
+        }
+        serde_json::from_value(j).unwrap()
+    }
+
+    #[test]
+    fn the_commit_dispatch_id_is_the_dispatch_id_else_plan_key_and_attempt() {
+        assert_eq!(
+            commit_dispatch_id(&job(true), 2, "sha256:x"),
+            "inv-1:attempt-2"
+        );
+        let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+        assert_eq!(
+            commit_dispatch_id(&job(false), 2, &digest),
+            "0123456789abcdef/w/attempt-2"
+        );
+    }
+
+    #[test]
+    fn usage_is_told_in_tokens_and_dollars_where_reported() {
+        let mut report = StatusReport::default();
+        assert_eq!(usage_text(&report), "not reported");
+        report.usage = Some(crate::provider::Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            total_tokens: 15,
+            cost_usd: Some(0.25),
+            ..Default::default()
+        });
+        assert_eq!(
+            usage_text(&report),
+            "input=10 output=5 total=15 costUsd=0.250000"
+        );
+    }
+
+    #[test]
+    fn only_a_failed_attempts_changes_inside_its_own_worktree_are_resolved() {
+        let unresolved = |paths: &[&str]| Audit::Judged {
+            status: AuditOutcome::MutationPresentUnresolved,
+            violations: paths.iter().map(|p| p.to_string()).collect(),
+            retry_allowed: false,
+        };
+        let inside = unresolved(&[
+            ".okstra/worktrees/t/w/src/a.rs",
+            ".okstra/worktrees/t/w/new",
+        ]);
+        assert_eq!(
+            resolved_in_worktree(&job(false), inside.clone()),
+            Audit::Judged {
+                status: AuditOutcome::FailedNoMutation,
+                violations: vec![],
+                retry_allowed: true
+            }
+        );
+        // One change outside it (a sibling worktree named alike, the
+        // checkout) and the verdict stands.
+        for outside in [".okstra/worktrees/t/w2/a", "src/a.rs"] {
+            let mixed = unresolved(&[".okstra/worktrees/t/w/a", outside]);
+            assert_eq!(resolved_in_worktree(&job(false), mixed.clone()), mixed);
+        }
+        let unattributed = Audit::Judged {
+            status: AuditOutcome::ContractFailedUnattributed,
+            violations: vec![".okstra/worktrees/t/w/a".into()],
+            retry_allowed: false,
+        };
+        assert_eq!(
+            resolved_in_worktree(&job(false), unattributed.clone()),
+            unattributed
+        );
+        // A job without a git worktree: as judged.
+        let mut plain = job(false);
+        plain.git_worktree = None;
+        assert_eq!(resolved_in_worktree(&plain, inside.clone()), inside);
+    }
 
     fn g() -> GitWorktree {
         GitWorktree {
