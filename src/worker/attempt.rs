@@ -195,6 +195,7 @@ fn prepare(
             return Err(usage.code());
         }
     };
+    make_write_dirs(paths);
     // The attempt's private directory lives until the attempt ended, then
     // goes: its CLI's state seeded from the user's
     // (docs/confinement.md#provider-state), confined or not.
@@ -226,6 +227,18 @@ fn prepare(
         env,
         log_start,
     })
+}
+
+/// Make the directories the child may write (`--write-dir`) that are
+/// missing, confined or not (confinement makes them to grant them): claude
+/// drops an `--add-dir` that does not exist, so a worktree job's CLI could
+/// not write a result whose folder is new.
+fn make_write_dirs(paths: &Paths) {
+    for d in paths.write_dirs.iter().filter(|d| !d.exists()) {
+        if let Err(err) = fs::create_dir_all(d) {
+            say(format_args!("cannot make {}: {err}", d.display()));
+        }
+    }
 }
 
 /// The attempt's private directory, its CLI's state seeded: `None` where

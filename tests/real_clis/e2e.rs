@@ -71,7 +71,7 @@ fn tokens(provider: &str) -> Tokens {
     }
 }
 
-fn script(provider: &str, steps: Vec<Step>, served: &str) -> Script {
+pub(crate) fn script(provider: &str, steps: Vec<Step>, served: &str) -> Script {
     Script {
         steps,
         served_model: served.into(),
@@ -130,6 +130,17 @@ pub(crate) fn one_in(
 /// PATH, a fresh HOME and TMPDIR, and each CLI pointed at the mock. `None`
 /// (having said why) where a CLI is missing.
 pub(crate) fn setup(
+    workers: &[Worker],
+    scripts: impl FnOnce(&Fx) -> Vec<(&'static str, Script)>,
+) -> Option<(Fx, MockApi)> {
+    let (fx, mock) = unplanned(workers, scripts)?;
+    fx.plan();
+    Some((fx, mock))
+}
+
+/// [`setup`] before `okstra plan`: the project written, its environment
+/// set, so a test can add to it (a git repository) and then plan.
+pub(crate) fn unplanned(
     workers: &[Worker],
     scripts: impl FnOnce(&Fx) -> Vec<(&'static str, Script)>,
 ) -> Option<(Fx, MockApi)> {
@@ -196,8 +207,7 @@ pub(crate) fn setup(
         .run_env("MOCK_KEY", "mock-key")
         .run_env("GEMINI_API_KEY", "mock-key")
         .run_env("GOOGLE_GEMINI_BASE_URL", &url)
-        .run_env("OKSTRA_TEST_MOCK_URL", &url)
-        .plan();
+        .run_env("OKSTRA_TEST_MOCK_URL", &url);
     Some((fx, mock))
 }
 
@@ -216,7 +226,7 @@ pub(crate) fn read(fx: &Fx, rel: &str) -> String {
     std::fs::read_to_string(fx.root().join(rel)).unwrap_or_default()
 }
 
-fn json(fx: &Fx, rel: &str) -> Value {
+pub(crate) fn json(fx: &Fx, rel: &str) -> Value {
     serde_json::from_str(&read(fx, rel)).unwrap_or(Value::Null)
 }
 
@@ -237,7 +247,7 @@ fn errors(fx: &Fx) -> Vec<Value> {
         .collect()
 }
 
-fn events(fx: &Fx, ty: &str, key: &str) -> Vec<Value> {
+pub(crate) fn events(fx: &Fx, ty: &str, key: &str) -> Vec<Value> {
     read(fx, "run/lead-events.jsonl")
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -250,7 +260,7 @@ pub(crate) fn log(fx: &Fx, key: &str) -> String {
     read(fx, &format!("prompts/{key}.md.log"))
 }
 
-fn cli(provider: &str) -> &'static str {
+pub(crate) fn cli(provider: &str) -> &'static str {
     match provider {
         "claude" => "claude",
         "codex" => "codex",

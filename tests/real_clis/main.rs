@@ -3,7 +3,8 @@
 //! (`argv`), runs end to end against a mock of its vendor's API (`e2e`,
 //! `mock_api`), on private state that keeps the user's own untouched
 //! (`private_state`; 16 at once: `concurrency`), and is judged logged in
-//! as it judges itself (`login`).
+//! as it judges itself (`login`); as a `worktree = "git"` worker, its edit
+//! committed to its branch (`worktree`).
 //!
 //! A binary of its own, apart from tests/it/: these tests run the vendors'
 //! node CLIs (heavy to start) and hold them to wall-clock limits (a refused
@@ -20,3 +21,4 @@ mod e2e;
 mod login;
 mod mock_api;
 mod private_state;
+mod worktree;

@@ -40,6 +40,10 @@ pub enum Step {
     /// Ask the CLI to run this shell command with its own tool: claude's
     /// `Bash`, codex's `exec_command`, gemini's `run_shell_command`.
     Shell(String),
+    /// Call the CLI's tool `name` with `input` exactly as given (a path
+    /// in it is not made absolute): e.g. claude's `Read` and `Edit` with a
+    /// path relative to its working directory.
+    Tool { name: String, input: Value },
     /// Answer with this text and end the turn.
     Answer(String),
     /// Refuse with this HTTP status and the vendor's error body (for 401,
@@ -399,7 +403,7 @@ fn serve(s: &Shared, conn: TcpStream) {
             let body = error_body(dialect, 401);
             respond(&mut out, 401, "application/json", body.as_bytes());
         }
-        Step::Answer(_) | Step::WriteFile { .. } | Step::Shell(_) => {
+        Step::Answer(_) | Step::WriteFile { .. } | Step::Shell(_) | Step::Tool { .. } => {
             let body = answer(s, script, dialect, &step);
             s.spent
                 .lock()
@@ -651,6 +655,18 @@ fn answer(s: &Shared, script: &Script, dialect: Dialect, step: &Step) -> String 
                     );
                     "tool_use"
                 }
+                Step::Tool { name, input } => {
+                    out += &ev(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": 0, "content_block":
+                               {"type": "tool_use", "id": format!("toolu_mock_{n}"), "name": name, "input": {}}}),
+                    );
+                    out += &ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+                    );
+                    "tool_use"
+                }
                 Step::Answer(text) => {
                     out += &ev(
                         "content_block_start",
@@ -696,6 +712,10 @@ fn answer(s: &Shared, script: &Script, dialect: Dialect, step: &Step) -> String 
                     json!({"type": "function_call", "id": format!("fc_mock_{n}"), "call_id": format!("call_mock_{n}"),
                            "name": "exec_command", "arguments": json!({"cmd": cmd}).to_string()})
                 }
+                Step::Tool { name, input } => {
+                    json!({"type": "function_call", "id": format!("fc_mock_{n}"), "call_id": format!("call_mock_{n}"),
+                           "name": name, "arguments": input.to_string()})
+                }
                 Step::Answer(text) => {
                     json!({"type": "message", "role": "assistant", "id": format!("msg_mock_{n}"),
                                              "content": [{"type": "output_text", "text": text}]})
@@ -723,6 +743,9 @@ fn answer(s: &Shared, script: &Script, dialect: Dialect, step: &Step) -> String 
                 }
                 Step::Shell(command) => {
                     json!([{"functionCall": {"name": "run_shell_command", "args": {"command": command}}}])
+                }
+                Step::Tool { name, input } => {
+                    json!([{"functionCall": {"name": name, "args": input}}])
                 }
                 Step::Answer(text) => json!([{"text": text}]),
                 _ => unreachable!("only answers are streamed"),
