@@ -49,7 +49,9 @@
 # not is not timed, the script fails.
 #
 # The working trees go under $TMPDIR (each copy holds the repository, N
-# worktrees of it, about 4 MB x (N + 1) at the defaults).
+# worktrees of it, about 40 MB x (N + 1) on disk at the defaults). Each
+# side's best and median wall time are reported, with its best CPU time
+# (user + system of everything the timed run waited for), and the ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
