@@ -247,6 +247,11 @@ pub enum WrapperExit {
     /// outside everything else a worker may exit with: the agent CLIs' own
     /// codes (1, 2, gemini's 41–53), the shell's 124–127 and 128 + signal.
     ServedModelMismatch,
+    /// 87: the attempt's usage crossed its budget (`--max-cost-usd`,
+    /// `--max-tokens`; docs/exec.md#budgets): the child was stopped, or had
+    /// ended over it where its CLI reports usage only at its end; never
+    /// settled `completed`, never retried. Beside 86, outside the same codes.
+    BudgetExceeded,
     /// 124, as GNU `timeout`: stopped at its time limit.
     Timeout,
     /// 126, the shell's: the program could not be executed.
@@ -271,6 +276,7 @@ impl WrapperExit {
             WrapperExit::StatusWriteFailed => 74,
             WrapperExit::NeverReleased => 75,
             WrapperExit::ServedModelMismatch => 86,
+            WrapperExit::BudgetExceeded => 87,
             WrapperExit::Timeout => 124,
             WrapperExit::NotExecutable => 126,
             WrapperExit::NotFound => 127,
@@ -288,6 +294,7 @@ impl WrapperExit {
             74 => WrapperExit::StatusWriteFailed,
             75 => WrapperExit::NeverReleased,
             86 => WrapperExit::ServedModelMismatch,
+            87 => WrapperExit::BudgetExceeded,
             124 => WrapperExit::Timeout,
             126 => WrapperExit::NotExecutable,
             127 => WrapperExit::NotFound,
@@ -589,6 +596,7 @@ mod tests {
             (StatusWriteFailed, 74),
             (NeverReleased, 75),
             (ServedModelMismatch, 86),
+            (BudgetExceeded, 87),
             (Timeout, 124),
             (NotExecutable, 126),
             (NotFound, 127),

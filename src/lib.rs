@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
+pub mod budget;
 pub mod beneath;
 pub mod canonical;
 pub mod clock;

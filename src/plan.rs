@@ -44,6 +44,10 @@ pub struct RunInfo {
     pub workflow_phase: String,
     /// `spec` or `roster` (or `translator`): how the jobs were chosen.
     pub mode: String,
+    /// The spec's `[budget]`: what the whole run may spend
+    /// (docs/exec.md#budgets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::RunBudget>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -257,6 +261,10 @@ pub struct Job {
     pub idle_timeout_seconds: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
+    /// What one attempt may spend (docs/exec.md#budgets): the wrapper stops
+    /// it past this and it settles `budget-exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::Budget>,
     pub liveness_mode: String,
     pub write_policy: WritePolicy,
     pub write_enforcement: WriteEnforcement,
@@ -573,6 +581,7 @@ mod tests {
                 terminal_backend: Backend::CliWrapper,
                 workflow_phase: String::new(),
                 mode: "spec".into(),
+                budget: None,
             },
             inputs: vec![],
             policy: RetryPolicy { max_attempts: 2 },
@@ -704,6 +713,7 @@ mod tests {
                         terminal_backend: crate::vocab::Backend::CliWrapper,
                         workflow_phase: String::new(),
                         mode: "spec".into(),
+                        budget: None,
                     },
                     inputs: inputs
                         .into_iter()

@@ -1234,6 +1234,10 @@ mod tests {
             },
             idle_timeout_seconds: 600,
             timeout_seconds: full.then_some(60),
+            budget: full.then(|| crate::budget::Budget {
+                max_cost_usd: Some(2.5),
+                max_tokens: Some(400_000),
+            }),
             liveness_mode: "log-growth".into(),
             write_policy: WritePolicy {
                 role: "verifier".into(),
@@ -1277,6 +1281,11 @@ mod tests {
                 terminal_backend: crate::vocab::Backend::CliWrapper,
                 workflow_phase: if full { "verify".into() } else { String::new() },
                 mode: "spec".into(),
+                budget: full.then(|| crate::budget::RunBudget {
+                    max_cost_usd: Some(10.0),
+                    max_tokens: None,
+                    on_budget: crate::budget::OnBudget::Stop,
+                }),
             },
             inputs: vec![InputRecord {
                 kind: "spec".into(),

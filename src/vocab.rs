@@ -383,6 +383,9 @@ open_vocabulary! {
         ServedModelMismatch = "served-model-mismatch",
         /// A wall-clock or idle timeout, or the backend's time limit.
         Timeout = "timeout",
+        /// Its spend crossed its own budget or the run's
+        /// (docs/exec.md#budgets): stopped, never retried.
+        BudgetExceeded = "budget-exceeded",
         /// exec was interrupted while the attempt ran.
         Interrupted = "interrupted",
         /// The attempt ended while no exec watched it, without an exit code.

@@ -114,6 +114,10 @@ pub struct WorkerFields {
     pub idle_timeout_seconds: Option<u64>,
     #[serde(default, deserialize_with = "count")]
     pub timeout_seconds: Option<u64>,
+    /// `budget = { maxCostUsd, maxTokens }` (docs/exec.md#budgets); a table
+    /// that sets no usable limit reads as absent (the schema reports it).
+    #[serde(default, deserialize_with = "budget")]
+    pub budget: Option<crate::budget::Budget>,
     #[serde(default, deserialize_with = "word")]
     pub mutation_audit: Option<MutationAudit>,
     #[serde(default, deserialize_with = "word")]
@@ -376,6 +380,10 @@ fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
 /// names the words it allows).
 fn word<'de, D: Deserializer<'de>, T: std::str::FromStr>(d: D) -> Result<Option<T>, D::Error> {
     Ok(text(d)?.and_then(|s| s.parse().ok()))
+}
+
+fn budget<'de, D: Deserializer<'de>>(d: D) -> Result<Option<crate::budget::Budget>, D::Error> {
+    Ok(crate::budget::Budget::from_value(&Value::deserialize(d)?))
 }
 
 fn network<'de, D: Deserializer<'de>>(d: D) -> Result<Option<crate::plan::Network>, D::Error> {

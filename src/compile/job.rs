@@ -625,6 +625,7 @@ fn assemble(
             .idle_timeout_seconds
             .unwrap_or(DEFAULT_IDLE_TIMEOUT_SECONDS),
         timeout_seconds: f.timeout_seconds,
+        budget: f.budget.clone(),
         liveness_mode: LIVENESS_MODE.into(),
         write_policy: plan::WritePolicy {
             role: String::new(),
@@ -904,6 +905,14 @@ fn wrapper_command(w: &WrapperCommand) -> Vec<String> {
     }
     if let Some(t) = job.timeout_seconds {
         argv.extend(["--timeout-seconds".into(), t.to_string()]);
+    }
+    if let Some(b) = &job.budget {
+        if let Some(usd) = b.max_cost_usd {
+            argv.extend(["--max-cost-usd".into(), usd.to_string()]);
+        }
+        if let Some(n) = b.max_tokens {
+            argv.extend(["--max-tokens".into(), n.to_string()]);
+        }
     }
     for d in w.dirs {
         argv.extend(["--write-dir".into(), paths::path_text(d)]);

@@ -454,6 +454,7 @@ fn load_run(ctx: &mut Ctx, req: &Request) -> Option<RunFacts> {
         terminal_backend: Backend::for_terminal(m.terminal_backend()),
         workflow_phase: m.workflow_phase().to_string(),
         mode: String::new(),
+        budget: None,
     };
     Some(RunFacts {
         manifest: loaded,
@@ -533,7 +534,7 @@ fn compile_uncached(req: &Request) -> Result<Compiled, Diagnostics> {
     let stages = match &req.spec {
         Some(spec) => {
             run.info.mode = "spec".into();
-            spec_stages(&mut ctx, &run, spec, &req.workers)
+            spec_stages(&mut ctx, &mut run, spec, &req.workers)
         }
         None if translator::requested(&req.workers) => {
             run.info.mode = "translator".into();
@@ -622,13 +623,20 @@ impl Kept {
     }
 }
 
-fn spec_stages(ctx: &mut Ctx, run: &RunFacts, spec: &Path, only: &[String]) -> Vec<Stage> {
+fn spec_stages(ctx: &mut Ctx, run: &mut RunFacts, spec: &Path, only: &[String]) -> Vec<Stage> {
     let Some(display) = command_line_display(ctx, "spec", spec) else {
         return Vec::new();
     };
     let Some((mut doc, src)) = spec::load(ctx, &display, spec) else {
         return Vec::new();
     };
+    // The run's `[budget]` (docs/exec.md#budgets); the schema reports one
+    // that sets no usable limit.
+    run.info.budget = doc
+        .rest
+        .get("budget")
+        .and_then(crate::budget::RunBudget::from_value);
+    let run = &*run;
     let manifest = Manifest::new(&run.manifest.doc);
     let names = stage_names(&doc.rest);
     let mut kept = Kept::new(names.len());

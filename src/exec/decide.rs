@@ -32,6 +32,9 @@ pub enum End {
     /// The backend's own time limit stopped it (a Slurm `--time`): a
     /// wall-clock timeout like `timeoutSeconds`.
     TimeLimit(String),
+    /// exec stopped it because the run's budget was spent and the run says
+    /// `onBudget = "stop"` (docs/exec.md#budgets): why.
+    OverBudget(String),
 }
 
 /// What the wrapper's status sidecar says, where it says it.
@@ -104,8 +107,13 @@ pub struct Decision {
 /// Whether settling needs the audit-sidecar contract checked: a non-zero
 /// exit that left every completion artifact, not the served-model mismatch.
 pub fn needs_audit_sidecar(end: &End, missing: &[Missing]) -> bool {
-    matches!(end, End::Exited(code) if *code != 0 && !WrapperExit::ServedModelMismatch.is(*code))
-        && missing.is_empty()
+    matches!(end, End::Exited(code) if *code != 0 && !never_rescued(*code)) && missing.is_empty()
+}
+
+/// The wrapper's exits that are never a result, whatever the artifacts:
+/// the wrong model served, a budget crossed (docs/exec.md#budgets).
+fn never_rescued(code: i32) -> bool {
+    WrapperExit::ServedModelMismatch.is(code) || WrapperExit::BudgetExceeded.is(code)
 }
 
 pub fn decide(f: &Facts) -> Decision {
@@ -164,6 +172,11 @@ fn base(f: &Facts) -> Decision {
         End::LaunchFailed(why) => Decision::no_fault(why.clone(), FailureKind::LaunchFailed),
         End::Cancelled(why) => Decision::no_fault(why.clone(), FailureKind::Cancelled),
         End::TimeLimit(why) => Decision::timed_out(why.clone()),
+        End::OverBudget(why) => Decision::settled(
+            Status::Error,
+            why.clone(),
+            Some(FailureKind::BudgetExceeded),
+        ),
         End::Idle => Decision::timed_out(idle_reason(f.last_words.as_deref())),
         End::Exited(_) if f.sidecar.wall_clock => Decision::timed_out(
             f.sidecar
@@ -248,6 +261,9 @@ fn exited(f: &Facts, code: i32) -> Decision {
             reason,
             Some(FailureKind::ServedModelMismatch),
         )
+    } else if WrapperExit::BudgetExceeded.is(code) {
+        let reason = format!("the attempt's spend crossed its budget (exit {code})");
+        Decision::settled(Status::Error, reason, Some(FailureKind::BudgetExceeded))
     } else {
         exited_non_zero(f, code)
     };
@@ -474,6 +490,24 @@ mod tests {
         let d = decide(&f);
         assert_eq!((d.status, d.exit_code), (Status::Timeout, Some(124)));
         assert_eq!(d.reason, "timed out after 5 s");
+    }
+
+    #[test]
+    fn a_budget_crossed_is_never_rescued_retried_or_resumed() {
+        let code = WrapperExit::BudgetExceeded.code();
+        assert!(!needs_audit_sidecar(&End::Exited(code), &[]));
+        let mut f = facts(End::Exited(code));
+        f.sidecar.failure_kind = Some(FailureKind::BudgetExceeded);
+        f.sidecar.error = Some("budget exceeded: claude spent 12 tokens".into());
+        let d = decide(&f);
+        assert_eq!((d.status, d.exit_code), (Status::Error, Some(87)));
+        assert!(!d.retry && !d.resumable && d.log_error);
+        assert_eq!(d.failure_kind, Some(FailureKind::BudgetExceeded));
+        assert!(d.reason.contains("budget exceeded: claude"), "{}", d.reason);
+        let d = decide(&facts(End::OverBudget("run budget spent".into())));
+        assert_eq!(d.status, Status::Error);
+        assert!(!d.retry && !d.resumable);
+        assert_eq!(d.failure_kind, Some(FailureKind::BudgetExceeded));
     }
 
     #[test]

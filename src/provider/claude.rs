@@ -189,6 +189,31 @@ impl Adapter for Claude {
         Some(usage)
     }
 
+    /// An `assistant` event (the main loop's or a sub-agent's): its
+    /// message's usage as claude printed it, one event per content block,
+    /// each with the snapshot taken as the message started (input and cache
+    /// counts whole, output from its first token): the running total until
+    /// the `result` gives the whole. A synthetic answer spent nothing.
+    fn message_usage(&self, event: &Value) -> Option<(String, Usage)> {
+        if field(event, "type") != Some("assistant") {
+            return None;
+        }
+        let message = event.get("message")?;
+        let model = field(message, "model").filter(|m| *m != SYNTHETIC);
+        let id = field(message, "id")?;
+        let mut tokens = Tokens::default();
+        tokens.add(message.get("usage")?, WIRE_KEYS);
+        let usage = Usage {
+            model: Some(model?.to_string()),
+            ..tokens.usage(TokensFrom::CliOutput)
+        };
+        Some((id.to_string(), usage))
+    }
+
+    fn live_usage(&self) -> super::LiveUsage {
+        super::LiveUsage::Answers
+    }
+
     /// A stopped claude printed no result; its transcript,
     /// `<config>/projects/<cwd slug>/<session id>.jsonl`, holds each
     /// message's final usage (one record per content block, so the same

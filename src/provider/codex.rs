@@ -154,6 +154,13 @@ impl Adapter for Codex {
         Some(totals(event.get("usage")?, TokensFrom::CliOutput))
     }
 
+    /// `codex exec` runs one turn, and prints its `turn.completed` only
+    /// as it ends (0.171, measured against the mock: four model responses,
+    /// one event); its rollout has the thread's totals after each response.
+    fn live_usage(&self) -> super::LiveUsage {
+        super::LiveUsage::SessionFile
+    }
+
     /// A failed turn (`turn.failed`) or a stopped codex prints no usage; the
     /// thread's rollout, `<CODEX_HOME>/sessions/YYYY/MM/DD/rollout-<time>-<thread
     /// id>.jsonl`, has a `token_count` record with the totals after each

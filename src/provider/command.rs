@@ -28,6 +28,11 @@ impl Adapter for Command {
         None
     }
 
+    /// okstra reads no usage from a command's output.
+    fn live_usage(&self) -> super::LiveUsage {
+        super::LiveUsage::None
+    }
+
     /// A command's exit code means what the command says it means.
     fn failure_kind(&self, _exit_code: i32, _output: &Output) -> Option<FailureKind> {
         None

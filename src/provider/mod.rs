@@ -179,6 +179,37 @@ impl Provider {
     pub fn usage_from_session(self, session: &Session) -> Option<Usage> {
         self.adapter().session_usage(session)
     }
+
+    /// One model answer's usage as the CLI streams it, with the answer's
+    /// id: an answer may be printed more than once (claude prints one
+    /// event per content block), so a running total counts each id once.
+    pub fn message_usage_from_line(self, line: &str) -> Option<(String, Usage)> {
+        self.adapter().message_usage(&parse_event(line)?)
+    }
+
+    /// When the wrapper learns what this CLI is spending
+    /// (docs/providers.md#usage-as-it-arrives).
+    pub fn live_usage(self) -> LiveUsage {
+        self.adapter().live_usage()
+    }
+}
+
+/// When a running attempt's usage is known, and so when a budget can act
+/// on it (docs/exec.md#budgets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveUsage {
+    /// Each model answer's usage in the CLI's output, as it is printed
+    /// (claude's `assistant` events).
+    Answers,
+    /// The CLI's session file, read as it grows (codex's rollout, a
+    /// `token_count` record after each model response).
+    SessionFile,
+    /// Only the CLI's final usage event (gemini's `result`): a budget is
+    /// checked at the attempt's end.
+    AtEnd,
+    /// Whatever the command's output says in a CLI's words: usually
+    /// nothing, so a budget never acts on it.
+    None,
 }
 
 /// Where a CLI keeps its session files, for [`Provider::usage_from_session`].
@@ -250,6 +281,16 @@ trait Adapter: Sync {
     /// The usage a stopped CLI left in its session file.
     fn session_usage(&self, _session: &Session) -> Option<Usage> {
         None
+    }
+
+    /// One answer's id and usage, if this event streams one.
+    fn message_usage(&self, _event: &Value) -> Option<(String, Usage)> {
+        None
+    }
+
+    /// When the CLI's usage can be read while it runs.
+    fn live_usage(&self) -> LiveUsage {
+        LiveUsage::AtEnd
     }
 
     /// What a non-zero exit was, where the CLI lets it be told apart.

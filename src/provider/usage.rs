@@ -86,6 +86,28 @@ impl Usage {
         }
     }
 
+    /// Two spends added up, part by part (a part is absent only where
+    /// both lack it); the cost only where both have one; the model, the
+    /// later's.
+    pub fn plus(&self, later: &Usage) -> Usage {
+        let part = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        Usage {
+            input_tokens: self.input_tokens + later.input_tokens,
+            cached_input_tokens: part(self.cached_input_tokens, later.cached_input_tokens),
+            cache_write_tokens: part(self.cache_write_tokens, later.cache_write_tokens),
+            output_tokens: self.output_tokens + later.output_tokens,
+            reasoning_tokens: part(self.reasoning_tokens, later.reasoning_tokens),
+            total_tokens: self.total_tokens + later.total_tokens,
+            model: later.model.clone().or_else(|| self.model.clone()),
+            cost_usd: self.cost_usd.zip(later.cost_usd).map(|(a, b)| round_cost(a + b)),
+            cost_source: self.cost_source.filter(|_| later.cost_source == self.cost_source),
+            tokens_from: later.tokens_from,
+        }
+    }
+
     /// The user's price table wins where there is one (prices are the
     /// user's: the same rule for every provider); otherwise the CLI's own
     /// estimate stays, if it gave one.

@@ -67,6 +67,15 @@ pub struct WorkerArgs {
     /// Stop the child after this many seconds and exit 124.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_seconds: Option<u64>,
+    /// Stop the child once its usage so far costs more than this many US
+    /// dollars (priced as `okstra status` prices) and exit 87
+    /// (docs/exec.md#budgets).
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    pub max_cost_usd: Option<Usd>,
+    /// Stop the child once its usage so far is more than this many tokens
+    /// and exit 87 (docs/exec.md#budgets).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tokens: Option<u64>,
     /// A directory the worker may write besides the project root (repeatable).
     #[arg(long = "write-dir", value_name = "PATH")]
     pub write_dirs: Vec<PathBuf>,
@@ -139,6 +148,35 @@ pub struct WorkerArgs {
     /// The argv of a `command` job.
     #[arg(last = true, value_name = "ARGV")]
     pub command: Vec<String>,
+}
+
+/// A positive, finite amount of US dollars.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Usd(pub f64);
+
+/// Never NaN: [`parse_usd`] takes only positive finite amounts.
+impl Eq for Usd {}
+
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a positive amount of US dollars")]
+struct NotUsd(String);
+
+fn parse_usd(s: &str) -> Result<Usd, NotUsd> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(Usd(x)),
+        _ => Err(NotUsd(s.to_string())),
+    }
+}
+
+impl WorkerArgs {
+    /// The attempt's budget, where it has one.
+    pub fn budget(&self) -> Option<crate::budget::Budget> {
+        let b = crate::budget::Budget {
+            max_cost_usd: self.max_cost_usd.map(|u| u.0),
+            max_tokens: self.max_tokens,
+        };
+        (b.max_cost_usd.is_some() || b.max_tokens.is_some()).then_some(b)
+    }
 }
 
 /// Read the wrapper's arguments `args` (without the program's name) as

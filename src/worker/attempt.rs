@@ -8,7 +8,7 @@ use super::output::{CatalogError, OutputWatch, ServedCheck, ServedMismatch};
 use super::private::AttemptDir;
 use super::slot::PidReport;
 use super::status::{self, StatusFile, StatusSidecar};
-use super::supervise::{supervise, Heartbeat, Outcome};
+use super::supervise::{supervise, Heartbeat, Limits, Outcome};
 use super::{say, Presentation, Timing, WorkerArgs};
 use crate::diag::WrapperExit;
 use crate::plan::sidecar;
@@ -116,9 +116,12 @@ pub(super) fn execute(
         Ok(child) => child,
         Err(code) => return code,
     };
-    let deadline = args
-        .timeout_seconds
-        .map(|s| started + Duration::from_secs(s));
+    let limits = Limits {
+        deadline: args
+            .timeout_seconds
+            .map(|s| started + Duration::from_secs(s)),
+        budget: args.budget(),
+    };
     let check = ready.served_check.take();
     let mut watch = OutputWatch::new(ready.provider, &paths.log, ready.log_start, check)
         .with_state(ready.dir.as_ref().and_then(AttemptDir::state_env));
@@ -126,7 +129,7 @@ pub(super) fn execute(
     let outcome = supervise(
         &mut child,
         stop,
-        deadline,
+        &limits,
         timing.grace,
         &mut watch,
         &mut heartbeat,
@@ -468,6 +471,11 @@ fn judge(
 ) -> (i32, Option<String>) {
     let provider = watch.provider;
     let mismatch = WrapperExit::ServedModelMismatch.code();
+    // A CLI that reports usage only at its end is checked then.
+    let late = args.budget().and_then(|b| {
+        let spent = status.usage.as_ref()?;
+        b.crossed(crate::budget::Spend::from(spent))
+    });
     match ended {
         // The served model is judged whatever the CLI's own exit code: a run
         // by the wrong model is never a result.
@@ -478,6 +486,15 @@ fn judge(
             (mismatch, Some(problem))
         }
         (Outcome::Mismatch, Ok(())) => (mismatch, None),
+        (Outcome::OverBudget(child_code, crossing), _) => {
+            status.child_exit_code = Some(child_code);
+            over_budget(args, &crossing, "it was stopped", status)
+        }
+        (Outcome::Exited(code), _) if late.is_some() => {
+            status.child_exit_code = Some(code);
+            let crossing = late.unwrap_or_else(|| unreachable!("guarded"));
+            over_budget(args, &crossing, "checked at its end", status)
+        }
         (Outcome::Exited(code), _) if code != 0 => {
             let output = watch.excerpt();
             if let Some(c) = confined {
@@ -509,6 +526,24 @@ fn judge(
             (WrapperExit::Failed.code(), Some(problem))
         }
     }
+}
+
+/// An attempt whose usage crossed its budget: [`WrapperExit::BudgetExceeded`]
+/// and a reason naming the budget and the spend (docs/exec.md#budgets).
+fn over_budget(
+    args: &WorkerArgs,
+    crossing: &crate::budget::Crossing,
+    how: &str,
+    status: &mut StatusSidecar,
+) -> (i32, Option<String>) {
+    let budget = args.budget().map(|b| b.describe()).unwrap_or_default();
+    let problem = format!(
+        "budget exceeded: {} {crossing} (its budget: {budget}); {how}",
+        args.provider
+    );
+    say(format_args!("{problem}"));
+    status.failure_kind = Some(FailureKind::BudgetExceeded);
+    (WrapperExit::BudgetExceeded.code(), Some(problem))
 }
 
 /// A child stopped at the wall-clock limit: [`WrapperExit::Timeout`], and

@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// How much of the log's new output one look reads: a burst of output is
 /// taken in pieces, so the supervising loop stays responsive.
@@ -29,6 +30,9 @@ pub(super) struct OutputFacts {
     cli_session_id: Option<String>,
     /// The CLI's last usage event: each covers the attempt up to it.
     usage: Option<provider::Usage>,
+    /// Each model answer's usage as streamed, by answer id, in order: an
+    /// id printed again replaces its earlier snapshot, never adds to it.
+    answers: Vec<(String, provider::Usage)>,
     /// The CLI's words where it reported retrying a request the API
     /// refused for its credentials.
     refused: Option<String>,
@@ -108,7 +112,17 @@ pub(super) struct OutputWatch {
     check: Option<ServedCheck>,
     /// The variable pointing the CLI at its private state, and its value.
     state_env: Option<(String, String)>,
+    /// What the CLI's session file held when last read while it ran
+    /// ([`provider::LiveUsage::SessionFile`]), and when that was.
+    session_seen: Option<provider::Usage>,
+    session_read_at: Option<Instant>,
+    /// The running usage last handed out by [`OutputWatch::live`].
+    reported: Option<provider::Usage>,
 }
+
+/// How often a CLI's session file is read while it runs: each read lists
+/// a directory and reads the file whole.
+const SESSION_LOOK: Duration = Duration::from_millis(250);
 
 impl OutputWatch {
     pub fn new(provider: Provider, log: &Path, start: u64, check: Option<ServedCheck>) -> Self {
@@ -122,6 +136,9 @@ impl OutputWatch {
             facts: OutputFacts::default(),
             check,
             state_env: None,
+            session_seen: None,
+            session_read_at: None,
+            reported: None,
         }
     }
 
@@ -184,6 +201,13 @@ impl OutputWatch {
         if let Some(usage) = self.provider.usage_from_line(line) {
             self.facts.usage = Some(usage);
         }
+        if let Some((id, usage)) = self.provider.message_usage_from_line(line) {
+            let answers = &mut self.facts.answers;
+            match answers.iter_mut().find(|(seen, _)| *seen == id) {
+                Some((_, earlier)) => *earlier = usage,
+                None => answers.push((id, usage)),
+            }
+        }
         if self.facts.refused.is_none() {
             self.facts.refused = self.provider.refused_retry_from_line(line);
         }
@@ -222,27 +246,80 @@ impl OutputWatch {
         }
     }
 
+    /// The attempt's usage so far, priced, when it changed since the last
+    /// call (docs/providers.md#usage-as-it-arrives): the CLI's last usage
+    /// event where it printed one, else its answers' usage added up (each
+    /// answer once), else, for a CLI whose session file has it, what that
+    /// file held at most [`SESSION_LOOK`] ago. Read after [`Self::scan`].
+    pub fn live(&mut self) -> Option<provider::Usage> {
+        if self.provider.live_usage() == provider::LiveUsage::SessionFile
+            && self.facts.usage.is_none()
+            && self
+                .session_read_at
+                .is_none_or(|at| at.elapsed() >= SESSION_LOOK)
+        {
+            self.session_read_at = Some(Instant::now());
+            if let Some(u) = self.session_usage() {
+                self.session_seen = Some(u);
+            }
+        }
+        let running = self
+            .facts
+            .usage
+            .clone()
+            .or_else(|| self.answers_total())
+            .or_else(|| self.session_seen.clone())
+            .map(|u| self.finished(u))?;
+        if self.reported.as_ref() == Some(&running) {
+            return None;
+        }
+        self.reported = Some(running.clone());
+        Some(running)
+    }
+
+    /// The answers' usage added up, each answer once.
+    fn answers_total(&self) -> Option<provider::Usage> {
+        let mut answers = self.facts.answers.iter().map(|(_, u)| u);
+        let first = answers.next()?.clone();
+        Some(answers.fold(first, |sum, u| sum.plus(u)))
+    }
+
     /// The attempt's usage: the CLI's last usage event, or where it was
     /// stopped before printing one, what its session file holds (found
-    /// through this process's `HOME`, which the CLI inherited); the model
-    /// that served filled in where the event does not name it; priced by
-    /// the catalog's `pricing` for the job's model, where it has one.
+    /// through this process's `HOME`, which the CLI inherited), else its
+    /// answers' usage as streamed; the model that served filled in where
+    /// the event does not name it; priced by the catalog's `pricing` for
+    /// the job's model, where it has one.
     fn usage(&self) -> Option<provider::Usage> {
-        let usage = self.facts.usage.clone().or_else(|| {
-            let id = self.facts.cli_session_id.as_deref()?;
-            let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
-            // The CLI's private state (docs/confinement.md#provider-state)
-            // over this process's environment, as the CLI saw them.
-            let var = |name: &str| match &self.state_env {
-                Some((k, v)) if k == name => Some(v.into()),
-                _ => std::env::var_os(name),
-            };
-            self.provider.usage_from_session(&provider::Session {
-                home: Path::new(&home),
-                var: &var,
-                cli_session_id: id,
-            })
-        })?;
+        let usage = self
+            .facts
+            .usage
+            .clone()
+            .or_else(|| self.session_usage())
+            .or_else(|| self.answers_total())?;
+        Some(self.finished(usage))
+    }
+
+    /// What the CLI's own session file holds, where it has one.
+    fn session_usage(&self) -> Option<provider::Usage> {
+        let id = self.facts.cli_session_id.as_deref()?;
+        let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+        // The CLI's private state (docs/confinement.md#provider-state)
+        // over this process's environment, as the CLI saw them.
+        let var = |name: &str| match &self.state_env {
+            Some((k, v)) if k == name => Some(v.into()),
+            _ => std::env::var_os(name),
+        };
+        self.provider.usage_from_session(&provider::Session {
+            home: Path::new(&home),
+            var: &var,
+            cli_session_id: id,
+        })
+    }
+
+    /// `usage` with the served model filled in and priced as `status`
+    /// prices it.
+    fn finished(&self, usage: provider::Usage) -> provider::Usage {
         let usage = provider::Usage {
             model: usage.model.or_else(|| self.facts.served_model.clone()),
             ..usage
@@ -251,7 +328,7 @@ impl OutputWatch {
             .check
             .as_ref()
             .and_then(|c| provider::Pricing::of(c.manifest.get("models")?.get(&c.model_ref)?));
-        Some(usage.priced(pricing.as_ref()))
+        usage.priced(pricing.as_ref())
     }
 
     /// This attempt's output for telling failure kinds apart: its start
@@ -306,6 +383,7 @@ mod tests {
                 served_model: Some("claude-x".into()),
                 cli_session_id: Some("s-2".into()),
                 usage: None,
+                answers: Vec::new(),
                 refused: None,
             }
         );

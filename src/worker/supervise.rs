@@ -1,11 +1,14 @@
 //! The wrapper's watch over its running child: the sidecar's heartbeat,
 //! the stop flag (SIGTERM / SIGINT to the wrapper), the CLI's output (a
-//! served model the catalog refuses, a retry of refused credentials) and
-//! the wall-clock deadline, until the child ends or is stopped.
+//! served model the catalog refuses, a retry of refused credentials, its
+//! usage so far against the attempt's budget) and the wall-clock deadline,
+//! until the child ends or is stopped.
 
 use super::output::OutputWatch;
 use super::status::StatusFile;
+use crate::budget::{Budget, Crossing, Spend};
 use crate::process::Spawned;
+use crate::provider::Usage;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,12 +17,21 @@ use std::time::{Duration, Instant};
 /// runs (the child's exit wakes it at once).
 const POLL: Duration = Duration::from_millis(50);
 
+/// How soon after the last write the sidecar is written again for usage
+/// that grew: often enough for `okstra watch` and a run budget, not once
+/// per streamed event.
+const USAGE_EVERY: Duration = Duration::from_millis(500);
+
 /// The sidecar's heartbeat, refreshed from the supervising loop (which
-/// wakes at least every `POLL`) rather than from a thread of its own.
+/// wakes at least every `POLL`) rather than from a thread of its own. It
+/// carries the attempt's usage so far (docs/exec.md#budgets): what exec
+/// counts against a run budget and `okstra watch` shows.
 pub(super) struct Heartbeat<'a> {
     status: &'a mut StatusFile,
     every: Duration,
     last: Instant,
+    /// Usage grew since the last write.
+    usage_grew: bool,
 }
 
 impl<'a> Heartbeat<'a> {
@@ -28,11 +40,25 @@ impl<'a> Heartbeat<'a> {
             status,
             every,
             last: Instant::now(),
+            usage_grew: false,
         }
     }
 
+    /// The attempt's usage so far, written with the next heartbeat, or
+    /// sooner: [`USAGE_EVERY`] after the last write.
+    fn usage(&mut self, usage: Usage) {
+        self.status.status.usage = Some(usage);
+        self.usage_grew = true;
+    }
+
     fn tick(&mut self) {
-        if self.last.elapsed() >= self.every {
+        let due = if self.usage_grew {
+            self.every.min(USAGE_EVERY)
+        } else {
+            self.every
+        };
+        if self.last.elapsed() >= due {
+            self.usage_grew = false;
             // A missed heartbeat is said once; the run goes on.
             let _ = self.status.write();
             self.last = Instant::now();
@@ -54,19 +80,30 @@ pub(super) enum Outcome {
     Stopped(i32),
     /// Stopped at the deadline; the child's code.
     TimedOut(i32),
+    /// Stopped because its usage so far crossed its budget; the child's
+    /// code, and the crossing.
+    OverBudget(i32, Crossing),
     Failed(io::Error),
 }
 
+/// What the attempt may not go past: its deadline and its budget.
+pub(super) struct Limits {
+    pub deadline: Option<Instant>,
+    pub budget: Option<Budget>,
+}
+
 /// Wait for the child, stopping it on a signal to the wrapper, at what its
-/// output says, or at the deadline (SIGTERM to its group, `grace`, SIGKILL).
+/// output says, past its budget, or at the deadline (SIGTERM to its group,
+/// `grace`, SIGKILL).
 pub(super) fn supervise(
     child: &mut Spawned,
     stop: &AtomicBool,
-    deadline: Option<Instant>,
+    limits: &Limits,
     grace: Duration,
     watch: &mut OutputWatch,
     heartbeat: &mut Heartbeat,
 ) -> Outcome {
+    let deadline = limits.deadline;
     loop {
         heartbeat.tick();
         match child.try_wait() {
@@ -84,6 +121,13 @@ pub(super) fn supervise(
         }
         if let Some(said) = watch.refused().map(str::to_string) {
             return stopped(child, grace, |code| Outcome::Refused(code, said));
+        }
+        if let Some(usage) = watch.live() {
+            let crossed = limits.budget.as_ref().and_then(|b| b.crossed(Spend::from(&usage)));
+            heartbeat.usage(usage);
+            if let Some(c) = crossed {
+                return stopped(child, grace, |code| Outcome::OverBudget(code, c));
+            }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return stopped(child, grace, Outcome::TimedOut);

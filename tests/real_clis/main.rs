@@ -16,6 +16,7 @@
 mod common;
 
 mod argv;
+mod budget;
 mod concurrency;
 mod e2e;
 mod login;
