@@ -164,6 +164,8 @@ codes! {
         "an attempt's private directory could not be removed once it settled, or its CLI's private state could not be finished (kept)";
     ExecWorktree = "exec/worktree", JobsFailed,
         "a job's git worktree could not be made, committed, kept or removed, or holds work of another run; the job settles `error`";
+    ExecBudget = "exec/budget", JobsFailed,
+        "the run's spend crossed its `[budget]`: no new attempt was started; running ones finished, or were stopped with `onBudget = \"stop\"`";
 }
 
 /// How a command ends. Mapped to a process exit code in exactly one place.

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod budget;
 mod egress;
 mod gate;
 mod private_dir;
@@ -105,6 +106,10 @@ pub(super) struct Runner<'a> {
     doors: egress::Doors,
     /// The repository and the worktrees of `worktree = "git"` jobs.
     trees: worktrees::Trees,
+    /// The run's budget is spent (docs/exec.md#budgets): why, as said.
+    over_budget: Option<String>,
+    /// When running attempts' spend was last read.
+    spend_read_at: Option<Instant>,
 }
 
 impl<'a> Runner<'a> {
@@ -168,6 +173,8 @@ impl<'a> Runner<'a> {
             tmp_root: None,
             doors: egress::Doors::default(),
             trees,
+            over_budget: None,
+            spend_read_at: None,
         }
     }
 
@@ -219,6 +226,12 @@ impl<'a> Runner<'a> {
             if let Some(reason) = blocked {
                 for &i in &indices {
                     self.not_run(i, reason);
+                }
+                continue;
+            }
+            if let Some(reason) = self.over_budget.clone() {
+                for &i in &indices {
+                    self.not_run(i, &reason);
                 }
                 continue;
             }
@@ -353,18 +366,22 @@ impl<'a> Runner<'a> {
             pending.extend(retries);
             pending.extend(self.settle_round(si, ended, &baseline, indices));
         }
-        while !pending.is_empty() && !self.interrupted && self.fatal.is_none() {
+        while !pending.is_empty()
+            && !self.interrupted
+            && self.fatal.is_none()
+            && self.over_budget.is_none()
+        {
             let (ended, retries) = self.wait_round(si, pending, Vec::new(), settle_now);
             pending = retries;
             pending.extend(self.settle_round(si, ended, &baseline, indices));
         }
-        let why = if self.interrupted {
-            INTERRUPTED_BEFORE_START
-        } else {
-            STOPPED_BEFORE_START
+        let why = match (self.interrupted, self.budget_reason()) {
+            (true, _) => INTERRUPTED_BEFORE_START.to_string(),
+            (false, Some(spent)) => spent.to_string(),
+            (false, None) => STOPPED_BEFORE_START.to_string(),
         };
         for (i, _) in pending {
-            self.not_run(i, why);
+            self.not_run(i, &why);
         }
     }
 

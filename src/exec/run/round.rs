@@ -403,7 +403,11 @@ impl Runner<'_> {
         let mut retries = Vec::new();
         let mut settled = 0;
         loop {
-            if !self.interrupt.load(Ordering::Relaxed) && self.fatal.is_none() {
+            self.mind_budget(&mut round, &mut ended);
+            if !self.interrupt.load(Ordering::Relaxed)
+                && self.fatal.is_none()
+                && self.over_budget.is_none()
+            {
                 if let Err((reason, never)) = round.fill(self) {
                     let Round { running, queue, .. } = round;
                     return self.cut_round(reason, running, never, queue, ended, retries);
@@ -441,9 +445,12 @@ impl Runner<'_> {
             if self.fatal.is_some() {
                 self.let_go_of_waiting(&mut round, STOPPED_BEFORE_START);
             }
-            if round.running.is_empty() && (round.queue.is_empty() || self.fatal.is_some()) {
+            let halted = self.fatal.is_some() || self.over_budget.is_some();
+            if round.running.is_empty() && (round.queue.is_empty() || halted) {
+                let why = self.budget_reason().unwrap_or(STOPPED_BEFORE_START);
+                let why = why.to_string();
                 for (i, _) in round.queue {
-                    self.not_run(i, STOPPED_BEFORE_START);
+                    self.not_run(i, &why);
                 }
                 break;
             }
@@ -455,6 +462,29 @@ impl Runner<'_> {
             }
         }
         (ended, retries)
+    }
+
+    /// Check the run's spend against its budget
+    /// (docs/exec.md#budgets); the first time it is past it, close the
+    /// gates of the attempts waiting at them and, with `onBudget = "stop"`,
+    /// stop the running ones (one grace period), as ended.
+    fn mind_budget(&mut self, round: &mut Round, ended: &mut Vec<Ended>) {
+        let live = round
+            .running
+            .values()
+            .filter(|r| !r.held)
+            .map(|r| r.job)
+            .chain(Self::unsettled(ended));
+        let live: Vec<usize> = live.collect();
+        let Some(on_budget) = self.budget_crossed(live) else {
+            return;
+        };
+        let why = self.budget_reason().unwrap_or_default().to_string();
+        self.let_go_of_waiting(round, &why);
+        if on_budget == crate::budget::OnBudget::Stop {
+            let running = std::mem::take(&mut round.running);
+            ended.extend(self.stop(running.into_values().collect(), End::OverBudget(why)));
+        }
     }
 
     /// Take the exits the backends saw (waiting up to [`TICK`] for one) as
