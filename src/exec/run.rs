@@ -108,8 +108,9 @@ pub(super) struct Runner<'a> {
     trees: worktrees::Trees,
     /// The run's budget is spent (docs/exec.md#budgets): why, as said.
     over_budget: Option<String>,
-    /// When running attempts' spend was last read.
+    /// When running attempts' spend was last read, and what it was.
     spend_read_at: Option<Instant>,
+    running_spend: Vec<crate::provider::Usage>,
 }
 
 impl<'a> Runner<'a> {
@@ -175,6 +176,7 @@ impl<'a> Runner<'a> {
             trees,
             over_budget: None,
             spend_read_at: None,
+            running_spend: Vec::new(),
         }
     }
 

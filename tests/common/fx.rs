@@ -114,6 +114,8 @@ struct Spec {
     /// What every `command` job's script starts with.
     prelude: String,
     stages: Vec<(String, Vec<Job>)>,
+    /// Top-level tables written after the stages (`[budget]`).
+    tail: String,
 }
 
 impl Spec {
@@ -138,6 +140,7 @@ impl Spec {
                 out.push_str(&j.toml(&self.prelude));
             }
         }
+        out.push_str(&self.tail);
         out
     }
 }
@@ -227,6 +230,13 @@ impl Fx {
         let scratch = self.scratch_dir();
         self.worker_env("SCRATCH", &scratch)
             .worker_env(okstra::confine::TEST_ALSO_WRITABLE_ENV, &scratch)
+    }
+
+    /// A top-level table of the spec (`[budget]` and its lines), written
+    /// after the stages.
+    pub fn table(&self, toml: &str) -> &Self {
+        self.spec.borrow_mut().tail.push_str(&format!("\n{toml}\n"));
+        self.respec()
     }
 
     /// What every `command` job's script starts with.

@@ -12,6 +12,7 @@ mod common;
 
 mod audit;
 mod baseline;
+mod budgets;
 mod cli;
 mod confinement;
 mod crash;

@@ -12,45 +12,48 @@ use crate::provider::UsageTotal;
 use crate::worker::StatusSidecar;
 use std::time::{Duration, Instant};
 
-/// How often running attempts' sidecars are read for their spend.
+/// How often running attempts' sidecars are read for their spend (an
+/// attempt that ended is read at once).
 pub(super) const SPEND_EVERY: Duration = Duration::from_secs(1);
 
 impl Runner<'_> {
-    /// What the run spent: every settled attempt's usage, and the usage
-    /// the sidecars of `live` jobs (running, or ended and not yet settled)
-    /// hold now.
-    fn run_spend(&self, live: impl IntoIterator<Item = usize>) -> Spend {
+    /// What the run spent: every settled attempt's usage, the usage the
+    /// sidecars of `ended` jobs (ended, not yet settled) hold, and that of
+    /// `running` jobs as last read (at most [`SPEND_EVERY`] ago).
+    fn run_spend(&mut self, running: &[usize], ended: &[usize]) -> Spend {
+        let read = |r: &Self, i: usize| {
+            let status = r.abs(&r.job(i).status_path());
+            StatusSidecar::read(&status).and_then(|s| s.usage)
+        };
+        if self
+            .spend_read_at
+            .is_none_or(|at| at.elapsed() >= SPEND_EVERY)
+        {
+            self.spend_read_at = Some(Instant::now());
+            self.running_spend = running.iter().filter_map(|&i| read(self, i)).collect();
+        }
         let mut total = UsageTotal::default();
-        for u in self.usages.iter().flatten() {
+        for u in self.usages.iter().flatten().chain(&self.running_spend) {
             total.add(u);
         }
-        for i in live {
-            let status = self.abs(&self.job(i).status_path());
-            if let Some(u) = StatusSidecar::read(&status).and_then(|s| s.usage) {
+        for &i in ended {
+            if let Some(u) = read(self, i) {
                 total.add(&u);
             }
         }
         Spend::from(&total)
     }
 
-    /// Whether the run's spend is past its budget, read at most every
-    /// [`SPEND_EVERY`]; the first time it is, the run's budget is noted
-    /// spent (`over_budget`, said and reported once as `exec/budget`), and
-    /// what the run does with attempts still running returned.
-    pub(super) fn budget_crossed(
-        &mut self,
-        live: impl IntoIterator<Item = usize>,
-    ) -> Option<OnBudget> {
-        let budget = self.plan.run.budget.as_ref()?;
-        if self.over_budget.is_some()
-            || self
-                .spend_read_at
-                .is_some_and(|at| at.elapsed() < SPEND_EVERY)
-        {
+    /// Whether the run's spend is past its budget; the first time it is,
+    /// the run's budget is noted spent (`over_budget`, said and reported
+    /// once as `exec/budget`), and what the run does with attempts still
+    /// running returned.
+    pub(super) fn budget_crossed(&mut self, running: &[usize], ended: &[usize]) -> Option<OnBudget> {
+        let budget = self.plan.run.budget.clone()?;
+        if self.over_budget.is_some() {
             return None;
         }
-        self.spend_read_at = Some(Instant::now());
-        let crossing = budget.limit().crossed(self.run_spend(live))?;
+        let crossing = budget.limit().crossed(self.run_spend(running, ended))?;
         let why = format!(
             "the run's budget is spent: {crossing} ([budget] {}); no new attempt starts",
             budget.limit().describe()

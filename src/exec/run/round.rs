@@ -469,14 +469,16 @@ impl Runner<'_> {
     /// gates of the attempts waiting at them and, with `onBudget = "stop"`,
     /// stop the running ones (one grace period), as ended.
     fn mind_budget(&mut self, round: &mut Round, ended: &mut Vec<Ended>) {
-        let live = round
+        if self.plan.run.budget.is_none() {
+            return;
+        }
+        let running: Vec<usize> = round
             .running
             .values()
             .filter(|r| !r.held)
             .map(|r| r.job)
-            .chain(Self::unsettled(ended));
-        let live: Vec<usize> = live.collect();
-        let Some(on_budget) = self.budget_crossed(live) else {
+            .collect();
+        let Some(on_budget) = self.budget_crossed(&running, &Self::unsettled(ended)) else {
             return;
         };
         let why = self.budget_reason().unwrap_or_default().to_string();
