@@ -1,25 +1,79 @@
-//! Budgets against the real CLIs (docs/exec.md#budgets).
+//! Budgets against the real CLIs (docs/exec.md#budgets): the mock reports
+//! 50,000 prompt tokens per answer over several tool-use steps (each a
+//! one-second shell command), so that claude and codex cross a worker's
+//! `budget` mid-run: the wrapper stops each within one usage report of the
+//! limit, it settles `budget-exceeded` and is not retried. claude reports
+//! each answer's usage in its stream; `codex exec` prints its usage only at
+//! the end of its one turn, so its rollout is read as it grows (a
+//! `token_count` record after each response). gemini reports only at its
+//! end: its budget is checked then.
 
-use crate::e2e::{exec, log, one, pinned, read};
-use crate::mock_api::Step;
+use crate::e2e::{exec, log, pinned, rows, setup, Worker};
+use crate::mock_api::{Script, Step, StepBy, Tokens};
+
+/// What each answer reports: large, so a few answers cross the budget.
+const PER_ANSWER: Tokens = Tokens {
+    fresh_input: 50_000,
+    cache_read: 0,
+    cache_write: 0,
+    output: 100,
+    reasoning: 0,
+};
+const MAX_TOKENS: u64 = 120_000;
+
+fn stopped_past_its_budget(provider: &'static str) {
+    let (_, model) = pinned(provider);
+    let mut steps: Vec<Step> = (0..6).map(|_| Step::Shell("sleep 1".into())).collect();
+    steps.push(Step::Answer("done".into()));
+    let extra = format!("budget = {{ maxTokens = {MAX_TOKENS} }}");
+    let Some((fx, mock)) = setup(
+        &[Worker {
+            key: "w",
+            provider,
+            stage: "agents",
+            extra: &extra,
+        }],
+        |_| {
+            vec![(
+                provider,
+                Script {
+                    steps,
+                    served_model: model.into(),
+                    tokens: PER_ANSWER,
+                    step_by: StepBy::Arrival,
+                    together: None,
+                },
+            )]
+        },
+    ) else {
+        return;
+    };
+    let ran = exec(&fx);
+    let log = log(&fx, "w");
+    assert_eq!(ran.code, 1, "{log}");
+    let rows = rows(&fx, "w");
+    assert_eq!(rows.len(), 1, "not retried: {rows:?}");
+    let row = &rows[0];
+    assert_eq!(row["status"], "error", "{row}\n{log}");
+    assert_eq!(row["failureKind"], "budget-exceeded", "{row}\n{log}");
+    assert_eq!(row["exitCode"], 87, "{row}");
+    let spent = row["usage"]["totalTokens"].as_u64().unwrap_or(0);
+    let one_report = PER_ANSWER.fresh_input + PER_ANSWER.output;
+    assert!(
+        spent > MAX_TOKENS && spent <= MAX_TOKENS + one_report,
+        "recorded {spent}: within one report of {MAX_TOKENS}\n{row}"
+    );
+    let requests = mock.model_requests(provider);
+    assert!(requests < 7, "stopped mid-run: {requests} model requests\n{log}");
+    eprintln!("{provider}: stopped after {requests} model requests, {spent} tokens recorded");
+}
 
 #[test]
-fn budget_probe_streams() {
-    for provider in ["claude"] {
-        let (_, model) = pinned(provider);
-        let steps = vec![
-            Step::Shell("echo one".into()),
-            Step::Shell("echo two".into()),
-            Step::Shell("echo three".into()),
-            Step::Answer("done".into()),
-        ];
-        let Some((fx, _mock)) = one(provider, steps, model, "") else {
-            continue;
-        };
-        let ran = exec(&fx);
-        eprintln!("==== {provider} exited {}\n{}", ran.code, log(&fx, "w"));
-        let _ = read(&fx, "x");
-        // codex's rollout
-        let _ = std::process::Command::new("sh").arg("-c").arg(format!("find {} -name 'rollout-*' -exec cat {{}} \\; | grep token_count | head -5", fx.home().display())).status();
-    }
+fn claude_past_its_budget_is_stopped_mid_run() {
+    stopped_past_its_budget("claude");
+}
+
+#[test]
+fn codex_past_its_budget_is_stopped_mid_run() {
+    stopped_past_its_budget("codex");
 }
