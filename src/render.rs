@@ -200,6 +200,17 @@ pub fn summary(plan: &Plan, plan_path: &str) -> String {
         plan.policy.max_attempts,
         plan.run.terminal_backend
     );
+    if let Some(b) = &plan.run.budget {
+        say!(
+            &mut out,
+            "  budget     {} for the run, every attempt added up; past it nothing new starts, running attempts {} (docs/exec.md#budgets)",
+            b.limit().describe(),
+            match b.on_budget {
+                crate::budget::OnBudget::Finish => "finish",
+                crate::budget::OnBudget::Stop => "are stopped",
+            }
+        );
+    }
     let offer = crate::confine::offer();
     say!(&mut out, "  confinement {}", offer_line(&offer));
     let root = rustix::process::geteuid().is_root();
@@ -288,6 +299,27 @@ fn cost_line(job: &Job) -> Option<String> {
 }
 
 /// What this machine offers, and so what `auto` means here.
+/// A job's budget and when it is checked: as usage arrives, or, for a CLI
+/// that reports it only at its end, then (docs/providers.md#usage-as-it-arrives).
+fn budget_line(job: &Job) -> Option<String> {
+    use crate::provider::LiveUsage;
+    let budget = job.budget.as_ref()?.describe();
+    let when = match job.provider.live_usage() {
+        LiveUsage::Answers => "checked as each answer's usage arrives".to_string(),
+        LiveUsage::SessionFile => {
+            format!("checked as its session file records each response ({} prints usage only at its end)", job.provider)
+        }
+        LiveUsage::AtEnd => format!(
+            "checked at its end: {} reports usage only then",
+            job.provider
+        ),
+        LiveUsage::None => {
+            "never acts: a command job reports no usage okstra reads".to_string()
+        }
+    };
+    Some(format!("{budget} per attempt; {when}"))
+}
+
 fn offer_line(offer: &Offer) -> String {
     match offer {
         Offer::Landlock { abi } => format!(
@@ -431,6 +463,9 @@ fn job_runner_lines(out: &mut String, job: &Job) {
     }
     if let Some(cost) = cost_line(job) {
         say!(out, "      cost      {cost}");
+    }
+    if let Some(budget) = budget_line(job) {
+        say!(out, "      budget    {budget}");
     }
     let audience = job.audience.as_ref().map_or("-", |a| a.as_str());
     say!(
@@ -726,6 +761,27 @@ mod tests {
                 "{provider}"
             );
         }
+    }
+
+    #[test]
+    fn the_review_says_when_each_jobs_budget_is_checked() {
+        let with = |provider: &str| -> Job {
+            let mut j = job(provider, "none", &["x"]);
+            j.budget = Some(crate::budget::Budget {
+                max_cost_usd: None,
+                max_tokens: Some(1000),
+            });
+            j
+        };
+        let line = |p: &str| budget_line(&with(p)).unwrap();
+        assert!(line("claude").starts_with("maxTokens 1000 per attempt; checked as each answer"));
+        assert!(line("codex").contains("session file"));
+        assert_eq!(
+            line("gemini"),
+            "maxTokens 1000 per attempt; checked at its end: gemini reports usage only then"
+        );
+        assert!(line("command").contains("never acts"));
+        assert_eq!(budget_line(&job("claude", "none", &["x"])), None);
     }
 
     #[test]

@@ -431,6 +431,36 @@ mod tests {
     }
 
     #[test]
+    fn claudes_running_usage_counts_each_answer_once_until_its_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("p.log");
+        let answer = |id: &str| {
+            format!(
+                "{{\"type\":\"assistant\",\"message\":{{\"id\":\"{id}\",\"model\":\"m\",\"usage\":{{\"input_tokens\":100,\"cache_read_input_tokens\":50,\"output_tokens\":1}}}}}}\n"
+            )
+        };
+        let mut watch = OutputWatch::new(Provider::Claude, &log, 0, None);
+        // Two content blocks of one message: one answer.
+        fs::write(&log, format!("{}{}", answer("msg_1"), answer("msg_1"))).unwrap();
+        watch.scan();
+        let u = watch.live().unwrap();
+        assert_eq!((u.input_tokens, u.total_tokens), (150, 151));
+        assert_eq!(watch.live(), None, "unchanged: nothing new to hand out");
+        fs::write(&log, format!("{}{}{}", answer("msg_1"), answer("msg_1"), answer("msg_2"))).unwrap();
+        watch.scan();
+        let u = watch.live().unwrap();
+        assert_eq!((u.total_tokens, u.cached_input_tokens), (302, Some(100)));
+        let synthetic = r#"{"type":"assistant","message":{"id":"x","model":"<synthetic>","usage":{"input_tokens":9,"output_tokens":9}}}"#;
+        assert_eq!(Provider::Claude.message_usage_from_line(synthetic), None);
+        // The result is the whole, whatever the answers added up to.
+        fs::write(&log, CLAUDE_STREAM).unwrap();
+        let mut watch = OutputWatch::new(Provider::Claude, &log, 0, None);
+        watch.scan();
+        watch.finish();
+        assert_eq!(watch.live().unwrap().total_tokens, 314);
+    }
+
+    #[test]
     fn codex_totals_are_cumulative_so_the_last_turn_is_the_attempts() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("p.log");
