@@ -5,8 +5,8 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
-pub mod budget;
 pub mod beneath;
+pub mod budget;
 pub mod canonical;
 pub mod clock;
 pub mod compile;

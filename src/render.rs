@@ -313,9 +313,7 @@ fn budget_line(job: &Job) -> Option<String> {
             "checked at its end: {} reports usage only then",
             job.provider
         ),
-        LiveUsage::None => {
-            "never acts: a command job reports no usage okstra reads".to_string()
-        }
+        LiveUsage::None => "never acts: a command job reports no usage okstra reads".to_string(),
     };
     Some(format!("{budget} per attempt; {when}"))
 }

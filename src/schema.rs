@@ -1234,7 +1234,7 @@ mod tests {
             },
             idle_timeout_seconds: 600,
             timeout_seconds: full.then_some(60),
-            budget: full.then(|| crate::budget::Budget {
+            budget: full.then_some(crate::budget::Budget {
                 max_cost_usd: Some(2.5),
                 max_tokens: Some(400_000),
             }),
@@ -1281,7 +1281,7 @@ mod tests {
                 terminal_backend: crate::vocab::Backend::CliWrapper,
                 workflow_phase: if full { "verify".into() } else { String::new() },
                 mode: "spec".into(),
-                budget: full.then(|| crate::budget::RunBudget {
+                budget: full.then_some(crate::budget::RunBudget {
                     max_cost_usd: Some(10.0),
                     max_tokens: None,
                     on_budget: crate::budget::OnBudget::Stop,

@@ -102,8 +102,13 @@ impl Usage {
             reasoning_tokens: part(self.reasoning_tokens, later.reasoning_tokens),
             total_tokens: self.total_tokens + later.total_tokens,
             model: later.model.clone().or_else(|| self.model.clone()),
-            cost_usd: self.cost_usd.zip(later.cost_usd).map(|(a, b)| round_cost(a + b)),
-            cost_source: self.cost_source.filter(|_| later.cost_source == self.cost_source),
+            cost_usd: self
+                .cost_usd
+                .zip(later.cost_usd)
+                .map(|(a, b)| round_cost(a + b)),
+            cost_source: self
+                .cost_source
+                .filter(|_| later.cost_source == self.cost_source),
             tokens_from: later.tokens_from,
         }
     }

@@ -154,7 +154,7 @@ pub struct WorkerArgs {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Usd(pub f64);
 
-/// Never NaN: [`parse_usd`] takes only positive finite amounts.
+/// Never NaN: `--max-cost-usd` takes only positive finite amounts.
 impl Eq for Usd {}
 
 #[derive(Debug, thiserror::Error)]

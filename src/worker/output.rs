@@ -446,7 +446,11 @@ mod tests {
         let u = watch.live().unwrap();
         assert_eq!((u.input_tokens, u.total_tokens), (150, 151));
         assert_eq!(watch.live(), None, "unchanged: nothing new to hand out");
-        fs::write(&log, format!("{}{}{}", answer("msg_1"), answer("msg_1"), answer("msg_2"))).unwrap();
+        fs::write(
+            &log,
+            format!("{}{}{}", answer("msg_1"), answer("msg_1"), answer("msg_2")),
+        )
+        .unwrap();
         watch.scan();
         let u = watch.live().unwrap();
         assert_eq!((u.total_tokens, u.cached_input_tokens), (302, Some(100)));

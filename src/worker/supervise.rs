@@ -123,7 +123,10 @@ pub(super) fn supervise(
             return stopped(child, grace, |code| Outcome::Refused(code, said));
         }
         if let Some(usage) = watch.live() {
-            let crossed = limits.budget.as_ref().and_then(|b| b.crossed(Spend::from(&usage)));
+            let crossed = limits
+                .budget
+                .as_ref()
+                .and_then(|b| b.crossed(Spend::from(&usage)));
             heartbeat.usage(usage);
             if let Some(c) = crossed {
                 return stopped(child, grace, |code| Outcome::OverBudget(code, c));

@@ -88,7 +88,10 @@ fn an_attempt_past_its_budget_is_stopped_and_not_retried() {
     let spent = usage(row);
     assert!(spent > 2500 && spent <= 2500 + ONE_ANSWER, "{row}");
     assert_eq!(row["usage"]["costSource"], "price-table", "{row}");
-    assert!(!fx.root().join("results/w.md").exists(), "it never finished");
+    assert!(
+        !fx.root().join("results/w.md").exists(),
+        "it never finished"
+    );
     let pid = std::fs::read_to_string(fx.scratch("w.pid")).unwrap();
     assert!(!alive(&pid), "its process is gone");
     let sidecar: Value = serde_json::from_str(

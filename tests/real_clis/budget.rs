@@ -64,7 +64,10 @@ fn stopped_past_its_budget(provider: &'static str) {
         "recorded {spent}: within one report of {MAX_TOKENS}\n{row}"
     );
     let requests = mock.model_requests(provider);
-    assert!(requests < 7, "stopped mid-run: {requests} model requests\n{log}");
+    assert!(
+        requests < 7,
+        "stopped mid-run: {requests} model requests\n{log}"
+    );
     eprintln!("{provider}: stopped after {requests} model requests, {spent} tokens recorded");
 }
 

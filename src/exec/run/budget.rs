@@ -48,7 +48,11 @@ impl Runner<'_> {
     /// the run's budget is noted spent (`over_budget`, said and reported
     /// once as `exec/budget`), and what the run does with attempts still
     /// running returned.
-    pub(super) fn budget_crossed(&mut self, running: &[usize], ended: &[usize]) -> Option<OnBudget> {
+    pub(super) fn budget_crossed(
+        &mut self,
+        running: &[usize],
+        ended: &[usize],
+    ) -> Option<OnBudget> {
         let budget = self.plan.run.budget.clone()?;
         if self.over_budget.is_some() {
             return None;
