@@ -80,3 +80,64 @@ fn claude_past_its_budget_is_stopped_mid_run() {
 fn codex_past_its_budget_is_stopped_mid_run() {
     stopped_past_its_budget("codex");
 }
+
+/// A run's `[budget]` against real claude workers in three stages, each
+/// writing its result over two answers (100,200 tokens): the second starts
+/// under the budget and finishes past it, the third never starts, and exec
+/// exits 1 naming the budget; the recorded spend is at most the budget
+/// plus one worker's answers.
+#[test]
+fn claude_run_budget_stops_new_launches() {
+    use crate::e2e::{read, unplanned, write_result};
+    let (_, model) = pinned("claude");
+    let workers: Vec<Worker> = ["a", "b", "c"]
+        .iter()
+        .map(|k| Worker {
+            key: k,
+            provider: "claude",
+            stage: k,
+            extra: "",
+        })
+        .collect();
+    let steps = vec![
+        write_result("claude", crate::mock_api::RESULT),
+        Step::Answer("done".into()),
+    ];
+    let Some((fx, _mock)) = unplanned(&workers, |_| {
+        vec![(
+            "claude",
+            Script {
+                steps,
+                served_model: model.into(),
+                tokens: PER_ANSWER,
+                step_by: StepBy::Conversation,
+                together: None,
+            },
+        )]
+    }) else {
+        return;
+    };
+    fx.table("[budget]\nmaxTokens = 150000");
+    fx.plan();
+    let ran = exec(&fx);
+    let out = format!("{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.code, 1, "{out}");
+    assert!(
+        out.contains("exec/budget") && out.contains("maxTokens 150000"),
+        "{out}"
+    );
+    for k in ["a", "b"] {
+        assert_eq!(rows(&fx, k)[0]["status"], "completed", "{out}");
+    }
+    assert!(rows(&fx, "c").is_empty(), "c never dispatched: {out}");
+    assert_eq!(read(&fx, "out/c.md"), "", "c never ran");
+    let spent: u64 = ["a", "b"]
+        .iter()
+        .map(|k| {
+            rows(&fx, k)[0]["usage"]["totalTokens"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(spent > 150_000 && spent <= 150_000 + 2 * 50_100, "{spent}");
+}
