@@ -259,6 +259,14 @@ fn half_made_worktrees_are_repaired() {
         ("stale branch lock", |p, _| {
             fs::write(p.top.join(format!(".git/refs/heads/{BRANCH}.lock")), "").unwrap()
         }),
+        // `git reset --hard` killed while it deleted `AUTO_MERGE`.
+        ("stale packed-refs lock", |p, _| {
+            fs::write(p.top.join(".git/packed-refs.lock"), "").unwrap()
+        }),
+        ("stale packed-refs lock, never checked out", |p, wt| {
+            fs::write(p.top.join(".git/packed-refs.lock"), "").unwrap();
+            fs::remove_file(wt.admin_dir().join("index")).unwrap()
+        }),
     ];
     for (what, damage) in cases {
         let p = project();
@@ -285,6 +293,7 @@ fn half_made_worktrees_are_repaired() {
             fs::write(path.join("a.txt"), "alpha\n").unwrap();
         }
         p.assert_ready(&wt, &p.base);
+        assert!(!p.top.join(".git/packed-refs.lock").exists(), "{what}");
         assert!(p.repo.commit_all(&wt, "after repair\n").is_ok(), "{what}");
         assert_eq!(p.snapshot(), before, "{what}");
         assert_eq!(fs::read(p.top.join(".git/index.lock")).unwrap(), b"user");

@@ -458,6 +458,7 @@ impl Repo {
     /// registered, then checked out.
     fn create(&self, path: PathBuf, branch: &str, base: &str) -> Result<Worktree, GitError> {
         self.clear_junk(&path)?;
+        self.clear_packed_refs_lock(&path)?;
         self.clear_ref_lock(branch, &path)?;
         self.call()
             .args(["update-ref", "-m", "okstra: worktree base"])
@@ -555,12 +556,28 @@ impl Repo {
         }
     }
 
-    /// Clear the stale locks in `wt`'s own git directory and on its branch.
+    /// Clear the stale locks in `wt`'s own git directory, on its branch,
+    /// and on the repository's packed refs.
     fn clear_locks(&self, wt: &Worktree) -> Result<(), GitError> {
         for lock in locks_in(&wt.admin) {
             clear_stale(&lock, &[&wt.path, &wt.admin])?;
         }
+        self.clear_packed_refs_lock(&wt.path)?;
         self.clear_ref_lock(&wt.branch, &wt.path)
+    }
+
+    /// `git reset --hard` in a worktree deletes its `AUTO_MERGE` ref, and a
+    /// ref deletion locks the repository's packed refs: one killed there
+    /// leaves `<common>/packed-refs.lock`, and every later ref deletion in
+    /// the repository (the user's `git branch -d` too) fails on it, while
+    /// `git reset` itself still exits 0. Cleared when no git works in the
+    /// repository; one that does may hold it, and it is left alone.
+    fn clear_packed_refs_lock(&self, path: &Path) -> Result<(), GitError> {
+        let lock = self.common.join("packed-refs.lock");
+        match clear_stale(&lock, &[path, &self.top, &self.common]) {
+            Err(GitError::LockBusy { .. }) => Ok(()),
+            done => done,
+        }
     }
 
     /// Clear a stale lock on `refs/heads/<branch>` (a branch of okstra's):
