@@ -10,6 +10,7 @@
 use super::GitError;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Remove `lock` if it exists and no running git mentions any of `near`
 /// (in its working directory, command line or environment); a lock some git
@@ -28,15 +29,27 @@ pub(super) fn clear_stale(lock: &Path, near: &[&Path]) -> Result<(), GitError> {
     }
 }
 
+/// How long okstra waits for a running git near its files to finish: one
+/// an exec killed (alone) had started goes on, orphaned, for a moment, and
+/// the next exec must not refuse the job for it.
+const WAIT_FOR_GIT: Duration = Duration::from_secs(5);
+
 /// [`GitError::LockBusy`] for `what` if a running git mentions any of
-/// `near`: okstra must not remove files under it.
+/// `near` and still does after [`WAIT_FOR_GIT`]: okstra must not remove
+/// files under it.
 pub(super) fn ensure_idle(what: &Path, near: &[&Path]) -> Result<(), GitError> {
-    match live_git_near(near) {
-        Some(pid) => Err(GitError::LockBusy {
-            lock: what.to_path_buf(),
-            pid,
-        }),
-        None => Ok(()),
+    let deadline = Instant::now() + WAIT_FOR_GIT;
+    loop {
+        match live_git_near(near) {
+            None => return Ok(()),
+            Some(pid) if Instant::now() >= deadline => {
+                return Err(GitError::LockBusy {
+                    lock: what.to_path_buf(),
+                    pid,
+                })
+            }
+            Some(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
     }
 }
 

@@ -235,6 +235,21 @@ fn half_made_worktrees_are_repaired() {
         ("directory gone", |_, wt| {
             fs::remove_dir_all(wt.path()).unwrap()
         }),
+        // `git worktree add` killed right after making its registration
+        // (before its `gitdir`): one git neither lists nor prunes.
+        ("registration begun", |_, wt| {
+            fs::remove_dir_all(wt.path()).unwrap();
+            fs::remove_file(wt.admin_dir().join("gitdir")).unwrap();
+            fs::write(wt.admin_dir().join("locked"), "initializing").unwrap()
+        }),
+        ("registration begun, then begun again", |p, wt| {
+            fs::remove_dir_all(wt.path()).unwrap();
+            fs::remove_file(wt.admin_dir().join("gitdir")).unwrap();
+            fs::write(wt.admin_dir().join("locked"), "initializing").unwrap();
+            let again = p.top.join(".git/worktrees/k1");
+            fs::create_dir(&again).unwrap();
+            fs::write(again.join("locked"), "initializing").unwrap()
+        }),
         ("stale index.lock", |_, wt| {
             fs::write(wt.admin_dir().join("index.lock"), "").unwrap()
         }),
@@ -243,6 +258,14 @@ fn half_made_worktrees_are_repaired() {
         }),
         ("stale branch lock", |p, _| {
             fs::write(p.top.join(format!(".git/refs/heads/{BRANCH}.lock")), "").unwrap()
+        }),
+        // `git reset --hard` killed while it deleted `AUTO_MERGE`.
+        ("stale packed-refs lock", |p, _| {
+            fs::write(p.top.join(".git/packed-refs.lock"), "").unwrap()
+        }),
+        ("stale packed-refs lock, never checked out", |p, wt| {
+            fs::write(p.top.join(".git/packed-refs.lock"), "").unwrap();
+            fs::remove_file(wt.admin_dir().join("index")).unwrap()
         }),
     ];
     for (what, damage) in cases {
@@ -270,6 +293,7 @@ fn half_made_worktrees_are_repaired() {
             fs::write(path.join("a.txt"), "alpha\n").unwrap();
         }
         p.assert_ready(&wt, &p.base);
+        assert!(!p.top.join(".git/packed-refs.lock").exists(), "{what}");
         assert!(p.repo.commit_all(&wt, "after repair\n").is_ok(), "{what}");
         assert_eq!(p.snapshot(), before, "{what}");
         assert_eq!(fs::read(p.top.join(".git/index.lock")).unwrap(), b"user");
@@ -469,6 +493,44 @@ fn keep_attempt_keeps_changes_off_the_branch() {
     p.assert_untouched(&before);
 }
 
+/// Killed inside the `git reset --hard` that follows the keep, an attempt's
+/// files are half back at the base; kept again (the resume), the first
+/// keep stands: what it holds is not overwritten by the half.
+#[test]
+fn an_attempt_is_kept_once_however_often_its_keep_is_killed() {
+    let p = project();
+    let before = p.snapshot();
+    let (path, wt) = p.worktree();
+    let keep = "okstra-attempts/t/k/1";
+    fs::write(path.join("a.txt"), "failed work\n").unwrap();
+    fs::write(path.join("extra.txt"), "x\n").unwrap();
+    let sha = p
+        .repo
+        .keep_attempt(&wt, &p.base, keep, "kept\n")
+        .unwrap()
+        .unwrap();
+    // As a reset killed between its two files leaves it.
+    fs::write(path.join("extra.txt"), "x\n").unwrap();
+    assert_eq!(
+        p.repo.keep_attempt(&wt, &p.base, keep, "kept\n").unwrap(),
+        Some(sha.clone())
+    );
+    assert_eq!(p.repo.branch_tip(keep).unwrap(), Some(sha.clone()));
+    assert_eq!(
+        user_git(&p.top, &["show", &format!("{sha}:a.txt")]),
+        "failed work"
+    );
+    p.assert_ready(&wt, &p.base);
+    // And once the worktree is back: nothing more.
+    assert_eq!(
+        p.repo.keep_attempt(&wt, &p.base, keep, "kept\n").unwrap(),
+        Some(sha.clone())
+    );
+    assert_eq!(p.repo.branch_tip(keep).unwrap(), Some(sha));
+    p.assert_ready(&wt, &p.base);
+    p.assert_untouched(&before);
+}
+
 #[test]
 fn remove_keeps_the_branch_and_leaves_no_registration() {
     let p = project();
@@ -496,6 +558,30 @@ fn remove_keeps_the_branch_and_leaves_no_registration() {
     p.repo.prune().unwrap();
     let admins = fs::read_dir(p.top.join(".git/worktrees")).map_or(0, |d| d.count());
     assert_eq!(admins, 0);
+    assert!(!p.repo.worktree_left_at(&path));
+
+    // `git worktree remove` killed after the directory went, inside the
+    // registration's removal (its `gitdir` gone): found, and removed.
+    let wt = p
+        .repo
+        .prepare_worktree(&path, BRANCH, "HEAD", false)
+        .unwrap();
+    fs::remove_dir_all(&path).unwrap();
+    fs::remove_file(wt.admin_dir().join("gitdir")).unwrap();
+    assert!(p.repo.worktree_left_at(&path));
+    p.repo.remove_worktree_at(&path, BRANCH).unwrap();
+    assert!(!wt.admin_dir().exists());
+    assert!(!p.repo.worktree_left_at(&path));
+    // Another worktree's registration, and one whose name only begins
+    // like it, stay.
+    let other = p.wt_path("t", "k2x");
+    let kept = p
+        .repo
+        .prepare_worktree(&other, "okstra/t/k2x", "HEAD", false)
+        .unwrap();
+    p.repo.remove_worktree_at(&path, BRANCH).unwrap();
+    assert!(kept.admin_dir().join("gitdir").is_file());
+    p.repo.remove_worktree(&kept).unwrap();
     p.assert_untouched(&before);
 }
 
@@ -711,5 +797,20 @@ fn a_lock_near_a_live_git_is_refused() {
     p.repo
         .prepare_worktree(&path, BRANCH, "HEAD", false)
         .unwrap();
+    assert!(!lock.exists());
+
+    // A git about to finish (one an exec killed alone left running, found
+    // by the next exec): waited for, not refused.
+    fs::write(&lock, "").unwrap();
+    let mut short = std::process::Command::new("git")
+        .args(["-c", "alias.nap=!sleep 0.5", "nap"])
+        .current_dir(&path)
+        .env("GIT_DIR", wt.admin_dir())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let waited = p.repo.prepare_worktree(&path, BRANCH, "HEAD", false);
+    short.wait().unwrap();
+    waited.unwrap();
     assert!(!lock.exists());
 }

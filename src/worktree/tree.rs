@@ -145,6 +145,13 @@ impl Repo {
     /// moved onto it; if the worker moved it past `base`, it goes back to
     /// `base`, and the worktree is reset to `base` (ignored files stay).
     /// The kept sha, or None when the worktree was clean at `base`.
+    ///
+    /// Kept once: where `keep_ref` already exists (an earlier call, killed
+    /// before the worktree was back at `base`: maybe inside `git reset
+    /// --hard`, the attempt's files half reset), it stays as it is and only
+    /// the branch and the files go back. The caller makes sure no other
+    /// run's attempt is kept there (exec refuses to start a job that has
+    /// kept attempts it did not make).
     pub fn keep_attempt(
         &self,
         wt: &Worktree,
@@ -158,22 +165,32 @@ impl Repo {
         let base = self.resolve_commit(base)?;
         self.clear_locks(wt)?;
         self.check_on_branch(wt)?;
+        self.clear_ref_lock(keep_ref, &wt.path)?;
+        let earlier = self.branch_tip(keep_ref)?;
         let (head, tree, changed) = self.stage_all(wt)?;
-        if !changed && head == base {
+        if earlier.is_none() && !changed && head == base {
             return Ok(None);
         }
-        let kept = if changed {
-            self.commit_tree(wt, &tree, &head, message)?
-        } else {
-            head.clone()
+        let kept = match earlier {
+            Some(kept) => kept,
+            None => {
+                let kept = if changed {
+                    self.commit_tree(wt, &tree, &head, message)?
+                } else {
+                    head.clone()
+                };
+                crate::fault::point("worktree-keep-ref");
+                wt.call()
+                    .args(["update-ref", "-m", "okstra: attempt kept"])
+                    .arg(format!("refs/heads/{keep_ref}"))
+                    .arg(&kept)
+                    .run()?;
+                kept
+            }
         };
-        self.clear_ref_lock(keep_ref, &wt.path)?;
-        crate::fault::point("worktree-keep-ref");
-        wt.call()
-            .args(["update-ref", "-m", "okstra: attempt kept"])
-            .arg(format!("refs/heads/{keep_ref}"))
-            .arg(&kept)
-            .run()?;
+        // Killed from here on, the attempt is kept and the worktree holds
+        // it, or part of it: kept again, it is not kept twice.
+        crate::fault::point("worktree-keep-reset");
         if head != base {
             wt.call()
                 .args(["update-ref", "-m", "okstra: back to the base"])
@@ -218,7 +235,23 @@ impl Repo {
                 .arg(&path)
                 .run()?;
         }
-        self.discard(&path)
+        self.discard(&path)?;
+        self.clear_junk(&path)
+    }
+
+    /// Whether anything of a worktree is left at `path`: its directory, a
+    /// registration naming it, or one a killed `git worktree add` or
+    /// `remove` left without its `gitdir` (see [`Repo::remove_worktree_at`]).
+    pub fn worktree_left_at(&self, path: &Path) -> bool {
+        let path = match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) => fs::canonicalize(parent)
+                .map(|p| p.join(name))
+                .unwrap_or_else(|_| path.to_path_buf()),
+            _ => path.to_path_buf(),
+        };
+        fs::symlink_metadata(&path).is_ok()
+            || !self.registrations_of(&path).is_empty()
+            || !self.junk_for(&path).is_empty()
     }
 
     /// Remove `wt`'s files and registration, keeping its branch (`git
@@ -375,9 +408,57 @@ impl Repo {
         Ok(())
     }
 
+    /// The registrations `git worktree add` of `path` may have begun and
+    /// that name no worktree: `<common>/worktrees/<id>` where `<id>` is
+    /// `path`'s name, bare or with the number git appends when the name is
+    /// taken, without a `gitdir` file. git writes that file right after
+    /// making the directory (and its `locked` "initializing"), and removes
+    /// the directory last in `git worktree remove`; one killed in between
+    /// leaves a registration `git worktree list` does not show and `git
+    /// worktree prune` keeps while it is locked.
+    fn junk_for(&self, path: &Path) -> Vec<PathBuf> {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            return Vec::new();
+        };
+        let Ok(entries) = fs::read_dir(self.common.join("worktrees")) else {
+            return Vec::new();
+        };
+        let mut junk: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name().to_str().is_some_and(|id| {
+                    id.strip_prefix(name)
+                        .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                })
+            })
+            .map(|e| e.path())
+            .filter(|admin| {
+                fs::read_to_string(admin.join("gitdir")).map_or(true, |t| t.trim().is_empty())
+            })
+            .collect();
+        junk.sort();
+        junk
+    }
+
+    /// Remove [`Repo::junk_for`] `path`, unless a live git works in this
+    /// repository (a `git worktree add` may be between its two steps):
+    /// then it is left for a later run, harmless meanwhile (git names the
+    /// next registration of `path` another way).
+    fn clear_junk(&self, path: &Path) -> Result<(), GitError> {
+        for admin in self.junk_for(path) {
+            if ensure_idle(&admin, &[path, &admin, &self.top, &self.common]).is_err() {
+                continue;
+            }
+            remove_tree(&admin)?;
+        }
+        Ok(())
+    }
+
     /// Make the worktree at `path` (where nothing is): `branch` at `base`,
     /// registered, then checked out.
     fn create(&self, path: PathBuf, branch: &str, base: &str) -> Result<Worktree, GitError> {
+        self.clear_junk(&path)?;
+        self.clear_packed_refs_lock(&path)?;
         self.clear_ref_lock(branch, &path)?;
         self.call()
             .args(["update-ref", "-m", "okstra: worktree base"])
@@ -475,12 +556,28 @@ impl Repo {
         }
     }
 
-    /// Clear the stale locks in `wt`'s own git directory and on its branch.
+    /// Clear the stale locks in `wt`'s own git directory, on its branch,
+    /// and on the repository's packed refs.
     fn clear_locks(&self, wt: &Worktree) -> Result<(), GitError> {
         for lock in locks_in(&wt.admin) {
             clear_stale(&lock, &[&wt.path, &wt.admin])?;
         }
+        self.clear_packed_refs_lock(&wt.path)?;
         self.clear_ref_lock(&wt.branch, &wt.path)
+    }
+
+    /// `git reset --hard` in a worktree deletes its `AUTO_MERGE` ref, and a
+    /// ref deletion locks the repository's packed refs: one killed there
+    /// leaves `<common>/packed-refs.lock`, and every later ref deletion in
+    /// the repository (the user's `git branch -d` too) fails on it, while
+    /// `git reset` itself still exits 0. Cleared when no git works in the
+    /// repository; one that does may hold it, and it is left alone.
+    fn clear_packed_refs_lock(&self, path: &Path) -> Result<(), GitError> {
+        let lock = self.common.join("packed-refs.lock");
+        match clear_stale(&lock, &[path, &self.top, &self.common]) {
+            Err(GitError::LockBusy { .. }) => Ok(()),
+            done => done,
+        }
     }
 
     /// Clear a stale lock on `refs/heads/<branch>` (a branch of okstra's):

@@ -379,6 +379,23 @@ fn keep_false_removes_the_worktree_once_committed_and_leaves_no_registration() {
     // The commit was recorded before the worktree went.
     let collected = &fx.events_of("worker-result-collected", "w")[0];
     assert_eq!(collected["worktree"]["commit"], tip.as_str());
+
+    // What a `git worktree remove` killed after the directory went leaves:
+    // its registration (here without its `gitdir`, which `git worktree
+    // list` does not show, nor `prune` remove while it is locked). exec
+    // again removes it, though the directory is gone.
+    let admin = root.join(".git/worktrees/w");
+    std::fs::create_dir_all(&admin).unwrap();
+    std::fs::write(admin.join("locked"), "initializing").unwrap();
+    std::fs::write(admin.join("commondir"), "../..\n").unwrap();
+    let again = fx.exec(&[]);
+    assert_eq!(again.code, 0, "{}\n{}", again.stdout, again.stderr);
+    assert!(!admin.exists(), "the registration left by a killed remove");
+    assert_eq!(
+        git(&root, &["worktree", "prune", "--dry-run", "-v"]),
+        "",
+        "nothing left to prune"
+    );
 }
 
 #[test]
@@ -551,6 +568,7 @@ fn an_exec_killed_at_every_point_of_a_worktree_run_never_commits_twice_or_loses_
         "worktree-commit",
         "worktree-commit-ref",
         "worktree-keep-ref",
+        "worktree-keep-reset",
     ] {
         assert!(
             points.iter().any(|p| p == kind),
@@ -578,4 +596,59 @@ fn an_exec_killed_at_every_point_of_a_worktree_run_never_commits_twice_or_loses_
         "worktree crash test: killed exec at each of {} fault points; every run completed",
         points.len()
     );
+}
+
+/// A stage that did not complete (a job refused: its worktree holds
+/// changes okstra did not make) keeps its `worktreeKeep = false` worktrees
+/// until it does: the exec that runs the refused job again judges it
+/// against the stage's recorded baseline, which holds their registrations.
+/// Found by `benches/crash.py --worktrees` (there the refusal was a git an
+/// exec killed alone left running).
+#[test]
+fn a_stage_run_again_after_a_refused_job_completes_with_its_keep_false_worktrees() {
+    let fx = repo_fixture(
+        &[],
+        vec![
+            job("drop", EDIT)
+                .implementer(&["src/**"])
+                .with("worktreeKeep = false"),
+            job("w", EDIT).implementer(&["src/**"]),
+        ],
+    );
+    let root = fx.root();
+    let wt = root.join(".okstra/worktrees/fixture-task/w");
+    git(&root, &["branch", "okstra/fixture-task/w"]);
+    git(
+        &root,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            &wt.display().to_string(),
+            "okstra/fixture-task/w",
+        ],
+    );
+    std::fs::write(wt.join("src/stray.txt"), "not okstra's\n").unwrap();
+    let run = fx.exec(&[]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        fx.reason("w").contains("exec/worktree"),
+        "{}",
+        fx.reason("w")
+    );
+    assert!(root.join(".okstra/worktrees/fixture-task/drop").exists());
+    // Moved away, as the refusal says.
+    std::fs::remove_file(wt.join("src/stray.txt")).unwrap();
+    let run = fx.exec(&[]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(!root.join(".okstra/worktrees/fixture-task/drop").exists());
+    for id in ["drop", "w"] {
+        let tip = git(&root, &["rev-parse", &format!("okstra/fixture-task/{id}")]);
+        assert_eq!(
+            git(&root, &["show", &format!("{tip}:src/lib.txt")]),
+            format!("fixed by {id}")
+        );
+    }
+    let list = git(&root, &["worktree", "list", "--porcelain"]);
+    assert!(!list.contains("fixture-task/drop"), "{list}");
 }

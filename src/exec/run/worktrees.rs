@@ -483,10 +483,22 @@ impl Runner<'_> {
         })
     }
 
-    /// Once the stage's records are durable: remove the worktree of every
-    /// completed job that asked (`worktreeKeep = false`); its commit is in
-    /// the events log, and its branch keeps it.
+    /// Once the stage's records are durable and every job of it completed:
+    /// remove the worktree of each that asked (`worktreeKeep = false`); its
+    /// commit is in the events log, and its branch keeps it. A stage that
+    /// did not complete keeps them: the exec that runs its other jobs again
+    /// judges them against the stage's recorded baseline, which holds the
+    /// worktrees' registrations (their removal would be a change no job
+    /// made).
     pub(super) fn remove_committed_worktrees(&mut self, indices: &[usize]) {
+        let all_completed = indices.iter().all(|&i| {
+            self.reports[i]
+                .as_ref()
+                .is_some_and(|r| r.status == WorkerStatus::Completed)
+        });
+        if !all_completed {
+            return;
+        }
         let mut removed = false;
         for &i in indices {
             let job = self.job(i);
@@ -500,7 +512,10 @@ impl Runner<'_> {
                 continue;
             }
             let path = self.tree_path(&job);
-            if std::fs::symlink_metadata(&path).is_err() {
+            // Its directory may be gone and its registration not (a kill
+            // inside `git worktree remove`).
+            let left = self.trees.repo().is_ok_and(|r| r.worktree_left_at(&path));
+            if !left {
                 continue;
             }
             let gone = self
