@@ -129,8 +129,9 @@ impl<'a> Runner<'a> {
             manifest_stamp,
         } = verified;
         let (audit_roots, mut audit_exclude, git_worktrees) = audit_walk(root, plan, jobs, &rec);
-        let (trees, own_refs) = worktrees::Trees::open(root, git_worktrees);
+        let (mut trees, own_refs) = worktrees::Trees::open(root, git_worktrees);
         audit_exclude.extend(own_refs);
+        trees.fixed_exclusions = audit_exclude.len();
         let n = jobs.len();
         let mut backend = Backends::new(Local::new(opts.worker.clone()));
         let mut rec = rec;

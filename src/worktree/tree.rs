@@ -359,6 +359,27 @@ impl Repo {
         Ok(Some(admin))
     }
 
+    /// The registrations (`<common>/worktrees/<id>`) of the worktrees
+    /// below `dir` (canonical): those whose `gitdir` names a `.git` there.
+    /// Read from the files, without running git.
+    pub fn registrations_below(&self, dir: &Path) -> Vec<PathBuf> {
+        let Ok(entries) = fs::read_dir(self.common.join("worktrees")) else {
+            return Vec::new();
+        };
+        let mut regs: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|admin| {
+                let Ok(text) = fs::read_to_string(admin.join("gitdir")) else {
+                    return false;
+                };
+                normalize(&admin.join(text.trim())).starts_with(dir)
+            })
+            .collect();
+        regs.sort();
+        regs
+    }
+
     /// The registrations (`<common>/worktrees/<id>`) whose `gitdir` names
     /// `path/.git`.
     fn registrations_of(&self, path: &Path) -> Vec<PathBuf> {

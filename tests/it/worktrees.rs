@@ -652,3 +652,62 @@ fn a_stage_run_again_after_a_refused_job_completes_with_its_keep_false_worktrees
     let list = git(&root, &["worktree", "list", "--porcelain"]);
     assert!(!list.contains("fixture-task/drop"), "{list}");
 }
+
+#[test]
+fn a_worktree_made_after_its_stages_recorded_baseline_is_not_a_change_of_the_tree() {
+    // `w` is refused (another run's branch) while `a` runs: the stage's
+    // baseline is recorded without w's worktree. Once the branch is
+    // deleted as the refusal says, the next exec makes w's worktree and
+    // registration after that baseline: okstra's own, so neither job is
+    // failed for it.
+    let fx = repo_fixture(
+        &[],
+        vec![
+            job("a", EDIT).implementer(&["src/**"]),
+            job("w", EDIT).implementer(&["src/**"]),
+        ],
+    );
+    let root = fx.root();
+    let tree = git(&root, &["rev-parse", "HEAD^{tree}"]);
+    let theirs = git(
+        &root,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@e",
+            "commit-tree",
+            &tree,
+            "-p",
+            "HEAD",
+            "-m",
+            "theirs",
+        ],
+    );
+    git(
+        &root,
+        &["update-ref", "refs/heads/okstra/fixture-task/w", &theirs],
+    );
+    let run = fx.exec(&[]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(fx.worker_row("a")["status"], "completed");
+    assert!(
+        fx.reason("w").contains("exec/worktree"),
+        "{}",
+        fx.reason("w")
+    );
+    git(&root, &["branch", "-D", "okstra/fixture-task/w"]);
+    let run = fx.exec(&[]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let head = git(&root, &["rev-parse", "HEAD"]);
+    for id in ["a", "w"] {
+        let tip = git(
+            &root,
+            &["rev-parse", &format!("refs/heads/okstra/fixture-task/{id}")],
+        );
+        assert_eq!(
+            git(&root, &["rev-list", "--count", &format!("{head}..{tip}")]),
+            "1"
+        );
+    }
+}

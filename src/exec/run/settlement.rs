@@ -32,6 +32,7 @@ impl Runner<'_> {
         if ended.is_empty() {
             return Vec::new();
         }
+        self.exclude_registrations();
         let round = match baseline {
             Baseline::Off => RoundAudit::Off,
             Baseline::Broken(why) => RoundAudit::Incomplete(why.clone()),

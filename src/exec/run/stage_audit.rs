@@ -138,7 +138,10 @@ impl Runner<'_> {
         // baseline (and anything written in between is caught here).
         let taken = match self.last_after.take() {
             Some(after) => after,
-            None => audit::snapshot(&self.audit_options()).map_err(|e| self.incomplete(&e))?,
+            None => {
+                self.exclude_registrations();
+                audit::snapshot(&self.audit_options()).map_err(|e| self.incomplete(&e))?
+            }
         };
         let text = taken.to_json();
         crate::fault::point("snapshot-write");

@@ -53,6 +53,9 @@ pub(super) struct Trees {
     repo: Option<Result<Repo, String>>,
     /// By job index.
     made: HashMap<usize, Worktree>,
+    /// How much of the runner's audit exclusions are its own (the rest,
+    /// after them, are the worktrees' registrations as last found).
+    pub(super) fixed_exclusions: usize,
 }
 
 impl Trees {
@@ -81,6 +84,7 @@ impl Trees {
         let trees = Trees {
             repo: Some(repo),
             made: HashMap::new(),
+            fixed_exclusions: 0,
         };
         (trees, exclude)
     }
@@ -140,6 +144,24 @@ fn usage_text(report: &StatusReport) -> String {
 }
 
 impl Runner<'_> {
+    /// Leave the registrations of okstra's worktrees
+    /// (`<common>/worktrees/<id>` whose `gitdir` lies under
+    /// `.okstra/worktrees/`) out of the next audit walk, as they are now:
+    /// exec makes and removes them, on resume too, after a stage's
+    /// baseline may have been recorded (docs/worktrees.md#running). A
+    /// worker's own changes there are caught where they matter: exec
+    /// commits only on the worktree's branch, through its own git
+    /// directory, and a registration turned to name another directory is
+    /// one the walk then sees go.
+    pub(super) fn exclude_registrations(&mut self) {
+        let Ok(repo) = self.trees.repo() else {
+            return;
+        };
+        let regs = repo.registrations_below(&self.root.join(".okstra/worktrees"));
+        self.audit_exclude.truncate(self.trees.fixed_exclusions);
+        self.audit_exclude.extend(regs);
+    }
+
     /// Make the worktree of every worktree job of `pending` ready for the
     /// attempt it starts next, and adopt those of `in_flight` (attempts an
     /// earlier exec started): before the stage's baseline, so the checkout
