@@ -209,6 +209,13 @@ impl Runner<'_> {
         }
         pending.retain(|(i, _)| !refused.iter().any(|(r, _, _)| r == i));
         for (i, attempt, why) in refused {
+            // A Ctrl-C reaches the git exec runs too: what it cut short is
+            // the interruption's, repaired by the next exec.
+            if self.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
+                self.interrupted = true;
+                self.not_run(i, super::INTERRUPTED_BEFORE_START);
+                continue;
+            }
             let job = self.job(i);
             let reason = format!("exec/worktree: {why}");
             self.say(format!("{} not started: {reason}", job.label()));
