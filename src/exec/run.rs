@@ -360,6 +360,14 @@ impl<'a> Runner<'a> {
             .chain(adopted.iter().map(|r| r.job))
             .collect();
         self.prepare_worktrees(&mut pending, &in_flight);
+        if self.interrupted && in_flight.is_empty() {
+            // Cut short while its worktrees were made: no baseline is
+            // taken of a tree a killed git may have left half-made.
+            for (i, _) in pending {
+                self.not_run(i, INTERRUPTED_BEFORE_START);
+            }
+            return;
+        }
         let busy = !(pending.is_empty() && ended.is_empty() && adopted.is_empty());
         let baseline = self.stage_baseline(si, indices, busy, &mut pending);
         let settle_now = matches!(baseline, Baseline::Off);

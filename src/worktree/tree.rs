@@ -360,8 +360,10 @@ impl Repo {
     }
 
     /// The registrations (`<common>/worktrees/<id>`) of the worktrees
-    /// below `dir` (canonical): those whose `gitdir` names a `.git` there.
-    /// Read from the files, without running git.
+    /// below `dir` (canonical): those whose `gitdir` names a `.git` there,
+    /// and those without a `gitdir` (begun, no worktree's yet: what a
+    /// killed `git worktree add` leaves). Read from the files, without
+    /// running git.
     pub fn registrations_below(&self, dir: &Path) -> Vec<PathBuf> {
         let Ok(entries) = fs::read_dir(self.common.join("worktrees")) else {
             return Vec::new();
@@ -369,11 +371,11 @@ impl Repo {
         let mut regs: Vec<PathBuf> = entries
             .filter_map(|e| e.ok())
             .map(|e| e.path())
-            .filter(|admin| {
-                let Ok(text) = fs::read_to_string(admin.join("gitdir")) else {
-                    return false;
-                };
-                normalize(&admin.join(text.trim())).starts_with(dir)
+            .filter(|admin| match fs::read_to_string(admin.join("gitdir")) {
+                Ok(text) => normalize(&admin.join(text.trim())).starts_with(dir),
+                // Begun by a `git worktree add` that has not written it yet
+                // (or was killed first): no worktree of anyone's yet.
+                Err(_) => true,
             })
             .collect();
         regs.sort();

@@ -414,6 +414,18 @@ impl Runner<'_> {
             Ok(())
         });
         if let Err(why) = done {
+            // A Ctrl-C reaches the git exec runs too: the attempt is the
+            // interruption's, resumed by the next exec, whose start keeps
+            // what it left (docs/worktrees.md#crashes-and-resume).
+            if self.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
+                self.interrupted = true;
+                d.status = Status::Error;
+                d.reason = format!("interrupted while settling its worktree: {why}");
+                d.failure_kind = Some(FailureKind::Interrupted);
+                d.retry = false;
+                d.resumable = true;
+                return Some(used);
+            }
             self.problems.push(
                 Diagnostic::new(Code::ExecWorktree, format!("{}: {why}", job.label())).help(HELP),
             );
