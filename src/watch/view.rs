@@ -1,0 +1,134 @@
+//! What `okstra watch` shows, as text: a job's cells, the header, the
+//! totals, and the plain table printed where the terminal has no cursor
+//! control. The terminal view (super::ui) lays out the same cells.
+
+use super::model::{Job, Model, Phase, Totals};
+use crate::provider::UsageTotal;
+use crate::render;
+
+/// The columns of the jobs table.
+pub const HEADS: [&str; 8] = [
+    "stage", "worker", "status", "att", "elapsed", "tokens", "cost", "log",
+];
+
+/// `1m05s`, `2h03m`: a duration at a glance.
+pub fn duration(secs: i64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// How a job stands, as shown: an open attempt that no exec holds any
+/// more is `unsettled` (the next exec settles it).
+pub fn status(job: &Job, exec_running: bool) -> &'static str {
+    match job.phase {
+        Phase::Running | Phase::Retrying | Phase::InProgress if !exec_running => "unsettled",
+        p => p.as_str(),
+    }
+}
+
+/// A job's cells, the log's last line as given.
+pub fn cells(model: &Model, job: &Job, now: i64, exec_running: bool, log: String) -> Vec<String> {
+    let spent = job.spent();
+    vec![
+        job.stage.map_or("-", |s| model.stage_name(s)).to_string(),
+        job.label.clone(),
+        status(job, exec_running).to_string(),
+        match job.attempt {
+            0 => "-".into(),
+            n => n.to_string(),
+        },
+        job.elapsed(now).map_or("-".into(), duration),
+        spent.as_ref().map_or("-".into(), UsageTotal::tokens_text),
+        spent.as_ref().map_or("-".into(), UsageTotal::cost_text),
+        log,
+    ]
+}
+
+/// The header line: task, plan, how long the run has gone, whether an exec
+/// holds it.
+pub fn header(task: &str, model: &Model, now: i64, exec_running: bool) -> String {
+    let plan = match model.plan_digest.as_str() {
+        "" => "no dispatch yet".to_string(),
+        d => format!("plan {}", render::short(d)),
+    };
+    let end = if exec_running { Some(now) } else { model.last_ts };
+    let elapsed = match (model.first_ts, end) {
+        (Some(a), Some(b)) => format!(", {}", duration((b - a).max(0))),
+        _ => String::new(),
+    };
+    let exec = if exec_running {
+        "exec running"
+    } else {
+        "no exec running"
+    };
+    format!("{task}: {plan}{elapsed}, {exec}")
+}
+
+/// The totals table: one line per stage and the run's, with what they
+/// spent (`okstra status`'s numbers, with running attempts so far).
+pub fn totals_rows(t: &Totals) -> Vec<Vec<String>> {
+    let line = |name: &str, u: Option<&UsageTotal>| {
+        vec![
+            name.to_string(),
+            u.map_or("0".into(), |u| u.attempts.to_string()),
+            u.map_or("-".into(), UsageTotal::tokens_text),
+            u.map_or("-".into(), UsageTotal::cost_text),
+        ]
+    };
+    let mut rows: Vec<Vec<String>> = t
+        .stages
+        .iter()
+        .map(|(s, u)| line(s, u.as_ref()))
+        .collect();
+    rows.push(line("(run)", t.run.as_ref()));
+    rows
+}
+
+pub const TOTAL_HEADS: [&str; 4] = ["stage", "attempts", "tokens", "cost"];
+
+/// `line` cut to `width` columns, an ellipsis marking the cut.
+pub fn cut(line: &str, width: usize) -> String {
+    use unicode_width::UnicodeWidthChar;
+    if unicode_width::UnicodeWidthStr::width(line) <= width {
+        return line.to_string();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in line.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > width {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
+/// The plain table: header, counts, jobs (each with its log's last line,
+/// `log` reading it), totals.
+pub fn plain(
+    task: &str,
+    model: &mut Model,
+    now: i64,
+    exec_running: bool,
+    log: &mut dyn FnMut(&Job) -> String,
+) -> String {
+    let totals = model.totals();
+    let model = &*model;
+    let rows: Vec<Vec<String>> = model
+        .listed()
+        .map(|j| cells(model, j, now, exec_running, cut(&log(j), 40)))
+        .collect();
+    format!(
+        "{}\n{}\n\n{}\n{}",
+        header(task, model, now, exec_running),
+        totals.counts_text(),
+        render::table(&HEADS, &rows),
+        render::table(&TOTAL_HEADS, &totals_rows(&totals)),
+    )
+}
