@@ -21,7 +21,12 @@ impl Changes {
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             if let Ok(event) = res {
                 // Opening or reading a file (ours too) changes nothing.
-                if !matches!(event.kind, notify::EventKind::Access(notify::event::AccessKind::Open(_) | notify::event::AccessKind::Read)) {
+                if !matches!(
+                    event.kind,
+                    notify::EventKind::Access(
+                        notify::event::AccessKind::Open(_) | notify::event::AccessKind::Read
+                    )
+                ) {
                     changed(event.paths);
                 }
             }

@@ -10,5 +10,5 @@ pub mod source;
 pub mod ui;
 pub mod view;
 
-pub use model::{Job, Model, Phase, Totals};
+pub use model::{Job, Model, Phase, Sum, Totals};
 pub use source::{RunFiles, Source};

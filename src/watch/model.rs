@@ -358,20 +358,21 @@ impl Model {
         self.sort();
         let mut t = Totals::default();
         for job in self.listed() {
-            t.jobs += 1;
             *t.phases.entry(job.phase).or_default() += 1;
             let stage = job.stage.map_or("-", |s| self.stages[s].as_str());
-            let at = match t.stages.iter().position(|(s, _)| s == stage) {
+            let at = match t.stages.iter().position(|s| s.name == stage) {
                 Some(at) => at,
                 None => {
-                    t.stages.push((stage.to_string(), None));
+                    t.stages.push(Sum {
+                        name: stage.to_string(),
+                        ..Sum::default()
+                    });
                     t.stages.len() - 1
                 }
             };
-            if let Some(spent) = job.spent() {
-                t.stages[at].1.get_or_insert_with(Default::default).merge(&spent);
-                t.run.get_or_insert_with(Default::default).merge(&spent);
-            }
+            let spent = job.spent();
+            t.stages[at].add(job, spent.as_ref());
+            t.run.add(job, spent.as_ref());
         }
         t
     }
@@ -390,12 +391,31 @@ pub struct WorkerRow<'a> {
 /// Counts and spending of the watched run.
 #[derive(Debug, Default, PartialEq)]
 pub struct Totals {
-    pub jobs: usize,
     pub phases: BTreeMap<Phase, usize>,
-    /// Per stage in display order: what its attempts spent, where any
-    /// reported usage.
-    pub stages: Vec<(String, Option<UsageTotal>)>,
-    pub run: Option<UsageTotal>,
+    /// Per stage, in display order.
+    pub stages: Vec<Sum>,
+    /// The whole run (its name is empty).
+    pub run: Sum,
+}
+
+/// The jobs of a stage (or of the run): how many, how many completed,
+/// and what their attempts spent, where any reported usage.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Sum {
+    pub name: String,
+    pub jobs: usize,
+    pub completed: usize,
+    pub spent: Option<UsageTotal>,
+}
+
+impl Sum {
+    fn add(&mut self, job: &Job, spent: Option<&UsageTotal>) {
+        self.jobs += 1;
+        self.completed += usize::from(job.phase == Phase::Completed);
+        if let Some(u) = spent {
+            self.spent.get_or_insert_with(Default::default).merge(u);
+        }
+    }
 }
 
 impl Totals {
@@ -406,10 +426,11 @@ impl Totals {
             .iter()
             .map(|(p, n)| format!("{n} {}", p.as_str()))
             .collect();
-        let jobs = if self.jobs == 1 { "job" } else { "jobs" };
+        let n = self.run.jobs;
+        let jobs = if n == 1 { "job" } else { "jobs" };
         match parts.is_empty() {
-            true => format!("{} {jobs}", self.jobs),
-            false => format!("{} {jobs}: {}", self.jobs, parts.join(", ")),
+            true => format!("{n} {jobs}"),
+            false => format!("{n} {jobs}: {}", parts.join(", ")),
         }
     }
 

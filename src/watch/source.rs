@@ -91,11 +91,10 @@ impl Source {
     /// Read whatever changed in the events log and team-state, and the
     /// sidecars of attempts that started running since.
     pub fn refresh(&mut self) -> Result<(), StateError> {
-        self.read_events()
-            .map_err(|e| StateError::Io {
-                path: self.files.events.clone(),
-                source: e,
-            })?;
+        self.read_events().map_err(|e| StateError::Io {
+            path: self.files.events.clone(),
+            source: e,
+        })?;
         self.read_team_state()
     }
 
@@ -257,7 +256,9 @@ struct RowFields {
     reason: String,
 }
 
-fn lenient_status<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<WorkerStatus>, D::Error> {
+fn lenient_status<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<WorkerStatus>, D::Error> {
     let v = serde_json::Value::deserialize(d)?;
     Ok(v.as_str().and_then(|s| s.parse().ok()))
 }
@@ -383,7 +384,10 @@ mod tests {
         std::fs::write(&files.events, first).unwrap();
         src.refresh().unwrap();
         assert_eq!(src.model.jobs().count(), 1, "a torn line waits");
-        let mut f = std::fs::OpenOptions::new().append(true).open(&files.events).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&files.events)
+            .unwrap();
         std::io::Write::write_all(&mut f, format!("{torn}\nnot json\n").as_bytes()).unwrap();
         src.refresh().unwrap();
         assert_eq!(src.model.jobs().count(), 2);

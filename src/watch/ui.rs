@@ -163,15 +163,10 @@ fn draw_jobs(frame: &mut Frame, screen: &mut Screen, f: &Frameset, model: &Model
     ];
     let table_rows = rows.into_iter().map(|(i, cells)| {
         let status = status_style(&cells[2], screen.color);
-        let mut row = Row::new(
-            cells
-                .into_iter()
-                .enumerate()
-                .map(|(c, text)| match c {
-                    2 => Span::styled(text, status),
-                    _ => Span::raw(text),
-                }),
-        );
+        let mut row = Row::new(cells.into_iter().enumerate().map(|(c, text)| match c {
+            2 => Span::styled(text, status),
+            _ => Span::raw(text),
+        }));
         if i == screen.selected {
             row = row.style(Style::new().add_modifier(Modifier::REVERSED));
         }
@@ -208,7 +203,8 @@ fn draw_totals(frame: &mut Frame, totals: &super::model::Totals, shown: usize, a
     });
     let widths = [
         Constraint::Length(12),
-        Constraint::Length(8),
+        Constraint::Length(6),
+        Constraint::Length(10),
         Constraint::Length(7),
         Constraint::Fill(1),
     ];

@@ -2,7 +2,7 @@
 //! totals, and the plain table printed where the terminal has no cursor
 //! control. The terminal view (super::ui) lays out the same cells.
 
-use super::model::{Job, Model, Phase, Totals};
+use super::model::{Job, Model, Phase, Sum, Totals};
 use crate::provider::UsageTotal;
 use crate::render;
 
@@ -54,7 +54,11 @@ pub fn header(task: &str, model: &Model, now: i64, exec_running: bool) -> String
         "" => "no dispatch yet".to_string(),
         d => format!("plan {}", render::short(d)),
     };
-    let end = if exec_running { Some(now) } else { model.last_ts };
+    let end = if exec_running {
+        Some(now)
+    } else {
+        model.last_ts
+    };
     let elapsed = match (model.first_ts, end) {
         (Some(a), Some(b)) => format!(", {}", duration((b - a).max(0))),
         _ => String::new(),
@@ -67,27 +71,26 @@ pub fn header(task: &str, model: &Model, now: i64, exec_running: bool) -> String
     format!("{task}: {plan}{elapsed}, {exec}")
 }
 
-/// The totals table: one line per stage and the run's, with what they
-/// spent (`okstra status`'s numbers, with running attempts so far).
+/// The totals table: one line per stage and the run's: jobs, how many
+/// completed, and what they spent (`okstra status`'s numbers, with
+/// running attempts so far).
 pub fn totals_rows(t: &Totals) -> Vec<Vec<String>> {
-    let line = |name: &str, u: Option<&UsageTotal>| {
+    let line = |name: &str, s: &Sum| {
+        let spent = s.spent.as_ref();
         vec![
             name.to_string(),
-            u.map_or("0".into(), |u| u.attempts.to_string()),
-            u.map_or("-".into(), UsageTotal::tokens_text),
-            u.map_or("-".into(), UsageTotal::cost_text),
+            s.jobs.to_string(),
+            s.completed.to_string(),
+            spent.map_or("-".into(), UsageTotal::tokens_text),
+            spent.map_or("-".into(), UsageTotal::cost_text),
         ]
     };
-    let mut rows: Vec<Vec<String>> = t
-        .stages
-        .iter()
-        .map(|(s, u)| line(s, u.as_ref()))
-        .collect();
-    rows.push(line("(run)", t.run.as_ref()));
+    let mut rows: Vec<Vec<String>> = t.stages.iter().map(|s| line(&s.name, s)).collect();
+    rows.push(line("total", &t.run));
     rows
 }
 
-pub const TOTAL_HEADS: [&str; 4] = ["stage", "attempts", "tokens", "cost"];
+pub const TOTAL_HEADS: [&str; 5] = ["stage", "jobs", "completed", "tokens", "cost"];
 
 /// `line` cut to `width` columns, an ellipsis marking the cut.
 pub fn cut(line: &str, width: usize) -> String {

@@ -20,7 +20,14 @@ fn dispatched(key: &str, attempt: u64, ts: &str, stage: &str) -> Event {
     event(v)
 }
 
-fn settled(ty: &str, key: &str, attempt: u64, ts: &str, status: &str, usage: Option<Value>) -> Event {
+fn settled(
+    ty: &str,
+    key: &str,
+    attempt: u64,
+    ts: &str,
+    status: &str,
+    usage: Option<Value>,
+) -> Event {
     let mut v = head(ty, key, attempt, ts, "one");
     v["status"] = json!(status);
     v["reason"] = json!(if status == "completed" { "" } else { "exit 1" });
@@ -52,7 +59,10 @@ fn a_dispatch_runs_and_its_settlement_ends_it() {
     assert_eq!(keys(&mut m), [("a".into(), "running", 1)]);
     let job = m.job("a").unwrap();
     assert_eq!(job.prompt.as_deref(), Some("prompts/a.md"));
-    assert_eq!(job.elapsed(unix_of("2026-01-01T00:00:07Z").unwrap()), Some(7));
+    assert_eq!(
+        job.elapsed(unix_of("2026-01-01T00:00:07Z").unwrap()),
+        Some(7)
+    );
     m.apply(&settled(
         "worker-result-collected",
         "a",
@@ -70,8 +80,21 @@ fn a_dispatch_runs_and_its_settlement_ends_it() {
 fn a_retry_shows_then_the_next_attempt_runs() {
     let mut m = Model::default();
     m.apply(&dispatched("a", 1, "2026-01-01T00:00:00Z", "one"));
-    m.apply(&settled("worker-failed", "a", 1, "2026-01-01T00:00:01Z", "error", None));
-    let mut retry = head("worker-retry-scheduled", "a", 1, "2026-01-01T00:00:01Z", "one");
+    m.apply(&settled(
+        "worker-failed",
+        "a",
+        1,
+        "2026-01-01T00:00:01Z",
+        "error",
+        None,
+    ));
+    let mut retry = head(
+        "worker-retry-scheduled",
+        "a",
+        1,
+        "2026-01-01T00:00:01Z",
+        "one",
+    );
     retry["reason"] = json!("missing results/a.md");
     retry["nextAttempt"] = json!(2);
     m.apply(&event(retry));
@@ -92,8 +115,10 @@ fn jobs_are_ordered_by_stage_then_as_first_seen() {
     assert_eq!(order(&mut m), ["c", "b", "a"], "stages as first seen");
     // The baselines number the stages: plan order wins.
     for (name, n) in [("one", 1), ("two", 2)] {
-        m.apply(&event(json!({"type": "stage-snapshot-written", "ts": "2026-01-01T00:00:00Z",
-            "planDigest": PLAN, "stage": name, "stageNumber": n, "path": "p", "sha256": "0"})));
+        m.apply(&event(
+            json!({"type": "stage-snapshot-written", "ts": "2026-01-01T00:00:00Z",
+            "planDigest": PLAN, "stage": name, "stageNumber": n, "path": "p", "sha256": "0"}),
+        ));
     }
     assert_eq!(order(&mut m), ["b", "a", "c"]);
 }
@@ -103,7 +128,14 @@ fn totals_add_settled_attempts_and_running_ones_so_far() {
     let mut m = Model::default();
     let t = "2026-01-01T00:00:00Z";
     m.apply(&dispatched("a", 1, t, "one"));
-    m.apply(&settled("worker-failed", "a", 1, t, "error", Some(usage(100, 20, Some(0.5)))));
+    m.apply(&settled(
+        "worker-failed",
+        "a",
+        1,
+        t,
+        "error",
+        Some(usage(100, 20, Some(0.5))),
+    ));
     m.apply(&dispatched("a", 2, t, "one"));
     m.apply(&settled(
         "worker-result-collected",
@@ -116,15 +148,17 @@ fn totals_add_settled_attempts_and_running_ones_so_far() {
     m.apply(&dispatched("b", 1, t, "two"));
     let live: Usage = serde_json::from_value(usage(10, 5, Some(0.25))).unwrap();
     m.set_live("b", 1, Some(live.clone()));
-    m.set_live("a", 2, Some(live), /* settled: ignored */);
+    m.set_live("a", 2, Some(live) /* settled: ignored */);
     let totals = m.totals();
     assert_eq!(totals.counts_text(), "2 jobs: 1 running, 1 completed");
-    let one = totals.stages[0].1.clone().unwrap();
+    assert_eq!((totals.stages[0].jobs, totals.stages[0].completed), (1, 1));
+    let one = totals.stages[0].spent.clone().unwrap();
     assert_eq!((one.attempts, one.total_tokens), (2, 1320));
     assert_eq!(one.cost_text(), "$0.5000+?", "one attempt had no cost");
-    let two = totals.stages[1].1.clone().unwrap();
+    let two = totals.stages[1].spent.clone().unwrap();
     assert_eq!((two.total_tokens, two.cost_text()), (15, "$0.2500".into()));
-    let run = totals.run.unwrap();
+    assert_eq!((totals.run.jobs, totals.run.completed), (2, 1));
+    let run = totals.run.spent.unwrap();
     assert_eq!((run.attempts, run.total_tokens), (3, 1335));
     assert_eq!(m.job("a").unwrap().spent().unwrap().tokens_text(), "1320");
 }
@@ -133,11 +167,18 @@ fn totals_add_settled_attempts_and_running_ones_so_far() {
 fn a_settlement_recorded_twice_counts_once() {
     let mut m = Model::default();
     let t = "2026-01-01T00:00:00Z";
-    let done = settled("worker-result-collected", "a", 1, t, "completed", Some(usage(1, 1, None)));
+    let done = settled(
+        "worker-result-collected",
+        "a",
+        1,
+        t,
+        "completed",
+        Some(usage(1, 1, None)),
+    );
     m.apply(&dispatched("a", 1, t, "one"));
     m.apply(&done);
     m.apply(&done);
-    assert_eq!(m.totals().run.unwrap().attempts, 1);
+    assert_eq!(m.totals().run.spent.unwrap().attempts, 1);
 }
 
 #[test]
@@ -172,7 +213,14 @@ fn a_new_plan_for_the_same_job_starts_it_afresh() {
     let mut m = Model::default();
     let t = "2026-01-01T00:00:00Z";
     m.apply(&dispatched("a", 1, t, "one"));
-    m.apply(&settled("worker-failed", "a", 1, t, "error", Some(usage(5, 5, None))));
+    m.apply(&settled(
+        "worker-failed",
+        "a",
+        1,
+        t,
+        "error",
+        Some(usage(5, 5, None)),
+    ));
     let mut again = head("worker-dispatched", "a", 1, t, "one");
     again["planDigest"] = json!("sha256:bbbb");
     again["pid"] = json!(2);
@@ -181,5 +229,8 @@ fn a_new_plan_for_the_same_job_starts_it_afresh() {
     m.apply(&event(again));
     assert_eq!(m.plan_digest, "sha256:bbbb");
     assert_eq!(keys(&mut m), [("a".into(), "running", 1)]);
-    assert!(m.totals().run.is_none(), "the old plan's usage is not this run's");
+    assert!(
+        m.totals().run.spent.is_none(),
+        "the old plan's usage is not this run's"
+    );
 }
