@@ -38,6 +38,15 @@ impl Phase {
         }
     }
 
+    /// The phase as shown: an open one that no exec holds any more is
+    /// `unsettled` (the next exec settles it).
+    pub fn shown(self, exec_running: bool) -> &'static str {
+        match self {
+            p if p.is_open() && !exec_running => "unsettled",
+            p => p.as_str(),
+        }
+    }
+
     /// Whether the job is still under way: an exec is (or was) at it.
     pub fn is_open(self) -> bool {
         matches!(self, Phase::Running | Phase::Retrying | Phase::InProgress)
@@ -419,13 +428,17 @@ impl Sum {
 }
 
 impl Totals {
-    /// `3 jobs: 1 running, 2 completed`.
-    pub fn counts_text(&self) -> String {
-        let parts: Vec<String> = self
-            .phases
-            .iter()
-            .map(|(p, n)| format!("{n} {}", p.as_str()))
-            .collect();
+    /// `3 jobs: 1 running, 2 completed`, as [`Phase::shown`] names them.
+    pub fn counts_text(&self, exec_running: bool) -> String {
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for (p, n) in &self.phases {
+            let name = p.shown(exec_running);
+            match counts.iter_mut().find(|(s, _)| *s == name) {
+                Some((_, m)) => *m += n,
+                None => counts.push((name, *n)),
+            }
+        }
+        let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
         let n = self.run.jobs;
         let jobs = if n == 1 { "job" } else { "jobs" };
         match parts.is_empty() {

@@ -108,7 +108,7 @@ pub fn draw(frame: &mut Frame, screen: &mut Screen, f: Frameset) {
                 format!("okstra watch  {header}"),
                 Style::new().add_modifier(Modifier::BOLD),
             )),
-            Line::from(totals.counts_text()),
+            Line::from(totals.counts_text(f.exec_running)),
         ]),
         head,
     );
@@ -144,7 +144,8 @@ fn draw_jobs(frame: &mut Frame, screen: &mut Screen, f: &Frameset, model: &Model
                 .as_deref()
                 .map(|p| source::last_line(&f.files.log_of(p)))
                 .unwrap_or_default();
-            (i, view::cells(model, job, f.now, f.exec_running, log))
+            let now = view::clock(model, f.now, f.exec_running);
+            (i, view::cells(model, job, now, f.exec_running, log))
         })
         .collect();
     let widest = |col: usize, cap: usize| {

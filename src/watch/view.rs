@@ -2,7 +2,7 @@
 //! totals, and the plain table printed where the terminal has no cursor
 //! control. The terminal view (super::ui) lays out the same cells.
 
-use super::model::{Job, Model, Phase, Sum, Totals};
+use super::model::{Job, Model, Sum, Totals};
 use crate::provider::UsageTotal;
 use crate::render;
 
@@ -23,13 +23,19 @@ pub fn duration(secs: i64) -> String {
 /// How a job stands, as shown: an open attempt that no exec holds any
 /// more is `unsettled` (the next exec settles it).
 pub fn status(job: &Job, exec_running: bool) -> &'static str {
-    match job.phase {
-        Phase::Running | Phase::Retrying | Phase::InProgress if !exec_running => "unsettled",
-        p => p.as_str(),
+    job.phase.shown(exec_running)
+}
+
+/// The time the clocks of open jobs run to: now while an exec holds the
+/// run; else the run's last event (a run left behind stands still).
+pub fn clock(model: &Model, now: i64, exec_running: bool) -> i64 {
+    match exec_running {
+        true => now,
+        false => model.last_ts.unwrap_or(now),
     }
 }
 
-/// A job's cells, the log's last line as given.
+/// A job's cells, the log's last line as given; `now` as [`clock`] says.
 pub fn cells(model: &Model, job: &Job, now: i64, exec_running: bool, log: String) -> Vec<String> {
     let spent = job.spent();
     vec![
@@ -123,6 +129,7 @@ pub fn plain(
 ) -> String {
     let totals = model.totals();
     let model = &*model;
+    let now = clock(model, now, exec_running);
     let rows: Vec<Vec<String>> = model
         .listed()
         .map(|j| cells(model, j, now, exec_running, cut(&log(j), 40)))
@@ -130,7 +137,7 @@ pub fn plain(
     format!(
         "{}\n{}\n\n{}\n{}",
         header(task, model, now, exec_running),
-        totals.counts_text(),
+        totals.counts_text(exec_running),
         render::table(&HEADS, &rows),
         render::table(&TOTAL_HEADS, &totals_rows(&totals)),
     )

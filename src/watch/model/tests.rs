@@ -150,7 +150,11 @@ fn totals_add_settled_attempts_and_running_ones_so_far() {
     m.set_live("b", 1, Some(live.clone()));
     m.set_live("a", 2, Some(live) /* settled: ignored */);
     let totals = m.totals();
-    assert_eq!(totals.counts_text(), "2 jobs: 1 running, 1 completed");
+    assert_eq!(totals.counts_text(true), "2 jobs: 1 running, 1 completed");
+    assert_eq!(
+        totals.counts_text(false),
+        "2 jobs: 1 unsettled, 1 completed"
+    );
     assert_eq!((totals.stages[0].jobs, totals.stages[0].completed), (1, 1));
     let one = totals.stages[0].spent.clone().unwrap();
     assert_eq!((one.attempts, one.total_tokens), (2, 1320));
