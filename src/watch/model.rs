@@ -14,6 +14,9 @@ use std::collections::{BTreeMap, HashMap};
 pub enum Phase {
     /// Its attempt is dispatched and not settled.
     Running,
+    /// Its wrapper recorded the attempt's end (its status sidecar), and
+    /// exec has not settled it yet (a batch settles once all of it ended).
+    Exited,
     /// Its attempt failed and another one is scheduled.
     Retrying,
     Completed,
@@ -29,6 +32,7 @@ impl Phase {
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Running => "running",
+            Phase::Exited => "exited",
             Phase::Retrying => "retrying",
             Phase::Completed => "completed",
             Phase::Error => "error",
@@ -49,7 +53,10 @@ impl Phase {
 
     /// Whether the job is still under way: an exec is (or was) at it.
     pub fn is_open(self) -> bool {
-        matches!(self, Phase::Running | Phase::Retrying | Phase::InProgress)
+        matches!(
+            self,
+            Phase::Running | Phase::Exited | Phase::Retrying | Phase::InProgress
+        )
     }
 }
 
@@ -350,13 +357,19 @@ impl Model {
         }
     }
 
-    /// What attempt `attempt` of `key` has spent so far, from its status
-    /// sidecar while it runs. Ignored once it settled.
-    pub fn set_live(&mut self, key: &str, attempt: u64, usage: Option<Usage>) {
+    /// What attempt `attempt` of `key` has spent so far, and whether its
+    /// wrapper recorded its end, from its status sidecar while it runs.
+    /// Ignored once it settled.
+    pub fn set_live(&mut self, key: &str, attempt: u64, usage: Option<Usage>, exited: bool) {
         if let Some(&i) = self.by_key.get(key) {
             let job = &mut self.jobs[i];
-            if job.attempt == attempt && job.phase == Phase::Running {
+            if job.attempt == attempt && matches!(job.phase, Phase::Running | Phase::Exited) {
                 job.live = usage;
+                job.phase = if exited {
+                    Phase::Exited
+                } else {
+                    Phase::Running
+                };
             }
         }
     }

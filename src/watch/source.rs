@@ -8,6 +8,7 @@ use super::model::{Model, WorkerRow};
 use crate::exec::event::Event;
 use crate::plan::sidecar;
 use crate::state::{StateError, TeamStateStore, WorkerStatus};
+
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -53,6 +54,9 @@ struct Tail {
     ino: Option<u64>,
 }
 
+/// How much of the events log is read at a time.
+const CHUNK: usize = 1 << 20;
+
 /// Identifies a version of a file replaced by rename (team-state).
 type Stamp = (u64, u64, Option<std::time::SystemTime>);
 
@@ -72,8 +76,6 @@ pub struct Source {
     /// The status sidecars of running attempts, by job key: path, and the
     /// attempt read from it last.
     sidecars: HashMap<String, PathBuf>,
-    /// Bytes read, reused between reads.
-    buf: Vec<u8>,
 }
 
 impl Source {
@@ -84,7 +86,6 @@ impl Source {
             tail: Tail::default(),
             team: None,
             sidecars: HashMap::new(),
-            buf: Vec::new(),
         }
     }
 
@@ -119,21 +120,29 @@ impl Source {
             return Ok(());
         }
         file.seek(SeekFrom::Start(self.tail.offset))?;
-        self.buf.clear();
-        file.take(meta.len() - self.tail.offset)
-            .read_to_end(&mut self.buf)?;
-        self.tail.offset += self.buf.len() as u64;
+        // In chunks: a 10,000-job log is tens of megabytes, never held whole.
+        let mut rest = file.take(meta.len() - self.tail.offset);
         let mut bytes = std::mem::take(&mut self.tail.partial);
-        bytes.extend_from_slice(&self.buf);
-        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        for line in bytes[..complete].split(|&b| b == b'\n') {
-            // A line of another writer, or a torn one: not ours to show.
-            if let Ok(event) = serde_json::from_slice::<Event>(line) {
-                self.model.apply(&event);
-                self.note_sidecar(&event);
+        loop {
+            let start = bytes.len();
+            bytes.resize(start + CHUNK, 0);
+            let n = rest.read(&mut bytes[start..])?;
+            bytes.truncate(start + n);
+            if n == 0 {
+                break;
             }
+            self.tail.offset += n as u64;
+            let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            for line in bytes[..complete].split(|&b| b == b'\n') {
+                // A line of another writer, or a torn one: not ours to show.
+                if let Ok(event) = serde_json::from_slice::<Event>(line) {
+                    self.model.apply(&event);
+                    self.note_sidecar(&event);
+                }
+            }
+            bytes.drain(..complete);
         }
-        self.tail.partial = bytes[complete..].to_vec();
+        self.tail.partial = bytes;
         Ok(())
     }
 
@@ -156,35 +165,42 @@ impl Source {
         if now.is_none() || now == self.team {
             return Ok(());
         }
-        let store = TeamStateStore::open(&self.files.team_state);
-        let mut buf = std::mem::take(&mut self.buf);
-        let read = store.read_rows(&mut buf).map(|rows| {
-            // The stage a job ran in is on its dispatch rows only.
-            let stages: HashMap<String, String> = rows
-                .dispatches
-                .iter()
-                .filter_map(|raw| serde_json::from_str::<RowFields>(raw.get()).ok())
-                .filter_map(|r| Some((r.key()?.to_string(), r.stage?)))
-                .collect();
-            let workers: Vec<RowFields> = rows
-                .workers
-                .iter()
-                .filter_map(|raw| serde_json::from_str(raw.get()).ok())
-                .collect();
-            self.model.adopt_workers(workers.iter().filter_map(|w| {
-                let key = w.key()?;
-                Some(WorkerRow {
-                    key,
-                    label: w.label(),
-                    stage: stages.get(key).map(String::as_str),
-                    status: w.status?,
-                    reason: &w.reason,
+        // Streamed into the few fields shown: a 10,000-job team-state is
+        // tens of megabytes, several times that as a tree.
+        let path = &self.files.team_state;
+        let file = std::fs::File::open(path).map_err(|e| StateError::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        let doc: TeamRows = match serde_json::from_reader(io::BufReader::new(file)) {
+            Ok(doc) => doc,
+            // A blank file is a run the lead prepared: no rows yet.
+            Err(e) if e.is_eof() && blank(path) => TeamRows::default(),
+            Err(e) => {
+                return Err(StateError::Parse {
+                    path: path.clone(),
+                    source: e,
                 })
-            }));
-        });
-        self.buf = buf;
+            }
+        };
+        // The stage a job ran in is on its dispatch rows only.
+        let stages: HashMap<&str, &str> = doc
+            .dispatches
+            .iter()
+            .filter_map(|r| Some((r.key()?, r.stage.as_deref()?)))
+            .collect();
+        self.model.adopt_workers(doc.workers.iter().filter_map(|w| {
+            let key = w.key()?;
+            Some(WorkerRow {
+                key,
+                label: w.label(),
+                stage: stages.get(key).copied(),
+                status: w.status?,
+                reason: &w.reason,
+            })
+        }));
         self.team = now;
-        read
+        Ok(())
     }
 
     /// Read the status sidecar at `path`, if it is a running attempt's:
@@ -215,7 +231,9 @@ impl Source {
             return;
         };
         if let Some(s) = crate::worker::StatusSidecar::read(path) {
-            self.model.set_live(key, u64::from(s.attempt), s.usage);
+            let exited = s.state == crate::worker::SidecarState::Exited;
+            self.model
+                .set_live(key, u64::from(s.attempt), s.usage, exited);
         }
     }
 
@@ -240,6 +258,20 @@ impl Source {
             .and_then(|f| crate::fsutil::lock_holder(&f))
             .is_some()
     }
+}
+
+/// Whether the file at `path` holds nothing but whitespace.
+fn blank(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|b| b.iter().all(u8::is_ascii_whitespace))
+}
+
+/// The rows of team-state the watch reads.
+#[derive(Debug, Default, serde::Deserialize)]
+struct TeamRows {
+    #[serde(default)]
+    workers: Vec<RowFields>,
+    #[serde(default, rename = "workerDispatches")]
+    dispatches: Vec<RowFields>,
 }
 
 /// The fields of a team-state row the watch reads.

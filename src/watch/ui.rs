@@ -183,7 +183,7 @@ fn status_style(status: &str, color: bool) -> Style {
     }
     match status {
         "completed" => Style::new().fg(Color::Green),
-        "running" | "retrying" | "in-progress" => Style::new().fg(Color::Yellow),
+        "running" | "exited" | "retrying" | "in-progress" => Style::new().fg(Color::Yellow),
         "error" | "timeout" => Style::new().fg(Color::Red),
         _ => Style::new(),
     }

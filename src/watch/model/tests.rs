@@ -147,8 +147,8 @@ fn totals_add_settled_attempts_and_running_ones_so_far() {
     ));
     m.apply(&dispatched("b", 1, t, "two"));
     let live: Usage = serde_json::from_value(usage(10, 5, Some(0.25))).unwrap();
-    m.set_live("b", 1, Some(live.clone()));
-    m.set_live("a", 2, Some(live) /* settled: ignored */);
+    m.set_live("b", 1, Some(live.clone()), false);
+    m.set_live("a", 2, Some(live), false); // settled: ignored
     let totals = m.totals();
     assert_eq!(totals.counts_text(true), "2 jobs: 1 running, 1 completed");
     assert_eq!(
@@ -165,6 +165,12 @@ fn totals_add_settled_attempts_and_running_ones_so_far() {
     let run = totals.run.spent.unwrap();
     assert_eq!((run.attempts, run.total_tokens), (3, 1335));
     assert_eq!(m.job("a").unwrap().spent().unwrap().tokens_text(), "1320");
+    m.set_live("b", 1, None, true);
+    assert_eq!(
+        m.job("b").unwrap().phase,
+        Phase::Exited,
+        "ended, not settled"
+    );
 }
 
 #[test]
