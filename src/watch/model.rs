@@ -89,7 +89,7 @@ pub struct Job {
     pub key: String,
     /// Who it is to people: its execution label (v2), else its worker id.
     pub label: String,
-    /// Its stage's place in [`Model::stages`], where known.
+    /// Its stage, as an index for [`Model::stage_name`], where known.
     pub stage: Option<usize>,
     pub phase: Phase,
     /// Its latest attempt (0: none dispatched).
