@@ -31,6 +31,7 @@ pub mod source;
 pub mod state;
 pub mod tmpdir;
 pub mod vocab;
+pub mod watch;
 pub mod worker;
 pub mod worktree;
 

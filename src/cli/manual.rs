@@ -144,6 +144,10 @@ fn examples(command: Option<&str>) -> &'static [(&'static str, &'static str)] {
             ("The run's workers, dispatches and spending:", "okstra status --manifest .okstra/run/run-manifest.json"),
             ("The same, for a program:", "okstra status --manifest .okstra/run/run-manifest.json --format json"),
         ],
+        Some("watch") => &[
+            ("Watch a run from another terminal while exec runs it (Enter follows a worker's log, q quits):", "okstra watch --manifest .okstra/run/run-manifest.json"),
+            ("One plain table of it, for a script:", "okstra watch --manifest .okstra/run/run-manifest.json --once"),
+        ],
         Some("show") => &[("Review a plan before running it:", "okstra show .okstra/run/plan.json")],
         Some("validate") => &[
             ("Check a spec without planning:", "okstra validate okstra.toml"),

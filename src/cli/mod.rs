@@ -23,6 +23,7 @@ mod manual;
 mod plan;
 mod status;
 mod validate;
+mod watch;
 
 use clap::{Parser, Subcommand};
 use okstra::diag::{Diagnostics, ExitStatus, Format};
@@ -100,6 +101,8 @@ pub enum Command {
     Run(exec::RunArgs),
     /// The run's workers and dispatches, from team-state.
     Status(status::StatusArgs),
+    /// A live view of a run: a row per job, the stage and run totals, a worker's log; refreshed as the run changes.
+    Watch(watch::WatchArgs),
     /// Print a plan for review.
     Show(plan::ShowArgs),
     /// Check files against their schemas and rules, without planning.
@@ -145,6 +148,7 @@ pub fn main() -> ExitCode {
         Command::Exec(args) => Ok(exec::exec(&args)),
         Command::Run(args) => Ok(exec::run(&args)),
         Command::Status(args) => status::status(&args),
+        Command::Watch(args) => watch::watch(&args),
         Command::Validate(args) => validate::validate(&args),
         Command::Schema(args) => validate::schema(&args),
         Command::Doctor(args) => doctor::doctor(&args),

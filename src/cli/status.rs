@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
@@ -245,9 +245,34 @@ fn team_state_of<'a>(
     args: &StatusArgs,
     buf: &'a mut Vec<u8>,
 ) -> Result<(String, Rows<'a>), Diagnostic> {
-    let root = paths::canonical_root(&args.project_root);
-    let display = paths::display_for(&root, &args.manifest);
-    let manifest: Value = match std::fs::read(&args.manifest) {
+    let run = locate(&args.manifest, &args.project_root)?;
+    let store = okstra::state::TeamStateStore::open(run.path);
+    match store.read_rows(buf) {
+        Ok(rows) => Ok((run.team, rows)),
+        Err(e) => Err(
+            Diagnostic::new(Code::ExecState, format!("cannot read team-state: {e}"))
+                .in_file(run.team),
+        ),
+    }
+}
+
+/// A run found from its manifest: what `okstra status` and `okstra watch`
+/// read.
+pub(super) struct Located {
+    /// The project root in use, canonical.
+    pub root: PathBuf,
+    pub manifest: Value,
+    /// The team-state path as the manifest writes it.
+    pub team: String,
+    pub path: PathBuf,
+}
+
+/// The manifest at `manifest` and the team-state it names, which must
+/// exist (`input/missing` otherwise, naming the project root in use).
+pub(super) fn locate(manifest: &Path, project_root: &Path) -> Result<Located, Diagnostic> {
+    let root = paths::canonical_root(project_root);
+    let display = paths::display_for(&root, manifest);
+    let doc: Value = match std::fs::read(manifest) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let d = Diagnostic::new(
                 Code::InputMissing,
@@ -268,7 +293,7 @@ fn team_state_of<'a>(
                 .in_file(display)
             })?,
     };
-    let team = okstra::model::str_of(&manifest, "teamStatePath").to_string();
+    let team = okstra::model::str_of(&doc, "teamStatePath").to_string();
     let path = paths::abs_of(&root, &team);
     // No file is no run started yet, told apart from a blank one (a run
     // the lead prepared, which reads as no rows).
@@ -283,13 +308,12 @@ fn team_state_of<'a>(
         .help("run the plan (`okstra exec PLAN`), or check --manifest");
         return Err(paths::name_root(d, &root, paths::Base::Root));
     }
-    let store = okstra::state::TeamStateStore::open(path);
-    match store.read_rows(buf) {
-        Ok(rows) => Ok((team, rows)),
-        Err(e) => Err(
-            Diagnostic::new(Code::ExecState, format!("cannot read team-state: {e}")).in_file(team),
-        ),
-    }
+    Ok(Located {
+        root,
+        manifest: doc,
+        team,
+        path,
+    })
 }
 
 /// `okstra status` as text: the workers, their dispatches (with each

@@ -93,6 +93,7 @@ fn bash_completes_the_commands_and_the_format_values() {
         "exec",
         "run",
         "status",
+        "watch",
         "show",
         "validate",
         "schema",

@@ -39,5 +39,6 @@ mod roster;
 mod slurm;
 mod snapshots;
 mod validate_parity;
+mod watch;
 mod worker;
 mod worktrees;
