@@ -116,6 +116,7 @@ impl Project {
             workers: Vec::new(),
             created_at: "2025-01-01T00:00:00Z".to_string(),
             records: &okstra::state::team_state::RUN_RECORDS,
+            plan_out: None,
         };
         match compile::compile(&request) {
             Ok(plan) => {
