@@ -311,6 +311,15 @@ impl<'a> Runner<'a> {
         self.jobs.forget(i);
     }
 
+    /// A job refused before its attempt started (`reason` starts with the
+    /// code): settled `error` on its row, and reported.
+    fn unstarted_error(&mut self, i: usize, attempt: u64, reason: &str) {
+        let job = self.job(i);
+        self.rec.unstarted_error(&job, reason);
+        let attempts = attempt.saturating_sub(job.first_attempt());
+        self.report(i, WorkerStatus::Error, attempts, reason, Duration::ZERO);
+    }
+
     /// A job that ends this exec without running: reported, and given a
     /// `workers[]` row if it has none.
     fn not_run(&mut self, i: usize, reason: &str) {

@@ -15,12 +15,10 @@ use crate::exec::report::Notice;
 use crate::paths;
 use crate::plan::Plan;
 use crate::state::journal::Sync;
-use crate::state::WorkerStatus;
 use crate::vocab::MutationAudit;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// How one attempt is audited.
 pub(super) enum Judge<'v> {
@@ -70,17 +68,7 @@ impl Runner<'_> {
             Ok(Some(s)) => Baseline::Taken(s),
             Err(why) => {
                 for (i, attempt) in pending.drain(..) {
-                    let reason = format!("audit/incomplete: {why}");
-                    let job = self.job(i);
-                    self.rec.unstarted_error(&job, &reason);
-                    let first = job.first_attempt();
-                    self.report(
-                        i,
-                        WorkerStatus::Error,
-                        attempt.saturating_sub(first),
-                        &reason,
-                        Duration::ZERO,
-                    );
+                    self.unstarted_error(i, attempt, &format!("audit/incomplete: {why}"));
                 }
                 Baseline::Broken(why)
             }

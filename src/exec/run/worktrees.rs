@@ -21,7 +21,6 @@ use crate::vocab::FailureKind;
 use crate::worktree::{message_with_trailers, GitError, Repo, Worktree};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// What to do about a git failure, in the job's reason and the report.
 const HELP: &str = "see docs/worktrees.md#crashes-and-resume; `git worktree list` and `git branch --list 'okstra*'` show what okstra made";
@@ -187,7 +186,9 @@ impl Runner<'_> {
                 self.first_for(&job, g)
             };
             match made {
-                Ok(wt) => self.keep_made(i, wt),
+                Ok(wt) => {
+                    self.trees.made.insert(i, wt);
+                }
                 Err(why) => refused.push((i, attempt, why)),
             }
         }
@@ -200,7 +201,7 @@ impl Runner<'_> {
             // A failure here is the settlement's to report: it cannot
             // commit or keep without the worktree either.
             if let Ok(wt) = self.adopt(&job, g) {
-                self.keep_made(i, wt);
+                self.trees.made.insert(i, wt);
             }
         }
         if any {
@@ -222,23 +223,8 @@ impl Runner<'_> {
             self.problems.push(
                 Diagnostic::new(Code::ExecWorktree, format!("{}: {why}", job.label())).help(HELP),
             );
-            self.rec.unstarted_error(&job, &reason);
-            let first = job.first_attempt();
-            self.report(
-                i,
-                WorkerStatus::Error,
-                attempt.saturating_sub(first),
-                &reason,
-                Duration::ZERO,
-            );
+            self.unstarted_error(i, attempt, &reason);
         }
-    }
-
-    /// A worktree's own git directory stays in the audit's walks: nothing
-    /// exec does between two compares writes what the audit reads there
-    /// (its `HEAD` is rewritten only when it left its branch).
-    fn keep_made(&mut self, i: usize, wt: Worktree) {
-        self.trees.made.insert(i, wt);
     }
 
     fn tree_path(&self, job: &Job) -> PathBuf {
@@ -366,7 +352,7 @@ impl Runner<'_> {
             return Ok(wt.clone());
         }
         let wt = self.adopt(job, g)?;
-        self.keep_made(i, wt.clone());
+        self.trees.made.insert(i, wt.clone());
         Ok(wt)
     }
 
@@ -386,14 +372,7 @@ impl Runner<'_> {
     ) -> Option<WorktreeUse> {
         let g = job.git_worktree.as_ref()?;
         let attempt = e.dispatched.head.attempt;
-        let mut used = WorktreeUse {
-            path: job.worktree_path.clone().unwrap_or_default(),
-            branch: g.branch.clone(),
-            base: g.base.clone(),
-            commit: None,
-            kept_branch: None,
-            kept_commit: None,
-        };
+        let mut used = self.worktree_use(job)?;
         let follows =
             d.retry || (d.resumable && !self.interrupted && matches!(e.end, End::Lost(_)));
         crate::fault::point("worktree-settle");
