@@ -6,8 +6,10 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 mod fx;
+mod git;
 mod tries;
 pub use fx::*;
+pub use git::*;
 #[allow(unused_imports)] // the real-CLI suite tries nothing
 pub use tries::*;
 

@@ -5,30 +5,7 @@
 
 use crate::common::*;
 use serde_json::Value;
-use std::path::Path;
 use std::process::Command;
-
-/// `git ARGS` in `dir`, away from the user's and the system's config; its
-/// trimmed stdout, which it must succeed to give.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// Three `command` implementers in one stage, each in a git worktree and
 /// each planning `src/lib.rs`; `extra`, one more line for each.
@@ -52,11 +29,7 @@ fn three_implementers(extra: &str) -> Fx {
 
 /// The project made a repository holding everything it has, committed.
 fn commit_all(fx: &Fx) -> String {
-    let root = fx.p.root();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "fixture"]);
-    git(root, &["rev-parse", "HEAD"])
+    commit_project(fx.p.root())
 }
 
 /// `okstra plan spec.toml` in the fixture's environment, JSON out.

@@ -10,27 +10,6 @@
 
 use crate::common::*;
 use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
-
-/// `git ARGS` in `dir`, which must succeed; its stdout, trimmed. The
-/// user's own git configuration is kept out, as it is of okstra's.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// Edits the one shared file in its worktree (its working directory),
 /// then writes its result in the project.
@@ -62,52 +41,9 @@ fn repo_fixture_with(defaults: &[&str], jobs: Vec<Job>, setup: impl FnOnce(&Fx))
         ".gitignore",
         "results/\nrun/*\n!run/run-manifest.json\nplan.json\n.okstra/\nprompts/*.log\nprompts/*.status.json\n",
     );
-    let root = fx.root();
-    git(&root, &["init", "-q", "-b", "main"]);
-    git(&root, &["add", "-A"]);
-    git(
-        &root,
-        &[
-            "-c",
-            "user.name=user",
-            "-c",
-            "user.email=user@example.com",
-            "commit",
-            "-q",
-            "-m",
-            "the project",
-        ],
-    );
+    commit_project(&fx.root());
     fx.plan();
     fx
-}
-
-/// Everything of the user's checkout a worktree job must not touch: `HEAD`
-/// (the file and what it names), the index byte for byte, the config, the
-/// status, the branches that are not okstra's, and each tracked file.
-fn checkout(root: &Path) -> Vec<String> {
-    let read =
-        |rel: &str| String::from_utf8_lossy(&std::fs::read(root.join(rel)).unwrap()).into_owned();
-    let index = std::fs::read(root.join(".git/index")).unwrap();
-    let mut out = vec![
-        read(".git/HEAD"),
-        git(root, &["rev-parse", "HEAD"]),
-        format!("{index:?}"),
-        read(".git/config"),
-        git(root, &["status", "--porcelain=v1", "--untracked-files=all"]),
-        git(
-            root,
-            &[
-                "for-each-ref",
-                "--format=%(refname) %(objectname)",
-                "refs/heads/main",
-            ],
-        ),
-    ];
-    for f in git(root, &["ls-files"]).lines() {
-        out.push(format!("{f}: {}", read(f)));
-    }
-    out
 }
 
 /// The plan's job `key`.
@@ -121,19 +57,6 @@ fn planned(fx: &Fx, key: &str) -> Value {
         .find(|j| j["key"] == key)
         .unwrap()
         .clone()
-}
-
-/// A trailer of `commit`'s message.
-fn trailer(root: &Path, commit: &str, key: &str) -> String {
-    git(
-        root,
-        &[
-            "show",
-            "-s",
-            &format!("--format=%(trailers:key={key},valueonly)"),
-            commit,
-        ],
-    )
 }
 
 #[test]

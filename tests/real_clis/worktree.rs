@@ -8,63 +8,11 @@
 //! checkout is byte-identical; the row names the branch and the commit.
 //! claude confined and not; codex and gemini confined.
 
-use crate::common::{self, Fx};
+use crate::common::{self, checkout, git, trailer, Fx};
 use crate::e2e::{cli, exec, log, pinned, read, rows, script, unplanned, write_result, Worker};
 use crate::mock_api::{MockApi, Step};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::Command;
-
-/// `git ARGS` in `dir`, which must succeed; its stdout, trimmed. The
-/// user's own git configuration is kept out, as it is of okstra's.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Everything of the user's checkout the worker must not touch: `HEAD`
-/// (the file and what it names), the index byte for byte, the status, and
-/// each tracked file.
-fn checkout(root: &Path) -> Vec<String> {
-    let read =
-        |rel: &str| String::from_utf8_lossy(&std::fs::read(root.join(rel)).unwrap()).into_owned();
-    let index = std::fs::read(root.join(".git/index")).unwrap();
-    let mut out = vec![
-        read(".git/HEAD"),
-        git(root, &["rev-parse", "HEAD"]),
-        format!("{index:?}"),
-        git(root, &["status", "--porcelain=v1", "--untracked-files=all"]),
-    ];
-    for f in git(root, &["ls-files"]).lines() {
-        out.push(format!("{f}: {}", read(f)));
-    }
-    out
-}
-
-/// A trailer of `commit`'s message.
-fn trailer(root: &Path, commit: &str, key: &str) -> String {
-    git(
-        root,
-        &[
-            "show",
-            "-s",
-            &format!("--format=%(trailers:key={key},valueonly)"),
-            commit,
-        ],
-    )
-}
 
 /// What the file tool of `provider` is told, step by step, to turn
 /// `src/lib.txt` from "broken" into "fixed by <provider>", naming it
@@ -127,22 +75,7 @@ fn repo(provider: &str, extra: &str) -> Option<(Fx, MockApi)> {
         ".gitignore",
         "out/\nrun/*\n!run/run-manifest.json\nplan.json\n.okstra/\nprompts/*.log\nprompts/*.status.json\n",
     );
-    let root = fx.root();
-    git(&root, &["init", "-q", "-b", "main"]);
-    git(&root, &["add", "-A"]);
-    git(
-        &root,
-        &[
-            "-c",
-            "user.name=user",
-            "-c",
-            "user.email=user@example.com",
-            "commit",
-            "-q",
-            "-m",
-            "the project",
-        ],
-    );
+    common::commit_project(&fx.root());
     fx.plan();
     Some((fx, mock))
 }
