@@ -62,11 +62,7 @@ pub fn watch(args: &WatchArgs) -> Ended {
     }
     match live(&task, &mut source) {
         Ok(()) => Ok(ExitStatus::Success),
-        Err(e) => {
-            let d = Diagnostic::new(Code::InputUnreadable, format!("okstra watch: {e}"))
-                .help("run it in a terminal, or pass --plain");
-            Ok(report(&Diagnostics::from(d), Format::Text))
-        }
+        Err(d) => Ok(report(&Diagnostics::from(d), Format::Text)),
     }
 }
 
@@ -91,11 +87,19 @@ fn open(args: &WatchArgs) -> Result<(String, Source), Diagnostic> {
         events,
     };
     let mut source = Source::new(files);
-    source.refresh().map_err(|e| {
-        Diagnostic::new(Code::ExecState, format!("cannot read the run: {e}")).in_file(run.team)
-    })?;
+    refresh(&mut source)?;
     source.read_all_sidecars();
     Ok((task, source))
+}
+
+/// Read what the run wrote since the last look. A run that can no longer
+/// be read (team-state unparseable, the events log unreadable) ends the
+/// watch with `exec/state`: never a view that stopped moving in silence.
+fn refresh(source: &mut Source) -> Result<(), Diagnostic> {
+    source.refresh().map_err(|e| {
+        Diagnostic::new(Code::ExecState, format!("cannot read the run: {e}"))
+            .in_file(source.files.team_state.display().to_string())
+    })
 }
 
 fn now() -> i64 {
@@ -175,7 +179,9 @@ fn plain_loop(task: &str, source: &mut Source) -> Ended {
     let mut last = String::new();
     let mut printed = Instant::now() - Duration::from_secs(1);
     loop {
-        let _ = source.refresh();
+        if let Err(d) = refresh(source) {
+            return Ok(report(&Diagnostics::from(d), Format::Text));
+        }
         watch_dirs(&mut changes, source);
         let table = plain(task, source);
         let done = !source.exec_running() && source.model.totals().settled();
@@ -208,29 +214,23 @@ impl Drop for Restore {
 }
 
 /// The terminal view, until `q` or Ctrl-C.
-fn live(task: &str, source: &mut Source) -> std::io::Result<()> {
+fn live(task: &str, source: &mut Source) -> Result<(), Diagnostic> {
+    let terminal_error = |e: std::io::Error| {
+        Diagnostic::new(Code::InputUnreadable, format!("okstra watch: {e}"))
+            .help("run it in a terminal, or pass --plain")
+    };
     let (mut changes, tx, rx) = wake_on_changes(source);
     // Installs a panic hook that restores the terminal too.
-    let mut terminal = ratatui::try_init()?;
+    let mut terminal = ratatui::try_init().map_err(terminal_error)?;
     let _restore = Restore;
     std::thread::spawn(move || read_keys(&tx));
     let mut screen = Screen::default();
     screen.color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     loop {
-        let _ = source.refresh();
+        refresh(source)?;
         watch_dirs(&mut changes, source);
         let exec_running = source.exec_running();
-        let Source { model, files, .. } = &mut *source;
-        terminal.draw(|frame| {
-            let f = Frameset {
-                task,
-                model,
-                files,
-                now: now(),
-                exec_running,
-            };
-            ui::draw(frame, &mut screen, f)
-        })?;
+        draw(&mut terminal, &mut screen, task, source, exec_running).map_err(terminal_error)?;
         // Once a second at least: the clocks of running jobs move.
         let Ok(wake) = rx.recv_timeout(Duration::from_secs(1)) else {
             continue;
@@ -241,6 +241,29 @@ fn live(task: &str, source: &mut Source) -> std::io::Result<()> {
             }
         }
     }
+}
+
+/// One frame of the view on `terminal`.
+fn draw<B: ratatui::backend::Backend>(
+    terminal: &mut ratatui::Terminal<B>,
+    screen: &mut Screen,
+    task: &str,
+    source: &mut Source,
+    exec_running: bool,
+) -> Result<(), B::Error> {
+    let Source { model, files, .. } = &mut *source;
+    terminal
+        .draw(|frame| {
+            let f = Frameset {
+                task,
+                model,
+                files,
+                now: now(),
+                exec_running,
+            };
+            ui::draw(frame, screen, f)
+        })
+        .map(drop)
 }
 
 /// Send the keys the view answers (and resizes) to `tx`, until it is gone.
@@ -287,17 +310,7 @@ fn bench(task: &str, source: &mut Source, frames: usize) -> Ended {
     let start = Instant::now();
     for _ in 0..frames {
         let t = Instant::now();
-        let Source { model, files, .. } = &mut *source;
-        let drawn = terminal.draw(|frame| {
-            let f = Frameset {
-                task,
-                model,
-                files,
-                now: now(),
-                exec_running,
-            };
-            ui::draw(frame, &mut screen, f)
-        });
+        let drawn = draw(&mut terminal, &mut screen, task, source, exec_running);
         if let Err(e) = drawn {
             panic!("drawing in memory: {e}");
         }

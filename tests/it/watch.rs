@@ -338,3 +338,36 @@ fn watch_of_a_run_not_started_names_team_state_and_the_root() {
         run.stderr
     );
 }
+
+#[test]
+fn a_watch_whose_run_turns_unreadable_ends_with_exec_state() {
+    // The review attempt is open and no exec holds the run: a plain watch
+    // keeps watching. Team-state garbled under it ends the watch with
+    // exec/state (exit 2), not a table that stopped moving in silence.
+    let fx = hand_written_run();
+    let mut watch = fx
+        .command(&["watch", "--manifest", "run/run-manifest.json", "--plain"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert!(watch.try_wait().unwrap().is_none(), "the watch goes on");
+    fx.p.write("run/team-state.json", "{ not json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while watch.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = watch.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("exec/state") && stderr.contains("team-state"),
+        "{stderr}"
+    );
+}
